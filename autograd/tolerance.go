@@ -1,0 +1,75 @@
+package autograd
+
+import (
+	"fmt"
+	"math"
+)
+
+// Tolerance bounds the error of a result against its reference element by
+// element: |got - want| <= Abs + Rel*|want|.
+type Tolerance struct {
+	Abs, Rel float64
+}
+
+// The tolerance table. Every test in the project takes its bounds from here;
+// none is ever loosened to make a test pass. The comment on each says where
+// the remaining error comes from.
+var (
+	// TolForward64 compares a float64 kernel with a float64 reference that does
+	// the same arithmetic in another order (hand-worked values, or the
+	// generator script's PyTorch output): a few ulps of the result.
+	TolForward64 = Tolerance{Abs: 1e-12, Rel: 1e-10}
+
+	// TolForward32 compares a float32 kernel with a float64 reference. The
+	// sums in these ops have at most a few thousand terms, each rounded to
+	// float32 (2^-24 relative): a bound of 1e-5 relative plus 1e-6 absolute
+	// leaves room for cancellation in sums of mixed-sign terms of order 1.
+	TolForward32 = Tolerance{Abs: 1e-6, Rel: 1e-5}
+
+	// TolGrad compares analytic float64 gradients with central differences
+	// of step 1e-6: truncation error is O(1e-12)*f''' and rounding error
+	// O(1e-16/1e-6) = 1e-10 per unit of loss. The relative term is measured
+	// against the largest gradient entry of the input (see Result.MaxRel).
+	TolGrad = Tolerance{Abs: 1e-8, Rel: 1e-6}
+
+	// TolParity64 compares the GPU kernels with their CPU twins in float64.
+	// The only difference is the order of atomic additions in backward
+	// scatters and the GPU's fused multiply-adds: a few ulps.
+	TolParity64 = Tolerance{Abs: 1e-12, Rel: 1e-10}
+
+	// TolParity32 compares the GPU kernels with their CPU twins in float32:
+	// fused multiply-adds and atomic ordering change the last bits of each
+	// term; sums of up to a few thousand terms of order 1.
+	TolParity32 = Tolerance{Abs: 1e-5, Rel: 1e-4}
+)
+
+// Compare checks got against want element by element. It returns an error
+// naming the worst element when any is out of bounds, or when either holds a
+// NaN that the other does not.
+func (t Tolerance) Compare(got, want []float64) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("got %d elements, want %d", len(got), len(want))
+	}
+	worst, worstExcess := -1, 0.0
+	for i := range got {
+		g, w := got[i], want[i]
+		if math.IsNaN(w) || math.IsNaN(g) {
+			if math.IsNaN(w) != math.IsNaN(g) {
+				return fmt.Errorf("element %d: got %v, want %v", i, g, w)
+			}
+			continue
+		}
+		if g == w { // also equal infinities
+			continue
+		}
+		bound := t.Abs + t.Rel*math.Abs(w)
+		if excess := math.Abs(g-w) - bound; !(excess <= 0) && (worst < 0 || excess > worstExcess) {
+			worst, worstExcess = i, excess
+		}
+	}
+	if worst >= 0 {
+		return fmt.Errorf("element %d: got %.17g, want %.17g (|diff| %.3g > %.3g + %.3g*|want|)",
+			worst, got[worst], want[worst], math.Abs(got[worst]-want[worst]), t.Abs, t.Rel)
+	}
+	return nil
+}

@@ -1,0 +1,108 @@
+package autograd
+
+import (
+	"fmt"
+	"hash"
+	"hash/fnv"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// Unpack splits packed, a rank-1 node holding several tensors one after the
+// other, into one node per shape. A gorgonia op has a single output, so a
+// backward op that computes several gradients in one pass (reading its inputs
+// once) writes them into one vector, and Unpack carves them out.
+func Unpack(packed *G.Node, shapes ...tensor.Shape) (G.Nodes, error) {
+	if packed == nil {
+		return nil, fmt.Errorf("autograd: Unpack: packed is nil")
+	}
+	if packed.Shape().Dims() != 1 {
+		return nil, fmt.Errorf("autograd: Unpack: packed must be a vector, got shape %v", packed.Shape())
+	}
+	total := 0
+	for _, s := range shapes {
+		total += s.TotalSize()
+	}
+	if got := packed.Shape()[0]; got != total {
+		return nil, fmt.Errorf("autograd: Unpack: packed has %d elements, the shapes %v need %d", got, shapes, total)
+	}
+	parts := make(G.Nodes, len(shapes))
+	offset := 0
+	for i, s := range shapes {
+		op := unpackOp{offset: offset, shape: s.Clone(), total: total}
+		n, err := G.ApplyOp(op, packed)
+		if err != nil {
+			return nil, fmt.Errorf("autograd: Unpack: part %d: %w", i, err)
+		}
+		parts[i] = n
+		offset += s.TotalSize()
+	}
+	return parts, nil
+}
+
+// PackedSize is the length of the vector that packs tensors of these shapes.
+func PackedSize(shapes ...tensor.Shape) int {
+	n := 0
+	for _, s := range shapes {
+		n += s.TotalSize()
+	}
+	return n
+}
+
+// unpackOp copies elements [offset, offset+size) of a packed vector into a
+// tensor of the given shape. It copies rather than aliasing the packed
+// vector's memory: the tape machine reuses registers, and an alias would see
+// the packed register overwritten once the packed node is dead.
+type unpackOp struct {
+	offset int
+	shape  tensor.Shape
+	total  int
+}
+
+func (op unpackOp) Arity() int { return 1 }
+
+func (op unpackOp) Type() hm.Type {
+	a := hm.TypeVariable('a')
+	return hm.NewFnType(G.TensorType{Dims: 1, Of: a}, G.TensorType{Dims: op.shape.Dims(), Of: a})
+}
+
+func (op unpackOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
+	return op.shape.Clone(), nil
+}
+
+func (op unpackOp) Do(vals ...G.Value) (G.Value, error) {
+	return op.UsePreallocDo(nil, vals...)
+}
+
+func (op unpackOp) UsePreallocDo(prealloc G.Value, vals ...G.Value) (G.Value, error) {
+	if len(vals) != 1 {
+		return nil, fmt.Errorf("autograd: %v: want 1 input, got %d", op, len(vals))
+	}
+	src, ok := vals[0].(*tensor.Dense)
+	if !ok || src.Shape().TotalSize() != op.total || src.IsView() {
+		return nil, fmt.Errorf("autograd: %v: input must be a contiguous vector of %d elements, got %T %v", op, op.total, vals[0], vals[0].Shape())
+	}
+	dst, ok := prealloc.(*tensor.Dense)
+	if !ok || dst.Dtype() != src.Dtype() || !dst.Shape().Eq(op.shape) || dst.IsView() {
+		dst = tensor.New(tensor.Of(src.Dtype()), tensor.WithShape(op.shape...), tensor.WithEngine(src.Engine()))
+	}
+	if err := copyRange(dst, src, op.offset); err != nil {
+		return nil, fmt.Errorf("autograd: %v: %w", op, err)
+	}
+	return dst, nil
+}
+
+func (op unpackOp) ReturnsPtr() bool     { return false }
+func (op unpackOp) CallsExtern() bool    { return false }
+func (op unpackOp) OverwritesInput() int { return -1 }
+func (op unpackOp) String() string {
+	return fmt.Sprintf("unpack[%d:%d of %d]%v", op.offset, op.offset+op.shape.TotalSize(), op.total, op.shape)
+}
+func (op unpackOp) WriteHash(h hash.Hash) { fmt.Fprint(h, "stheno.", op.String()) }
+func (op unpackOp) Hashcode() uint32 {
+	h := fnv.New32a()
+	op.WriteHash(h)
+	return h.Sum32()
+}

@@ -1,0 +1,135 @@
+package ops
+
+import (
+	"fmt"
+	"hash"
+	"hash/fnv"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// tensorType is the hm type of a tensor of the given rank whose element type
+// is the type variable a, shared by all inputs and the output of an op.
+func tensorType(dims int) G.TensorType {
+	return G.TensorType{Dims: dims, Of: hm.TypeVariable('a')}
+}
+
+// fnType builds the hm function type of an op from the ranks of its inputs
+// and of its output.
+func fnType(ranks ...int) hm.Type {
+	ts := make([]hm.Type, len(ranks))
+	for i, r := range ranks {
+		ts[i] = tensorType(r)
+	}
+	return hm.NewFnType(ts...)
+}
+
+// hashOf hashes an op through its String form. Every op's String must
+// therefore name every parameter: gorgonia merges nodes whose ops hash alike.
+func hashOf(op fmt.Stringer) uint32 {
+	h := fnv.New32a()
+	writeHash(h, op)
+	return h.Sum32()
+}
+
+func writeHash(h hash.Hash, op fmt.Stringer) {
+	fmt.Fprint(h, "stheno.", op.String())
+}
+
+// floatDtype returns the dtype of n, or an error naming op and arg when it is
+// not float32 or float64.
+func floatDtype(op, arg string, n *G.Node) (tensor.Dtype, error) {
+	dt, err := dtypeOf(n)
+	if err != nil {
+		return dt, fmt.Errorf("ops: %s: %s: %w", op, arg, err)
+	}
+	if dt != tensor.Float32 && dt != tensor.Float64 {
+		return dt, fmt.Errorf("ops: %s: %s must be float32 or float64, got %v", op, arg, dt)
+	}
+	return dt, nil
+}
+
+func dtypeOf(n *G.Node) (dt tensor.Dtype, err error) {
+	if n == nil {
+		return dt, fmt.Errorf("node is nil")
+	}
+	// Node.Dtype panics when the type holds no dtype (an unresolved type
+	// variable, say); turn that into an error.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("cannot tell the dtype of %v: %v", n.Type(), r)
+		}
+	}()
+	return n.Dtype(), nil
+}
+
+// sameDtype checks that every named node has dtype dt.
+func sameDtype(op string, dt tensor.Dtype, args map[string]*G.Node) error {
+	for name, n := range args {
+		got, err := floatDtype(op, name, n)
+		if err != nil {
+			return err
+		}
+		if got != dt {
+			return fmt.Errorf("ops: %s: %s has dtype %v, want %v like the first input", op, name, got, dt)
+		}
+	}
+	return nil
+}
+
+// checkRank returns an error unless n has the given rank. want describes the
+// expected shape for the message, e.g. "[N C H W]".
+func checkRank(op, arg string, n *G.Node, rank int, want string) error {
+	if n == nil {
+		return fmt.Errorf("ops: %s: %s is nil, want shape %s", op, arg, want)
+	}
+	if s := n.Shape(); len(s) != rank {
+		return fmt.Errorf("ops: %s: %s must have shape %s, got %v", op, arg, want, s)
+	}
+	return nil
+}
+
+// dense returns v as a contiguous *tensor.Dense of dtype dt and shape want,
+// materialising views. Kernels index raw backing slices, so anything else
+// would be read as garbage.
+func dense(op, arg string, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tensor.Dense, error) {
+	d, ok := v.(*tensor.Dense)
+	if !ok {
+		return nil, fmt.Errorf("ops: %s: %s must be a *tensor.Dense, got %T", op, arg, v)
+	}
+	if d.Dtype() != dt {
+		return nil, fmt.Errorf("ops: %s: %s has dtype %v, want %v", op, arg, d.Dtype(), dt)
+	}
+	if !d.Shape().Eq(want) {
+		return nil, fmt.Errorf("ops: %s: %s has shape %v, want %v", op, arg, d.Shape(), want)
+	}
+	if d.IsView() || !d.DataOrder().IsRowMajor() {
+		m, ok := d.Materialize().(*tensor.Dense)
+		if !ok {
+			return nil, fmt.Errorf("ops: %s: %s could not be made contiguous", op, arg)
+		}
+		d = m
+	}
+	return d, nil
+}
+
+// output returns prealloc when it is a *tensor.Dense of the right dtype and
+// shape, and a new tensor otherwise. Kernels overwrite every element of their
+// outputs, so a reused buffer needs no clearing.
+func output(prealloc G.Value, dt tensor.Dtype, shape tensor.Shape) *tensor.Dense {
+	if d, ok := prealloc.(*tensor.Dense); ok && d.Dtype() == dt && d.Shape().Eq(shape) && !d.IsView() {
+		return d
+	}
+	return tensor.New(tensor.Of(dt), tensor.WithShape(shape...))
+}
+
+// shapeOf converts the DimSizer InferShape receives into a tensor.Shape.
+func shapeOf(op string, d G.DimSizer) (tensor.Shape, error) {
+	s, ok := d.(tensor.Shape)
+	if !ok {
+		return nil, fmt.Errorf("ops: %s: expected a tensor.Shape, got %T", op, d)
+	}
+	return s, nil
+}
