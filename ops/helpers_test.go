@@ -1,0 +1,85 @@
+package ops
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+)
+
+// randTensor returns a tensor of dtype dt with elements uniform in [lo, hi).
+func randTensor(rng *rand.Rand, dt tensor.Dtype, lo, hi float64, shape ...int) *tensor.Dense {
+	n := tensor.Shape(shape).TotalSize()
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = lo + (hi-lo)*rng.Float64()
+	}
+	return fromFloat64s(dt, v, shape...)
+}
+
+// fromFloat64s builds a tensor of dtype dt holding v.
+func fromFloat64s(dt tensor.Dtype, v []float64, shape ...int) *tensor.Dense {
+	switch dt {
+	case tensor.Float32:
+		f := make([]float32, len(v))
+		for i, x := range v {
+			f[i] = float32(x)
+		}
+		return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(f))
+	case tensor.Float64:
+		return tensor.New(tensor.WithShape(shape...), tensor.WithBacking(append([]float64(nil), v...)))
+	}
+	panic(fmt.Sprintf("unsupported dtype %v", dt))
+}
+
+// toFloat64s returns the elements of a float32 or float64 value as float64.
+func toFloat64s(t testing.TB, v G.Value) []float64 {
+	t.Helper()
+	switch d := v.Data().(type) {
+	case []float64:
+		return append([]float64(nil), d...)
+	case []float32:
+		f := make([]float64, len(d))
+		for i, x := range d {
+			f[i] = float64(x)
+		}
+		return f
+	case float64:
+		return []float64{d}
+	case float32:
+		return []float64{float64(d)}
+	}
+	t.Fatalf("unexpected value %T", v.Data())
+	return nil
+}
+
+// cast returns d converted to dtype dt.
+func cast(t testing.TB, d *tensor.Dense, dt tensor.Dtype) *tensor.Dense {
+	return fromFloat64s(dt, toFloat64s(t, d), d.Shape()...)
+}
+
+// runGraph builds a graph with one input node per tensor, applies build and
+// runs it, returning the output's elements as float64 (and its shape), or the
+// error of building or running.
+func runGraph(t testing.TB, inputs []*tensor.Dense, build func(g *G.ExprGraph, in G.Nodes) (*G.Node, error)) ([]float64, tensor.Shape, error) {
+	t.Helper()
+	g := G.NewGraph()
+	nodes := make(G.Nodes, len(inputs))
+	for i, d := range inputs {
+		nodes[i] = G.NodeFromAny(g, d, G.WithName(fmt.Sprintf("in%d", i)))
+	}
+	out, err := build(g, nodes)
+	if err != nil {
+		return nil, nil, err
+	}
+	var v G.Value
+	G.Read(out, &v)
+	m := G.NewTapeMachine(g)
+	defer m.Close()
+	if err := m.RunAll(); err != nil {
+		return nil, nil, err
+	}
+	return toFloat64s(t, v), v.Shape().Clone(), nil
+}
