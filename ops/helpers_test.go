@@ -1,7 +1,9 @@
 package ops
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"math/rand/v2"
 	"testing"
 
@@ -82,4 +84,64 @@ func runGraph(t testing.TB, inputs []*tensor.Dense, build func(g *G.ExprGraph, i
 		return nil, nil, err
 	}
 	return toFloat64s(t, v), v.Shape().Clone(), nil
+}
+
+// loadJSON decodes a reference file written by a generator script in
+// testdata/ (each script says how to regenerate its file).
+func loadJSON(t testing.TB, path string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("reading %s: %v", path, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("decoding %s: %v", path, err)
+	}
+}
+
+// gradOf builds a graph with one input node per tensor, computes
+// loss = sum(build(...) ⊙ proj) and returns the gradients of loss with respect
+// to the inputs whose index is in wrt, as float64.
+func gradOf(t testing.TB, inputs []*tensor.Dense, proj *tensor.Dense, wrt []int, build func(g *G.ExprGraph, in G.Nodes) (*G.Node, error)) [][]float64 {
+	t.Helper()
+	g := G.NewGraph()
+	nodes := make(G.Nodes, len(inputs))
+	for i, d := range inputs {
+		nodes[i] = G.NodeFromAny(g, d, G.WithName(fmt.Sprintf("in%d", i)))
+	}
+	out, err := build(g, nodes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := G.NodeFromAny(g, proj, G.WithName("proj"))
+	prod, err := G.HadamardProd(out, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss, err := G.Sum(prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrtNodes G.Nodes
+	for _, i := range wrt {
+		wrtNodes = append(wrtNodes, nodes[i])
+	}
+	grads, err := G.Grad(loss, wrtNodes...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals := make([]G.Value, len(grads))
+	for i := range grads {
+		G.Read(grads[i], &vals[i])
+	}
+	m := G.NewTapeMachine(g)
+	defer m.Close()
+	if err := m.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+	res := make([][]float64, len(vals))
+	for i, v := range vals {
+		res[i] = toFloat64s(t, v)
+	}
+	return res
 }

@@ -1,0 +1,74 @@
+# stheno's build. `make test` is the project's test command (README); the GPU
+# targets need the CUDA toolkit (`make cuda-toolkit`, as root).
+
+GO        ?= go
+NVCC      ?= nvcc
+# The GPU path is behind this build tag. It is not called `cuda`: that tag
+# also switches on gorgonia's own CUDA files, which need cuDNN headers and
+# link cuBLAS/cuDNN (see README, "GPU build").
+CUDA_TAG  := stheno_cuda
+
+# SASS for A100 (sm_80) and Hopper (sm_90), and compute_90 PTX so newer GPUs
+# can JIT the kernels. Every nvcc warning is an error.
+NVCC_FLAGS := -std=c++17 -O3 --expt-relaxed-constexpr \
+	-gencode arch=compute_80,code=sm_80 \
+	-gencode arch=compute_90,code=sm_90 \
+	-gencode arch=compute_90,code=compute_90 \
+	-Werror all-warnings -lineinfo
+
+CU_SOURCES := $(wildcard kernels/*.cu)
+CU_HEADERS := $(wildcard kernels/*.cuh)
+# One fatbin (one CUDA module) per .cu file, embedded with go:embed.
+FATBINS    := $(CU_SOURCES:kernels/%.cu=kernels/build/%.fatbin)
+
+.PHONY: all test vet bench demo cuda-toolkit kernels kernels-report gpu-vet gpu-bins clean
+
+all: test
+
+## test: vet and run the CPU test suite (what CI runs).
+test: vet
+	$(GO) test ./...
+
+vet:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+## bench: CPU benchmarks of every op.
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem ./kernels/ ./ops/
+
+## demo: train a small graph that uses all three ops and print the loss.
+demo:
+	$(GO) run ./examples/demo
+
+## cuda-toolkit: install Debian's CUDA 11.8 toolkit (nvcc, cuda.h, libcuda stub). Needs root.
+cuda-toolkit:
+	sh .ci/install-cuda-toolkit.sh
+
+## kernels: compile kernels/*.cu into the fatbin embedded by the GPU build.
+kernels: $(FATBINS)
+
+kernels/build/%.fatbin: kernels/%.cu $(CU_HEADERS) Makefile
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_FLAGS) -fatbin -o $@ $<
+
+## kernels-report: registers, shared memory and spills of every kernel.
+kernels-report:
+	@for f in $(CU_SOURCES); do $(NVCC) $(NVCC_FLAGS) -Xptxas -v -cubin -gencode arch=compute_90,code=sm_90 -o /dev/null $$f; done
+
+## gpu-vet: vet the GPU build (needs the toolkit; runs without a GPU).
+gpu-vet: kernels
+	$(GO) vet -tags $(CUDA_TAG) ./...
+
+## gpu-bins: build GPU test and benchmark binaries into bin/ for a GPU machine
+## that has no Go toolchain (see README, "Working on the GPU path").
+gpu-bins: kernels
+	@mkdir -p bin
+	for p in $$($(GO) list -tags $(CUDA_TAG) -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do \
+		name=$$(echo $$p | sed 's|github.com/stheno-ml/stheno/||; s|/|_|g'); \
+		$(GO) test -tags $(CUDA_TAG) -c -o bin/$$name.test $$p || exit 1; \
+	done
+
+clean:
+	rm -rf kernels/build bin
