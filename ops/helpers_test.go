@@ -3,8 +3,8 @@ package ops
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
