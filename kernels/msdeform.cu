@@ -80,9 +80,12 @@ __device__ void msdeform_forward(const MSDeformParams& p) {
         const int i = l * p.p + pt;
         Taps<T> t;
         if (!level_taps(loc + 2 * i, lv, &t)) continue;
-        const T v = t.w[0] * __ldg(base + t.off[0] * pix_stride) + t.w[1] * __ldg(base + t.off[1] * pix_stride) +
-                    t.w[2] * __ldg(base + t.off[2] * pix_stride) + t.w[3] * __ldg(base + t.off[3] * pix_stride);
-        acc += __ldg(wgt + i) * v;
+        // Corners outside the map read 0, not value*0: a non-finite value
+        // at the offset-0 pixel must not leak into samples that skip it.
+        T v[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) v[c] = t.in[c] ? __ldg(base + t.off[c] * pix_stride) : T(0);
+        acc += __ldg(wgt + i) * (t.w[0] * v[0] + t.w[1] * v[1] + t.w[2] * v[2] + t.w[3] * v[3]);
       }
     }
     out[d] = acc;
