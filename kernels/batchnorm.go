@@ -1,0 +1,255 @@
+package kernels
+
+import "math"
+
+// BatchNormParams describes BatchNorm2d over z [N,C,H,W] (HW = H*W) fused
+// with a residual and an activation, as one layer of a ResNet computes it:
+//
+//	y = act(gamma[c]*(z - mean[c])/sqrt(var[c] + Eps) + beta[c] + residual)
+//
+// In training mode mean and var are the batch's, over the M = N*HW values of
+// each channel (var biased, divided by M), and the running statistics move
+// toward them: running = (1-Momentum)*running + Momentum*batch, with the
+// unbiased variance (divided by M-1) for the running variance, as PyTorch's
+// BatchNorm2d. In inference mode the running statistics are used. The CUDA
+// kernels take the same struct by value.
+type BatchNormParams struct {
+	N, C, HW      int
+	Eps, Momentum float64
+	Training      bool
+	// ReLU applies max(.,0) to the output and masks dy with y > 0 in the
+	// backward pass.
+	ReLU bool
+}
+
+// BatchNormStats computes the mean and the biased variance of every channel
+// of z. It makes two passes, the second over deviations from the mean, since
+// E[z^2]-E[z]^2 loses all precision when the mean is large against the
+// spread (as it is for conv outputs with a large bias). The per-channel sums
+// accumulate in float64 whatever T is, as PyTorch's CPU kernels do: they add
+// up N*H*W terms, and in float32 their rounding, amplified by the
+// cancellation inside the BatchNorm gradient, would cost several digits of
+// the float32 result.
+func BatchNormStats[T Float](p BatchNormParams, z, mean, variance []T) {
+	m := float64(p.N * p.HW)
+	plane := p.C * p.HW
+	parallelFor(p.C, 1, func(c0, c1 int) {
+		for c := c0; c < c1; c++ {
+			var s float64
+			for n := range p.N {
+				s += sum64(z[n*plane+c*p.HW : n*plane+(c+1)*p.HW])
+			}
+			mu := T(s / m)
+			var ss float64
+			for n := range p.N {
+				ss += sumSquaredDev64(z[n*plane+c*p.HW:n*plane+(c+1)*p.HW], mu)
+			}
+			mean[c], variance[c] = mu, T(ss/m)
+		}
+	})
+}
+
+// sum64 returns the sum of s accumulated in float64, four partial sums at
+// a time.
+func sum64[T Float](s []T) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(s); i += 4 {
+		q := s[i : i+4 : i+4]
+		s0 += float64(q[0])
+		s1 += float64(q[1])
+		s2 += float64(q[2])
+		s3 += float64(q[3])
+	}
+	for ; i < len(s); i++ {
+		s0 += float64(s[i])
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// sumSquaredDev64 returns sum (s[i]-mu)^2 accumulated in float64; each
+// deviation is taken in T, as the forward pass takes it.
+func sumSquaredDev64[T Float](s []T, mu T) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(s); i += 4 {
+		q := s[i : i+4 : i+4]
+		d0, d1, d2, d3 := float64(q[0]-mu), float64(q[1]-mu), float64(q[2]-mu), float64(q[3]-mu)
+		s0 += d0 * d0
+		s1 += d1 * d1
+		s2 += d2 * d2
+		s3 += d3 * d3
+	}
+	for ; i < len(s); i++ {
+		d := float64(s[i] - mu)
+		s0 += d * d
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// invStd returns 1/sqrt(v+eps) in T. The square root is taken in float64
+// and rounded once, which for float32 is the correctly rounded float32
+// square root.
+func invStd[T Float](v T, eps float64) T {
+	return 1 / T(math.Sqrt(float64(v+T(eps))))
+}
+
+// BatchNormForward computes y from z (see BatchNormParams); residual may be
+// nil. In training mode it also updates runMean and runVar in place (M =
+// N*HW must be over 1: the ops package checks it); in inference mode it reads
+// them. The per-channel affine map is computed once per channel, so each
+// element costs one multiply-add.
+func BatchNormForward[T Float](p BatchNormParams, z, gamma, beta, residual, runMean, runVar, y []T) {
+	// y = (z - center)*scale + shift. In training the batch mean is
+	// subtracted before scaling, which keeps the precision of z's deviations
+	// when the mean is large; in inference the running statistics fold into
+	// one multiply-add, scale = gamma/sqrt(rv+eps), shift = beta - rm*scale.
+	center, scale, shift := make([]T, p.C), make([]T, p.C), make([]T, p.C)
+	if p.Training {
+		variance := make([]T, p.C)
+		BatchNormStats(p, z, center, variance)
+		m := T(p.N * p.HW)
+		mom := T(p.Momentum)
+		for c := range p.C {
+			scale[c] = gamma[c] * invStd(variance[c], p.Eps)
+			shift[c] = beta[c]
+			runMean[c] = (1-mom)*runMean[c] + mom*center[c]
+			runVar[c] = (1-mom)*runVar[c] + mom*variance[c]*m/(m-1)
+		}
+	} else {
+		for c := range p.C {
+			scale[c] = gamma[c] * invStd(runVar[c], p.Eps)
+			shift[c] = beta[c] - runMean[c]*scale[c]
+		}
+	}
+	parallelFor(p.N*p.C, 1, func(lo, hi int) {
+		for row := lo; row < hi; row++ {
+			c := row % p.C
+			off := row * p.HW
+			zr, yr := z[off:off+p.HW], y[off:off+p.HW]
+			mu, sc, sh := center[c], scale[c], shift[c]
+			switch {
+			case residual == nil && !p.ReLU:
+				for i, v := range zr {
+					yr[i] = (v-mu)*sc + sh
+				}
+			case residual == nil:
+				for i, v := range zr {
+					yr[i] = max((v-mu)*sc+sh, 0)
+				}
+			case !p.ReLU:
+				rr := residual[off : off+p.HW]
+				for i, v := range zr {
+					yr[i] = (v-mu)*sc + sh + rr[i]
+				}
+			default:
+				rr := residual[off : off+p.HW]
+				for i, v := range zr {
+					yr[i] = max((v-mu)*sc+sh+rr[i], 0)
+				}
+			}
+		}
+	})
+}
+
+// BatchNormBackward computes the gradients of BatchNormForward with respect
+// to z, gamma and beta from dy (masked by y > 0 when p.ReLU; y is not read
+// otherwise and may be nil). In training mode it recomputes the batch
+// statistics from z, and dz carries the terms through them:
+//
+//	dz = gamma*invstd * (g - mean(g) - xhat*mean(g*xhat)),  xhat = (z-mean)*invstd
+//
+// In inference mode the statistics are constants: dz = g*gamma*invstd with
+// the running variance. Either way dbeta = sum(g), dgamma = sum(g*xhat),
+// accumulated in float64 like the statistics. The residual's gradient is g
+// itself (MaskReLU). dz, dgamma and dbeta are overwritten.
+func BatchNormBackward[T Float](p BatchNormParams, z, gamma, runMean, runVar, y, dy, dz, dgamma, dbeta []T) {
+	mean, istd := make([]T, p.C), make([]T, p.C)
+	if p.Training {
+		BatchNormStats(p, z, mean, istd)
+		for c := range p.C {
+			istd[c] = invStd(istd[c], p.Eps)
+		}
+	} else {
+		for c := range p.C {
+			mean[c], istd[c] = runMean[c], invStd(runVar[c], p.Eps)
+		}
+	}
+	if !p.ReLU {
+		y = nil
+	}
+	plane := p.C * p.HW
+	m := float64(p.N * p.HW)
+	parallelFor(p.C, 1, func(c0, c1 int) {
+		g := make([]T, p.HW)
+		for c := c0; c < c1; c++ {
+			mu, is := mean[c], istd[c]
+			// sum(g) and sum(g*xhat) = istd*sum(g*(z-mean)), per row first.
+			var sg, sgz float64
+			for n := range p.N {
+				off := n*plane + c*p.HW
+				gr := maskedGrad(g, dy[off:off+p.HW], y, off)
+				sg += sum64(gr)
+				sgz += dotDev64(gr, z[off:off+p.HW], mu)
+			}
+			sgx := sgz * float64(is)
+			dbeta[c], dgamma[c] = T(sg), T(sgx)
+			k := gamma[c] * is
+			mg, mgx := T(sg/m), T(sgx/m)
+			for n := range p.N {
+				off := n*plane + c*p.HW
+				gr := maskedGrad(g, dy[off:off+p.HW], y, off)
+				zr, dzr := z[off:off+p.HW], dz[off:off+p.HW]
+				if p.Training {
+					for i, v := range gr {
+						xhat := (zr[i] - mu) * is
+						dzr[i] = k * (v - mg - xhat*mgx)
+					}
+				} else {
+					for i, v := range gr {
+						dzr[i] = k * v
+					}
+				}
+			}
+		}
+	})
+}
+
+// maskedGrad returns dy's row, masked by the row of y at off when y is
+// non-nil (in buf, which has the row's length).
+func maskedGrad[T Float](buf, dy, y []T, off int) []T {
+	if y == nil {
+		return dy
+	}
+	gate(buf, dy, y[off:off+len(buf)])
+	return buf
+}
+
+// dotDev64 returns sum g[i]*(z[i]-mu) accumulated in float64, each
+// deviation taken in T.
+func dotDev64[T Float](g, z []T, mu T) float64 {
+	z = z[:len(g)]
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(g); i += 4 {
+		gq, zq := g[i:i+4:i+4], z[i:i+4:i+4]
+		s0 += float64(gq[0]) * float64(zq[0]-mu)
+		s1 += float64(gq[1]) * float64(zq[1]-mu)
+		s2 += float64(gq[2]) * float64(zq[2]-mu)
+		s3 += float64(gq[3]) * float64(zq[3]-mu)
+	}
+	for ; i < len(g); i++ {
+		s0 += float64(g[i]) * float64(z[i]-mu)
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+// MaskReLU sets dx = dy where y > 0 and 0 elsewhere: the gradient that
+// reaches the residual of a layer ending in ReLU. dx may be dy.
+func MaskReLU[T Float](y, dy, dx []T) {
+	const chunk = 1 << 14
+	parallelFor(ceilDiv(len(dx), chunk), 1, func(lo, hi int) {
+		a, b := lo*chunk, min(hi*chunk, len(dx))
+		gate(dx[a:b], dy[a:b], y[a:b])
+	})
+}

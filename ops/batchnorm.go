@@ -1,0 +1,452 @@
+package ops
+
+import (
+	"fmt"
+	"hash"
+	"math"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/autograd"
+	"github.com/stheno-ml/stheno/kernels"
+)
+
+// PyTorch's BatchNorm2d defaults, which zero Momentum and Eps stand for.
+const (
+	DefaultMomentum = 0.1
+	DefaultEps      = 1e-5
+)
+
+// BatchNorm is one BatchNorm2d layer: its learnable scale and shift, its
+// running statistics and its mode, with PyTorch's conventions.
+//
+// Momentum and Eps are read when ConvBN builds the graph; zero means the
+// defaults 0.1 and 1e-5. Training and the running statistics are read each
+// time the graph runs, so one graph serves training and evaluation: flip
+// Training between runs. In training mode each run normalises with the
+// batch's statistics and moves the running ones toward them,
+// running = (1-Momentum)*running + Momentum*batch (the unbiased batch
+// variance for RunningVar); in inference mode it uses the running statistics.
+type BatchNorm struct {
+	Gamma, Beta             *G.Node       // [Cout]
+	RunningMean, RunningVar *tensor.Dense // [Cout], updated in training mode
+	Momentum, Eps           float64
+	Training                bool
+}
+
+// NewBatchNorm returns a BatchNorm of the given number of channels as
+// PyTorch initialises one: Gamma ones and Beta zeros (as nodes of g named
+// name+".gamma" and name+".beta"), running mean 0 and variance 1, Momentum
+// 0.1, Eps 1e-5, in training mode.
+func NewBatchNorm(g *G.ExprGraph, dt tensor.Dtype, channels int, name string) (*BatchNorm, error) {
+	if channels <= 0 {
+		return nil, fmt.Errorf("ops: NewBatchNorm: channels must be positive, got %d", channels)
+	}
+	if dt != tensor.Float32 && dt != tensor.Float64 {
+		return nil, fmt.Errorf("ops: NewBatchNorm: dtype must be float32 or float64, got %v", dt)
+	}
+	rv := tensor.New(tensor.Of(dt), tensor.WithShape(channels))
+	var one any = 1.0
+	if dt == tensor.Float32 {
+		one = float32(1)
+	}
+	if err := rv.Memset(one); err != nil {
+		return nil, fmt.Errorf("ops: NewBatchNorm: %w", err)
+	}
+	return &BatchNorm{
+		Gamma:       G.NewVector(g, dt, G.WithShape(channels), G.WithName(name+".gamma"), G.WithInit(G.Ones())),
+		Beta:        G.NewVector(g, dt, G.WithShape(channels), G.WithName(name+".beta"), G.WithInit(G.Zeroes())),
+		RunningMean: tensor.New(tensor.Of(dt), tensor.WithShape(channels)),
+		RunningVar:  rv,
+		Momentum:    DefaultMomentum,
+		Eps:         DefaultEps,
+		Training:    true,
+	}, nil
+}
+
+// ConvBN computes y = act(BN(conv2d(x, w)) + residual), a ResNet layer:
+// the convolution (as Conv, without bias, which BN would cancel) followed by
+// one op that normalises, scales and shifts each channel, adds the residual
+// and applies the activation in a single pass over the convolution's output.
+//
+// x: [N,Cin,H,W]; w: [Cout,Cin,KH,KW]; bn: a BatchNorm of Cout channels with
+// the dtype of x; residual: nil or a tensor of the output's shape
+// [N,Cout,OutH,OutW]. cfg.Act applies after the residual is added.
+// Differentiable with respect to x, w, bn.Gamma, bn.Beta and residual. In
+// training mode N*OutH*OutW must exceed 1 (a variance needs two values), or
+// the run fails, as PyTorch's does.
+func ConvBN(x, w *G.Node, bn *BatchNorm, residual *G.Node, cfg ConvConfig) (*G.Node, error) {
+	p, dt, err := convParams("ConvBN", x, w, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newBNShape(p, dt, bn, residual, cfg.Act)
+	if err != nil {
+		return nil, err
+	}
+	z, err := G.ApplyOp(&convOp{convShape{p: p, dt: dt}}, x, w)
+	if err != nil {
+		return nil, err
+	}
+	inputs := G.Nodes{z, bn.Gamma, bn.Beta}
+	if residual != nil {
+		inputs = append(inputs, residual)
+	}
+	return G.ApplyOp(&bnOp{s}, inputs...)
+}
+
+// newBNShape checks bn and residual against the convolution's output.
+func newBNShape(p kernels.ConvParams, dt tensor.Dtype, bn *BatchNorm, residual *G.Node, act Activation) (bnShape, error) {
+	s := bnShape{n: p.N, c: p.Cout, h: p.OutH, w: p.OutW, act: act, residual: residual != nil, dt: dt, bn: bn}
+	if bn == nil {
+		return s, fmt.Errorf("ops: ConvBN: bn is nil")
+	}
+	want := fmt.Sprintf("[%d]", s.c)
+	for _, a := range []struct {
+		name string
+		n    *G.Node
+	}{{"bn.Gamma", bn.Gamma}, {"bn.Beta", bn.Beta}} {
+		if err := checkRank("ConvBN", a.name, a.n, 1, want); err != nil {
+			return s, err
+		}
+		if a.n.Shape()[0] != s.c {
+			return s, fmt.Errorf("ops: ConvBN: %s must have shape %s, got %v", a.name, want, a.n.Shape())
+		}
+		if err := sameDtype("ConvBN", dt, map[string]*G.Node{a.name: a.n}); err != nil {
+			return s, err
+		}
+	}
+	if _, _, err := s.runningStats(); err != nil {
+		return s, err
+	}
+	s.momentum, s.eps = bn.Momentum, bn.Eps
+	if s.momentum == 0 {
+		s.momentum = DefaultMomentum
+	}
+	if s.eps == 0 {
+		s.eps = DefaultEps
+	}
+	if !(s.momentum >= 0 && s.momentum <= 1) {
+		return s, fmt.Errorf("ops: ConvBN: bn.Momentum must be in [0, 1], got %v", bn.Momentum)
+	}
+	if !(s.eps >= 0) || math.IsInf(s.eps, 1) {
+		return s, fmt.Errorf("ops: ConvBN: bn.Eps must be non-negative and finite, got %v", bn.Eps)
+	}
+	if residual != nil {
+		if err := checkRank("ConvBN", "residual", residual, 4, fmt.Sprintf("%v like the output", s.zShape())); err != nil {
+			return s, err
+		}
+		if !residual.Shape().Eq(s.zShape()) {
+			return s, fmt.Errorf("ops: ConvBN: residual must have shape %v like the output, got %v", s.zShape(), residual.Shape())
+		}
+		if err := sameDtype("ConvBN", dt, map[string]*G.Node{"residual": residual}); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// bnShape is what the BatchNorm ops know at graph-build time. The layer's
+// mode and running statistics are read through bn when they run.
+type bnShape struct {
+	n, c, h, w    int
+	eps, momentum float64
+	act           Activation
+	residual      bool
+	dt            tensor.Dtype
+	bn            *BatchNorm
+}
+
+func (s bnShape) zShape() tensor.Shape { return tensor.Shape{s.n, s.c, s.h, s.w} }
+func (s bnShape) cShape() tensor.Shape { return tensor.Shape{s.c} }
+
+// String names every parameter and the BatchNorm's identity: two layers
+// applied to the same input are different nodes, and merging them would
+// share (and double-update) one set of running statistics.
+func (s bnShape) String() string {
+	return fmt.Sprintf("bn=%p,z=%v,%v,eps=%v,momentum=%v,residual=%t,act=%v",
+		s.bn, s.zShape(), s.dt, s.eps, s.momentum, s.residual, s.act)
+}
+
+func (s bnShape) params(training bool) kernels.BatchNormParams {
+	return kernels.BatchNormParams{
+		N: s.n, C: s.c, HW: s.h * s.w,
+		Eps: s.eps, Momentum: s.momentum,
+		Training: training, ReLU: s.act == ActReLU,
+	}
+}
+
+// runningStats returns bn's running statistics after checking that the
+// kernels can update them in place.
+func (s bnShape) runningStats() (mean, variance *tensor.Dense, err error) {
+	if mean, err = s.runningStat("RunningMean", s.bn.RunningMean); err != nil {
+		return nil, nil, err
+	}
+	if variance, err = s.runningStat("RunningVar", s.bn.RunningVar); err != nil {
+		return nil, nil, err
+	}
+	return mean, variance, nil
+}
+
+func (s bnShape) runningStat(name string, d *tensor.Dense) (*tensor.Dense, error) {
+	switch {
+	case d == nil:
+		return nil, fmt.Errorf("ops: ConvBN: bn.%s is nil, want a [%d] tensor", name, s.c)
+	case d.Dtype() != s.dt:
+		return nil, fmt.Errorf("ops: ConvBN: bn.%s has dtype %v, want %v like x", name, d.Dtype(), s.dt)
+	case !d.Shape().Eq(s.cShape()):
+		return nil, fmt.Errorf("ops: ConvBN: bn.%s must have shape [%d], got %v", name, s.c, d.Shape())
+	case d.IsView() || !d.DataOrder().IsRowMajor():
+		// An update would land in a copy.
+		return nil, fmt.Errorf("ops: ConvBN: bn.%s must be a contiguous tensor, not a view", name)
+	}
+	return d, nil
+}
+
+// checkTraining reports the run-time error of a training batch with one
+// value per channel, whose variance is undefined.
+func (s bnShape) checkTraining(training bool) error {
+	if training && s.n*s.h*s.w <= 1 {
+		return fmt.Errorf("ops: ConvBN: training needs more than one value per channel, got N*OutH*OutW = %d", s.n*s.h*s.w)
+	}
+	return nil
+}
+
+// bnOp is the forward op: (z, gamma, beta[, residual]) -> y. In training
+// mode it also updates bn's running statistics.
+type bnOp struct{ bnShape }
+
+func (op *bnOp) Arity() int {
+	if op.residual {
+		return 4
+	}
+	return 3
+}
+
+func (op *bnOp) Type() hm.Type {
+	if op.residual {
+		return fnType(4, 1, 1, 4, 4)
+	}
+	return fnType(4, 1, 1, 4)
+}
+
+func (op *bnOp) ReturnsPtr() bool      { return false }
+func (op *bnOp) CallsExtern() bool     { return false }
+func (op *bnOp) OverwritesInput() int  { return -1 }
+func (op *bnOp) String() string        { return "BatchNorm(" + op.bnShape.String() + ")" }
+func (op *bnOp) WriteHash(h hash.Hash) { writeHash(h, op) }
+func (op *bnOp) Hashcode() uint32      { return hashOf(op) }
+
+func (op *bnOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.zShape(), nil }
+
+func (op *bnOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+func (op *bnOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
+	}
+	training := op.bn.Training
+	if err := op.checkTraining(training); err != nil {
+		return nil, err
+	}
+	rm, rv, err := op.runningStats()
+	if err != nil {
+		return nil, err
+	}
+	z, err := dense("ConvBN", "conv output", in[0], op.dt, op.zShape())
+	if err != nil {
+		return nil, err
+	}
+	gamma, err := dense("ConvBN", "bn.Gamma", in[1], op.dt, op.cShape())
+	if err != nil {
+		return nil, err
+	}
+	beta, err := dense("ConvBN", "bn.Beta", in[2], op.dt, op.cShape())
+	if err != nil {
+		return nil, err
+	}
+	var res *tensor.Dense
+	if op.residual {
+		if res, err = dense("ConvBN", "residual", in[3], op.dt, op.zShape()); err != nil {
+			return nil, err
+		}
+	}
+	y := output(prealloc, op.dt, op.zShape())
+	p := op.params(training)
+	switch op.dt {
+	case tensor.Float32:
+		kernels.BatchNormForward(p, z.Float32s(), gamma.Float32s(), beta.Float32s(), f32sOrNil(res), rm.Float32s(), rv.Float32s(), y.Float32s())
+	default:
+		kernels.BatchNormForward(p, z.Float64s(), gamma.Float64s(), beta.Float64s(), f64sOrNil(res), rm.Float64s(), rv.Float64s(), y.Float64s())
+	}
+	return y, nil
+}
+
+func (op *bnOp) DiffWRT(inputs int) []bool {
+	d := make([]bool, inputs)
+	for i := range d {
+		d[i] = true
+	}
+	return d
+}
+
+func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	if len(inputs) != op.Arity() {
+		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(inputs))
+	}
+	packed, err := G.ApplyOp(&bnGradOp{op.bnShape}, inputs[0], inputs[1], output, grad)
+	if err != nil {
+		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
+	}
+	parts, err := autograd.Unpack(packed, op.zShape(), op.cShape(), op.cShape())
+	if err != nil {
+		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
+	}
+	if !op.residual {
+		return parts, nil
+	}
+	// The residual is added before the activation: its gradient is dy
+	// through the activation's mask.
+	dres := grad
+	if op.act == ActReLU {
+		if dres, err = G.ApplyOp(&reluMaskOp{shape: op.zShape(), dt: op.dt}, output, grad); err != nil {
+			return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
+		}
+	}
+	return append(parts, dres), nil
+}
+
+// bnGradOp is the backward op: (z, gamma, y, dy) -> [dz | dgamma | dbeta],
+// packed into one vector (carved out by autograd.Unpack). It masks dy by
+// y > 0 as it reads it when the layer ends in a ReLU, and recomputes the
+// batch statistics from z in training mode rather than keeping them from the
+// forward pass, so that the op is a pure function of its inputs.
+type bnGradOp struct{ bnShape }
+
+func (op *bnGradOp) Arity() int            { return 4 }
+func (op *bnGradOp) Type() hm.Type         { return fnType(4, 1, 4, 4, 1) }
+func (op *bnGradOp) ReturnsPtr() bool      { return false }
+func (op *bnGradOp) CallsExtern() bool     { return false }
+func (op *bnGradOp) OverwritesInput() int  { return -1 }
+func (op *bnGradOp) String() string        { return "BatchNormGrad(" + op.bnShape.String() + ")" }
+func (op *bnGradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
+func (op *bnGradOp) Hashcode() uint32      { return hashOf(op) }
+
+func (op *bnGradOp) outShape() tensor.Shape {
+	return tensor.Shape{autograd.PackedSize(op.zShape(), op.cShape(), op.cShape())}
+}
+
+func (op *bnGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
+
+func (op *bnGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+func (op *bnGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	if len(in) != 4 {
+		return nil, fmt.Errorf("ops: %v: want 4 inputs, got %d", op, len(in))
+	}
+	training := op.bn.Training
+	if err := op.checkTraining(training); err != nil {
+		return nil, err
+	}
+	rm, rv, err := op.runningStats()
+	if err != nil {
+		return nil, err
+	}
+	z, err := dense("ConvBN backward", "conv output", in[0], op.dt, op.zShape())
+	if err != nil {
+		return nil, err
+	}
+	gamma, err := dense("ConvBN backward", "bn.Gamma", in[1], op.dt, op.cShape())
+	if err != nil {
+		return nil, err
+	}
+	y, err := dense("ConvBN backward", "y", in[2], op.dt, op.zShape())
+	if err != nil {
+		return nil, err
+	}
+	dy, err := dense("ConvBN backward", "grad", in[3], op.dt, op.zShape())
+	if err != nil {
+		return nil, err
+	}
+	out := output(prealloc, op.dt, op.outShape())
+	p := op.params(training)
+	nz := op.zShape().TotalSize()
+	switch op.dt {
+	case tensor.Float32:
+		o := out.Float32s()
+		kernels.BatchNormBackward(p, z.Float32s(), gamma.Float32s(), rm.Float32s(), rv.Float32s(), y.Float32s(), dy.Float32s(),
+			o[:nz], o[nz:nz+op.c], o[nz+op.c:])
+	default:
+		o := out.Float64s()
+		kernels.BatchNormBackward(p, z.Float64s(), gamma.Float64s(), rm.Float64s(), rv.Float64s(), y.Float64s(), dy.Float64s(),
+			o[:nz], o[nz:nz+op.c], o[nz+op.c:])
+	}
+	return out, nil
+}
+
+func (op *bnGradOp) DiffWRT(inputs int) []bool { return []bool{true, true, false, true} }
+
+func (op *bnGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return nil, errNoSecondDerivative("ConvBN")
+}
+
+// reluMaskOp is (y, dy) -> dy masked by y > 0: the gradient of a ReLU's
+// input from its output and the output's gradient. It is linear in dy, so
+// its own gradient with respect to dy is itself.
+type reluMaskOp struct {
+	shape tensor.Shape
+	dt    tensor.Dtype
+}
+
+func (op *reluMaskOp) Arity() int { return 2 }
+func (op *reluMaskOp) Type() hm.Type {
+	r := op.shape.Dims()
+	return fnType(r, r, r)
+}
+func (op *reluMaskOp) ReturnsPtr() bool      { return false }
+func (op *reluMaskOp) CallsExtern() bool     { return false }
+func (op *reluMaskOp) OverwritesInput() int  { return -1 }
+func (op *reluMaskOp) String() string        { return fmt.Sprintf("ReLUMask(%v,%v)", op.shape, op.dt) }
+func (op *reluMaskOp) WriteHash(h hash.Hash) { writeHash(h, op) }
+func (op *reluMaskOp) Hashcode() uint32      { return hashOf(op) }
+
+func (op *reluMaskOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.shape.Clone(), nil }
+
+func (op *reluMaskOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+func (op *reluMaskOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	if len(in) != 2 {
+		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
+	}
+	y, err := dense("ReLU backward", "y", in[0], op.dt, op.shape)
+	if err != nil {
+		return nil, err
+	}
+	dy, err := dense("ReLU backward", "grad", in[1], op.dt, op.shape)
+	if err != nil {
+		return nil, err
+	}
+	dx := output(prealloc, op.dt, op.shape)
+	switch op.dt {
+	case tensor.Float32:
+		kernels.MaskReLU(y.Float32s(), dy.Float32s(), dx.Float32s())
+	default:
+		kernels.MaskReLU(y.Float64s(), dy.Float64s(), dx.Float64s())
+	}
+	return dx, nil
+}
+
+func (op *reluMaskOp) DiffWRT(inputs int) []bool { return []bool{false, true} }
+
+func (op *reluMaskOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	if len(inputs) != 2 {
+		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(inputs))
+	}
+	d, err := G.ApplyOp(op, inputs[0], grad)
+	if err != nil {
+		return nil, fmt.Errorf("ops: ReLU mask second derivative: %w", err)
+	}
+	return G.Nodes{nil, d}, nil
+}
