@@ -93,7 +93,7 @@ func convTestParams(n, cin, h, w, cout, kh, kw, sh, sw, ph, pw, dh, dw int, relu
 // convCases cover the blockings: reductions over kcMax (Cin*KH*KW = 270,
 // Cout = 300, P = 400), pixel blocks over colBlock, sizes that are no
 // multiple of any tile, strides, dilations, pads wider than the kernel,
-// outputs of one pixel and one column.
+// outputs of one pixel and one column, and both ways of packing wgrad's B.
 var convCases = []ConvParams{
 	convTestParams(1, 1, 3, 3, 1, 2, 2, 1, 1, 0, 0, 1, 1, false),
 	convTestParams(2, 3, 7, 9, 5, 3, 3, 1, 1, 1, 1, 1, 1, true),
@@ -107,6 +107,11 @@ var convCases = []ConvParams{
 	convTestParams(3, 4, 21, 19, 33, 3, 3, 1, 1, 1, 1, 1, 1, true),
 	convTestParams(1, 2, 5, 1, 4, 3, 1, 1, 1, 1, 0, 1, 1, false),
 	convTestParams(2, 3, 4, 4, 2, 4, 4, 1, 1, 0, 0, 1, 1, true),
+	// Channels-last wgrad (Cin >= channelsLastMin, several taps per pixel),
+	// with panels that straddle taps, strides, dilations and pads per axis.
+	convTestParams(2, 17, 11, 13, 9, 3, 3, 1, 2, 2, 1, 2, 1, true),
+	convTestParams(1, 20, 9, 8, 5, 5, 5, 2, 2, 2, 2, 1, 1, false),
+	convTestParams(1, 40, 6, 7, 3, 2, 3, 1, 1, 0, 2, 1, 2, true),
 }
 
 // dyadicFloats returns n multiples of 1/8 in [-1, 1]. With such inputs every
@@ -134,6 +139,13 @@ func convertTo[T Float](v []float64) []T {
 }
 
 func TestConvKernelsExact(t *testing.T) {
+	paths := map[bool]int{}
+	for _, p := range convCases {
+		paths[p.useChannelsLast()]++
+	}
+	if paths[true] == 0 || paths[false] == 0 {
+		t.Fatalf("the cases must exercise both ways of packing wgrad's B, got %v", paths)
+	}
 	testConvKernelsExact[float32](t)
 	testConvKernelsExact[float64](t)
 }
