@@ -1,0 +1,93 @@
+// Package backend runs stheno's kernels on NVIDIA GPUs: devices, device
+// memory, the stream kernels run on, and the loading and launching of the
+// kernels compiled from kernels/*.cu. It knows nothing of any one op.
+//
+// # Build tag
+//
+// The GPU code is behind the build tag stheno_cuda:
+//
+//	make gpu-vet                      # go vet -tags stheno_cuda ./...
+//	make gpu-bins                     # test binaries for a GPU machine
+//
+// Without the tag the package builds as plain Go: Open returns an error
+// wrapping ErrNoDevice, and the default build never links or loads CUDA.
+// The tag is not called cuda because that tag also switches on gorgonia's
+// own CUDA files, which need cuDNN headers and link cuBLAS and cuDNN. The
+// tagged build links libcuda (the driver API) and nothing else, and does
+// not import gorgonia.org/cu, whose package init exits the process on a
+// machine without a GPU. It embeds the fatbins `make kernels` writes to
+// kernels/build (one CUDA module per .cu file; see kernels.Modules), so
+// `make kernels` must run before a tagged build; the Makefile's GPU
+// targets do that.
+//
+// # Devices, streams and threads
+//
+// Open(ordinal) makes a Device: the GPU's primary context, one stream, a
+// caching allocator, and an Engine for Gorgonia. All work of a Device runs
+// in order on its one stream; calls return before the GPU is done, and the
+// host waits only when it reads a value (ToHost) or calls Synchronize.
+// Gorgonia runs ops on goroutines that are not locked to an OS thread, while
+// a CUDA context is current per thread; every driver call here therefore
+// makes the context current inside the same cgo call, so any goroutine may
+// use a Device at any time. Library code returns errors, never panics or
+// exits on a CUDA error; errors name the GPU, and for kernels the module
+// and kernel, and wrap the driver's *DriverError.
+//
+// # Kernels
+//
+// Device.Kernel(module, name) finds an extern "C" __global__ function of
+// kernels/<module>.cu, loading the module on first use; Launch queues it
+// with a LaunchConfig and one params struct, passed by value, that mirrors
+// the kernel's C++ struct field for field (int32 for a C int, int64 for an
+// index, DevicePtr for a pointer). Launch checks once per type that the
+// struct holds only such numbers, so no Go pointer reaches C.
+//
+// # Debugging: STHENO_CUDA_SYNC
+//
+// A kernel that fails while running (an illegal address, say) is reported
+// by the next call that waits for the stream, which cannot tell which
+// kernel it was. With STHENO_CUDA_SYNC=1 in the environment when a Device
+// is opened, every Launch waits for its kernel and returns its error,
+// naming the kernel. It is slow; use it to find a failing kernel. (A fault
+// leaves the CUDA context unusable: close the Device.)
+//
+// # Memory
+//
+// Device memory comes from a caching allocator: freed blocks are kept by
+// size class and handed out again, so a training step that repeats the
+// same sizes calls neither cuMemAlloc nor cuMemFree after its first run.
+// MemStats reports bytes in use, cached and at peak and the driver calls
+// made; ReleaseCached and Close give memory back to the driver. Gorgonia
+// never frees values, so device tensors are freed explicitly: FreeDense for
+// one tensor, or a Scope for everything a training step made.
+//
+// # Device tensors and Gorgonia
+//
+// A device tensor is a *tensor.Dense whose memory is device memory and
+// whose engine is the Device's Engine; NewDense, ToDevice and Engine.Add
+// make them, ToHost copies one back. Run a graph on them with a TapeMachine
+// built with G.WithEngine(dev.Engine()). The TapeMachine gives that engine
+// to every value, host values too: Engine serves host values exactly as
+// gorgonia's StandardEngine does, runs Add (gorgonia's add op and the
+// gradient sums Backpropagate inserts) on the device, and refuses device
+// tensors everywhere else with an error. Ops dispatch with IsDevice and
+// DeviceOf: device inputs run the kernels, host inputs the CPU path.
+//
+// tensor.Dense does not know its memory is on a device: its metadata
+// methods are safe, but Data, the typed accessors, Get, Set, Zero, Eq and
+// the encoders read the memory on the host and crash the process (dense.go
+// lists which methods are safe, refused or unsafe). What works and what
+// does not in a TapeMachine:
+//
+//   - Works: device inputs bound with G.Let or G.WithValue; ops that
+//     dispatch on IsDevice; gorgonia's Add, including gradient accumulation
+//     when one value feeds several ops; Backpropagate and Grad graphs made
+//     of such ops.
+//   - Refused with an error: gorgonia's other ops on device values (they
+//     run on the CPU engine); BindDualValues (gorgonia keeps gradients in
+//     host memory it clones from the values).
+//   - Crashes: gorgonia's solvers (they call Zero and read Data) and its
+//     NaN/Inf watchers; update parameters with Axpy instead. A TapeMachine
+//     built without G.WithEngine(dev.Engine()) hands device values
+//     gorgonia's StandardEngine, some of whose methods read them on the host.
+package backend

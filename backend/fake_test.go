@@ -1,0 +1,394 @@
+package backend
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"syscall"
+	"testing"
+	"unsafe"
+)
+
+// fakeDriver runs the package on a machine without a GPU. Its "device
+// memory" is address space reserved with PROT_NONE: tensors built on it
+// point there, so host code that reads or writes a device tensor faults
+// exactly as it would on a GPU, while the fake keeps the bytes in ordinary
+// Go slices on the side. Its kernels are Go versions of elementwise.cu's,
+// run at launch; a kernel that touches memory outside any block makes the
+// fake fail like CUDA after a fault: the launch succeeds, the next call
+// that waits for the stream reports CUDA_ERROR_ILLEGAL_ADDRESS, and every
+// later call too.
+type fakeDriver struct {
+	inf deviceInfo
+
+	mu      sync.Mutex
+	region  []byte // the PROT_NONE reservation
+	next    uint64 // next free address in region
+	end     uint64
+	blocks  map[uint64][]byte // base -> bytes
+	bases   []uint64          // sorted
+	sticky  error
+	closed  bool
+	modules int
+}
+
+// fakeGPU is the memory of the one fake GPU that all fake drivers (like
+// all contexts of a process on one real GPU) share, so that MemInfo shows
+// one Device's allocations to another.
+var fakeGPU struct {
+	sync.Mutex
+	used, total uint64
+}
+
+func init() { fakeGPU.total = 1 << 30 }
+
+const fakeRegion = 1 << 36 // address space only: PROT_NONE costs no memory
+
+func newFakeDriver(tb testing.TB) *fakeDriver {
+	region, err := syscall.Mmap(-1, 0, fakeRegion, syscall.PROT_NONE, syscall.MAP_PRIVATE|syscall.MAP_ANON|syscall.MAP_NORESERVE)
+	if err != nil {
+		tb.Fatalf("reserving fake device memory: %v", err)
+	}
+	start := uint64(uintptr(unsafe.Pointer(&region[0])))
+	return &fakeDriver{
+		inf: deviceInfo{
+			ordinal: 0, name: "fake GPU", major: 8, minor: 0, sms: 4,
+			totalMem: int64(fakeGPU.total), maxThreadsPerBlock: 1024,
+			maxSharedPerBlock: 48 << 10, maxSharedOptIn: 227 << 10,
+		},
+		region: region,
+		next:   start + 4096, // leave address 0 and the first page unused
+		end:    start + fakeRegion,
+		blocks: map[uint64][]byte{},
+	}
+}
+
+func fakeError(call string, code int) *DriverError {
+	names := map[int][2]string{
+		codeInvalidValue:   {"CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+		codeOutOfMemory:    {"CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+		codeNotFound:       {"CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+		codeInvalidHandle:  {"CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+		codeIllegalAddress: {"CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+	}
+	n := names[code]
+	return &DriverError{Call: call, Code: code, Name: n[0], Desc: n[1]}
+}
+
+func (f *fakeDriver) info() deviceInfo { return f.inf }
+
+// usable returns the sticky error, or an error once closed.
+func (f *fakeDriver) usable(call string) error {
+	if f.closed {
+		return fakeError(call, codeInvalidHandle)
+	}
+	if f.sticky != nil {
+		return f.sticky
+	}
+	return nil
+}
+
+func (f *fakeDriver) memAlloc(bytes uint64) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable("cuMemAlloc"); err != nil {
+		return 0, err
+	}
+	fakeGPU.Lock()
+	defer fakeGPU.Unlock()
+	if bytes == 0 || fakeGPU.used+bytes > fakeGPU.total || f.next+bytes > f.end {
+		return 0, fakeError("cuMemAlloc", codeOutOfMemory)
+	}
+	fakeGPU.used += bytes
+	base := f.next
+	f.next += (bytes + 4095) &^ 4095 // never reuse an address: stale pointers stay unmapped
+	f.blocks[base] = make([]byte, bytes)
+	f.bases = append(f.bases, base)
+	return base, nil
+}
+
+func (f *fakeDriver) memFree(ptr uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable("cuMemFree"); err != nil {
+		return err
+	}
+	b, ok := f.blocks[ptr]
+	if !ok {
+		return fakeError("cuMemFree", codeInvalidValue)
+	}
+	fakeGPU.Lock()
+	fakeGPU.used -= uint64(len(b))
+	fakeGPU.Unlock()
+	delete(f.blocks, ptr)
+	i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] >= ptr })
+	f.bases = append(f.bases[:i], f.bases[i+1:]...)
+	return nil
+}
+
+func (f *fakeDriver) memInfo() (free, total uint64, err error) {
+	fakeGPU.Lock()
+	defer fakeGPU.Unlock()
+	return fakeGPU.total - fakeGPU.used, fakeGPU.total, nil
+}
+
+// resolve returns the n bytes at addr; f.mu is held.
+func (f *fakeDriver) resolve(addr, n uint64) ([]byte, bool) {
+	i := sort.Search(len(f.bases), func(i int) bool { return f.bases[i] > addr })
+	if i == 0 {
+		return nil, false
+	}
+	base := f.bases[i-1]
+	b := f.blocks[base]
+	off := addr - base
+	if off+n > uint64(len(b)) {
+		return nil, false
+	}
+	return b[off : off+n], true
+}
+
+func (f *fakeDriver) copyHtoD(dst uint64, src []byte) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable("cuMemcpyHtoDAsync"); err != nil {
+		return err
+	}
+	d, ok := f.resolve(dst, uint64(len(src)))
+	if !ok {
+		return fakeError("cuMemcpyHtoDAsync", codeInvalidValue)
+	}
+	copy(d, src)
+	return nil
+}
+
+func (f *fakeDriver) copyDtoH(dst []byte, src uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable("cuStreamSynchronize"); err != nil {
+		return err
+	}
+	s, ok := f.resolve(src, uint64(len(dst)))
+	if !ok {
+		return fakeError("cuMemcpyDtoHAsync", codeInvalidValue)
+	}
+	copy(dst, s)
+	return nil
+}
+
+func (f *fakeDriver) copyDtoD(dst, src, bytes uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable("cuMemcpyDtoDAsync"); err != nil {
+		return err
+	}
+	d, ok1 := f.resolve(dst, bytes)
+	s, ok2 := f.resolve(src, bytes)
+	if !ok1 || !ok2 {
+		return fakeError("cuMemcpyDtoDAsync", codeInvalidValue)
+	}
+	copy(d, s)
+	return nil
+}
+
+func (f *fakeDriver) memset(dst uint64, width int, value uint32, n uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	call := fmt.Sprintf("cuMemsetD%dAsync", 8*width)
+	if err := f.usable(call); err != nil {
+		return err
+	}
+	d, ok := f.resolve(dst, n*uint64(width))
+	if !ok || (width != 1 && width != 2 && width != 4) {
+		return fakeError(call, codeInvalidValue)
+	}
+	for i := range d {
+		d[i] = byte(value >> (8 * (i % width)))
+	}
+	return nil
+}
+
+func (f *fakeDriver) loadModule(name string, image []byte) (any, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable("cuModuleLoadDataEx"); err != nil {
+		return nil, err
+	}
+	f.modules++
+	return name, nil
+}
+
+func (f *fakeDriver) unloadModule(mod any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.modules--
+	return nil
+}
+
+// fakeKernel runs a kernel on the fake's memory; false means it touched
+// memory outside every block.
+type fakeKernel func(f *fakeDriver, params unsafe.Pointer, size uintptr) bool
+
+var fakeKernels = map[string]fakeKernel{
+	"fill_u64":    fakeFill,
+	"add_f32":     fakeAdd[float32](false),
+	"add_f64":     fakeAdd[float64](false),
+	"add_acc_f32": fakeAdd[float32](true),
+	"add_acc_f64": fakeAdd[float64](true),
+	"axpy_f32":    fakeAxpy[float32],
+	"axpy_f64":    fakeAxpy[float64],
+}
+
+// fakeFunc is a loaded function: its kernel and its shared memory limit.
+type fakeFunc struct {
+	run       fakeKernel
+	maxShared int
+}
+
+func (f *fakeDriver) function(mod any, name string) (any, error) {
+	if k, ok := fakeKernels[name]; ok && mod == elementwiseModule {
+		return &fakeFunc{run: k, maxShared: f.inf.maxSharedPerBlock}, nil
+	}
+	return nil, fakeError("cuModuleGetFunction", codeNotFound)
+}
+
+func (f *fakeDriver) setMaxDynamicShared(fn any, bytes int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if bytes > f.inf.maxSharedOptIn {
+		return fakeError("cuFuncSetAttribute", codeInvalidValue)
+	}
+	fn.(*fakeFunc).maxShared = bytes
+	return nil
+}
+
+func (f *fakeDriver) launch(fn any, cfg LaunchConfig, params unsafe.Pointer, size uintptr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable("cuLaunchKernel"); err != nil {
+		return err
+	}
+	ff := fn.(*fakeFunc)
+	if int(cfg.SharedMem) > ff.maxShared {
+		return fakeError("cuLaunchKernel", codeInvalidValue)
+	}
+	if !ff.run(f, params, size) {
+		// Like a real fault: the launch was fine, the kernel was not.
+		f.sticky = fakeError("cuStreamSynchronize", codeIllegalAddress)
+	}
+	return nil
+}
+
+func (f *fakeDriver) synchronize() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.usable("cuStreamSynchronize")
+}
+
+func (f *fakeDriver) close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return fakeError("cuStreamDestroy", codeInvalidHandle)
+	}
+	f.closed = true
+	fakeGPU.Lock()
+	for _, b := range f.blocks {
+		fakeGPU.used -= uint64(len(b)) // the context takes its memory with it
+	}
+	fakeGPU.Unlock()
+	return syscall.Munmap(f.region)
+}
+
+// typed views the fake's bytes as n elements of T.
+func typed[T any](b []byte, n int64) []T {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
+}
+
+func fakeFill(f *fakeDriver, params unsafe.Pointer, size uintptr) bool {
+	p := *(*fillParams)(params)
+	out, ok := f.resolve(uint64(p.Out), uint64(p.N)*8)
+	if !ok {
+		return false
+	}
+	vals := typed[uint64](out, p.N)
+	for i := range vals {
+		vals[i] = p.Value
+	}
+	return true
+}
+
+func fakeAdd[T float32 | float64](acc bool) fakeKernel {
+	return func(f *fakeDriver, params unsafe.Pointer, size uintptr) bool {
+		p := *(*addParams)(params)
+		es := uint64(unsafe.Sizeof(T(0)))
+		n := uint64(p.N)
+		ob, ok1 := f.resolve(uint64(p.Out), n*es)
+		ab, ok2 := f.resolve(uint64(p.A), n*es)
+		if !ok1 || !ok2 {
+			return false
+		}
+		out, a := typed[T](ob, p.N), typed[T](ab, p.N)
+		var b []T
+		if p.B != 0 {
+			bn := int64(1)
+			if p.BStride != 0 {
+				bn = p.N
+			}
+			bb, ok := f.resolve(uint64(p.B), uint64(bn)*es)
+			if !ok {
+				return false
+			}
+			b = typed[T](bb, bn)
+		}
+		for i := range out {
+			v := a[i]
+			if b != nil {
+				v += b[int64(i)*p.BStride]
+			} else {
+				v += T(p.Scalar)
+			}
+			if acc {
+				v = out[i] + v
+			}
+			out[i] = v
+		}
+		return true
+	}
+}
+
+func fakeAxpy[T float32 | float64](f *fakeDriver, params unsafe.Pointer, size uintptr) bool {
+	p := *(*axpyParams)(params)
+	es := uint64(unsafe.Sizeof(T(0)))
+	yb, ok1 := f.resolve(uint64(p.Y), uint64(p.N)*es)
+	xb, ok2 := f.resolve(uint64(p.X), uint64(p.N)*es)
+	if !ok1 || !ok2 {
+		return false
+	}
+	y, x := typed[T](yb, p.N), typed[T](xb, p.N)
+	for i := range y {
+		y[i] += T(p.Alpha) * x[i]
+	}
+	return true
+}
+
+func fakeImages(module string) ([]byte, error) {
+	if module != elementwiseModule {
+		return nil, fmt.Errorf("no module %q among the embedded ones (%s)", module, elementwiseModule)
+	}
+	return []byte("fake fatbin"), nil
+}
+
+// openFake opens a Device on a new fake driver, reading SyncEnv as Open
+// does, and closes it when the test ends.
+func openFake(tb testing.TB) *Device {
+	syncLaunches, err := syncFromEnv()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d := newDevice(newFakeDriver(tb), fakeImages, syncLaunches)
+	tb.Cleanup(func() { _ = d.Close() })
+	return d
+}

@@ -1,0 +1,118 @@
+package backend
+
+import (
+	"sync"
+
+	"gorgonia.org/tensor"
+)
+
+// Scope frees, in one call, the device memory a training step made.
+//
+// Gorgonia never frees values: a TapeMachine run after Reset makes a new
+// output for every op (and Engine.Add a new sum for every gradient it
+// accumulates), and on the host Go's collector takes the old ones. Device
+// memory needs a free, and the collector cannot decide it safely: a view or
+// shallow clone of a device tensor does not keep the tensor that owns the
+// memory alive. A Scope makes the step the unit instead:
+//
+//	s, _ := dev.BeginScope()
+//	// Let the inputs (ToDevice), m.RunAll(), read the loss (ToHost),
+//	// update the parameters (Axpy), s.Keep what must outlive the step.
+//	s.End() // every other device allocation of the step goes back to the cache
+//	m.Reset()
+//
+// After the first step, later steps are served from the cache: no
+// cuMemAlloc, no cuMemFree. Parameters made before BeginScope are not
+// touched. Every device allocation made while the Scope is open belongs to
+// it, whichever goroutine makes it; one Scope per Device is open at a time.
+type Scope struct {
+	d  *Device
+	id uint64
+
+	mu     sync.Mutex
+	denses map[uint64]*tensor.Dense // base -> tensor made in the scope
+}
+
+// BeginScope opens a Scope on d.
+func (d *Device) BeginScope() (*Scope, error) {
+	if err := d.enter(); err != nil {
+		return nil, err
+	}
+	defer d.exit()
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	d.nextScope++
+	s := &Scope{d: d, id: d.nextScope, denses: map[uint64]*tensor.Dense{}}
+	if err := d.mem.beginScope(s.id); err != nil {
+		return nil, d.errorf("BeginScope: %w", err)
+	}
+	d.scope = s
+	return s, nil
+}
+
+// track records a tensor made while a scope may be open, so that End can
+// empty it.
+func (d *Device) track(base uint64, t *tensor.Dense) {
+	d.smu.Lock()
+	s := d.scope
+	d.smu.Unlock()
+	if s != nil {
+		s.mu.Lock()
+		s.denses[base] = t
+		s.mu.Unlock()
+	}
+}
+
+// Keep takes tensors made in the scope out of it: End leaves them alone.
+// Each must own its memory (not be a view).
+func (s *Scope) Keep(ts ...*tensor.Dense) error {
+	d := s.d
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	for _, t := range ts {
+		if t == nil || t.IsView() {
+			return d.errorf("Scope.Keep: want a tensor that owns its memory, got a view or nil")
+		}
+		base := rawAddr(t.Raw)
+		if err := d.mem.untag(base); err != nil {
+			return d.errorf("Scope.Keep: %v tensor: %w", t.Shape(), err)
+		}
+		s.mu.Lock()
+		delete(s.denses, base)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// End closes the scope and gives every device allocation made in it and
+// not kept back to the cache. The tensors made in it are emptied, like
+// FreeDense empties them, so that a later use fails instead of reading
+// memory handed out again; their views are not, and must not be used.
+func (s *Scope) End() error {
+	d := s.d
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	bases, err := d.mem.endScope(s.id)
+	d.smu.Lock()
+	if d.scope == s {
+		d.scope = nil
+	}
+	d.smu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, base := range bases {
+		// tensor's pool may have recycled the Dense for other memory since.
+		if t := s.denses[base]; t != nil && rawAddr(t.Raw) == base {
+			t.Raw = nil
+		}
+	}
+	clear(s.denses)
+	if err != nil {
+		return d.errorf("Scope.End: %w", err)
+	}
+	return nil
+}
