@@ -80,19 +80,15 @@ func (e *DriverError) Error() string {
 	return s
 }
 
-// CUresult values this package treats specially (cuda.h).
+// CUresult values this package and its tests look at (cuda.h).
 const (
-	codeInvalidValue     = 1
-	codeOutOfMemory      = 2
-	codeStubLibrary      = 34
-	codeNoDevice         = 100
-	codeNoBinaryForGPU   = 209
-	codeIllegalAddress   = 700
-	codeLaunchOutOfRes   = 701
-	codeNotFound         = 500
-	codeInvalidImage     = 200
-	codeInvalidHandle    = 400
-	codeContextDestroyed = 709
+	codeInvalidValue   = 1
+	codeOutOfMemory    = 2
+	codeStubLibrary    = 34
+	codeNoDevice       = 100
+	codeInvalidHandle  = 400
+	codeNotFound       = 500
+	codeIllegalAddress = 700
 )
 
 // Is makes errors.Is(err, ErrNoDevice) hold for the driver's "there is no
