@@ -127,27 +127,11 @@ func BatchNormForward[T Float](p BatchNormParams, z, gamma, beta, residual, runM
 			c := row % p.C
 			off := row * p.HW
 			zr, yr := z[off:off+p.HW], y[off:off+p.HW]
-			mu, sc, sh := center[c], scale[c], shift[c]
-			switch {
-			case residual == nil && !p.ReLU:
-				for i, v := range zr {
-					yr[i] = (v-mu)*sc + sh
-				}
-			case residual == nil:
-				for i, v := range zr {
-					yr[i] = max((v-mu)*sc+sh, 0)
-				}
-			case !p.ReLU:
-				rr := residual[off : off+p.HW]
-				for i, v := range zr {
-					yr[i] = (v-mu)*sc + sh + rr[i]
-				}
-			default:
-				rr := residual[off : off+p.HW]
-				for i, v := range zr {
-					yr[i] = max((v-mu)*sc+sh+rr[i], 0)
-				}
+			var rr []T
+			if residual != nil {
+				rr = residual[off : off+p.HW]
 			}
+			affine(yr, zr, rr, center[c], scale[c], shift[c], p.ReLU)
 		}
 	})
 }

@@ -282,21 +282,11 @@ func convForward[T Float](mk microKernel[T], p ConvParams, x, w, bias, y []T) {
 			// cache, written straight to y.
 			yn := y[n*ySize : (n+1)*ySize]
 			for co := range p.Cout {
-				src := c[co*nc : co*nc+j1-j0]
-				dst := yn[co*P+j0 : co*P+j1]
 				var bv T
 				if bias != nil {
 					bv = bias[co]
 				}
-				if p.ReLU {
-					for j, v := range src {
-						dst[j] = max(v+bv, 0)
-					}
-				} else {
-					for j, v := range src {
-						dst[j] = v + bv
-					}
-				}
+				affine(yn[co*P+j0:co*P+j1], c[co*nc:co*nc+j1-j0], nil, 0, 1, bv, p.ReLU)
 			}
 		}
 	})

@@ -159,24 +159,36 @@ func macroKernel[T Float](mk *microKernel[T], kc int, a, b []T, mPad, nPad int, 
 // indexing as src) an element counts only where mask > 0: the ReLU mask of
 // a gradient, applied as it is read rather than in a pass of its own.
 func packPanels[T Float](dst, src, mask []T, rs, ps, rows, depth, w int) {
+	if rs == 1 {
+		// Row p of every panel is a piece of row p of src: mask the row in
+		// one vector pass, then deal it out, reading src row by row.
+		var tp *[]T
+		if mask != nil {
+			tp = getBuf[T](rows)
+			defer putBuf(tp)
+		}
+		for p := range depth {
+			s := src[p*ps : p*ps+rows]
+			if mask != nil {
+				gate(*tp, s, mask[p*ps:p*ps+rows])
+				s = *tp
+			}
+			for r0 := 0; r0 < rows; r0 += w {
+				n := min(w, rows-r0)
+				d := dst[r0*depth+p*w : r0*depth+(p+1)*w]
+				copy(d, s[r0:r0+n])
+				if n < w {
+					clear(d[n:])
+				}
+			}
+		}
+		return
+	}
 	for r0 := 0; r0 < rows; r0 += w {
 		panel := dst[r0*depth : (r0+w)*depth]
 		n := min(w, rows-r0)
 		if n < w {
 			clear(panel)
-		}
-		if rs == 1 {
-			// Contiguous along the panel: copy row p of the panel at once.
-			for p := range depth {
-				s := src[r0+p*ps : r0+p*ps+n]
-				d := panel[p*w : p*w+n]
-				if mask == nil {
-					copy(d, s)
-					continue
-				}
-				gate(d, s, mask[r0+p*ps:r0+p*ps+n])
-			}
-			continue
 		}
 		for r := range n {
 			base := (r0 + r) * rs
@@ -218,6 +230,29 @@ func gate[T Float](dst, src, gate []T) {
 	for i := gateVec(dst, src, gate); i < len(dst); i++ {
 		v := src[i]
 		if !(gate[i] > 0) {
+			v = 0
+		}
+		dst[i] = v
+	}
+}
+
+// affine sets dst[i] = act((src[i]-mu)*sc + sh + res[i]), res optional (nil)
+// and act a ReLU or the identity: the epilogue of the convolution (mu 0, sc
+// 1, sh the bias) and the elementwise pass of BatchNorm. The Go tail does the
+// operations of the vector bulk in the same order, without fused
+// multiply-adds, so every element rounds alike; like Go's max, the ReLU
+// passes NaN through.
+func affine[T Float](dst, src, res []T, mu, sc, sh T, relu bool) {
+	src = src[:len(dst)]
+	if res != nil {
+		res = res[:len(dst)]
+	}
+	for i := affineVec(dst, src, res, mu, sc, sh, relu); i < len(dst); i++ {
+		v := (src[i]-mu)*sc + sh
+		if res != nil {
+			v += res[i]
+		}
+		if relu && v < 0 {
 			v = 0
 		}
 		dst[i] = v

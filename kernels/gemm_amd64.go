@@ -1,6 +1,9 @@
 package kernels
 
-import "unsafe"
+import (
+	"math"
+	"unsafe"
+)
 
 // The assembly micro-kernels of gemm_amd64.s. Each writes one MR x NR tile:
 // c[i*ldc+j] = (load ? c[i*ldc+j] : 0) + sum_p a[p*MR+i]*b[p*NR+j].
@@ -31,6 +34,12 @@ func addF32AVX2(dst, src *float32, n int)
 
 //go:noescape
 func addF64AVX2(dst, src *float64, n int)
+
+//go:noescape
+func affineF32AVX2(dst, src, res *float32, n int, mu, sc, sh, lb float32)
+
+//go:noescape
+func affineF64AVX2(dst, src, res *float64, n int, mu, sc, sh, lb float64)
 
 func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 func xgetbv0() (eax uint32)
@@ -119,6 +128,41 @@ func addVec[T Float](dst, src []T) int {
 	case []float64:
 		n &^= 7
 		addF64AVX2(&d[0], &any(src).([]float64)[0], n)
+	default:
+		return 0
+	}
+	return n
+}
+
+// affineVec does as many leading elements of affine as the AVX2 helpers
+// can and returns how many it did.
+func affineVec[T Float](dst, src, res []T, mu, sc, sh T, relu bool) int {
+	n := len(dst)
+	if !hasAVX2FMA || n < 16 {
+		return 0
+	}
+	_ = src[n-1]
+	lb := math.Inf(-1)
+	if relu {
+		lb = 0
+	}
+	switch d := any(dst).(type) {
+	case []float32:
+		n &^= 15
+		var r *float32
+		if res != nil {
+			r = &any(res).([]float32)[0]
+			_ = res[n-1]
+		}
+		affineF32AVX2(&d[0], &any(src).([]float32)[0], r, n, float32(mu), float32(sc), float32(sh), float32(lb))
+	case []float64:
+		n &^= 7
+		var r *float64
+		if res != nil {
+			r = &any(res).([]float64)[0]
+			_ = res[n-1]
+		}
+		affineF64AVX2(&d[0], &any(src).([]float64)[0], r, n, float64(mu), float64(sc), float64(sh), lb)
 	default:
 		return 0
 	}

@@ -411,3 +411,126 @@ addf64loop:
 	VZEROUPPER
 addf64done:
 	RET
+
+// Elementwise epilogue, AVX2, n a multiple of 16 (float32) or 8 (float64):
+//
+//	dst[i] = max(lb, (src[i]-mu)*sc + sh [+ res[i]])
+//
+// with res skipped when nil, and lb 0 for a ReLU or -Inf for none. VMAXPS
+// returns its second source when either is NaN, and src2 here is the value:
+// NaN passes through as in Go's code for the tail. No fused multiply-add,
+// so the bulk rounds exactly as the Go tail does.
+
+// func affineF32AVX2(dst, src, res *float32, n int, mu, sc, sh, lb float32)
+TEXT ·affineF32AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ res+16(FP), R8
+	MOVQ n+24(FP), CX
+	SHRQ $4, CX
+	JE affinef32done
+	VBROADCASTSS mu+32(FP), Y0
+	VBROADCASTSS sc+36(FP), Y1
+	VBROADCASTSS sh+40(FP), Y2
+	VBROADCASTSS lb+44(FP), Y3
+	TESTQ R8, R8
+	JE affinef32nores
+affinef32res:
+	VMOVUPS (SI), Y4
+	VMOVUPS 32(SI), Y5
+	VSUBPS Y0, Y4, Y4
+	VSUBPS Y0, Y5, Y5
+	VMULPS Y1, Y4, Y4
+	VMULPS Y1, Y5, Y5
+	VADDPS Y2, Y4, Y4
+	VADDPS Y2, Y5, Y5
+	VADDPS (R8), Y4, Y4
+	VADDPS 32(R8), Y5, Y5
+	VMAXPS Y4, Y3, Y4
+	VMAXPS Y5, Y3, Y5
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+	ADDQ $64, SI
+	ADDQ $64, R8
+	ADDQ $64, DI
+	DECQ CX
+	JNE affinef32res
+	VZEROUPPER
+	RET
+affinef32nores:
+	VMOVUPS (SI), Y4
+	VMOVUPS 32(SI), Y5
+	VSUBPS Y0, Y4, Y4
+	VSUBPS Y0, Y5, Y5
+	VMULPS Y1, Y4, Y4
+	VMULPS Y1, Y5, Y5
+	VADDPS Y2, Y4, Y4
+	VADDPS Y2, Y5, Y5
+	VMAXPS Y4, Y3, Y4
+	VMAXPS Y5, Y3, Y5
+	VMOVUPS Y4, (DI)
+	VMOVUPS Y5, 32(DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNE affinef32nores
+	VZEROUPPER
+affinef32done:
+	RET
+
+// func affineF64AVX2(dst, src, res *float64, n int, mu, sc, sh, lb float64)
+TEXT ·affineF64AVX2(SB), NOSPLIT, $0-64
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ res+16(FP), R8
+	MOVQ n+24(FP), CX
+	SHRQ $3, CX
+	JE affinef64done
+	VBROADCASTSD mu+32(FP), Y0
+	VBROADCASTSD sc+40(FP), Y1
+	VBROADCASTSD sh+48(FP), Y2
+	VBROADCASTSD lb+56(FP), Y3
+	TESTQ R8, R8
+	JE affinef64nores
+affinef64res:
+	VMOVUPD (SI), Y4
+	VMOVUPD 32(SI), Y5
+	VSUBPD Y0, Y4, Y4
+	VSUBPD Y0, Y5, Y5
+	VMULPD Y1, Y4, Y4
+	VMULPD Y1, Y5, Y5
+	VADDPD Y2, Y4, Y4
+	VADDPD Y2, Y5, Y5
+	VADDPD (R8), Y4, Y4
+	VADDPD 32(R8), Y5, Y5
+	VMAXPD Y4, Y3, Y4
+	VMAXPD Y5, Y3, Y5
+	VMOVUPD Y4, (DI)
+	VMOVUPD Y5, 32(DI)
+	ADDQ $64, SI
+	ADDQ $64, R8
+	ADDQ $64, DI
+	DECQ CX
+	JNE affinef64res
+	VZEROUPPER
+	RET
+affinef64nores:
+	VMOVUPD (SI), Y4
+	VMOVUPD 32(SI), Y5
+	VSUBPD Y0, Y4, Y4
+	VSUBPD Y0, Y5, Y5
+	VMULPD Y1, Y4, Y4
+	VMULPD Y1, Y5, Y5
+	VADDPD Y2, Y4, Y4
+	VADDPD Y2, Y5, Y5
+	VMAXPD Y4, Y3, Y4
+	VMAXPD Y5, Y3, Y5
+	VMOVUPD Y4, (DI)
+	VMOVUPD Y5, 32(DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNE affinef64nores
+	VZEROUPPER
+affinef64done:
+	RET

@@ -51,9 +51,9 @@ func testMicroKernels[T Float](t *testing.T) {
 	}
 }
 
-// The vector helpers agree with their definitions on every length around
-// the unrolling, NaN and signed zeros included.
-func TestGateAndAdd(t *testing.T) {
+// The vector helpers agree bit for bit with their definitions on every
+// length around the unrolling, NaN and signed zeros included.
+func TestVectorHelpers(t *testing.T) {
 	testGateAndAdd[float32](t)
 	testGateAndAdd[float64](t)
 }
@@ -83,6 +83,31 @@ func testGateAndAdd[T Float](t *testing.T) {
 			}
 			if got[i] != want {
 				t.Fatalf("%T n=%d: gate[%d] = %v for src %v and gate %v, want %v", got[0], n, i, got[i], src[i], g[i], want)
+			}
+		}
+		res := gemmRandSlice[T](rng, n)
+		for _, withRes := range []bool{false, true} {
+			for _, relu := range []bool{false, true} {
+				r := res
+				if !withRes {
+					r = nil
+				}
+				mu, sc, sh := T(0.25), T(-1.5), T(0.125)
+				got := make([]T, n)
+				affine(got, g, r, mu, sc, sh, relu)
+				for i := range got {
+					want := (g[i]-mu)*sc + sh
+					if withRes {
+						want += r[i]
+					}
+					if relu && want < 0 {
+						want = 0
+					}
+					same := got[i] == want && math.Signbit(float64(got[i])) == math.Signbit(float64(want))
+					if !same && !(want != want && got[i] != got[i]) {
+						t.Fatalf("%T n=%d res=%t relu=%t: affine[%d] = %v, want %v", got[0], n, withRes, relu, i, got[i], want)
+					}
+				}
 			}
 		}
 		sum := append([]T(nil), src...)
