@@ -322,37 +322,41 @@ func convBackwardData[T Float](mk microKernel[T], p ConvParams, w, y, dy, dx []T
 	rowsMax := roundUp(cg*KK, mr)
 
 	// dy'[n] is the B operand of every job of image n: pack it once per
-	// image, masking it on the way (the ReLU backward costs no pass).
-	bp := getBuf[T](p.Cout * pPad)
+	// image, masking it on the way (the ReLU backward costs no pass). With
+	// few channel groups, several images share a phase, so that every
+	// worker has jobs.
+	perPhase := max(1, min(p.N, ceilDiv(4*workers, groups)))
+	bSize := p.Cout * pPad
+	bp := getBuf[T](perPhase * bSize)
 	defer putBuf(bp)
-	b := *bp
 	chunks := ceilDiv(pPad, cb)
-	for n := range p.N {
-		dyn := dy[n*ySize : (n+1)*ySize]
-		var yn []T
-		if y != nil {
-			yn = y[n*ySize : (n+1)*ySize]
-		}
-		parallelFor(nkb*chunks, 1, func(lo, hi int) {
+	for n0 := 0; n0 < p.N; n0 += perPhase {
+		images := min(perPhase, p.N-n0)
+		parallelFor(images*nkb*chunks, 1, func(lo, hi int) {
 			for job := lo; job < hi; job++ {
-				kb, j0 := job/chunks, job%chunks*cb
+				n := n0 + job/(nkb*chunks)
+				kb, j0 := job/chunks%nkb, job%chunks*cb
 				c0, c1 := kb*kc, min((kb+1)*kc, p.Cout)
 				j1 := min(j0+cb, P)
+				dyn := dy[n*ySize : (n+1)*ySize]
 				var m []T
-				if yn != nil {
-					m = yn[c0*P+j0:]
+				if y != nil {
+					m = y[n*ySize+c0*P+j0:]
 				}
+				b := (*bp)[(n-n0)*bSize:]
 				dst := b[c0*pPad+j0*(c1-c0) : c0*pPad+roundUp(j1, nr)*(c1-c0)]
 				packPanels(dst, dyn[c0*P+j0:], m, 1, P, j1-j0, c1-c0, nr)
 			}
 		})
-		parallelFor(groups, 1, func(lo, hi int) {
+		parallelFor(images*groups, 1, func(lo, hi int) {
 			ap, cp := getBuf[T](rowsMax*p.Cout), getBuf[T](rowsMax*cb)
 			defer putBuf(ap)
 			defer putBuf(cp)
 			a, c := *ap, *cp
 			var runs []rowRun
-			for g := lo; g < hi; g++ {
+			for job := lo; job < hi; job++ {
+				n, g := n0+job/groups, job%groups
+				b := (*bp)[(n-n0)*bSize : (n-n0+1)*bSize]
 				ci0, ci1 := g*cg, min((g+1)*cg, p.Cin)
 				r0, r1 := ci0*KK, ci1*KK
 				rPad := roundUp(r1-r0, mr)

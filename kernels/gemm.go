@@ -220,16 +220,16 @@ func packPanels[T Float](dst, src, mask []T, rs, ps, rows, depth, w int) {
 	}
 }
 
-// gate sets dst[i] = src[i] where gate[i] > 0 and 0 elsewhere (also where
-// gate[i] is NaN): the ReLU backward, dy masked by y > 0. Go compiles the
+// gate sets dst[i] = src[i] where mask[i] > 0 and 0 elsewhere (also where
+// mask[i] is NaN): the ReLU backward, dy masked by y > 0. Go compiles the
 // select to a branch, which mispredicts on every other element of real
 // activations, so the bulk goes through vector compares where the CPU has
 // them. dst may be src.
-func gate[T Float](dst, src, gate []T) {
-	src, gate = src[:len(dst)], gate[:len(dst)]
-	for i := gateVec(dst, src, gate); i < len(dst); i++ {
+func gate[T Float](dst, src, mask []T) {
+	src, mask = src[:len(dst)], mask[:len(dst)]
+	for i := gateVec(dst, src, mask); i < len(dst); i++ {
 		v := src[i]
-		if !(gate[i] > 0) {
+		if !(mask[i] > 0) {
 			v = 0
 		}
 		dst[i] = v
@@ -289,7 +289,7 @@ func sum[T Float](s []T) T {
 // bufPool recycles the scratch buffers of packed blocks and C tiles across
 // calls: they are hundreds of KiB each, and allocating (and zeroing) them on
 // every call would cost a noticeable share of a small convolution.
-var bufPool sync.Map // element size -> *sync.Pool of *[]T
+var bufPool sync.Map // element type (typeKey) -> *sync.Pool of *[]T
 
 func getBuf[T Float](n int) *[]T {
 	var z T
