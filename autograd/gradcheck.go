@@ -8,6 +8,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
 )
 
 // Input is one input of a graph under a gradient check.
@@ -56,8 +58,11 @@ const GradStep = 1e-6
 // build makes with central differences. The graph's output is projected to a
 // scalar with fixed random weights drawn from seed (loss = sum(out ⊙ R)), so
 // every output element takes part with a different weight and errors cannot
-// cancel. Inputs must be float64.
-func GradCheck(build Builder, inputs []Input, seed uint64) ([]Result, error) {
+// cancel. Inputs must be float64. vmOpts configure the tape machines, e.g.
+// G.WithEngine(dev.Engine()) for graphs whose values live on a GPU (the
+// inputs and the loss stay on the host: move them with ops.ToDevice and
+// ops.ToHost inside build).
+func GradCheck(build Builder, inputs []Input, seed uint64, vmOpts ...G.VMOpt) ([]Result, error) {
 	for _, in := range inputs {
 		if in.Value == nil || in.Value.Dtype() != tensor.Float64 {
 			return nil, fmt.Errorf("autograd: GradCheck: input %q must be a float64 tensor", in.Name)
@@ -91,7 +96,7 @@ func GradCheck(build Builder, inputs []Input, seed uint64) ([]Result, error) {
 	for i, gr := range grads {
 		G.Read(gr, &vals[i])
 	}
-	if err := runOnce(g); err != nil {
+	if err := runOnce(g, vmOpts); err != nil {
 		return nil, err
 	}
 
@@ -102,7 +107,7 @@ func GradCheck(build Builder, inputs []Input, seed uint64) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	eval, closeVM, err := lossEvaluator(g2, loss2)
+	eval, closeVM, err := lossEvaluator(g2, loss2, vmOpts)
 	if err != nil {
 		return nil, err
 	}
@@ -163,8 +168,8 @@ func GradCheck(build Builder, inputs []Input, seed uint64) ([]Result, error) {
 
 // CheckGrad runs GradCheck and returns an error describing every input whose
 // gradient is outside the TolGrad tolerance.
-func CheckGrad(build Builder, inputs []Input, seed uint64) ([]Result, error) {
-	results, err := GradCheck(build, inputs, seed)
+func CheckGrad(build Builder, inputs []Input, seed uint64, vmOpts ...G.VMOpt) ([]Result, error) {
+	results, err := GradCheck(build, inputs, seed, vmOpts...)
 	if err != nil {
 		return results, err
 	}
@@ -231,8 +236,8 @@ func newMachine(g *G.ExprGraph, opts ...G.VMOpt) (m G.VM, err error) {
 	return G.NewTapeMachine(g, opts...), nil
 }
 
-func runOnce(g *G.ExprGraph) error {
-	m, err := newMachine(g)
+func runOnce(g *G.ExprGraph, vmOpts []G.VMOpt) error {
+	m, err := newMachine(g, vmOpts...)
 	if err != nil {
 		return err
 	}
@@ -243,11 +248,11 @@ func runOnce(g *G.ExprGraph) error {
 	return nil
 }
 
-func lossEvaluator(g *G.ExprGraph, loss *G.Node) (func() (float64, error), func(), error) {
+func lossEvaluator(g *G.ExprGraph, loss *G.Node, vmOpts []G.VMOpt) (func() (float64, error), func(), error) {
 	// Read must be part of the graph before the machine compiles it.
 	var lv G.Value
 	G.Read(loss, &lv)
-	m, err := newMachine(g)
+	m, err := newMachine(g, vmOpts...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -271,6 +276,15 @@ func lossEvaluator(g *G.ExprGraph, loss *G.Node) (func() (float64, error), func(
 }
 
 func float64s(v G.Value) ([]float64, error) {
+	if backend.IsDevice(v) {
+		dev, err := backend.DeviceOf(v)
+		if err != nil {
+			return nil, err
+		}
+		if v, err = dev.ToHost(v.(*tensor.Dense)); err != nil {
+			return nil, err
+		}
+	}
 	switch t := v.(type) {
 	case *tensor.Dense:
 		if t.Dtype() != tensor.Float64 {

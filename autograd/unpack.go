@@ -84,11 +84,8 @@ func (op unpackOp) UsePreallocDo(prealloc G.Value, vals ...G.Value) (G.Value, er
 	if !ok || src.Shape().TotalSize() != op.total || src.IsView() {
 		return nil, fmt.Errorf("autograd: %v: input must be a contiguous vector of %d elements, got %T %v", op, op.total, vals[0], vals[0].Shape())
 	}
-	dst, ok := prealloc.(*tensor.Dense)
-	if !ok || dst.Dtype() != src.Dtype() || !dst.Shape().Eq(op.shape) || dst.IsView() {
-		dst = tensor.New(tensor.Of(src.Dtype()), tensor.WithShape(op.shape...), tensor.WithEngine(src.Engine()))
-	}
-	if err := copyRange(dst, src, op.offset); err != nil {
+	dst, err := part(prealloc, src, op.offset, op.shape)
+	if err != nil {
 		return nil, fmt.Errorf("autograd: %v: %w", op, err)
 	}
 	return dst, nil

@@ -165,6 +165,13 @@ func (op *msDeformAttnOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Valu
 	if len(in) != 3 {
 		return nil, fmt.Errorf("ops: %v: want 3 inputs, got %d", op, len(in))
 	}
+	dev, err := inputsDevice("MSDeformAttn", []string{"value", "samplingLoc", "attnWeight"}, in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in)
+	}
 	value, loc, weight, err := op.inputs("MSDeformAttn", in)
 	if err != nil {
 		return nil, err
@@ -236,6 +243,13 @@ func (op *msDeformAttnGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.
 	const name = "MSDeformAttn backward"
 	if len(in) != 4 {
 		return nil, fmt.Errorf("ops: %v: want 4 inputs, got %d", op, len(in))
+	}
+	dev, err := inputsDevice(name, []string{"value", "samplingLoc", "attnWeight", "grad"}, in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in)
 	}
 	value, loc, weight, err := op.inputs(name, in[:3])
 	if err != nil {

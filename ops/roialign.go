@@ -122,6 +122,13 @@ func (op *roiAlignOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 	if len(in) != 2 {
 		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
 	}
+	dev, err := inputsDevice("RoIAlign", []string{"x", "rois"}, in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in)
+	}
 	x, err := dense("RoIAlign", "x", in[0], op.dt, op.xShape())
 	if err != nil {
 		return nil, err
@@ -179,6 +186,13 @@ func (op *roiAlignGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePrea
 func (op *roiAlignGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != 2 {
 		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
+	}
+	dev, err := inputsDevice("RoIAlign backward", []string{"rois", "grad"}, in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in)
 	}
 	rois, err := dense("RoIAlign backward", "rois", in[0], op.dt, op.roiShape())
 	if err != nil {

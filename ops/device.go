@@ -1,0 +1,138 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
+)
+
+// Ops run where their inputs live: when every input is a device tensor
+// (package backend) they launch the CUDA kernels and return device outputs
+// with no host round trip; when every input is a host tensor they run the
+// CPU twins. In the default build no device tensor can exist, so only the
+// CPU path is ever taken.
+
+// inputsDevice returns the Device that holds an op's inputs, or nil when all
+// of them are host values. names[i] names in[i] in errors. Inputs split
+// between the host and a device (or between devices) are an error: moving
+// them silently would hide a copy on every step.
+func inputsDevice(op string, names []string, in []G.Value) (*backend.Device, error) {
+	var dev *backend.Device
+	var onDev, onHost string
+	for i, v := range in {
+		if !backend.IsDevice(v) {
+			onHost = names[i]
+			continue
+		}
+		d, err := backend.DeviceOf(v)
+		if err != nil {
+			return nil, fmt.Errorf("ops: %s: %s: %w", op, names[i], err)
+		}
+		if dev != nil && d != dev {
+			return nil, fmt.Errorf("ops: %s: %s is on %v but %s is on %v", op, names[i], d, onDev, dev)
+		}
+		dev, onDev = d, names[i]
+	}
+	if dev != nil && onHost != "" {
+		return nil, fmt.Errorf("ops: %s: %s is on %v but %s is in host memory; move it with ops.ToDevice", op, onDev, dev, onHost)
+	}
+	return dev, nil
+}
+
+// deviceArg checks a device input's dtype and shape and returns its address.
+func deviceArg(op, arg string, dev *backend.Device, v G.Value, dt tensor.Dtype, want tensor.Shape) (backend.DevicePtr, error) {
+	d, ok := v.(*tensor.Dense)
+	if !ok {
+		return 0, fmt.Errorf("ops: %s: %s must be a *tensor.Dense, got %T", op, arg, v)
+	}
+	if d.Dtype() != dt {
+		return 0, fmt.Errorf("ops: %s: %s has dtype %v, want %v", op, arg, d.Dtype(), dt)
+	}
+	if !d.Shape().Eq(want) {
+		return 0, fmt.Errorf("ops: %s: %s has shape %v, want %v", op, arg, d.Shape(), want)
+	}
+	p, err := dev.Ptr(d)
+	if err != nil {
+		return 0, fmt.Errorf("ops: %s: %s: %w", op, arg, err)
+	}
+	return p, nil
+}
+
+// deviceOutput returns prealloc when it is a device tensor of dev with the
+// right dtype and shape, and a new device tensor otherwise, with its address.
+// Its contents are undefined: kernels overwrite every element, or the op
+// clears it first.
+func deviceOutput(op string, dev *backend.Device, prealloc G.Value, dt tensor.Dtype, shape tensor.Shape) (*tensor.Dense, backend.DevicePtr, error) {
+	if d, ok := prealloc.(*tensor.Dense); ok && d.Dtype() == dt && d.Shape().Eq(shape) && !d.IsView() && dev.Owns(d) {
+		if p, err := dev.Ptr(d); err == nil {
+			return d, p, nil
+		}
+	}
+	out, err := dev.NewDense(dt, shape...)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ops: %s: output: %w", op, err)
+	}
+	p, err := dev.Ptr(out)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ops: %s: output: %w", op, err)
+	}
+	return out, p, nil
+}
+
+// dtypeSuffix names a kernel's dtype variant, as in roialign_forward_f32.
+func dtypeSuffix(dt tensor.Dtype) string {
+	if dt == tensor.Float32 {
+		return "f32"
+	}
+	return "f64"
+}
+
+// fitsInt32 checks the sizes a kernel's params struct carries as C ints.
+func fitsInt32(op string, sizes map[string]int) error {
+	for name, v := range sizes {
+		if v > math.MaxInt32 {
+			return fmt.Errorf("ops: %s: %s = %d does not fit the CUDA kernel's 32-bit int", op, name, v)
+		}
+	}
+	return nil
+}
+
+// statusWord is a device int32 that a kernel raises (atomicMax) when the data
+// it was given is bad in a way only the data can tell, such as a RoI's batch
+// index. Reading it waits for the kernel.
+type statusWord struct {
+	dev *backend.Device
+	t   *tensor.Dense
+}
+
+func newStatusWord(op string, dev *backend.Device) (*statusWord, backend.DevicePtr, error) {
+	t, err := dev.NewDense(tensor.Int32, 1)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ops: %s: status word: %w", op, err)
+	}
+	if err := dev.Zero(t); err != nil {
+		return nil, 0, fmt.Errorf("ops: %s: status word: %w", op, err)
+	}
+	p, err := dev.Ptr(t)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ops: %s: status word: %w", op, err)
+	}
+	return &statusWord{dev: dev, t: t}, p, nil
+}
+
+// read waits for the stream, frees the word and returns its value. It also
+// returns the error of any kernel that failed before it.
+func (s *statusWord) read() (int32, error) {
+	h, err := s.dev.ToHost(s.t)
+	if ferr := s.dev.FreeDense(s.t); err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return 0, err
+	}
+	return h.Data().([]int32)[0], nil
+}

@@ -1,0 +1,420 @@
+package ops
+
+// Tests of the GPU path: every op on the device against its CPU twin, with
+// the tolerances of autograd's table. They need a binary built with
+// -tags stheno_cuda (make gpu-bins) and a GPU; anywhere else they skip and
+// say why.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/autograd"
+	"github.com/stheno-ml/stheno/backend"
+)
+
+var testDevice struct {
+	once sync.Once
+	dev  *backend.Device
+	err  error
+}
+
+// gpu returns the test binary's device, or skips the test visibly.
+func gpu(t testing.TB) *backend.Device {
+	t.Helper()
+	testDevice.once.Do(func() { testDevice.dev, testDevice.err = backend.Open(0) })
+	if testDevice.err != nil {
+		if errors.Is(testDevice.err, backend.ErrNoDevice) {
+			t.Skipf("no CUDA device: %v", testDevice.err)
+		}
+		t.Fatalf("opening the GPU: %v", testDevice.err)
+	}
+	return testDevice.dev
+}
+
+func toDev(t testing.TB, dev *backend.Device, d *tensor.Dense) *tensor.Dense {
+	t.Helper()
+	out, err := dev.ToDevice(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// fromDev copies a device value to the host and returns it as float64s.
+func fromDev(t testing.TB, dev *backend.Device, v G.Value) []float64 {
+	t.Helper()
+	if !backend.IsDevice(v) {
+		t.Fatalf("the op returned a host value (%T) for device inputs", v)
+	}
+	h, err := dev.ToHost(v.(*tensor.Dense))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toFloat64s(t, h)
+}
+
+func parityTol(dt tensor.Dtype) autograd.Tolerance {
+	if dt == tensor.Float32 {
+		return autograd.TolParity32
+	}
+	return autograd.TolParity64
+}
+
+// parity runs op on host inputs and on copies of them on the device, and
+// compares the two results.
+func parity(t *testing.T, dev *backend.Device, op G.Op, dt tensor.Dtype, inputs ...*tensor.Dense) {
+	t.Helper()
+	host := make([]G.Value, len(inputs))
+	onDev := make([]G.Value, len(inputs))
+	for i, d := range inputs {
+		host[i] = d
+		onDev[i] = toDev(t, dev, d)
+	}
+	want, err := op.Do(host...)
+	if err != nil {
+		t.Fatalf("CPU: %v", err)
+	}
+	got, err := op.Do(onDev...)
+	if err != nil {
+		t.Fatalf("GPU: %v", err)
+	}
+	if err := parityTol(dt).Compare(fromDev(t, dev, got), toFloat64s(t, want)); err != nil {
+		t.Errorf("%v: GPU vs CPU: %v", op, err)
+	}
+	// A buffer handed back for reuse must be fully rewritten (or zeroed by
+	// the op): poison it and run again.
+	if pd, ok := op.(G.UsePreallocDoer); ok {
+		poison := fromFloat64s(dt, filled(got.Shape().TotalSize(), math.NaN()), got.Shape()...)
+		reuse := toDev(t, dev, poison)
+		again, err := pd.UsePreallocDo(reuse, onDev...)
+		if err != nil {
+			t.Fatalf("GPU, reused buffer: %v", err)
+		}
+		if err := parityTol(dt).Compare(fromDev(t, dev, again), toFloat64s(t, want)); err != nil {
+			t.Errorf("%v: GPU with a reused buffer vs CPU: %v", op, err)
+		}
+	}
+}
+
+func filled(n int, v float64) []float64 {
+	s := make([]float64, n)
+	for i := range s {
+		s[i] = v
+	}
+	return s
+}
+
+func TestGPURoIAlignParity(t *testing.T) {
+	dev := gpu(t)
+	type rcase struct {
+		name       string
+		n, c, h, w int
+		k          int
+		cfg        RoIAlignConfig
+		roiScale   float64 // image size / feature size, for drawing boxes
+	}
+	cases := []rcase{
+		{"aligned/sampling=2", 2, 3, 9, 11, 25, RoIAlignConfig{3, 2, 0.25, 2, true}, 4},
+		{"legacy/sampling=2", 2, 3, 9, 11, 25, RoIAlignConfig{3, 2, 0.25, 2, false}, 4},
+		{"aligned/adaptive", 2, 5, 17, 13, 30, RoIAlignConfig{7, 7, 0.5, 0, true}, 2},
+		{"legacy/adaptive", 2, 5, 17, 13, 30, RoIAlignConfig{7, 7, 0.5, 0, false}, 2},
+		{"sampling=1/pooled=1x4", 1, 2, 6, 7, 9, RoIAlignConfig{1, 4, 0.125, 1, false}, 8},
+		{"zero rois", 2, 3, 9, 11, 0, RoIAlignConfig{2, 2, 1, 2, true}, 1},
+		// 70 channels: channel groups with a remainder; 300 RoIs: many blocks.
+		{"channel groups", 2, 70, 20, 24, 300, RoIAlignConfig{7, 7, 0.25, 2, true}, 4},
+		// Large boxes: bins with more adaptive samples than shared memory
+		// holds take the on-the-fly path.
+		{"huge adaptive bins", 1, 2, 64, 64, 5, RoIAlignConfig{1, 1, 1, 0, true}, 0.25},
+	}
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		for i, c := range cases {
+			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(i), 3))
+				x := randTensor(rng, dt, -1, 1, c.n, c.c, c.h, c.w)
+				var rois *tensor.Dense
+				if c.k == 0 {
+					rois = tensor.New(tensor.Of(dt), tensor.WithShape(0, 5))
+				} else {
+					rois = randomRoIs(rng, dt, c.k, c.n, float64(c.h)*c.roiScale, float64(c.w)*c.roiScale)
+				}
+				if c.name == "huge adaptive bins" {
+					rois = fromFloat64s(dt, []float64{0, 0, 0, 16, 16, 0, 2, 3, 15, 14, 0, -3, -3, 20, 20, 0, 0, 0, 1, 16, 0, 5, 5, 6, 6}, 5, 5)
+				}
+				s := roiAlignShape{cfg: c.cfg, n: c.n, c: c.c, h: c.h, w: c.w, k: c.k, dt: dt}
+				parity(t, dev, &roiAlignOp{s}, dt, x, rois)
+				gy := randTensor(rng, dt, -1, 1, c.k, c.c, c.cfg.PooledH, c.cfg.PooledW)
+				parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy)
+			})
+		}
+	}
+}
+
+func TestGPURoIAlignRunTimeErrors(t *testing.T) {
+	dev := gpu(t)
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		for _, c := range []struct {
+			roi  []float64
+			cfg  RoIAlignConfig
+			want string
+		}{
+			{[]float64{0, 0, 0, 1, 1, 2, 0, 0, 1, 1}, RoIAlignConfig{1, 1, 1, 2, true}, "roi 1 has batch index 2, want a value in [0, 2)"},
+			{[]float64{0, 0, 0, 1, 1, math.NaN(), 0, 0, 1, 1}, RoIAlignConfig{1, 1, 1, 2, true}, "roi 1 has batch index NaN"},
+			{[]float64{0, 0, 0, 1e7, 1, 0, 0, 0, 1, 1}, RoIAlignConfig{1, 1, 1, 0, true}, "use a fixed SamplingRatio"},
+		} {
+			s := roiAlignShape{cfg: c.cfg, n: 2, c: 1, h: 4, w: 4, k: 2, dt: dt}
+			rois := toDev(t, dev, fromFloat64s(dt, c.roi, 2, 5))
+			x := toDev(t, dev, rampImages(dt))
+			if _, err := (&roiAlignOp{s}).Do(x, rois); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%v forward: error %v, want one containing %q", dt, err, c.want)
+			}
+			gy := toDev(t, dev, tensor.New(tensor.Of(dt), tensor.WithShape(2, 1, 1, 1)))
+			if _, err := (&roiAlignGradOp{s}).Do(rois, gy); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%v backward: error %v, want one containing %q", dt, err, c.want)
+			}
+		}
+	}
+	// The device is still usable after a reported error.
+	x := toDev(t, dev, rampImages(tensor.Float64))
+	rois := toDev(t, dev, fromFloat64s(tensor.Float64, []float64{0, 0.5, 0.5, 2.5, 2.5}, 1, 5))
+	s := roiAlignShape{cfg: RoIAlignConfig{1, 1, 1, 2, true}, n: 2, c: 1, h: 4, w: 4, k: 1, dt: tensor.Float64}
+	out, err := (&roiAlignOp{s}).Do(x, rois)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fromDev(t, dev, out); got[0] != 5 {
+		t.Errorf("after errors: got %v, want 5", got)
+	}
+}
+
+func TestGPUMixedPlacementIsAnError(t *testing.T) {
+	dev := gpu(t)
+	s := roiAlignShape{cfg: RoIAlignConfig{1, 1, 1, 2, true}, n: 2, c: 1, h: 4, w: 4, k: 1, dt: tensor.Float64}
+	x := toDev(t, dev, rampImages(tensor.Float64))
+	rois := fromFloat64s(tensor.Float64, []float64{0, 0.5, 0.5, 2.5, 2.5}, 1, 5)
+	_, err := (&roiAlignOp{s}).Do(x, rois)
+	if err == nil || !strings.Contains(err.Error(), "rois is in host memory; move it with ops.ToDevice") {
+		t.Errorf("got %v", err)
+	}
+}
+
+func TestGPUMSDeformAttnParity(t *testing.T) {
+	dev := gpu(t)
+	cases := []struct {
+		name         string
+		n, lq, m, d  int
+		levels       []Level
+		p            int
+		lo, hi       float64 // range of the sampling locations
+		nanLocations bool
+	}{
+		{"decoder-like", 2, 30, 8, 32, []Level{{10, 17}, {5, 9}, {3, 5}, {2, 3}}, 4, -0.1, 1.1, false},
+		{"D=5 (groups of 8 lanes)", 1, 7, 3, 5, []Level{{6, 4}}, 3, 0, 1, false},
+		{"D=48 (two channel passes)", 1, 5, 2, 48, []Level{{4, 4}, {2, 3}}, 2, -0.5, 1.5, false},
+		{"D=1", 2, 3, 1, 1, []Level{{3, 3}}, 1, 0, 1, false},
+		{"NaN locations", 1, 9, 2, 8, []Level{{5, 5}, {3, 2}}, 2, -0.2, 1.2, true},
+	}
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		for i, c := range cases {
+			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(i), 4))
+				s := 0
+				for _, lv := range c.levels {
+					s += lv.H * lv.W
+				}
+				l := len(c.levels)
+				sh := msDeformShape{n: c.n, s: s, m: c.m, d: c.d, lq: c.lq, l: l, p: c.p, levels: c.levels, dt: dt}
+				value := randTensor(rng, dt, -1, 1, c.n, s, c.m, c.d)
+				loc := randTensor(rng, dt, c.lo, c.hi, c.n, c.lq, c.m, l, c.p, 2)
+				if c.nanLocations {
+					v := toFloat64s(t, loc)
+					for j := 0; j < len(v); j += 7 {
+						v[j] = math.NaN()
+					}
+					loc = fromFloat64s(dt, v, loc.Shape()...)
+				}
+				weight := randTensor(rng, dt, 0, 1, c.n, c.lq, c.m, l, c.p)
+				parity(t, dev, &msDeformAttnOp{sh}, dt, value, loc, weight)
+				gy := randTensor(rng, dt, -1, 1, c.n, c.lq, c.m*c.d)
+				parity(t, dev, &msDeformAttnGradOp{sh}, dt, value, loc, weight, gy)
+			})
+		}
+	}
+}
+
+// Gradient checks with the ops on the GPU: inputs and the loss stay on the
+// host, ToDevice and ToHost carry values and gradients across.
+func TestGPUGradCheck(t *testing.T) {
+	dev := gpu(t)
+	engine := G.WithEngine(dev.Engine())
+	for seed := uint64(1); seed <= 2; seed++ {
+		t.Run(fmt.Sprintf("RoIAlign/seed=%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 21))
+			for _, cfg := range []RoIAlignConfig{{2, 3, 0.5, 0, true}, {2, 2, 0.5, 2, false}} {
+				inputs := []autograd.Input{
+					{Name: "x", Value: randTensor(rng, tensor.Float64, -1, 1, 2, 3, 6, 7)},
+					{Name: "rois", Value: randomRoIs(rng, tensor.Float64, 6, 2, 12, 14), NoGrad: true},
+				}
+				_, err := autograd.CheckGrad(func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
+					x, err := ToDevice(in[0], dev)
+					if err != nil {
+						return nil, err
+					}
+					r, err := ToDevice(in[1], dev)
+					if err != nil {
+						return nil, err
+					}
+					y, err := RoIAlign(x, r, cfg)
+					if err != nil {
+						return nil, err
+					}
+					return ToHost(y)
+				}, inputs, seed, engine)
+				if err != nil {
+					t.Fatalf("%+v: %v", cfg, err)
+				}
+			}
+		})
+		t.Run(fmt.Sprintf("MSDeformAttn/seed=%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 22))
+			levels := []Level{{4, 5}, {2, 3}}
+			inputs := []autograd.Input{
+				{Name: "value", Value: randTensor(rng, tensor.Float64, -1, 1, 1, 26, 2, 3)},
+				{Name: "loc", Value: awayFromPixels(randTensor(rng, tensor.Float64, -0.1, 1.1, 1, 3, 2, 2, 2, 2), levels)},
+				{Name: "weight", Value: randTensor(rng, tensor.Float64, 0, 1, 1, 3, 2, 2, 2)},
+			}
+			_, err := autograd.CheckGrad(func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
+				var d G.Nodes
+				for _, n := range in {
+					m, err := ToDevice(n, dev)
+					if err != nil {
+						return nil, err
+					}
+					d = append(d, m)
+				}
+				y, err := MSDeformAttn(d[0], d[1], d[2], levels)
+				if err != nil {
+					return nil, err
+				}
+				return ToHost(y)
+			}, inputs, seed, engine)
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// awayFromPixels nudges sampling locations [.., L, P, 2] so that no pixel
+// coordinate (loc*size - 0.5) lies within 0.05 of an integer, where bilinear
+// interpolation has a kink and central differences are meaningless.
+func awayFromPixels(loc *tensor.Dense, levels []Level) *tensor.Dense {
+	v := loc.Float64s()
+	s := loc.Shape()
+	l, p := s[len(s)-3], s[len(s)-2]
+	for i := 0; i < len(v); i += 2 {
+		lv := levels[(i/2/p)%l]
+		for j, size := range []int{lv.W, lv.H} {
+			px := v[i+j]*float64(size) - 0.5
+			if f := px - math.Floor(px); f < 0.05 || f > 0.95 {
+				v[i+j] += 0.1 / float64(size)
+			}
+		}
+	}
+	return loc
+}
+
+// Training steps on the GPU leave device memory where it started: outputs
+// and gradients of a step are freed with a Scope, and after the first step
+// no step asks the driver for memory.
+func TestGPUTrainingStepsDoNotLeak(t *testing.T) {
+	dev := gpu(t)
+	rng := rand.New(rand.NewPCG(8, 8))
+	dt := tensor.Float32
+	levels := []Level{{8, 8}, {4, 4}}
+	feat := toDev(t, dev, randTensor(rng, dt, -1, 1, 2, 4, 8, 8))
+	value := toDev(t, dev, randTensor(rng, dt, -1, 1, 2, 80, 2, 4))
+	start := dev.MemStats()
+
+	g := G.NewGraph()
+	fx := G.NodeFromAny(g, feat, G.WithName("feat"))
+	vx := G.NodeFromAny(g, value, G.WithName("value"))
+	rois := G.NodeFromAny(g, randomRoIs(rng, dt, 16, 2, 16, 16), G.WithName("rois"))
+	loc := G.NodeFromAny(g, randTensor(rng, dt, 0, 1, 2, 10, 2, 2, 3, 2), G.WithName("loc"))
+	wgt := G.NodeFromAny(g, randTensor(rng, dt, 0, 1, 2, 10, 2, 2, 3), G.WithName("wgt"))
+	must := func(n *G.Node, err error) *G.Node {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	pooled := must(RoIAlign(fx, must(ToDevice(rois, dev)), RoIAlignConfig{2, 2, 0.5, 2, true}))
+	attn := must(MSDeformAttn(vx, must(ToDevice(loc, dev)), must(ToDevice(wgt, dev)), levels))
+	l1 := must(G.Sum(must(G.Square(must(ToHost(pooled))))))
+	l2 := must(G.Sum(must(G.Square(must(ToHost(attn))))))
+	loss := must(G.Add(l1, l2))
+	grads, err := G.Grad(loss, fx, vx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lossVal G.Value
+	gv := make([]G.Value, 2)
+	G.Read(loss, &lossVal)
+	G.Read(grads[0], &gv[0])
+	G.Read(grads[1], &gv[1])
+	m := G.NewTapeMachine(g, G.WithEngine(dev.Engine()))
+	defer m.Close()
+
+	var first, last float64
+	var afterFirst backend.MemStats
+	const steps = 20
+	for step := range steps {
+		scope, err := dev.BeginScope()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.RunAll(); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		last = toFloat64s(t, lossVal)[0]
+		if step == 0 {
+			first = last
+		}
+		for i, p := range []*tensor.Dense{feat, value} {
+			if !backend.IsDevice(gv[i]) {
+				t.Fatalf("gradient %d is a host value", i)
+			}
+			if err := dev.Axpy(-0.05, gv[i].(*tensor.Dense), p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := scope.End(); err != nil {
+			t.Fatal(err)
+		}
+		m.Reset()
+		if step == 0 {
+			afterFirst = dev.MemStats()
+		}
+	}
+	end := dev.MemStats()
+	t.Logf("loss %.4f -> %.4f; memory at start %+v, after step 1 %+v, after %d steps %+v", first, last, start, afterFirst, steps, end)
+	if !(last < first) {
+		t.Errorf("loss did not fall: %v -> %v", first, last)
+	}
+	if end.InUse != start.InUse {
+		t.Errorf("bytes in use: %d at the start, %d after %d steps", start.InUse, end.InUse, steps)
+	}
+	if end.DriverAllocs != afterFirst.DriverAllocs || end.DriverFrees != afterFirst.DriverFrees {
+		t.Errorf("steps 2..%d called the driver: allocs %d -> %d, frees %d -> %d", steps,
+			afterFirst.DriverAllocs, end.DriverAllocs, afterFirst.DriverFrees, end.DriverFrees)
+	}
+}

@@ -1,0 +1,156 @@
+package ops
+
+import (
+	"fmt"
+	"unsafe"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
+)
+
+// msDeformArgs mirrors MSDeformParams in kernels/msdeform.cu field for field.
+type msDeformArgs struct {
+	Value, Loc, Weight, Out                 backend.DevicePtr
+	GradOut, GradValue, GradLoc, GradWeight backend.DevicePtr
+	Levels                                  backend.DevicePtr
+	N, S, M, D, Lq, L, P                    int32
+	Group                                   int32
+}
+
+var _ [104]byte = [unsafe.Sizeof(msDeformArgs{})]byte{}
+
+const msDeformBlock = 256
+
+// msDeformGroup is the number of lanes that share one (n, q, m): D rounded
+// up to a power of two, at most a warp, so that groups tile warps exactly.
+func msDeformGroup(d int) int {
+	g := 1
+	for g < d && g < 32 {
+		g *= 2
+	}
+	return g
+}
+
+// deviceLevels uploads the level table the kernels read: int32 (H, W,
+// first pixel) per level. It is a few bytes; the caller frees it after the
+// launch (the stream orders the free after the kernel).
+func (s msDeformShape) deviceLevels(op string, dev *backend.Device) (*tensor.Dense, backend.DevicePtr, error) {
+	table := make([]int32, 0, 3*len(s.levels))
+	start := 0
+	for _, lv := range s.levels {
+		table = append(table, int32(lv.H), int32(lv.W), int32(start))
+		start += lv.H * lv.W
+	}
+	t, err := dev.ToDevice(tensor.New(tensor.WithShape(len(s.levels), 3), tensor.WithBacking(table)))
+	if err != nil {
+		return nil, 0, fmt.Errorf("ops: %s: levels: %w", op, err)
+	}
+	p, err := dev.Ptr(t)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ops: %s: levels: %w", op, err)
+	}
+	return t, p, nil
+}
+
+// launch runs msdeform_{forward,backward}_{f32,f64} with args' pointers
+// filled in by the caller.
+func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, args msDeformArgs) error {
+	if err := fitsInt32(op, map[string]int{"N": s.n, "S": s.s, "M": s.m, "D": s.d, "Lq": s.lq, "L": s.l, "P": s.p}); err != nil {
+		return err
+	}
+	kname := "msdeform_forward_"
+	if backward {
+		kname = "msdeform_backward_"
+	}
+	k, err := dev.Kernel("msdeform", kname+dtypeSuffix(s.dt))
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	levels, levelsPtr, err := s.deviceLevels(op, dev)
+	if err != nil {
+		return err
+	}
+	defer dev.FreeDense(levels)
+	group := msDeformGroup(s.d)
+	args.Levels = levelsPtr
+	args.N, args.S, args.M, args.D = int32(s.n), int32(s.s), int32(s.m), int32(s.d)
+	args.Lq, args.L, args.P, args.Group = int32(s.lq), int32(s.l), int32(s.p), int32(group)
+	threads := int64(s.n) * int64(s.lq) * int64(s.m) * int64(group)
+	blocks := (threads + msDeformBlock - 1) / msDeformBlock
+	if blocks > 1<<31-1 {
+		return fmt.Errorf("ops: %s: %d blocks exceed the grid limit", op, blocks)
+	}
+	cfg := backend.LaunchConfig{
+		Grid:  backend.Dim3{X: uint32(blocks), Y: 1, Z: 1},
+		Block: backend.Dim3{X: msDeformBlock, Y: 1, Z: 1},
+	}
+	if err := backend.Launch(k, cfg, args); err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	return nil
+}
+
+func (op *msDeformAttnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+	const name = "MSDeformAttn"
+	var args msDeformArgs
+	var err error
+	if args.Value, args.Loc, args.Weight, err = op.deviceInputs(name, dev, in); err != nil {
+		return nil, err
+	}
+	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.outShape())
+	if err != nil {
+		return nil, err
+	}
+	args.Out = outPtr
+	if err := op.launch(name, dev, false, args); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (s msDeformShape) deviceInputs(op string, dev *backend.Device, in []G.Value) (value, loc, weight backend.DevicePtr, err error) {
+	if value, err = deviceArg(op, "value", dev, in[0], s.dt, s.valueShape()); err != nil {
+		return
+	}
+	if loc, err = deviceArg(op, "samplingLoc", dev, in[1], s.dt, s.locShape()); err != nil {
+		return
+	}
+	weight, err = deviceArg(op, "attnWeight", dev, in[2], s.dt, s.weightShape())
+	return
+}
+
+func (op *msDeformAttnGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+	const name = "MSDeformAttn backward"
+	var args msDeformArgs
+	var err error
+	if args.Value, args.Loc, args.Weight, err = op.deviceInputs(name, dev, in); err != nil {
+		return nil, err
+	}
+	if args.GradOut, err = deviceArg(name, "grad", dev, in[3], op.dt, op.outShape()); err != nil {
+		return nil, err
+	}
+	packed, packedPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.packedShape())
+	if err != nil {
+		return nil, err
+	}
+	size := backend.DevicePtr(op.dt.Size())
+	nv, nl := op.valueShape().TotalSize(), op.locShape().TotalSize()
+	args.GradValue = packedPtr
+	args.GradLoc = packedPtr + backend.DevicePtr(nv)*size
+	args.GradWeight = args.GradLoc + backend.DevicePtr(nl)*size
+	// Only the value gradient is a scatter that needs zeroing: the kernel
+	// writes every location and weight gradient.
+	var zero any = float64(0)
+	if op.dt == tensor.Float32 {
+		zero = float32(0)
+	}
+	if err := dev.Engine().Memset(backend.Memory{Ptr: packedPtr, Size: int64(nv) * int64(size)}, zero); err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", name, err)
+	}
+	if err := op.launch(name, dev, true, args); err != nil {
+		return nil, err
+	}
+	return packed, nil
+}
