@@ -163,19 +163,26 @@ func packIm2col[T Float](dst, xn []T, p *ConvParams, k0, k1, j0, j1, nr int, s *
 			}
 			for _, pr := range s.cuts[ri] {
 				d := dst[(pr.q*kc+row)*nr+pr.c : (pr.q*kc+row)*nr+pr.c+pr.n]
-				// Pixels [a, b) of this piece are inside the image.
+				// Pixels [a, b) of this piece are inside the image. Most
+				// pieces lie wholly inside: skip the empty clears.
 				a, b := min(max(lo-pr.i, 0), pr.n), min(max(hi-pr.i, 0), pr.n)
-				clear(d[:a])
-				if b > a {
-					if p.StrideW == 1 {
-						copy(d[a:b], src[iw0+pr.i+a:iw0+pr.i+b])
-					} else {
-						for k := a; k < b; k++ {
-							d[k] = src[iw0+(pr.i+k)*p.StrideW]
-						}
+				if b <= a {
+					clear(d)
+					continue
+				}
+				if a > 0 {
+					clear(d[:a])
+				}
+				if p.StrideW == 1 {
+					copy(d[a:b], src[iw0+pr.i+a:iw0+pr.i+b])
+				} else {
+					for k := a; k < b; k++ {
+						d[k] = src[iw0+(pr.i+k)*p.StrideW]
 					}
 				}
-				clear(d[b:])
+				if b < len(d) {
+					clear(d[b:])
+				}
 			}
 		}
 		p.next(&t)
