@@ -552,3 +552,60 @@ func BenchmarkConvBN(b *testing.B) {
 		}
 	}
 }
+
+// Zero Momentum and Eps stand for PyTorch's defaults: a layer left at zero
+// computes exactly what one set to 0.1 and 1e-5 does, and hashes alike.
+func TestConvBNZeroMeansDefaults(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	in := []*tensor.Dense{
+		randTensor(rng, tensor.Float64, -1, 1, 2, 2, 4, 5), randTensor(rng, tensor.Float64, -1, 1, 3, 2, 3, 3),
+		randTensor(rng, tensor.Float64, 0.5, 1.5, 3), randTensor(rng, tensor.Float64, -0.5, 0.5, 3),
+	}
+	rm, rv := []float64{0.1, -0.2, 0.3}, []float64{0.5, 1, 2}
+	cfg := ConvConfig{Pad: [2]int{1, 1}}
+	for _, training := range []bool{true, false} {
+		var zero, explicit *BatchNorm
+		y0, _, err := runGraph(t, in, convBNWith(cfg, bnLayer{rm: rm, rv: rv, training: training}, &zero))
+		if err != nil {
+			t.Fatal(err)
+		}
+		y1, _, err := runGraph(t, in, convBNWith(cfg, bnLayer{rm: rm, rv: rv, momentum: DefaultMomentum, eps: DefaultEps, training: training}, &explicit))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, pair := range [][2][]float64{
+			{y0, y1},
+			{toFloat64s(t, zero.RunningMean), toFloat64s(t, explicit.RunningMean)},
+			{toFloat64s(t, zero.RunningVar), toFloat64s(t, explicit.RunningVar)},
+		} {
+			if err := autograd.TolForward64.Compare(pair[0], pair[1]); err != nil {
+				t.Errorf("training %t, output %d: zero Momentum/Eps differ from the defaults: %v", training, i, err)
+			}
+		}
+		if training && autograd.TolForward64.Compare(toFloat64s(t, zero.RunningMean), rm) == nil {
+			t.Error("training left the running mean unchanged")
+		}
+	}
+	// The same layer built with zeros and then with the defaults spelled out
+	// is one computation: gorgonia merges the two nodes.
+	g := G.NewGraph()
+	x := G.NewTensor(g, tensor.Float64, 4, G.WithShape(2, 2, 4, 5), G.WithName("x"))
+	w := G.NewTensor(g, tensor.Float64, 4, G.WithShape(3, 2, 3, 3), G.WithName("w"))
+	bn, err := NewBatchNorm(g, tensor.Float64, 3, "bn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bn.Momentum, bn.Eps = 0, 0
+	a, err := ConvBN(x, w, bn, nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bn.Momentum, bn.Eps = DefaultMomentum, DefaultEps
+	b, err := ConvBN(x, w, bn, nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a != b {
+		t.Errorf("zero Momentum/Eps built %v, the defaults %v", a.Op(), b.Op())
+	}
+}
