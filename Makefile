@@ -68,7 +68,7 @@ gpu-bins: kernels
 	@mkdir -p bin
 	for p in $$($(GO) list -tags $(CUDA_TAG) -f '{{if or .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' ./...); do \
 		name=$$(echo $$p | sed 's|github.com/stheno-ml/stheno/||; s|/|_|g'); \
-		$(GO) test -tags $(CUDA_TAG) -c -o bin/$$name.test $$p || exit 1; \
+		$(GO) test -tags $(CUDA_TAG) -ldflags="-s -w" -c -o bin/$$name.test $$p || exit 1; \
 	done
 
 clean:

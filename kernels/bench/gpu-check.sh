@@ -1,0 +1,40 @@
+#!/bin/sh
+# Runs stheno's GPU test binaries (built here by `make gpu-bins`) on a GPU
+# machine, from the repository root. Logs go to $OUT (default ./out).
+#   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors]...
+set -u
+OUT=${OUT:-out}
+mkdir -p "$OUT"
+root=$(pwd)
+what=${*:-tests sanitize bench anchors}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+for step in $what; do
+	case $step in
+	tests)
+		echo "== backend tests"
+		(cd backend && "$root/bin/backend.test" -test.v -test.timeout 5m >"$OUT/backend.log" 2>&1; echo "exit $?" >>"$OUT/backend.log")
+		grep -E "^(--- FAIL|FAIL|ok|PASS|exit)" "$OUT/backend.log"; grep -c -- "--- SKIP" "$OUT/backend.log" | sed 's/^/skipped: /'
+		echo "== ops GPU tests"
+		(cd ops && "$root/bin/ops.test" -test.v -test.run GPU -test.timeout 5m >"$OUT/ops-gpu.log" 2>&1; echo "exit $?" >>"$OUT/ops-gpu.log")
+		grep -E "^(--- |FAIL|ok|PASS|exit)|    gpu_test" "$OUT/ops-gpu.log" | grep -v "^    --- PASS" | head -60
+		;;
+	sanitize)
+		for tool in memcheck racecheck; do
+			echo "== compute-sanitizer $tool"
+			(cd ops && compute-sanitizer --tool $tool --error-exitcode 9 "$root/bin/ops.test" \
+				-test.run 'GPU(RoIAlignParity|MSDeformAttnParity|RoIAlignRunTimeErrors)' >"$OUT/sanitizer-$tool.log" 2>&1
+			echo "exit $?" >>"$OUT/sanitizer-$tool.log")
+			tail -n 4 "$OUT/sanitizer-$tool.log"
+		done
+		;;
+	bench)
+		echo "== GPU benchmarks"
+		(cd ops && "$root/bin/ops.test" -test.run '^$' -test.bench GPU -test.benchtime 30x >"$OUT/bench.log" 2>&1)
+		grep -E "^Benchmark|FAIL" "$OUT/bench.log"
+		;;
+	anchors)
+		echo "== anchors (PyTorch)"
+		python3 kernels/bench/anchors.py 2>&1 | tee "$OUT/anchors.log"
+		;;
+	esac
+done
