@@ -98,8 +98,11 @@ func benchGPU(b *testing.B, op G.Op, inputs []*tensor.Dense) {
 	if err := dev.Synchronize(); err != nil {
 		b.Fatal(err)
 	}
+	// A b.N loop rather than b.Loop: b.Loop stops the timer when it
+	// returns, before the final Synchronize, and would time only the
+	// launches.
 	b.ResetTimer()
-	for b.Loop() {
+	for range b.N {
 		if out, err = pd.UsePreallocDo(out, vals...); err != nil {
 			b.Fatal(err)
 		}
@@ -107,6 +110,7 @@ func benchGPU(b *testing.B, op G.Op, inputs []*tensor.Dense) {
 	if err := dev.Synchronize(); err != nil {
 		b.Fatal(err)
 	}
+	b.StopTimer()
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/op")
 }
 
