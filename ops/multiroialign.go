@@ -1,0 +1,431 @@
+package ops
+
+import (
+	"fmt"
+	"hash"
+	"math"
+	"strings"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/kernels"
+)
+
+// MultiLevelRoIAlignConfig configures MultiLevelRoIAlign. PooledH, PooledW,
+// SamplingRatio and Aligned mean what they mean for RoIAlign.
+type MultiLevelRoIAlignConfig struct {
+	PooledH, PooledW int
+	SamplingRatio    int
+	Aligned          bool
+	// Scales[l] is the spatial scale of level l's feature map (1/stride),
+	// finest level first.
+	Scales []float64
+	// A RoI whose sqrt(width*height) is CanonicalSize (in image pixels) is
+	// pooled from level CanonicalLevel (an index into Scales); every
+	// doubling of its size moves it one level coarser, every halving one
+	// level finer, clamped to the levels there are. This is the FPN paper's
+	// k = floor(k0 + log2(sqrt(wh)/224)) with k0 = CanonicalLevel and 224 =
+	// CanonicalSize.
+	CanonicalSize  float64
+	CanonicalLevel int
+	// Columns lays the output out as [C*PooledH*PooledW, K], one column per
+	// RoI, instead of [K, C, PooledH, PooledW]. A fully connected layer over
+	// the pooled features is then one GEMM with the RoIs as its pixels: a
+	// 1x1 convolution (ops.Conv) of the output reshaped to
+	// [1, C*PooledH*PooledW, K, 1], with no transpose in between.
+	Columns bool
+}
+
+// Level returns the level a RoI with corners (x1, y1) and (x2, y2) is
+// pooled from. Empty, inverted and NaN boxes go to the finest level.
+func (c MultiLevelRoIAlignConfig) Level(x1, y1, x2, y2 float64) int {
+	w, h := x2-x1, y2-y1
+	if !(w > 0 && h > 0) {
+		return 0
+	}
+	// The epsilon keeps exact powers of two on their own level despite
+	// rounding in log2, as torchvision's LevelMapper does.
+	l := float64(c.CanonicalLevel) + math.Floor(math.Log2(math.Sqrt(w*h)/c.CanonicalSize)+1e-6)
+	switch {
+	case !(l >= 0):
+		return 0
+	case l > float64(len(c.Scales)-1):
+		return len(c.Scales) - 1
+	}
+	return int(l)
+}
+
+func (c MultiLevelRoIAlignConfig) validate() error {
+	if c.PooledH <= 0 || c.PooledW <= 0 {
+		return fmt.Errorf("ops: MultiLevelRoIAlign: pooled size must be positive, got %dx%d", c.PooledH, c.PooledW)
+	}
+	if len(c.Scales) == 0 {
+		return fmt.Errorf("ops: MultiLevelRoIAlign: Scales must name at least one level")
+	}
+	for l, s := range c.Scales {
+		if !(s > 0) || math.IsInf(s, 0) {
+			return fmt.Errorf("ops: MultiLevelRoIAlign: Scales[%d] must be positive and finite, got %v", l, s)
+		}
+	}
+	if !(c.CanonicalSize > 0) || math.IsInf(c.CanonicalSize, 0) {
+		return fmt.Errorf("ops: MultiLevelRoIAlign: CanonicalSize must be positive and finite, got %v", c.CanonicalSize)
+	}
+	if c.CanonicalLevel < 0 || c.CanonicalLevel >= len(c.Scales) {
+		return fmt.Errorf("ops: MultiLevelRoIAlign: CanonicalLevel must index Scales [0, %d), got %d", len(c.Scales), c.CanonicalLevel)
+	}
+	return nil
+}
+
+// MultiLevelRoIAlign pools each RoI from the one level of a feature pyramid
+// that suits its size (see MultiLevelRoIAlignConfig.Level), as
+// torchvision's MultiScaleRoIAlign: RoIAlign of that level with its scale.
+//
+// features: one [N,C,H_l,W_l] map per level, all with the same N, C and
+// dtype; rois: [K,5] rows (batch_index, x1, y1, x2, y2) in image
+// coordinates. Returns [K,C,PooledH,PooledW] (or [C*PooledH*PooledW, K]
+// with Columns). Differentiable with respect to every level's features
+// (rois are not); a level that no RoI is assigned to gets a zero gradient.
+// A RoI whose batch index is outside [0,N) makes the graph's run fail.
+func MultiLevelRoIAlign(features []*G.Node, rois *G.Node, cfg MultiLevelRoIAlignConfig) (*G.Node, error) {
+	const op = "MultiLevelRoIAlign"
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if len(features) != len(cfg.Scales) {
+		return nil, fmt.Errorf("ops: %s: got %d feature maps for %d Scales", op, len(features), len(cfg.Scales))
+	}
+	if err := checkRank(op, "rois", rois, 2, "[K 5]"); err != nil {
+		return nil, err
+	}
+	if s := rois.Shape(); s[1] != 5 {
+		return nil, fmt.Errorf("ops: %s: rois must have shape [K 5], got %v", op, s)
+	}
+	s := multiRoIShape{cfg: cfg, k: rois.Shape()[0]}
+	var err error
+	for l, f := range features {
+		arg := fmt.Sprintf("features[%d]", l)
+		if err := checkRank(op, arg, f, 4, "[N C H W]"); err != nil {
+			return nil, err
+		}
+		fs := f.Shape()
+		for i, d := range fs {
+			if d <= 0 {
+				return nil, fmt.Errorf("ops: %s: %s must have positive sizes, got %v (dimension %d)", op, arg, fs, i)
+			}
+		}
+		if l == 0 {
+			if s.dt, err = floatDtype(op, arg, f); err != nil {
+				return nil, err
+			}
+			s.n, s.c = fs[0], fs[1]
+		} else if fs[0] != s.n || fs[1] != s.c {
+			return nil, fmt.Errorf("ops: %s: %s must have shape [%d %d H W] like features[0], got %v", op, arg, s.n, s.c, fs)
+		}
+		if err := sameDtype(op, s.dt, map[string]*G.Node{arg: f}); err != nil {
+			return nil, err
+		}
+		s.hw = append(s.hw, [2]int{fs[2], fs[3]})
+	}
+	if err := sameDtype(op, s.dt, map[string]*G.Node{"rois": rois}); err != nil {
+		return nil, err
+	}
+	inputs := append(append(G.Nodes{}, features...), rois)
+	return G.ApplyOp(&multiRoIOp{s}, inputs...)
+}
+
+// multiRoIShape is what the multi-level RoIAlign ops know at graph-build
+// time.
+type multiRoIShape struct {
+	cfg  MultiLevelRoIAlignConfig
+	n, c int
+	hw   [][2]int // per level
+	k    int
+	dt   tensor.Dtype
+}
+
+func (s multiRoIShape) levels() int { return len(s.hw) }
+
+func (s multiRoIShape) featShape(l int) tensor.Shape {
+	return tensor.Shape{s.n, s.c, s.hw[l][0], s.hw[l][1]}
+}
+
+func (s multiRoIShape) roiShape() tensor.Shape { return tensor.Shape{s.k, 5} }
+
+func (s multiRoIShape) outShape() tensor.Shape {
+	c := s.cfg
+	if c.Columns {
+		return tensor.Shape{s.c * c.PooledH * c.PooledW, s.k}
+	}
+	return tensor.Shape{s.k, s.c, c.PooledH, c.PooledW}
+}
+
+// params returns the kernels' description of level l for k RoIs.
+func (s multiRoIShape) params(l, k int) kernels.RoIAlignParams {
+	return kernels.RoIAlignParams{
+		N: s.n, C: s.c, H: s.hw[l][0], W: s.hw[l][1], K: k,
+		PooledH: s.cfg.PooledH, PooledW: s.cfg.PooledW,
+		SpatialScale:  s.cfg.Scales[l],
+		SamplingRatio: s.cfg.SamplingRatio,
+		Aligned:       s.cfg.Aligned,
+	}
+}
+
+func (s multiRoIShape) String() string {
+	c := s.cfg
+	var maps []string
+	for l := range s.hw {
+		maps = append(maps, fmt.Sprintf("%v@%v", s.featShape(l), c.Scales[l]))
+	}
+	return fmt.Sprintf("features=[%s],rois=%d,%v,pooled=%dx%d,sampling=%d,aligned=%t,canonical=%v@%d,columns=%t",
+		strings.Join(maps, " "), s.k, s.dt, c.PooledH, c.PooledW, c.SamplingRatio, c.Aligned,
+		c.CanonicalSize, c.CanonicalLevel, c.Columns)
+}
+
+// assign checks the RoIs' batch indices and returns, per level, the rows of
+// the RoIs it pools. The check is made here, over all rows, so that errors
+// name a RoI's row in rois rather than in its level's subset.
+func assign[T kernels.Float](s *multiRoIShape, rois []T) ([][]int, error) {
+	rows := make([][]int, s.levels())
+	for k := range s.k {
+		r := rois[k*5 : k*5+5]
+		if b := r[0]; !(b > -1 && b < T(s.n)) { // as kernels.RoIAlign*: NaN fails
+			return nil, fmt.Errorf("roi %d has batch index %v, want a value in [0, %d)", k, b, s.n)
+		}
+		l := s.cfg.Level(float64(r[1]), float64(r[2]), float64(r[3]), float64(r[4]))
+		rows[l] = append(rows[l], k)
+	}
+	return rows, nil
+}
+
+// gatherRoIs copies the listed rows of rois into a [len(rows), 5] array.
+func gatherRoIs[T kernels.Float](rois []T, rows []int) []T {
+	sub := make([]T, 5*len(rows))
+	for i, k := range rows {
+		copy(sub[i*5:i*5+5], rois[k*5:k*5+5])
+	}
+	return sub
+}
+
+// multiRoIForward pools every level's RoIs with the RoIAlign kernel into a
+// compact buffer and scatters the results into out's rows (or columns).
+func multiRoIForward[T kernels.Float](s *multiRoIShape, feats [][]T, rois, out []T) error {
+	rows, err := assign(s, rois)
+	if err != nil {
+		return err
+	}
+	d := s.c * s.cfg.PooledH * s.cfg.PooledW
+	for l, rs := range rows {
+		if len(rs) == 0 {
+			continue
+		}
+		buf := make([]T, len(rs)*d)
+		if err := kernels.RoIAlignForward(s.params(l, len(rs)), feats[l], gatherRoIs(rois, rs), buf); err != nil {
+			return fmt.Errorf("level %d: %w", l, err)
+		}
+		for i, k := range rs {
+			src := buf[i*d : (i+1)*d]
+			if !s.cfg.Columns {
+				copy(out[k*d:(k+1)*d], src)
+				continue
+			}
+			for r, v := range src {
+				out[r*s.k+k] = v
+			}
+		}
+	}
+	return nil
+}
+
+// multiRoIBackward computes the gradient of level l's features: it gathers
+// the output gradient of the level's RoIs and scatters it with the RoIAlign
+// backward kernel (which zeroes gradX first).
+func multiRoIBackward[T kernels.Float](s *multiRoIShape, l int, rois, gradOut, gradX []T) error {
+	rows, err := assign(s, rois)
+	if err != nil {
+		return err
+	}
+	rs := rows[l]
+	d := s.c * s.cfg.PooledH * s.cfg.PooledW
+	buf := make([]T, len(rs)*d)
+	for i, k := range rs {
+		dst := buf[i*d : (i+1)*d]
+		if !s.cfg.Columns {
+			copy(dst, gradOut[k*d:(k+1)*d])
+			continue
+		}
+		for r := range dst {
+			dst[r] = gradOut[r*s.k+k]
+		}
+	}
+	if err := kernels.RoIAlignBackward(s.params(l, len(rs)), gatherRoIs(rois, rs), buf, gradX); err != nil {
+		return fmt.Errorf("level %d: %w", l, err)
+	}
+	return nil
+}
+
+// multiRoIOp is the forward op: (features..., rois) -> pooled.
+type multiRoIOp struct{ multiRoIShape }
+
+func (op *multiRoIOp) Arity() int { return op.levels() + 1 }
+
+func (op *multiRoIOp) Type() hm.Type {
+	ranks := make([]int, 0, op.levels()+2)
+	for range op.levels() {
+		ranks = append(ranks, 4)
+	}
+	out := 4
+	if op.cfg.Columns {
+		out = 2
+	}
+	return fnType(append(ranks, 2, out)...)
+}
+
+func (op *multiRoIOp) ReturnsPtr() bool      { return false }
+func (op *multiRoIOp) CallsExtern() bool     { return false }
+func (op *multiRoIOp) OverwritesInput() int  { return -1 }
+func (op *multiRoIOp) String() string        { return "MultiLevelRoIAlign(" + op.multiRoIShape.String() + ")" }
+func (op *multiRoIOp) WriteHash(h hash.Hash) { writeHash(h, op) }
+func (op *multiRoIOp) Hashcode() uint32      { return hashOf(op) }
+
+func (op *multiRoIOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
+
+func (op *multiRoIOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+func (op *multiRoIOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	const name = "MultiLevelRoIAlign"
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
+	}
+	names := make([]string, len(in))
+	for l := range op.levels() {
+		names[l] = fmt.Sprintf("features[%d]", l)
+	}
+	names[op.levels()] = "rois"
+	if err := hostOnly(name, names, in); err != nil {
+		return nil, err
+	}
+	feats := make([]*tensor.Dense, op.levels())
+	for l := range feats {
+		var err error
+		if feats[l], err = dense(name, names[l], in[l], op.dt, op.featShape(l)); err != nil {
+			return nil, err
+		}
+	}
+	rois, err := dense(name, "rois", in[op.levels()], op.dt, op.roiShape())
+	if err != nil {
+		return nil, err
+	}
+	out := output(prealloc, op.dt, op.outShape())
+	switch op.dt {
+	case tensor.Float32:
+		f := make([][]float32, len(feats))
+		for l, t := range feats {
+			f[l] = t.Float32s()
+		}
+		err = multiRoIForward(&op.multiRoIShape, f, rois.Float32s(), out.Float32s())
+	default:
+		f := make([][]float64, len(feats))
+		for l, t := range feats {
+			f[l] = t.Float64s()
+		}
+		err = multiRoIForward(&op.multiRoIShape, f, rois.Float64s(), out.Float64s())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", name, err)
+	}
+	return out, nil
+}
+
+func (op *multiRoIOp) DiffWRT(inputs int) []bool {
+	d := make([]bool, inputs)
+	for l := range op.levels() {
+		d[l] = true
+	}
+	return d
+}
+
+func (op *multiRoIOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	if len(inputs) != op.Arity() {
+		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(inputs))
+	}
+	rois := inputs[op.levels()]
+	grads := make(G.Nodes, op.Arity())
+	for l := range op.levels() {
+		d, err := G.ApplyOp(&multiRoIGradOp{op.multiRoIShape, l}, rois, grad)
+		if err != nil {
+			return nil, fmt.Errorf("ops: MultiLevelRoIAlign backward: %w", err)
+		}
+		grads[l] = d
+	}
+	return grads, nil
+}
+
+// multiRoIGradOp is the backward op of one level: (rois, gradOut) ->
+// gradient of that level's features. One op per level keeps each gradient
+// a plain tensor; each reads only the rows of its own RoIs.
+type multiRoIGradOp struct {
+	multiRoIShape
+	level int
+}
+
+func (op *multiRoIGradOp) Arity() int { return 2 }
+
+func (op *multiRoIGradOp) Type() hm.Type {
+	out := 4
+	if op.cfg.Columns {
+		out = 2
+	}
+	return fnType(2, out, 4)
+}
+
+func (op *multiRoIGradOp) ReturnsPtr() bool     { return false }
+func (op *multiRoIGradOp) CallsExtern() bool    { return false }
+func (op *multiRoIGradOp) OverwritesInput() int { return -1 }
+func (op *multiRoIGradOp) String() string {
+	return fmt.Sprintf("MultiLevelRoIAlignGrad(level=%d,%v)", op.level, op.multiRoIShape.String())
+}
+func (op *multiRoIGradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
+func (op *multiRoIGradOp) Hashcode() uint32      { return hashOf(op) }
+
+func (op *multiRoIGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
+	return op.featShape(op.level), nil
+}
+
+func (op *multiRoIGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+func (op *multiRoIGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	const name = "MultiLevelRoIAlign backward"
+	if len(in) != 2 {
+		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
+	}
+	if err := hostOnly(name, []string{"rois", "grad"}, in); err != nil {
+		return nil, err
+	}
+	rois, err := dense(name, "rois", in[0], op.dt, op.roiShape())
+	if err != nil {
+		return nil, err
+	}
+	gy, err := dense(name, "grad", in[1], op.dt, op.outShape())
+	if err != nil {
+		return nil, err
+	}
+	gx := output(prealloc, op.dt, op.featShape(op.level))
+	switch op.dt {
+	case tensor.Float32:
+		err = multiRoIBackward(&op.multiRoIShape, op.level, rois.Float32s(), gy.Float32s(), gx.Float32s())
+	default:
+		err = multiRoIBackward(&op.multiRoIShape, op.level, rois.Float64s(), gy.Float64s(), gx.Float64s())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", name, err)
+	}
+	return gx, nil
+}
+
+func (op *multiRoIGradOp) DiffWRT(inputs int) []bool { return []bool{false, true} }
+
+func (op *multiRoIGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return nil, errNoSecondDerivative("MultiLevelRoIAlign")
+}
