@@ -50,6 +50,11 @@ type Device struct {
 	// (Engine.Memclr); the next Synchronize or ToHost returns it.
 	errMu    sync.Mutex
 	deferred error
+
+	// The status word (status.go) and the explanations waiting for it.
+	statusMu sync.Mutex
+	status   uint64
+	watchers []func(code int32) error
 }
 
 // Open opens GPU ordinal (0 is the first) and creates the Device's stream.
@@ -165,6 +170,10 @@ func (d *Device) sync(what string) error {
 // this package's error, adding any deferred error and, for errors of kernels
 // that ran earlier, how to find which kernel failed.
 func (d *Device) asyncError(what string, err error) error {
+	if err == nil {
+		// The stream is done: the status word is final.
+		err = d.checkStatus()
+	}
 	d.errMu.Lock()
 	deferred := d.deferred
 	d.deferred = nil

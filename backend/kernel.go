@@ -162,6 +162,9 @@ func (d *Device) launch(k *Kernel, cfg LaunchConfig, params unsafe.Pointer, size
 		if err := d.drv.synchronize(); err != nil {
 			return d.errorf("kernel %v (%v) failed: %w", k, cfg, err)
 		}
+		if err := d.checkStatus(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

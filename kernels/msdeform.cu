@@ -1,14 +1,22 @@
 // Multi-scale deformable attention (Deformable-DETR's MSDeformAttn), forward
 // and backward: the CUDA twins of kernels/msdeform.go.
 //
-// A group of G lanes (G a power of two <= 32, G <= D rounded up) works on one
-// (n, q, m): lane i handles channels d = i, i+G, ... so that the value reads,
-// the output writes and the grad_value atomics of a group touch consecutive
-// addresses. Sampling positions and bilinear taps are computed by every lane
-// of the group (they are cheap next to the memory traffic). In the backward
-// pass the gradients of the location and the attention weight are sums over
-// channels: the group reduces them with warp shuffles and one lane writes
-// them, with no atomics and no shared memory.
+// A group of lanes works on one (n, q, m). Consecutive groups are consecutive
+// queries of the same head, so the blocks of a launch sample neighbouring
+// places of one head's maps and share their cache lines (in the encoder,
+// neighbouring queries are neighbouring pixels).
+//
+// Forward: each lane owns V consecutive channels (a float4 or double2 when D
+// allows), so one load instruction of a group reads whole 16-byte pieces of a
+// pixel's channels, and points are taken U at a time so that their 4*U
+// corner loads are in flight together: the kernel is bound by the latency of
+// gathers, and this is what hides it.
+//
+// Backward: one lane per channel, so that the grad_value atomics of a group
+// hit consecutive addresses (CUDA 11.8 has no vector atomics). The gradients
+// of the location and the attention weight are sums over channels: the group
+// reduces them with warp shuffles and one lane writes them, with no atomics
+// and no shared memory.
 #include "bilinear.cuh"
 
 namespace stheno {
@@ -24,9 +32,12 @@ struct MSDeformParams {
   uint64_t grad_value;   // backward: [N,S,M,D], zeroed by the caller, scattered into
   uint64_t grad_loc;     // backward: [N,Lq,M,L,P,2], written
   uint64_t grad_weight;  // backward: [N,Lq,M,L,P], written
-  uint64_t levels;       // int32 [L][3]: H, W, first pixel of the level in S
+  uint64_t levels;       // int32 [L][3]: H, W, first pixel of the level in S; 0: use inline_levels
   int32_t n, s, m, d, lq, l, p;
-  int32_t group;         // lanes per (n, q, m)
+  int32_t group;         // lanes per (n, q, m), a power of two <= 32
+  // The level table itself when L <= kInlineLevels: passed with the launch,
+  // it needs no upload and is read from the constant bank.
+  int32_t inline_levels[3 * 16];
 };
 
 struct Level {
@@ -34,11 +45,12 @@ struct Level {
 };
 
 __device__ __forceinline__ Level level_of(const MSDeformParams& p, int l) {
+  if (p.levels == 0) return Level{p.inline_levels[3 * l], p.inline_levels[3 * l + 1], p.inline_levels[3 * l + 2]};
   const int* lv = reinterpret_cast<const int*>(p.levels) + 3 * l;
   return Level{__ldg(lv), __ldg(lv + 1), __ldg(lv + 2)};
 }
 
-// Sum of v over the G lanes of a group; every lane gets the sum. All 32 lanes
+// Sum of v over the lanes of a group; every lane gets the sum. All 32 lanes
 // of the warp must call it (groups tile warps exactly).
 template <typename T>
 __device__ __forceinline__ T group_sum(T v, int group) {
@@ -55,44 +67,133 @@ __device__ __forceinline__ bool level_taps(const T* loc, const Level& lv, Taps<T
   return grid_taps(y, x, lv.h, lv.w, t);
 }
 
-template <typename T>
+// (n, q, m) of group gid: with queries fastest (kHeads false), neighbouring
+// groups sample neighbouring places of one head's map and share cache lines;
+// with heads fastest they touch different heads' channels, which keeps
+// concurrent atomics off the same addresses.
+struct Query {
+  int n, q, m;
+  int64_t qm;  // index of (n, q, m) in the [N,Lq,M] layouts of loc, weight and out
+};
+
+template <bool kHeads>
+__device__ __forceinline__ Query query_of(const MSDeformParams& p, int64_t gid) {
+  Query r;
+  if (kHeads) {
+    r.m = static_cast<int>(gid % p.m);
+    const int64_t nq = gid / p.m;
+    r.q = static_cast<int>(nq % p.lq);
+    r.n = static_cast<int>(nq / p.lq);
+    r.qm = gid;
+    return r;
+  }
+  r.q = static_cast<int>(gid % p.lq);
+  const int64_t nm = gid / p.lq;
+  r.m = static_cast<int>(nm % p.m);
+  r.n = static_cast<int>(nm / p.m);
+  r.qm = (static_cast<int64_t>(r.n) * p.lq + r.q) * p.m + r.m;
+  return r;
+}
+
+// V consecutive elements loaded and stored as one vector.
+template <typename T, int V>
+struct Pack {
+  T v[V];
+};
+
+template <typename T, int V>
+__device__ __forceinline__ Pack<T, V> load_pack(const T* p) {
+  Pack<T, V> r;
+  if constexpr (V == 4 && sizeof(T) == 4) {
+    const float4 f = __ldg(reinterpret_cast<const float4*>(p));
+    r.v[0] = f.x, r.v[1] = f.y, r.v[2] = f.z, r.v[3] = f.w;
+  } else if constexpr (V == 2 && sizeof(T) == 8) {
+    const double2 f = __ldg(reinterpret_cast<const double2*>(p));
+    r.v[0] = f.x, r.v[1] = f.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) r.v[i] = __ldg(p + i);
+  }
+  return r;
+}
+
+template <typename T, int V>
+__device__ __forceinline__ void store_pack(T* p, const Pack<T, V>& r) {
+  if constexpr (V == 4 && sizeof(T) == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(r.v[0], r.v[1], r.v[2], r.v[3]);
+  } else if constexpr (V == 2 && sizeof(T) == 8) {
+    *reinterpret_cast<double2*>(p) = make_double2(r.v[0], r.v[1]);
+  } else {
+#pragma unroll
+    for (int i = 0; i < V; ++i) p[i] = r.v[i];
+  }
+}
+
+// Forward. V channels per lane; the caller guarantees D % V == 0 and that
+// value and out are 16-byte aligned when V > 1. U points at a time.
+template <typename T, int V, int U, bool kHeads>
 __device__ void msdeform_forward(const MSDeformParams& p) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t gid = tid / p.group;
   const int lane = static_cast<int>(tid % p.group);
-  const int64_t groups = static_cast<int64_t>(p.n) * p.lq * p.m;
-  if (gid >= groups) return;  // no shuffles in the forward pass
-  const int m = static_cast<int>(gid % p.m);
-  const int64_t nq = gid / p.m;  // n*Lq + q
-  const int n = static_cast<int>(nq / p.lq);
+  if (gid >= static_cast<int64_t>(p.n) * p.lq * p.m) return;  // no shuffles here
+  const Query qr = query_of<kHeads>(p, gid);
   const int lp = p.l * p.p;
-  const T* loc = reinterpret_cast<const T*>(p.loc) + gid * lp * 2;
-  const T* wgt = reinterpret_cast<const T*>(p.weight) + gid * lp;
+  const T* loc = reinterpret_cast<const T*>(p.loc) + qr.qm * lp * 2;
+  const T* wgt = reinterpret_cast<const T*>(p.weight) + qr.qm * lp;
   const T* value = reinterpret_cast<const T*>(p.value);
+  T* out = reinterpret_cast<T*>(p.out) + qr.qm * p.d;
   const int64_t pix_stride = static_cast<int64_t>(p.m) * p.d;  // between pixels in value
-  T* out = reinterpret_cast<T*>(p.out) + gid * p.d;
-  for (int d = lane; d < p.d; d += p.group) {
-    T acc = T(0);
+  for (int d0 = lane * V; d0 < p.d; d0 += p.group * V) {
+    Pack<T, V> acc;
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc.v[i] = T(0);
     for (int l = 0; l < p.l; ++l) {
       const Level lv = level_of(p, l);
-      const T* base = value + ((static_cast<int64_t>(n) * p.s + lv.start) * p.m + m) * p.d + d;
-      for (int pt = 0; pt < p.p; ++pt) {
-        const int i = l * p.p + pt;
-        Taps<T> t;
-        if (!level_taps(loc + 2 * i, lv, &t)) continue;
-        // Corners outside the map read 0, not value*0: a non-finite value
-        // at the offset-0 pixel must not leak into samples that skip it.
-        T v[4];
+      const T* base = value + ((static_cast<int64_t>(qr.n) * p.s + lv.start) * p.m + qr.m) * p.d + d0;
+      for (int pt0 = 0; pt0 < p.p; pt0 += U) {
+        Taps<T> t[U];
+        bool ok[U];
+        T a[U];
 #pragma unroll
-        for (int c = 0; c < 4; ++c) v[c] = t.in[c] ? __ldg(base + t.off[c] * pix_stride) : T(0);
-        acc += __ldg(wgt + i) * (t.w[0] * v[0] + t.w[1] * v[1] + t.w[2] * v[2] + t.w[3] * v[3]);
+        for (int u = 0; u < U; ++u) {
+          const int i = l * p.p + pt0 + u;
+          ok[u] = pt0 + u < p.p && level_taps(loc + 2 * i, lv, &t[u]);
+          a[u] = ok[u] ? __ldg(wgt + i) : T(0);
+        }
+        // All corner loads first, then the arithmetic: they overlap.
+        Pack<T, V> v[U][4];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            // Corners outside the map read 0, not value*0: a non-finite
+            // value at the offset-0 pixel must not leak into samples that
+            // skip it.
+            if (ok[u] && t[u].in[c]) {
+              v[u][c] = load_pack<T, V>(base + t[u].off[c] * pix_stride);
+            } else {
+#pragma unroll
+              for (int i = 0; i < V; ++i) v[u][c].v[i] = T(0);
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (!ok[u]) continue;  // adds nothing, not even weight*0
+#pragma unroll
+          for (int i = 0; i < V; ++i) {
+            acc.v[i] += a[u] * (t[u].w[0] * v[u][0].v[i] + t[u].w[1] * v[u][1].v[i] +
+                                t[u].w[2] * v[u][2].v[i] + t[u].w[3] * v[u][3].v[i]);
+          }
+        }
       }
     }
-    out[d] = acc;
+    store_pack<T, V>(out + d0, acc);
   }
 }
 
-template <typename T>
+template <typename T, int U, bool kHeads>
 __device__ void msdeform_backward(const MSDeformParams& p) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t groups = static_cast<int64_t>(p.n) * p.lq * p.m;
@@ -100,53 +201,68 @@ __device__ void msdeform_backward(const MSDeformParams& p) {
   const bool valid = tid / p.group < groups;
   const int64_t gid = valid ? tid / p.group : groups - 1;
   const int lane = static_cast<int>(tid % p.group);
-  const int m = static_cast<int>(gid % p.m);
-  const int n = static_cast<int>(gid / p.m / p.lq);
+  const Query qr = query_of<kHeads>(p, gid);
   const int lp = p.l * p.p;
-  const T* loc = reinterpret_cast<const T*>(p.loc) + gid * lp * 2;
-  const T* wgt = reinterpret_cast<const T*>(p.weight) + gid * lp;
-  const T* gout = reinterpret_cast<const T*>(p.grad_out) + gid * p.d;
+  const T* loc = reinterpret_cast<const T*>(p.loc) + qr.qm * lp * 2;
+  const T* wgt = reinterpret_cast<const T*>(p.weight) + qr.qm * lp;
+  const T* gout = reinterpret_cast<const T*>(p.grad_out) + qr.qm * p.d;
   const T* value = reinterpret_cast<const T*>(p.value);
   T* gvalue = reinterpret_cast<T*>(p.grad_value);
-  T* gloc = reinterpret_cast<T*>(p.grad_loc) + gid * lp * 2;
-  T* gwgt = reinterpret_cast<T*>(p.grad_weight) + gid * lp;
+  T* gloc = reinterpret_cast<T*>(p.grad_loc) + qr.qm * lp * 2;
+  T* gwgt = reinterpret_cast<T*>(p.grad_weight) + qr.qm * lp;
   const int64_t pix_stride = static_cast<int64_t>(p.m) * p.d;
   for (int l = 0; l < p.l; ++l) {
     const Level lv = level_of(p, l);
-    const int64_t base_off = ((static_cast<int64_t>(n) * p.s + lv.start) * p.m + m) * p.d;
-    for (int pt = 0; pt < p.p; ++pt) {
-      const int i = l * p.p + pt;
-      Taps<T> t;
-      const bool ok = level_taps(loc + 2 * i, lv, &t);  // same for every lane of the group
-      const T a = wgt[i];
-      T dw = T(0), dx = T(0), dy = T(0);
-      if (ok && valid) {
-        const T hy = T(1) - t.ly, hx = T(1) - t.lx;
-        for (int d = lane; d < p.d; d += p.group) {
-          const T g = __ldg(gout + d);
-          const T* b = value + base_off + d;
-          T v[4];
+    const int64_t base_off = ((static_cast<int64_t>(qr.n) * p.s + lv.start) * p.m + qr.m) * p.d;
+    for (int pt0 = 0; pt0 < p.p; pt0 += U) {
+      Taps<T> t[U];
+      bool ok[U];
+      T a[U], dw[U], dx[U], dy[U];
 #pragma unroll
-          for (int c = 0; c < 4; ++c) v[c] = t.in[c] ? __ldg(b + t.off[c] * pix_stride) : T(0);
-          dw += g * (t.w[0] * v[0] + t.w[1] * v[1] + t.w[2] * v[2] + t.w[3] * v[3]);
-          // d(sample)/dx and /dy of the bilinear form, corners outside being 0.
-          dx += g * (hy * (v[1] - v[0]) + t.ly * (v[3] - v[2]));
-          dy += g * (hx * (v[2] - v[0]) + t.lx * (v[3] - v[1]));
-          const T ag = a * g;
+      for (int u = 0; u < U; ++u) {
+        const int i = l * p.p + pt0 + u;
+        // The same for every lane of the group.
+        ok[u] = valid && pt0 + u < p.p && level_taps(loc + 2 * i, lv, &t[u]);
+        a[u] = ok[u] ? wgt[i] : T(0);
+        dw[u] = dx[u] = dy[u] = T(0);
+      }
+      for (int d = lane; d < p.d; d += p.group) {
+        const T g = valid ? __ldg(gout + d) : T(0);
+        T v[U][4];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            if (t.in[c]) atomicAdd(gvalue + base_off + d + t.off[c] * pix_stride, t.w[c] * ag);
+            v[u][c] = ok[u] && t[u].in[c] ? __ldg(value + base_off + d + t[u].off[c] * pix_stride) : T(0);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          if (!ok[u]) continue;
+          const T hy = T(1) - t[u].ly, hx = T(1) - t[u].lx;
+          const T tg = g * a[u];
+          dw[u] += g * (t[u].w[0] * v[u][0] + t[u].w[1] * v[u][1] + t[u].w[2] * v[u][2] + t[u].w[3] * v[u][3]);
+          // d(sample)/dx and /dy of the bilinear form, corners outside being 0.
+          dx[u] += tg * (hy * (v[u][1] - v[u][0]) + t[u].ly * (v[u][3] - v[u][2]));
+          dy[u] += tg * (hx * (v[u][2] - v[u][0]) + t[u].lx * (v[u][3] - v[u][1]));
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            if (t[u].in[c]) atomicAdd(gvalue + base_off + d + t[u].off[c] * pix_stride, t[u].w[c] * tg);
           }
         }
       }
-      dw = group_sum(dw, p.group);
-      dx = group_sum(dx, p.group);
-      dy = group_sum(dy, p.group);
-      if (valid && lane == 0) {
-        gwgt[i] = dw;
-        // x = loc_x*W - 0.5, so d/dloc_x = W * d/dx.
-        gloc[2 * i] = a * dx * static_cast<T>(lv.w);
-        gloc[2 * i + 1] = a * dy * static_cast<T>(lv.h);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const T sw = group_sum(dw[u], p.group);
+        const T sx = group_sum(dx[u], p.group);
+        const T sy = group_sum(dy[u], p.group);
+        const int i = l * p.p + pt0 + u;
+        if (valid && lane == 0 && pt0 + u < p.p) {
+          gwgt[i] = sw;
+          // x = loc_x*W - 0.5, so d/dloc_x = W * d/dx.
+          gloc[2 * i] = static_cast<T>(lv.w) * sx;
+          gloc[2 * i + 1] = static_cast<T>(lv.h) * sy;
+        }
       }
     }
   }
@@ -154,9 +270,23 @@ __device__ void msdeform_backward(const MSDeformParams& p) {
 
 }  // namespace stheno
 
+// Variants: _v<V> loads V channels per lane, _u<U> takes U points at a
+// time, _h orders groups heads-fastest (queries-fastest otherwise). ops picks
+// the default; the others are kept for BenchmarkGPUMSDeformAttnVariants.
+#define STHENO_FWD(name, T, V, U, H) \
+  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_forward<T, V, U, H>(p); }
+#define STHENO_BWD(name, T, U, H) \
+  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_backward<T, U, H>(p); }
+
 extern "C" {
-__global__ void msdeform_forward_f32(stheno::MSDeformParams p) { stheno::msdeform_forward<float>(p); }
-__global__ void msdeform_forward_f64(stheno::MSDeformParams p) { stheno::msdeform_forward<double>(p); }
-__global__ void msdeform_backward_f32(stheno::MSDeformParams p) { stheno::msdeform_backward<float>(p); }
-__global__ void msdeform_backward_f64(stheno::MSDeformParams p) { stheno::msdeform_backward<double>(p); }
+STHENO_FWD(msdeform_forward_f32_v1_u1, float, 1, 1, false)
+STHENO_FWD(msdeform_forward_f32_v4_u1, float, 4, 1, false)
+STHENO_FWD(msdeform_forward_f32_v4_u1_h, float, 4, 1, true)
+STHENO_FWD(msdeform_forward_f32_v4_u2, float, 4, 2, false)
+STHENO_FWD(msdeform_forward_f64_v1_u1, double, 1, 1, false)
+STHENO_FWD(msdeform_forward_f64_v2_u1, double, 2, 1, false)
+STHENO_BWD(msdeform_backward_f32_u1, float, 1, false)
+STHENO_BWD(msdeform_backward_f32_u1_h, float, 1, true)
+STHENO_BWD(msdeform_backward_f32_u2_h, float, 2, true)
+STHENO_BWD(msdeform_backward_f64_u1_h, double, 1, true)
 }

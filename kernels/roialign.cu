@@ -1,12 +1,18 @@
 // RoIAlign forward and backward, the CUDA twins of kernels/roialign.go.
 //
-// One block per (RoI, group of channels). The block first computes the
-// bilinear taps of every sample of every bin of its RoI into shared memory,
-// once, and then its threads walk (channel, bin) pairs, bins fastest, reading
-// the taps back: the geometry is shared by all channels instead of being
-// recomputed per output element, and output writes are coalesced. The
-// backward pass scatters g*w/count onto the taps with atomicAdd into a
-// gradient the op has zeroed.
+// The input is NCHW, where the 4 taps of one sample lie in one channel map
+// and a warp that gathers taps for 32 outputs touches up to 32 scattered
+// cache lines per load: that, not arithmetic, is what bounds a
+// one-thread-per-output kernel such as torchvision's. These kernels first
+// transpose the input to channels-last (NHWC) with one coalesced pass; then
+// a warp works on one bin of one RoI with its lanes on 32 consecutive
+// channels, so every tap is one 128-byte load (or atomic) shared by the
+// warp. Outputs are staged in shared memory and written bins-fastest, so
+// writes stay coalesced in the NCHW-like [K,C,PH,PW] output.
+//
+// Backward mirrors it: gradients of the outputs are staged the same way,
+// scattered with coalesced atomicAdds into a zeroed channels-last gradient,
+// which a last pass transposes back to NCHW.
 #include "bilinear.cuh"
 
 namespace stheno {
@@ -14,26 +20,43 @@ namespace stheno {
 // Launch parameters, passed by value. Mirrors roiAlignArgs in ops (Go); keep
 // field order and types in step.
 struct RoIAlignParams {
-  uint64_t feat;    // forward: x [N,C,H,W] (read); backward: grad_x (scattered into)
+  uint64_t feat;    // channels-last [N,H,W,C]: forward: x (read); backward: grad_x (scattered into)
   uint64_t rois;    // [K,5] rows (batch_index, x1, y1, x2, y2)
   uint64_t pooled;  // forward: out [K,C,PH,PW] (written); backward: grad_out (read)
   uint64_t status;  // int status word, see Status in bilinear.cuh
   double spatial_scale;
   int32_t n, c, h, w, k;
   int32_t pooled_h, pooled_w;
-  int32_t sampling_ratio;    // <= 0: adaptive
-  int32_t aligned;           // bool
-  int32_t channels_per_block;
-  int32_t max_taps;          // taps that fit in the dynamic shared memory
-  int32_t max_adaptive_grid; // adaptive samples per bin side above which a RoI is an error
+  int32_t sampling_ratio;     // <= 0: adaptive
+  int32_t aligned;            // bool
+  int32_t max_adaptive_grid;  // adaptive samples per bin side above which a RoI is an error
 };
 
-// A tap as stored in shared memory: the four corners of one sample.
+// A block is one RoI: 8 warps, each on groups of 32 channels (one per lane).
+constexpr int kWarps = 8;
+
+// A sample's four taps as kept in shared memory, read by a warp with two
+// broadcast loads.
 template <typename T>
-struct SharedTap {
+struct alignas(16) SharedTap {
   int off[4];
   T w[4];
 };
+
+// Bins per output tile of a warp: [32 channels][tile_bins] staged in shared
+// memory so that the [K,C,PH,PW] output is written (and, backward, read)
+// bins-fastest, coalesced.
+template <typename T>
+__host__ __device__ constexpr int tile_bins() {
+  return sizeof(T) == 4 ? 32 : 16;
+}
+
+// Taps a block keeps in shared memory at once: what is left of the 48 KB of
+// static shared memory next to the warps' tiles (12 KB).
+template <typename T>
+__host__ __device__ constexpr int max_taps() {
+  return sizeof(T) == 4 ? 384 : 256;
+}
 
 template <typename T>
 struct RoIGeom {
@@ -104,131 +127,197 @@ __device__ int roi_geometry(const RoIAlignParams& p, const T* __restrict__ roi, 
 }
 
 // Taps of sample (iy, ix) of bin (ph, pw): same expression and order as
-// planBins in roialign.go. A sample outside the map gets zero weights.
+// planBins in roialign.go. Returns false for a sample outside the map.
 template <typename T>
-__device__ __forceinline__ SharedTap<T> plan_sample(const RoIAlignParams& p, const RoIGeom<T>& g,
-                                                    int ph, int pw, int iy, int ix) {
+__device__ __forceinline__ bool sample_taps(const RoIAlignParams& p, const RoIGeom<T>& g, int ph, int pw, int iy,
+                                            int ix, Taps<T>* t) {
   const T y = g.start_y + static_cast<T>(ph) * g.bin_h +
               static_cast<T>(static_cast<float>(iy) + 0.5f) * g.bin_h / static_cast<T>(g.grid_h);
   const T x = g.start_x + static_cast<T>(pw) * g.bin_w +
               static_cast<T>(static_cast<float>(ix) + 0.5f) * g.bin_w / static_cast<T>(g.grid_w);
-  Taps<T> t;
-  SharedTap<T> s;
-  if (roi_taps(y, x, p.h, p.w, &t)) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      s.off[i] = t.off[i];
-      s.w[i] = t.w[i];
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      s.off[i] = 0;
-      s.w[i] = T(0);
-    }
-  }
-  return s;
+  return roi_taps(y, x, p.h, p.w, t);
 }
 
+// The work a block shares out: RoI geometry, its taps in shared memory,
+// and each warp's output tile.
 template <typename T>
-__device__ __forceinline__ T weighted(const SharedTap<T>& s, const T* __restrict__ m) {
-  return s.w[0] * __ldg(m + s.off[0]) + s.w[1] * __ldg(m + s.off[1]) + s.w[2] * __ldg(m + s.off[2]) +
-         s.w[3] * __ldg(m + s.off[3]);
-}
+struct Block {
+  SharedTap<T> taps[max_taps<T>()];
+  T tile[kWarps][32][tile_bins<T>() + 1];  // +1: no bank conflicts on the transposed access
+};
 
+// plan_chunk fills taps for bins [b0, b0+nb) of a RoI, bin-major, sample-
+// major (iy, ix) within a bin: the CPU twin's order. Samples outside the map
+// get zero weights. Every thread of the block takes part.
 template <typename T>
-__device__ __forceinline__ void scatter(const SharedTap<T>& s, T grad, T count, T* m) {
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    // (g*w)/count: torchvision's order of operations. Zero weights are
-    // corners outside the map or samples outside it.
-    if (s.w[i] != T(0)) atomicAdd(m + s.off[i], grad * s.w[i] / count);
-  }
-}
-
-// One output (forward) or one output gradient (backward) of channel c and
-// bin, reading taps [first, first+samples) from shared memory, or computing
-// them on the fly when tp is null (bins too large for shared memory).
-template <typename T, bool kBackward>
-__device__ __forceinline__ void visit_bin(const RoIAlignParams& p, const RoIGeom<T>& g, int64_t roi,
-                                          int c, int bin, const SharedTap<T>* tp) {
-  const int bins = p.pooled_h * p.pooled_w;
-  const int64_t map = static_cast<int64_t>(p.h) * p.w;
-  const int64_t feat_off = (static_cast<int64_t>(g.batch) * p.c + c) * map;
-  const int64_t out_off = (roi * p.c + c) * bins + bin;
+__device__ void plan_chunk(const RoIAlignParams& p, const RoIGeom<T>& g, int b0, int nb, SharedTap<T>* taps) {
   const int samples = g.grid_h * g.grid_w;
-  const int ph = bin / p.pooled_w, pw = bin % p.pooled_w;
-  if (!kBackward) {
-    const T* m = reinterpret_cast<const T*>(p.feat) + feat_off;
-    T sum = T(0);
-    for (int s = 0; s < samples; ++s) {
-      const SharedTap<T> t = tp ? tp[s] : plan_sample(p, g, ph, pw, s / g.grid_w, s % g.grid_w);
-      sum += weighted(t, m);
+  for (int i = threadIdx.x; i < nb * samples; i += blockDim.x) {
+    const int bin = b0 + i / samples, s = i % samples;
+    Taps<T> t;
+    SharedTap<T> st;
+    const bool ok = sample_taps(p, g, bin / p.pooled_w, bin % p.pooled_w, s / g.grid_w, s % g.grid_w, &t);
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      st.off[c] = ok ? t.off[c] : 0;
+      st.w[c] = ok ? t.w[c] : T(0);
     }
-    reinterpret_cast<T*>(p.pooled)[out_off] = sum / g.count;
-  } else {
-    T* m = reinterpret_cast<T*>(p.feat) + feat_off;
-    const T grad = __ldg(reinterpret_cast<const T*>(p.pooled) + out_off);
-    for (int s = 0; s < samples; ++s) {
-      const SharedTap<T> t = tp ? tp[s] : plan_sample(p, g, ph, pw, s / g.grid_w, s % g.grid_w);
-      scatter(t, grad, g.count, m);
-    }
+    taps[i] = st;
   }
 }
 
+// The taps of sample s of bin (ph, pw), from shared memory or, for bins with
+// more samples than shared memory holds, computed on the spot.
+template <typename T>
+__device__ __forceinline__ SharedTap<T> tap_of(const RoIAlignParams& p, const RoIGeom<T>& g, const SharedTap<T>* bt,
+                                               int ph, int pw, int s) {
+  if (bt != nullptr) return bt[s];
+  Taps<T> t;
+  SharedTap<T> st;
+  const bool ok = sample_taps(p, g, ph, pw, s / g.grid_w, s % g.grid_w, &t);
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    st.off[c] = ok ? t.off[c] : 0;
+    st.w[c] = ok ? t.w[c] : T(0);
+  }
+  return st;
+}
+
+// One block per RoI. The block plans the taps of a chunk of bins once, in
+// shared memory; then each warp takes a group of 32 channels and, lane per
+// channel, sums every bin's samples from the channels-last input (each tap
+// one coalesced load for the warp), in the CPU twin's order. A warp stages
+// its [32 channels x bins] results and writes them bins-fastest.
 template <typename T, bool kBackward>
 __device__ void roialign(const RoIAlignParams& p) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  SharedTap<T>* taps = reinterpret_cast<SharedTap<T>*>(smem_raw);
-
+  __shared__ Block<T> sh;
+  constexpr int kTile = tile_bins<T>();
   const int64_t roi = blockIdx.x;
-  const int c0 = blockIdx.y * p.channels_per_block;
-  const int c1 = min(c0 + p.channels_per_block, p.c);
-  const int nc = c1 - c0;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int bins = p.pooled_h * p.pooled_w;
+  const int64_t pix = p.c;  // elements between pixels, channels-last
 
   RoIGeom<T> g;
   const int status = roi_geometry(p, reinterpret_cast<const T*>(p.rois) + roi * 5, &g);
   if (status != kStatusOK) {
-    if (threadIdx.x == 0 && blockIdx.y == 0) atomicMax(reinterpret_cast<int*>(p.status), status);
+    if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(p.status), status);
     if (!kBackward) {
       // Defined output rather than garbage; the op reports the error.
-      T* out = reinterpret_cast<T*>(p.pooled);
-      for (int i = threadIdx.x; i < nc * bins; i += blockDim.x) {
-        out[(roi * p.c + c0 + i / bins) * bins + i % bins] = T(0);
-      }
+      T* out = reinterpret_cast<T*>(p.pooled) + roi * p.c * bins;
+      for (int64_t i = threadIdx.x; i < static_cast<int64_t>(p.c) * bins; i += blockDim.x) out[i] = T(0);
     }
     return;
   }
   const int samples = g.grid_h * g.grid_w;
-  // Bins whose taps fit in shared memory at once; 0 when even one bin's do not.
-  const int chunk = samples == 0 ? bins : min(bins, p.max_taps / samples);
-  if (chunk == 0) {
-    for (int i = threadIdx.x; i < nc * bins; i += blockDim.x) {
-      visit_bin<T, kBackward>(p, g, roi, c0 + i / bins, i % bins, nullptr);
+  // Bins per chunk: as many as fit the taps budget, at most a tile; 0 when
+  // one bin alone has more samples than the budget (taps computed on the spot).
+  const int chunk = samples == 0 ? kTile : min(kTile, max_taps<T>() / samples);
+  const int step = chunk > 0 ? chunk : kTile;
+  const int64_t feat0 = static_cast<int64_t>(g.batch) * p.h * p.w * p.c;
+  T (*tile)[kTile + 1] = sh.tile[warp];
+
+  for (int b0 = 0; b0 < bins; b0 += step) {
+    const int nb = min(step, bins - b0);
+    if (chunk > 0) {
+      __syncthreads();  // the previous chunk's taps are no longer read
+      plan_chunk(p, g, b0, nb, sh.taps);
+      __syncthreads();
     }
-    return;
-  }
-  for (int b0 = 0; b0 < bins; b0 += chunk) {
-    const int nb = min(chunk, bins - b0);
-    __syncthreads();  // the previous chunk's taps are no longer read
-    for (int i = threadIdx.x; i < nb * samples; i += blockDim.x) {
-      const int bin = b0 + i / samples, s = i % samples;
-      taps[i] = plan_sample(p, g, bin / p.pooled_w, bin % p.pooled_w, s / g.grid_w, s % g.grid_w);
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < nc * nb; i += blockDim.x) {
-      const int c = c0 + i / nb, j = i % nb;
-      visit_bin<T, kBackward>(p, g, roi, c, b0 + j, taps + j * samples);
+    for (int c0 = warp * 32; c0 < p.c; c0 += kWarps * 32) {
+      const int c = c0 + lane;
+      const int nc = min(32, p.c - c0);
+      if (kBackward) {
+        // Stage the output gradients of these channels and bins.
+        const T* gout = reinterpret_cast<const T*>(p.pooled);
+        for (int i = lane; i < nc * nb; i += 32) {
+          tile[i / nb][i % nb] = __ldg(gout + (roi * p.c + c0 + i / nb) * bins + b0 + i % nb);
+        }
+        __syncwarp();
+      }
+      for (int j = 0; j < nb; ++j) {
+        const int bin = b0 + j, ph = bin / p.pooled_w, pw = bin % p.pooled_w;
+        const SharedTap<T>* bt = chunk > 0 ? sh.taps + j * samples : nullptr;
+        if (!kBackward) {
+          T sum = T(0);
+          if (c < p.c) {
+            const T* m = reinterpret_cast<const T*>(p.feat) + feat0 + c;
+            for (int s = 0; s < samples; ++s) {
+              const SharedTap<T> t = tap_of(p, g, bt, ph, pw, s);
+              sum += t.w[0] * __ldg(m + t.off[0] * pix) + t.w[1] * __ldg(m + t.off[1] * pix) +
+                     t.w[2] * __ldg(m + t.off[2] * pix) + t.w[3] * __ldg(m + t.off[3] * pix);
+            }
+          }
+          tile[lane][j] = sum / g.count;
+        } else if (c < p.c) {
+          T* m = reinterpret_cast<T*>(p.feat) + feat0 + c;
+          const T grad = tile[lane][j];
+          for (int s = 0; s < samples; ++s) {
+            const SharedTap<T> t = tap_of(p, g, bt, ph, pw, s);
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              // (g*w)/count: torchvision's order of operations. Zero
+              // weights are corners, or samples, outside the map.
+              if (t.w[i] != T(0)) atomicAdd(m + t.off[i] * pix, grad * t.w[i] / g.count);
+            }
+          }
+        }
+      }
+      __syncwarp();
+      if (!kBackward) {
+        T* out = reinterpret_cast<T*>(p.pooled);
+        for (int i = lane; i < nc * nb; i += 32) {
+          out[(roi * p.c + c0 + i / nb) * bins + b0 + i % nb] = tile[i / nb][i % nb];
+        }
+      }
+      __syncwarp();  // the tile is reused by the next channel group
     }
   }
 }
 
+// Transposes [N][A][B] to [N][B][A] through shared-memory tiles of 32 rows
+// of A by kTB columns of B, reads and writes both coalesced: NCHW <-> NHWC
+// with (A, B) = (C, HW) or (HW, C). A block of 32x8 threads moves a whole
+// tile, 4*kTB/32 elements per thread, so that many loads are in flight.
+template <typename T, int kTB>
+__device__ void transpose(const T* __restrict__ in, T* __restrict__ out, int a, int b) {
+  __shared__ T tile[32][kTB + 1];
+  const int64_t plane = static_cast<int64_t>(a) * b;
+  in += blockIdx.z * plane;
+  out += blockIdx.z * plane;
+  const int b0 = blockIdx.x * kTB, a0 = blockIdx.y * 32;
+#pragma unroll
+  for (int j = 0; j < kTB; j += 32) {
+#pragma unroll
+    for (int i = threadIdx.y; i < 32; i += 8) {
+      const int ai = a0 + i, bi = b0 + j + threadIdx.x;
+      if (ai < a && bi < b) tile[i][j + threadIdx.x] = __ldg(in + static_cast<int64_t>(ai) * b + bi);
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int j = threadIdx.y; j < kTB; j += 8) {
+    const int bi = b0 + j, ai = a0 + threadIdx.x;
+    if (ai < a && bi < b) out[static_cast<int64_t>(bi) * a + ai] = tile[threadIdx.x][j];
+  }
+}
+
+struct TransposeParams {
+  uint64_t in, out;
+  int32_t a, b;  // each of the N planes is a x b in, b x a out
+};
+
 }  // namespace stheno
 
 extern "C" {
-__global__ void roialign_forward_f32(stheno::RoIAlignParams p) { stheno::roialign<float, false>(p); }
-__global__ void roialign_forward_f64(stheno::RoIAlignParams p) { stheno::roialign<double, false>(p); }
-__global__ void roialign_backward_f32(stheno::RoIAlignParams p) { stheno::roialign<float, true>(p); }
-__global__ void roialign_backward_f64(stheno::RoIAlignParams p) { stheno::roialign<double, true>(p); }
+__global__ void __launch_bounds__(256) roialign_forward_f32(stheno::RoIAlignParams p) { stheno::roialign<float, false>(p); }
+__global__ void __launch_bounds__(256) roialign_forward_f64(stheno::RoIAlignParams p) { stheno::roialign<double, false>(p); }
+__global__ void __launch_bounds__(256) roialign_backward_f32(stheno::RoIAlignParams p) { stheno::roialign<float, true>(p); }
+__global__ void __launch_bounds__(256) roialign_backward_f64(stheno::RoIAlignParams p) { stheno::roialign<double, true>(p); }
+// kTB of transpose: tiles of 32 x 128 (float) or 32 x 64 (double), 16 KB.
+__global__ void __launch_bounds__(256) transpose_f32(stheno::TransposeParams p) {
+  stheno::transpose<float, 128>(reinterpret_cast<const float*>(p.in), reinterpret_cast<float*>(p.out), p.a, p.b);
+}
+__global__ void __launch_bounds__(256) transpose_f64(stheno::TransposeParams p) {
+  stheno::transpose<double, 64>(reinterpret_cast<const double*>(p.in), reinterpret_cast<double*>(p.out), p.a, p.b);
+}
 }

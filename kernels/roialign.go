@@ -219,11 +219,3 @@ func grow[E any](s []E, n int) []E {
 	}
 	return s[:n]
 }
-
-// RoIAlignCheckRoIs returns the error RoIAlignForward would return for these
-// RoIs, without computing anything. The GPU path uses it to explain a bad
-// status its kernel reported.
-func RoIAlignCheckRoIs[T Float](p RoIAlignParams, rois []T) error {
-	_, err := roiGeometries(&p, rois)
-	return err
-}

@@ -100,39 +100,3 @@ func fitsInt32(op string, sizes map[string]int) error {
 	}
 	return nil
 }
-
-// statusWord is a device int32 that a kernel raises (atomicMax) when the data
-// it was given is bad in a way only the data can tell, such as a RoI's batch
-// index. Reading it waits for the kernel.
-type statusWord struct {
-	dev *backend.Device
-	t   *tensor.Dense
-}
-
-func newStatusWord(op string, dev *backend.Device) (*statusWord, backend.DevicePtr, error) {
-	t, err := dev.NewDense(tensor.Int32, 1)
-	if err != nil {
-		return nil, 0, fmt.Errorf("ops: %s: status word: %w", op, err)
-	}
-	if err := dev.Zero(t); err != nil {
-		return nil, 0, fmt.Errorf("ops: %s: status word: %w", op, err)
-	}
-	p, err := dev.Ptr(t)
-	if err != nil {
-		return nil, 0, fmt.Errorf("ops: %s: status word: %w", op, err)
-	}
-	return &statusWord{dev: dev, t: t}, p, nil
-}
-
-// read waits for the stream, frees the word and returns its value. It also
-// returns the error of any kernel that failed before it.
-func (s *statusWord) read() (int32, error) {
-	h, err := s.dev.ToHost(s.t)
-	if ferr := s.dev.FreeDense(s.t); err == nil {
-		err = ferr
-	}
-	if err != nil {
-		return 0, err
-	}
-	return h.Data().([]int32)[0], nil
-}

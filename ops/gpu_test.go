@@ -158,27 +158,44 @@ func TestGPURoIAlignParity(t *testing.T) {
 	}
 }
 
+// Bad RoIs are reported by the next call that waits for the GPU, as any
+// error of asynchronous GPU work; the Device stays usable.
 func TestGPURoIAlignRunTimeErrors(t *testing.T) {
 	dev := gpu(t)
+	if err := dev.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for _, c := range []struct {
 			roi  []float64
 			cfg  RoIAlignConfig
 			want string
 		}{
-			{[]float64{0, 0, 0, 1, 1, 2, 0, 0, 1, 1}, RoIAlignConfig{1, 1, 1, 2, true}, "roi 1 has batch index 2, want a value in [0, 2)"},
-			{[]float64{0, 0, 0, 1, 1, math.NaN(), 0, 0, 1, 1}, RoIAlignConfig{1, 1, 1, 2, true}, "roi 1 has batch index NaN"},
+			{[]float64{0, 0, 0, 1, 1, 2, 0, 0, 1, 1}, RoIAlignConfig{1, 1, 1, 2, true}, "ops: RoIAlign: a RoI has a batch index outside [0, 2) or NaN"},
+			{[]float64{0, 0, 0, 1, 1, math.NaN(), 0, 0, 1, 1}, RoIAlignConfig{1, 1, 1, 2, true}, "a RoI has a batch index outside [0, 2) or NaN"},
 			{[]float64{0, 0, 0, 1e7, 1, 0, 0, 0, 1, 1}, RoIAlignConfig{1, 1, 1, 0, true}, "use a fixed SamplingRatio"},
 		} {
 			s := roiAlignShape{cfg: c.cfg, n: 2, c: 1, h: 4, w: 4, k: 2, dt: dt}
 			rois := toDev(t, dev, fromFloat64s(dt, c.roi, 2, 5))
 			x := toDev(t, dev, rampImages(dt))
-			if _, err := (&roiAlignOp{s}).Do(x, rois); err == nil || !strings.Contains(err.Error(), c.want) {
+			_, err := (&roiAlignOp{s}).Do(x, rois)
+			if err == nil {
+				err = dev.Synchronize()
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%v forward: error %v, want one containing %q", dt, err, c.want)
 			}
 			gy := toDev(t, dev, tensor.New(tensor.Of(dt), tensor.WithShape(2, 1, 1, 1)))
-			if _, err := (&roiAlignGradOp{s}).Do(rois, gy); err == nil || !strings.Contains(err.Error(), c.want) {
+			_, err = (&roiAlignGradOp{s}).Do(rois, gy)
+			if err == nil {
+				err = dev.Synchronize()
+			}
+			if err == nil || !strings.Contains(strings.ReplaceAll(err.Error(), "RoIAlign backward", "RoIAlign"), c.want) {
 				t.Errorf("%v backward: error %v, want one containing %q", dt, err, c.want)
+			}
+			// The error is reported once.
+			if err := dev.Synchronize(); err != nil {
+				t.Fatalf("%v: the next wait failed too: %v", dt, err)
 			}
 		}
 	}
@@ -221,6 +238,8 @@ func TestGPUMSDeformAttnParity(t *testing.T) {
 		{"D=48 (two channel passes)", 1, 5, 2, 48, []Level{{4, 4}, {2, 3}}, 2, -0.5, 1.5, false},
 		{"D=1", 2, 3, 1, 1, []Level{{3, 3}}, 1, 0, 1, false},
 		{"NaN locations", 1, 9, 2, 8, []Level{{5, 5}, {3, 2}}, 2, -0.2, 1.2, true},
+		// More levels than travel with the launch: the table is uploaded.
+		{"17 levels", 1, 4, 2, 4, manyLevels(msDeformInlineLevels + 1), 2, 0, 1, false},
 	}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for i, c := range cases {
@@ -248,6 +267,14 @@ func TestGPUMSDeformAttnParity(t *testing.T) {
 			})
 		}
 	}
+}
+
+func manyLevels(n int) []Level {
+	levels := make([]Level, n)
+	for i := range levels {
+		levels[i] = Level{H: 1 + i%3, W: 2 + i%2}
+	}
+	return levels
 }
 
 // Gradient checks with the ops on the GPU: inputs and the loss stay on the

@@ -19,145 +19,181 @@ type roiAlignArgs struct {
 	PooledH, PooledW           int32
 	SamplingRatio              int32
 	Aligned                    int32
-	ChannelsPerBlock           int32
-	MaxTaps                    int32
 	MaxAdaptiveGrid            int32
 }
 
-const (
-	roiAlignBlock = 256
-	// roiAlignSharedBytes bounds the taps a block keeps in shared memory.
-	// Fixed sampling needs bins*ratio² taps (196 for 7x7 bins of 2x2
-	// samples, 6 KB); adaptive sampling takes up to this much and falls back
-	// to computing taps on the fly for bins with more samples.
-	roiAlignSharedBytes = 24 << 10
-)
-
-// roiTapBytes is sizeof(SharedTap<T>): four int offsets and four weights.
-func roiTapBytes(dt tensor.Dtype) int {
-	return 4*4 + 4*int(dt.Size())
+// transposeArgs mirrors TransposeParams in kernels/roialign.cu.
+type transposeArgs struct {
+	In, Out backend.DevicePtr
+	A, B    int32
 }
 
-// launchRoIAlign runs roialign_{forward,backward}_{f32,f64}. feat and pooled
-// are x and out (forward) or grad_x and grad_out (backward); rois is read to
-// explain a bad status.
+const roiAlignBlock = 256 // kWarps warps of roialign.cu
+
+// transposeLaunch queues the transpose of n planes of a x b elements (NCHW
+// to NHWC with a=C, b=H*W; back with a=H*W, b=C).
+func transposeLaunch(op string, dev *backend.Device, dt tensor.Dtype, in, out backend.DevicePtr, n, a, b int) error {
+	if n == 0 || a == 0 || b == 0 {
+		return nil
+	}
+	k, err := dev.Kernel("roialign", "transpose_"+dtypeSuffix(dt))
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	// Tiles of 32 rows of a by 128 (float32) or 64 (float64) columns of b:
+	// kTB in roialign.cu.
+	tb := 128
+	if dt == tensor.Float64 {
+		tb = 64
+	}
+	cfg := backend.LaunchConfig{
+		Grid:  backend.Dim3{X: uint32((b + tb - 1) / tb), Y: uint32((a + 31) / 32), Z: uint32(n)},
+		Block: backend.Dim3{X: 32, Y: 8, Z: 1},
+	}
+	if err := backend.Launch(k, cfg, transposeArgs{In: in, Out: out, A: int32(a), B: int32(b)}); err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	return nil
+}
+
+// launchRoIAlign runs roialign_{forward,backward}_{f32,f64} on the
+// channels-last feat (x, or the gradient being scattered into) and pooled
+// (out, or the gradient of out); rois is read to explain a bad status.
 func (s roiAlignShape) launchRoIAlign(dev *backend.Device, backward bool, feat, rois, pooled backend.DevicePtr, roisVal G.Value) error {
 	name := "RoIAlign"
-	kname := "roialign_forward_"
+	kname := "roialign_forward_" + dtypeSuffix(s.dt)
 	if backward {
-		name, kname = "RoIAlign backward", "roialign_backward_"
+		name, kname = "RoIAlign backward", "roialign_backward_"+dtypeSuffix(s.dt)
 	}
 	p := s.params()
-	if err := fitsInt32(name, map[string]int{"N": p.N, "C": p.C, "K": p.K, "H*W": p.H * p.W}); err != nil {
+	if err := fitsInt32(name, map[string]int{"N": p.N, "C": p.C, "K": p.K, "H*W": p.H * p.W, "H*W*C": p.H * p.W * p.C}); err != nil {
 		return err
 	}
 	if p.K == 0 {
 		return nil
 	}
-	bins := p.PooledH * p.PooledW
-	tapBytes := roiTapBytes(s.dt)
-	taps := roiAlignSharedBytes / tapBytes
-	if p.SamplingRatio > 0 {
-		taps = min(taps, bins*p.SamplingRatio*p.SamplingRatio)
-	}
-	// Enough blocks to fill the GPU: one per RoI and group of channels.
-	cpb := 64
-	for cpb > 8 && p.K*((p.C+cpb-1)/cpb) < 4*dev.SMCount() {
-		cpb /= 2
-	}
-	k, err := dev.Kernel("roialign", kname+dtypeSuffix(s.dt))
+	k, err := dev.Kernel("roialign", kname)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", name, err)
 	}
-	status, statusPtr, err := newStatusWord(name, dev)
+	statusPtr, err := dev.StatusWord()
 	if err != nil {
-		return err
+		return fmt.Errorf("ops: %s: %w", name, err)
 	}
+	// A bad RoI is reported by the next call that waits for the GPU (or by
+	// this launch under STHENO_CUDA_SYNC), not by a round trip per launch.
+	dev.WatchStatus(func(code int32) error { return s.statusError(name, code) })
 	args := roiAlignArgs{
 		Feat: feat, RoIs: rois, Pooled: pooled, Status: statusPtr,
 		SpatialScale: p.SpatialScale,
 		N:            int32(p.N), C: int32(p.C), H: int32(p.H), W: int32(p.W), K: int32(p.K),
 		PooledH: int32(p.PooledH), PooledW: int32(p.PooledW),
 		SamplingRatio: int32(p.SamplingRatio), Aligned: boolInt32(p.Aligned),
-		ChannelsPerBlock: int32(cpb), MaxTaps: int32(taps), MaxAdaptiveGrid: kernels.MaxAdaptiveGrid,
+		MaxAdaptiveGrid: kernels.MaxAdaptiveGrid,
 	}
+	// One block per RoI (its warps share out the channels).
 	cfg := backend.LaunchConfig{
-		Grid:      backend.Dim3{X: uint32(p.K), Y: uint32((p.C + cpb - 1) / cpb), Z: 1},
-		Block:     backend.Dim3{X: roiAlignBlock, Y: 1, Z: 1},
-		SharedMem: uint32(taps * tapBytes),
+		Grid:  backend.Dim3{X: uint32(p.K), Y: 1, Z: 1},
+		Block: backend.Dim3{X: roiAlignBlock, Y: 1, Z: 1},
 	}
 	if err := backend.Launch(k, cfg, args); err != nil {
 		return fmt.Errorf("ops: %s: %w", name, err)
 	}
-	// Reading the status waits for the kernel: a bad RoI is reported by
-	// this call, as on the CPU, not by some later one.
-	code, err := status.read()
+	return nil
+}
+
+// channelsLast returns a scratch device tensor [N,H,W,C] for the kernels.
+func (s roiAlignShape) channelsLast(op string, dev *backend.Device) (*tensor.Dense, backend.DevicePtr, error) {
+	t, err := dev.NewDense(s.dt, s.n, s.h, s.w, s.c)
 	if err != nil {
-		return fmt.Errorf("ops: %s: %w", name, err)
+		return nil, 0, fmt.Errorf("ops: %s: channels-last scratch: %w", op, err)
 	}
-	if code != 0 {
-		return fmt.Errorf("ops: %s: %w", name, s.explainRoIs(dev, roisVal, code))
+	p, err := dev.Ptr(t)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ops: %s: %w", op, err)
+	}
+	return t, p, nil
+}
+
+// statusError explains the status code roialign.cu raises for bad RoIs
+// (Status in bilinear.cuh).
+func (s roiAlignShape) statusError(op string, code int32) error {
+	switch code {
+	case 1:
+		return fmt.Errorf("ops: %s: a RoI has a batch index outside [0, %d) or NaN; its outputs are zero", op, s.n)
+	case 2:
+		return fmt.Errorf("ops: %s: a RoI needs more than %d samples per bin side with adaptive sampling: use a fixed SamplingRatio", op, kernels.MaxAdaptiveGrid)
 	}
 	return nil
 }
 
-// explainRoIs turns a kernel's bad status into the CPU path's error by
-// checking the RoIs on the host (this happens only on the error path).
-func (s roiAlignShape) explainRoIs(dev *backend.Device, roisVal G.Value, code int32) error {
-	host, err := dev.ToHost(roisVal.(*tensor.Dense))
-	if err != nil {
-		return fmt.Errorf("the kernel reported bad RoIs (status %d), and reading them failed: %w", code, err)
-	}
-	switch s.dt {
-	case tensor.Float32:
-		err = kernels.RoIAlignCheckRoIs(s.params(), host.Float32s())
-	default:
-		err = kernels.RoIAlignCheckRoIs(s.params(), host.Float64s())
-	}
-	if err == nil {
-		err = fmt.Errorf("the kernel reported bad RoIs (status %d) that the host check accepts", code)
-	}
-	return err
-}
-
 func (op *roiAlignOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
-	x, err := deviceArg("RoIAlign", "x", dev, in[0], op.dt, op.xShape())
+	const name = "RoIAlign"
+	x, err := deviceArg(name, "x", dev, in[0], op.dt, op.xShape())
 	if err != nil {
 		return nil, err
 	}
-	rois, err := deviceArg("RoIAlign", "rois", dev, in[1], op.dt, op.roiShape())
+	rois, err := deviceArg(name, "rois", dev, in[1], op.dt, op.roiShape())
 	if err != nil {
 		return nil, err
 	}
-	out, outPtr, err := deviceOutput("RoIAlign", dev, prealloc, op.dt, op.outShape())
+	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.outShape())
 	if err != nil {
 		return nil, err
 	}
-	if err := op.launchRoIAlign(dev, false, x, rois, outPtr, in[1]); err != nil {
+	if op.k == 0 {
+		return out, nil
+	}
+	xt, xtPtr, err := op.channelsLast(name, dev)
+	if err != nil {
+		return nil, err
+	}
+	// The stream orders this free after the kernels that read xt.
+	defer dev.FreeDense(xt)
+	if err := transposeLaunch(name, dev, op.dt, x, xtPtr, op.n, op.c, op.h*op.w); err != nil {
+		return nil, err
+	}
+	if err := op.launchRoIAlign(dev, false, xtPtr, rois, outPtr, in[1]); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
 func (op *roiAlignGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
-	rois, err := deviceArg("RoIAlign backward", "rois", dev, in[0], op.dt, op.roiShape())
+	const name = "RoIAlign backward"
+	rois, err := deviceArg(name, "rois", dev, in[0], op.dt, op.roiShape())
 	if err != nil {
 		return nil, err
 	}
-	gy, err := deviceArg("RoIAlign backward", "grad", dev, in[1], op.dt, op.outShape())
+	gy, err := deviceArg(name, "grad", dev, in[1], op.dt, op.outShape())
 	if err != nil {
 		return nil, err
 	}
-	gx, gxPtr, err := deviceOutput("RoIAlign backward", dev, prealloc, op.dt, op.xShape())
+	gx, gxPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.xShape())
 	if err != nil {
 		return nil, err
 	}
-	// The kernel scatters with atomicAdd: the op zeroes its output itself,
-	// so callers never pre-zero.
-	if err := dev.Zero(gx); err != nil {
-		return nil, fmt.Errorf("ops: RoIAlign backward: %w", err)
+	if op.k == 0 {
+		// Nothing to scatter: the op still owes a zeroed gradient.
+		if err := dev.Zero(gx); err != nil {
+			return nil, fmt.Errorf("ops: %s: %w", name, err)
+		}
+		return gx, nil
 	}
-	if err := op.launchRoIAlign(dev, true, gxPtr, rois, gy, in[0]); err != nil {
+	// The kernel scatters with atomicAdd into a channels-last gradient the
+	// op zeroes itself (callers never pre-zero), then transposes it back.
+	gt, gtPtr, err := op.channelsLast(name, dev)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.FreeDense(gt)
+	if err := dev.Zero(gt); err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", name, err)
+	}
+	if err := op.launchRoIAlign(dev, true, gtPtr, rois, gy, in[0]); err != nil {
+		return nil, err
+	}
+	if err := transposeLaunch(name, dev, op.dt, gtPtr, gxPtr, op.n, op.h*op.w, op.c); err != nil {
 		return nil, err
 	}
 	return gx, nil
@@ -170,6 +206,9 @@ func boolInt32(b bool) int32 {
 	return 0
 }
 
-// The params struct must be laid out as the C++ one: 4 pointers, a double,
-// 12 ints.
-var _ [88]byte = [unsafe.Sizeof(roiAlignArgs{})]byte{}
+// The params structs must be laid out as the C++ ones: 4 pointers, a
+// double and 10 ints; 2 pointers and 2 ints.
+var (
+	_ [80]byte = [unsafe.Sizeof(roiAlignArgs{})]byte{}
+	_ [24]byte = [unsafe.Sizeof(transposeArgs{})]byte{}
+)

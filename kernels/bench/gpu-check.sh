@@ -32,6 +32,14 @@ for step in $what; do
 		(cd ops && "$root/bin/ops.test" -test.run '^$' -test.bench GPU -test.benchtime 30x >"$OUT/bench.log" 2>&1)
 		grep -E "^Benchmark|FAIL" "$OUT/bench.log"
 		;;
+	profile)
+		echo "== Nsight Compute (one call of each TARGETS case family)"
+		(cd ops && ncu --clock-control none --section SpeedOfLight --section Occupancy \
+			-k regex:'roialign|transpose|msdeform' -c 24 "$root/bin/ops.test" -test.run '^$' \
+			-test.bench 'GPU(RoIAlign|MSDeformAttn)$/impl=cuda/dtype=float32/case=(box_head_P2|detr_encoder)$' \
+			-test.benchtime 1x >"$OUT/ncu.txt" 2>&1)
+		grep -E "^  [a-z_0-9]+.*\(|Duration|DRAM Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy" "$OUT/ncu.txt" | head -150
+		;;
 	anchors)
 		echo "== anchors (PyTorch)"
 		python3 kernels/bench/anchors.py 2>&1 | tee "$OUT/anchors.log"
