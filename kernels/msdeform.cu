@@ -268,6 +268,178 @@ __device__ void msdeform_backward(const MSDeformParams& p) {
   }
 }
 
+// A point's taps as one lane computes them for its whole group: pixel
+// indices within the image's S (-1 for a corner outside the map), weights,
+// the attention weight, and the fractional parts. A point that samples
+// nothing has a == 0, zero weights and no corners, so adding it changes
+// nothing and reads nothing.
+template <typename T>
+struct PointTaps {
+  int pix[4];
+  T w[4];
+  T a, ly, lx;
+};
+
+template <typename T, bool kHeads>
+__device__ __forceinline__ PointTaps<T> point_taps(const MSDeformParams& p, const Query& qr, int i, bool has) {
+  PointTaps<T> pt;
+  pt.a = pt.ly = pt.lx = T(0);
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    pt.pix[c] = -1;
+    pt.w[c] = T(0);
+  }
+  if (!has) return pt;
+  const int lp = p.l * p.p;
+  const T* loc = reinterpret_cast<const T*>(p.loc) + qr.qm * lp * 2 + 2 * i;
+  const Level lv = level_of(p, i / p.p);
+  Taps<T> t;
+  if (!level_taps(loc, lv, &t)) return pt;
+  pt.a = __ldg(reinterpret_cast<const T*>(p.weight) + qr.qm * lp + i);
+  pt.ly = t.ly;
+  pt.lx = t.lx;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    pt.pix[c] = t.in[c] ? lv.start + t.off[c] : -1;
+    pt.w[c] = t.w[c];
+  }
+  return pt;
+}
+
+// pt as lane src of the group holds it.
+template <typename T>
+__device__ __forceinline__ PointTaps<T> shfl_taps(const PointTaps<T>& pt, int src, int group, bool fractions) {
+  PointTaps<T> r;
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    r.pix[c] = __shfl_sync(0xffffffffu, pt.pix[c], src, group);
+    r.w[c] = __shfl_sync(0xffffffffu, pt.w[c], src, group);
+  }
+  r.a = __shfl_sync(0xffffffffu, pt.a, src, group);
+  if (fractions) {
+    r.ly = __shfl_sync(0xffffffffu, pt.ly, src, group);
+    r.lx = __shfl_sync(0xffffffffu, pt.lx, src, group);
+  } else {
+    r.ly = r.lx = T(0);
+  }
+  return r;
+}
+
+// Forward with shared taps: the lanes of a group compute the taps of
+// different points, one each, and pass them round with shuffles, instead of
+// every lane computing every point's taps (the address and interpolation
+// arithmetic was what bound the kernel, not memory).
+template <typename T, int V, bool kHeads>
+__device__ void msdeform_forward_shared(const MSDeformParams& p) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t groups = static_cast<int64_t>(p.n) * p.lq * p.m;
+  // Lanes past the end stay to take part in the shuffles, doing no memory work.
+  const bool valid = tid / p.group < groups;
+  const int64_t gid = valid ? tid / p.group : groups - 1;
+  const int lane = static_cast<int>(tid % p.group);
+  const Query qr = query_of<kHeads>(p, gid);
+  const int lp = p.l * p.p;
+  const T* value = reinterpret_cast<const T*>(p.value);
+  // Element of channel 0 of pixel 0 of this image and head.
+  const int64_t head0 = static_cast<int64_t>(qr.n) * p.s * p.m * p.d + static_cast<int64_t>(qr.m) * p.d;
+  const int64_t pix_stride = static_cast<int64_t>(p.m) * p.d;
+  T* out = reinterpret_cast<T*>(p.out) + qr.qm * p.d;
+  for (int dbase = 0; dbase < p.d; dbase += p.group * V) {
+    const int d0 = dbase + lane * V;
+    const bool mine = valid && d0 < p.d;
+    Pack<T, V> acc;
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc.v[i] = T(0);
+    for (int r0 = 0; r0 < lp; r0 += p.group) {
+      const PointTaps<T> own = point_taps<T, kHeads>(p, qr, r0 + lane, valid && r0 + lane < lp);
+      const int n = min(p.group, lp - r0);
+      for (int j = 0; j < n; ++j) {
+        const PointTaps<T> t = shfl_taps(own, j, p.group, false);
+        Pack<T, V> v[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          // Corners outside the map read 0, not value*0: a non-finite value
+          // there must not leak into samples that skip it.
+          if (mine && t.pix[c] >= 0) {
+            v[c] = load_pack<T, V>(value + head0 + t.pix[c] * pix_stride + d0);
+          } else {
+#pragma unroll
+            for (int i = 0; i < V; ++i) v[c].v[i] = T(0);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < V; ++i) {
+          acc.v[i] += t.a * (t.w[0] * v[0].v[i] + t.w[1] * v[1].v[i] + t.w[2] * v[2].v[i] + t.w[3] * v[3].v[i]);
+        }
+      }
+    }
+    if (mine) store_pack<T, V>(out + d0, acc);
+  }
+}
+
+// Backward with shared taps, one channel per lane (coalesced atomics). The
+// lane that computed a point's taps also writes its location and weight
+// gradients, reduced over channels with shuffles.
+template <typename T, bool kHeads>
+__device__ void msdeform_backward_shared(const MSDeformParams& p) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t groups = static_cast<int64_t>(p.n) * p.lq * p.m;
+  const bool valid = tid / p.group < groups;
+  const int64_t gid = valid ? tid / p.group : groups - 1;
+  const int lane = static_cast<int>(tid % p.group);
+  const Query qr = query_of<kHeads>(p, gid);
+  const int lp = p.l * p.p;
+  const T* value = reinterpret_cast<const T*>(p.value);
+  T* gvalue = reinterpret_cast<T*>(p.grad_value);
+  const T* gout = reinterpret_cast<const T*>(p.grad_out) + qr.qm * p.d;
+  T* gloc = reinterpret_cast<T*>(p.grad_loc) + qr.qm * lp * 2;
+  T* gwgt = reinterpret_cast<T*>(p.grad_weight) + qr.qm * lp;
+  const int64_t head0 = static_cast<int64_t>(qr.n) * p.s * p.m * p.d + static_cast<int64_t>(qr.m) * p.d;
+  const int64_t pix_stride = static_cast<int64_t>(p.m) * p.d;
+  for (int r0 = 0; r0 < lp; r0 += p.group) {
+    const int i_own = r0 + lane;
+    const bool has = valid && i_own < lp;
+    const PointTaps<T> own = point_taps<T, kHeads>(p, qr, i_own, has);
+    T own_dw = T(0), own_dx = T(0), own_dy = T(0);
+    const int n = min(p.group, lp - r0);
+    for (int j = 0; j < n; ++j) {
+      const PointTaps<T> t = shfl_taps(own, j, p.group, true);
+      T dw = T(0), dx = T(0), dy = T(0);
+      // A point that samples nothing has no corner and no gradient.
+      const bool any = t.pix[0] >= 0 || t.pix[1] >= 0 || t.pix[2] >= 0 || t.pix[3] >= 0;
+      if (valid && any) {
+        const T hy = T(1) - t.ly, hx = T(1) - t.lx;
+        for (int d = lane; d < p.d; d += p.group) {
+          const T g = __ldg(gout + d);
+          T v[4];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) v[c] = t.pix[c] >= 0 ? __ldg(value + head0 + t.pix[c] * pix_stride + d) : T(0);
+          const T tg = g * t.a;
+          dw += g * (t.w[0] * v[0] + t.w[1] * v[1] + t.w[2] * v[2] + t.w[3] * v[3]);
+          // d(sample)/dx and /dy of the bilinear form, corners outside being 0.
+          dx += tg * (hy * (v[1] - v[0]) + t.ly * (v[3] - v[2]));
+          dy += tg * (hx * (v[2] - v[0]) + t.lx * (v[3] - v[1]));
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            if (t.pix[c] >= 0) atomicAdd(gvalue + head0 + t.pix[c] * pix_stride + d, t.w[c] * tg);
+          }
+        }
+      }
+      dw = group_sum(dw, p.group);
+      dx = group_sum(dx, p.group);
+      dy = group_sum(dy, p.group);
+      if (lane == j) own_dw = dw, own_dx = dx, own_dy = dy;
+    }
+    if (has) {
+      const Level lv = level_of(p, i_own / p.p);
+      gwgt[i_own] = own_dw;
+      // x = loc_x*W - 0.5, so d/dloc_x = W * d/dx.
+      gloc[2 * i_own] = static_cast<T>(lv.w) * own_dx;
+      gloc[2 * i_own + 1] = static_cast<T>(lv.h) * own_dy;
+    }
+  }
+}
+
 }  // namespace stheno
 
 // Variants: _v<V> loads V channels per lane, _u<U> takes U points at a
@@ -289,4 +461,21 @@ STHENO_BWD(msdeform_backward_f32_u1, float, 1, false)
 STHENO_BWD(msdeform_backward_f32_u1_h, float, 1, true)
 STHENO_BWD(msdeform_backward_f32_u2_h, float, 2, true)
 STHENO_BWD(msdeform_backward_f64_u1_h, double, 1, true)
+}
+
+// Shared-taps variants (_s): msdeform_forward_shared, msdeform_backward_shared.
+#define STHENO_FWD_S(name, T, V, H) \
+  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_forward_shared<T, V, H>(p); }
+#define STHENO_BWD_S(name, T, H) \
+  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_backward_shared<T, H>(p); }
+
+extern "C" {
+STHENO_FWD_S(msdeform_forward_f32_v1_s, float, 1, false)
+STHENO_FWD_S(msdeform_forward_f32_v4_s, float, 4, false)
+STHENO_FWD_S(msdeform_forward_f32_v4_s_h, float, 4, true)
+STHENO_FWD_S(msdeform_forward_f64_v1_s, double, 1, false)
+STHENO_FWD_S(msdeform_forward_f64_v2_s, double, 2, false)
+STHENO_BWD_S(msdeform_backward_f32_s, float, false)
+STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)
+STHENO_BWD_S(msdeform_backward_f64_s_h, double, true)
 }

@@ -193,14 +193,14 @@ func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 	weight := softmaxWeights(rng, dt, n, lq, m, 4, p)
 	gy := randTensor(rng, dt, -1, 1, n, lq, m*d)
 	defer func() { msDeformKernelOverride = nil }()
-	for _, v := range []msDeformKernel{{"msdeform_forward_f32_v1_u1", 1}, {"msdeform_forward_f32_v4_u1", 4},
-		{"msdeform_forward_f32_v4_u1_h", 4}, {"msdeform_forward_f32_v4_u2", 4}} {
+	for _, v := range []msDeformKernel{{"msdeform_forward_f32_v4_u1", 4}, {"msdeform_forward_f32_v1_s", 1},
+		{"msdeform_forward_f32_v4_s", 4}, {"msdeform_forward_f32_v4_s_h", 4}} {
 		msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return v }
 		b.Run("impl=cuda/case=detr_encoder/kernel="+v.name, func(b *testing.B) {
 			benchGPU(b, &msDeformAttnOp{sh}, []*tensor.Dense{value, loc, weight})
 		})
 	}
-	for _, u := range []string{"u1", "u1_h", "u2_h"} {
+	for _, u := range []string{"u1_h", "s", "s_h"} {
 		name := "msdeform_backward_f32_" + u
 		msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return msDeformKernel{name, 1} }
 		b.Run("impl=cuda/case=detr_encoder/kernel="+name, func(b *testing.B) {

@@ -52,13 +52,13 @@ func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned bool) msDe
 	}
 	sfx := dtypeSuffix(dt)
 	if backward {
-		return msDeformKernel{"msdeform_backward_" + sfx + "_u1_h", 1}
+		return msDeformKernel{"msdeform_backward_" + sfx + "_s_h", 1}
 	}
 	vec := 16 / int(dt.Size())
 	if d%vec != 0 || !aligned {
-		return msDeformKernel{"msdeform_forward_" + sfx + "_v1_u1", 1}
+		return msDeformKernel{"msdeform_forward_" + sfx + "_v1_s", 1}
 	}
-	return msDeformKernel{fmt.Sprintf("msdeform_forward_%s_v%d_u1", sfx, vec), vec}
+	return msDeformKernel{fmt.Sprintf("msdeform_forward_%s_v%d_s", sfx, vec), vec}
 }
 
 // msDeformGroup is the number of lanes that share one (n, q, m): the number
