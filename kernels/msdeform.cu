@@ -442,28 +442,23 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
 
 }  // namespace stheno
 
-// Variants: _v<V> loads V channels per lane, _u<U> takes U points at a
-// time, _h orders groups heads-fastest (queries-fastest otherwise). ops picks
-// the default; the others are kept for BenchmarkGPUMSDeformAttnVariants.
+// Kernels: _v<V> loads V channels per lane, _u<U> takes U points at a time
+// with every lane computing every point's taps, _s shares each point's taps
+// across the group, _h orders groups heads-fastest (queries-fastest
+// otherwise). ops picks forward _s and backward _u1_h (see
+// msDeformKernelFor); forward _v4_u1 and backward _s_h are kept to compare
+// against in BenchmarkGPUMSDeformAttnVariants.
 #define STHENO_FWD(name, T, V, U, H) \
   __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_forward<T, V, U, H>(p); }
 #define STHENO_BWD(name, T, U, H) \
   __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_backward<T, U, H>(p); }
 
 extern "C" {
-STHENO_FWD(msdeform_forward_f32_v1_u1, float, 1, 1, false)
 STHENO_FWD(msdeform_forward_f32_v4_u1, float, 4, 1, false)
-STHENO_FWD(msdeform_forward_f32_v4_u1_h, float, 4, 1, true)
-STHENO_FWD(msdeform_forward_f32_v4_u2, float, 4, 2, false)
-STHENO_FWD(msdeform_forward_f64_v1_u1, double, 1, 1, false)
-STHENO_FWD(msdeform_forward_f64_v2_u1, double, 2, 1, false)
-STHENO_BWD(msdeform_backward_f32_u1, float, 1, false)
 STHENO_BWD(msdeform_backward_f32_u1_h, float, 1, true)
-STHENO_BWD(msdeform_backward_f32_u2_h, float, 2, true)
 STHENO_BWD(msdeform_backward_f64_u1_h, double, 1, true)
 }
 
-// Shared-taps variants (_s): msdeform_forward_shared, msdeform_backward_shared.
 #define STHENO_FWD_S(name, T, V, H) \
   __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_forward_shared<T, V, H>(p); }
 #define STHENO_BWD_S(name, T, H) \
@@ -472,10 +467,7 @@ STHENO_BWD(msdeform_backward_f64_u1_h, double, 1, true)
 extern "C" {
 STHENO_FWD_S(msdeform_forward_f32_v1_s, float, 1, false)
 STHENO_FWD_S(msdeform_forward_f32_v4_s, float, 4, false)
-STHENO_FWD_S(msdeform_forward_f32_v4_s_h, float, 4, true)
 STHENO_FWD_S(msdeform_forward_f64_v1_s, double, 1, false)
 STHENO_FWD_S(msdeform_forward_f64_v2_s, double, 2, false)
-STHENO_BWD_S(msdeform_backward_f32_s, float, false)
 STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)
-STHENO_BWD_S(msdeform_backward_f64_s_h, double, true)
 }

@@ -194,13 +194,13 @@ func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 	gy := randTensor(rng, dt, -1, 1, n, lq, m*d)
 	defer func() { msDeformKernelOverride = nil }()
 	for _, v := range []msDeformKernel{{"msdeform_forward_f32_v4_u1", 4}, {"msdeform_forward_f32_v1_s", 1},
-		{"msdeform_forward_f32_v4_s", 4}, {"msdeform_forward_f32_v4_s_h", 4}} {
+		{"msdeform_forward_f32_v4_s", 4}} {
 		msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return v }
 		b.Run("impl=cuda/case=detr_encoder/kernel="+v.name, func(b *testing.B) {
 			benchGPU(b, &msDeformAttnOp{sh}, []*tensor.Dense{value, loc, weight})
 		})
 	}
-	for _, u := range []string{"u1_h", "s", "s_h"} {
+	for _, u := range []string{"u1_h", "s_h"} {
 		name := "msdeform_backward_f32_" + u
 		msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return msDeformKernel{name, 1} }
 		b.Run("impl=cuda/case=detr_encoder/kernel="+name, func(b *testing.B) {

@@ -40,19 +40,20 @@ type msDeformKernel struct {
 var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
 
 // msDeformKernelFor picks the kernel variant. Forward kernels load 16 bytes
-// of channels per lane when D and the addresses allow it, one point at a
-// time, queries fastest (neighbouring queries share cache lines); backward
-// kernels take one channel per lane (coalesced atomics), heads fastest (so
-// concurrent atomics hit different addresses). Chosen on an H200 against the
-// other variants of msdeform.cu (BenchmarkGPUMSDeformAttnVariants):
-// encoder forward v4_u1 0.34 ms, v4_u2 0.46, v4_u4 0.71, v1_u2 1.08.
+// of channels per lane when D and the addresses allow it, and share each
+// point's taps across the group with shuffles (_s), queries fastest; backward
+// kernels take one channel per lane (coalesced atomics), compute taps per
+// lane, heads fastest (concurrent atomics hit different addresses). Chosen
+// on an H200 against the other variants of msdeform.cu
+// (BenchmarkGPUMSDeformAttnVariants, encoder case): forward v4_s 0.25 ms,
+// v4_u1 0.34, v1_s 0.70; backward u1_h 2.64 ms, s 3.21, s_h 3.44.
 func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned bool) msDeformKernel {
 	if msDeformKernelOverride != nil {
 		return msDeformKernelOverride(backward, dt)
 	}
 	sfx := dtypeSuffix(dt)
 	if backward {
-		return msDeformKernel{"msdeform_backward_" + sfx + "_s_h", 1}
+		return msDeformKernel{"msdeform_backward_" + sfx + "_u1_h", 1}
 	}
 	vec := 16 / int(dt.Size())
 	if d%vec != 0 || !aligned {
