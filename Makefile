@@ -35,9 +35,12 @@ vet:
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-## bench: CPU benchmarks of every op.
+## bench: CPU benchmarks: the suite on TARGETS.md's cases (BENCHMARKS.md says
+## how to run it on a GPU, and how to size cases with STHENO_BENCH_*), then the
+## kernels' own CPU benchmarks.
 bench:
-	$(GO) test -run '^$$' -bench . -benchmem ./kernels/ ./ops/
+	$(GO) test -run '^$$' -bench 'Suite/impl=cpu' -benchtime 3x ./ops/
+	$(GO) test -run '^$$' -bench . -benchmem ./kernels/
 
 ## demo: train a small graph that uses all three ops and print the loss.
 demo:

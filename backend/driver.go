@@ -35,6 +35,12 @@ type driver interface {
 	// launch launches fn with the params struct of size bytes at params,
 	// which holds no Go pointers; the driver copies it before returning.
 	launch(fn any, cfg LaunchConfig, params unsafe.Pointer, size uintptr) error
+	// eventRecord records a new event on the stream; eventElapsed waits for
+	// end and returns the milliseconds from start to end; eventDestroy
+	// frees an event.
+	eventRecord() (any, error)
+	eventElapsed(start, end any) (float32, error)
+	eventDestroy(e any) error
 	synchronize() error
 	// close destroys the stream and gives the context back.
 	close() error

@@ -123,6 +123,23 @@ static CUresult sth_launch(CUcontext ctx, CUstream s, CUfunction f,
 	void* args[1] = {params};
 	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, args, NULL);
 }
+static CUresult sth_event_record(CUcontext ctx, CUstream s, CUevent* e) {
+	CUresult r = cuCtxSetCurrent(ctx);
+	if (r == CUDA_SUCCESS) r = cuEventCreate(e, CU_EVENT_DEFAULT);
+	if (r != CUDA_SUCCESS) return r;
+	r = cuEventRecord(*e, s);
+	if (r != CUDA_SUCCESS) cuEventDestroy(*e);
+	return r;
+}
+static CUresult sth_event_elapsed(CUcontext ctx, CUevent start, CUevent end, float* ms) {
+	CUresult r = cuCtxSetCurrent(ctx);
+	if (r == CUDA_SUCCESS) r = cuEventSynchronize(end);
+	return r != CUDA_SUCCESS ? r : cuEventElapsedTime(ms, start, end);
+}
+static CUresult sth_event_destroy(CUcontext ctx, CUevent e) {
+	CUresult r = cuCtxSetCurrent(ctx);
+	return r != CUDA_SUCCESS ? r : cuEventDestroy(e);
+}
 */
 import "C"
 
@@ -351,6 +368,24 @@ func (d *cudaDriver) launch(fn any, cfg LaunchConfig, params unsafe.Pointer, siz
 	return check("cuLaunchKernel", C.sth_launch(d.ctx, d.stream, fn.(C.CUfunction),
 		C.uint(g.X), C.uint(g.Y), C.uint(g.Z), C.uint(b.X), C.uint(b.Y), C.uint(b.Z),
 		C.uint(cfg.SharedMem), params))
+}
+
+func (d *cudaDriver) eventRecord() (any, error) {
+	var e C.CUevent
+	if err := check("cuEventRecord", C.sth_event_record(d.ctx, d.stream, &e)); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (d *cudaDriver) eventElapsed(start, end any) (float32, error) {
+	var ms C.float
+	err := check("cuEventElapsedTime", C.sth_event_elapsed(d.ctx, start.(C.CUevent), end.(C.CUevent), &ms))
+	return float32(ms), err
+}
+
+func (d *cudaDriver) eventDestroy(e any) error {
+	return check("cuEventDestroy", C.sth_event_destroy(d.ctx, e.(C.CUevent)))
 }
 
 func (d *cudaDriver) synchronize() error {

@@ -278,6 +278,27 @@ func (f *fakeDriver) launch(fn any, cfg LaunchConfig, params unsafe.Pointer, siz
 	return nil
 }
 
+// The fake GPU runs kernels when they are launched, so every event is
+// reached at once and no time passes between two of them.
+type fakeEvent struct{}
+
+func (f *fakeDriver) eventRecord() (any, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable("cuEventRecord"); err != nil {
+		return nil, err
+	}
+	return &fakeEvent{}, nil
+}
+
+func (f *fakeDriver) eventElapsed(start, end any) (float32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return 0, f.usable("cuEventElapsedTime")
+}
+
+func (f *fakeDriver) eventDestroy(any) error { return nil }
+
 func (f *fakeDriver) synchronize() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

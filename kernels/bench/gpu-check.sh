@@ -28,21 +28,24 @@ for step in $what; do
 		done
 		;;
 	bench)
-		echo "== GPU benchmarks"
-		(cd ops && "$root/bin/ops.test" -test.run '^$' -test.bench GPU -test.benchtime 30x >"$OUT/bench.log" 2>&1)
+		echo "== GPU benchmark suite (CUDA events, median of 30) and kernel variants"
+		rm -rf /tmp/stheno-inputs
+		(cd ops && STHENO_BENCH_DUMP=/tmp/stheno-inputs "$root/bin/ops.test" -test.run '^$' \
+			-test.bench 'Suite/impl=cuda' -test.benchtime 30x >"$OUT/bench.log" 2>&1
+		"$root/bin/ops.test" -test.run '^$' -test.bench 'Variants' -test.benchtime 30x >>"$OUT/bench.log" 2>&1)
 		grep -E "^Benchmark|FAIL" "$OUT/bench.log"
 		;;
 	profile)
 		echo "== Nsight Compute (one call of each TARGETS case family)"
 		(cd ops && ncu --clock-control none --section SpeedOfLight --section Occupancy \
 			-k regex:'roialign|transpose|msdeform' -c 24 "$root/bin/ops.test" -test.run '^$' \
-			-test.bench 'GPU(RoIAlign|MSDeformAttn)$/impl=cuda/dtype=float32/case=(box_head_P2|detr_encoder)$' \
+			-test.bench 'Suite(RoIAlign|MSDeformAttn)$/impl=cuda/dtype=float32/case=(box_head_P2|detr_encoder)$' \
 			-test.benchtime 1x >"$OUT/ncu.txt" 2>&1)
 		grep -E "^  [a-z_0-9]+.*\(|Duration|DRAM Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy" "$OUT/ncu.txt" | head -150
 		;;
 	anchors)
-		echo "== anchors (PyTorch)"
-		python3 kernels/bench/anchors.py 2>&1 | tee "$OUT/anchors.log"
+		echo "== anchors (PyTorch) on the suite's inputs, side by side"
+		python3 kernels/bench/anchors.py --inputs /tmp/stheno-inputs --stheno "$OUT/bench.log" 2>&1 | tee "$OUT/anchors.log"
 		;;
 	esac
 done
