@@ -303,7 +303,7 @@ func runCase(b *testing.B, impl string, op G.Op, inputs []*tensor.Dense, bytes f
 	}
 	med := median(times)
 	gbs := bytes / med.Seconds() / 1e9
-	b.ReportMetric(float64(med.Microseconds())/1e3, "ms")
+	b.ReportMetric(float64(med.Nanoseconds())/1e6, "ms")
 	b.ReportMetric(gbs, "GB/s")
 	b.ReportMetric(100*gbs/copyGBs, "%copy")
 }

@@ -43,6 +43,14 @@ for step in $what; do
 			-test.benchtime 1x >"$OUT/ncu.txt" 2>&1)
 		grep -E "^  [a-z_0-9]+.*\(|Duration|DRAM Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy" "$OUT/ncu.txt" | head -150
 		;;
+	stalls)
+		echo "== Nsight Compute: where the slowest kernels wait"
+		(cd ops && ncu --clock-control none --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+			-k regex:'roialign_forward_f32|msdeform_backward_f32_u1_h' -c 2 "$root/bin/ops.test" -test.run '^$' \
+			-test.bench 'Suite(RoIAlign|MSDeformAttn)$/impl=cuda/dtype=float32/case=(box_head_P2|detr_encoder)$' \
+			-test.benchtime 1x >"$OUT/ncu-stalls.txt" 2>&1)
+		grep -E "^  [a-z_0-9]+.*\(|Stall|Warp Cycles|Issued Warp|No Eligible|Active Warps|Eligible Warps|Mem Busy|Max Bandwidth|L1/TEX Hit|L2 Hit|Mem Pipes" "$OUT/ncu-stalls.txt" | head -60
+		;;
 	anchors)
 		echo "== anchors (PyTorch) on the suite's inputs, side by side"
 		python3 kernels/bench/anchors.py --inputs /tmp/stheno-inputs --stheno "$OUT/bench.log" 2>&1 | tee "$OUT/anchors.log"
