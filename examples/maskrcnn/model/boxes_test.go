@@ -1,0 +1,135 @@
+package model
+
+import (
+	"math"
+	"slices"
+	"testing"
+)
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-12*max(1, math.Abs(b)) }
+
+func nearBox(a, b Box) bool {
+	for i := range a {
+		if !near(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestIoU(t *testing.T) {
+	for _, c := range []struct {
+		a, b Box
+		want float64
+	}{
+		{Box{0, 0, 2, 2}, Box{1, 1, 3, 3}, 1.0 / 7},
+		{Box{0, 0, 2, 2}, Box{0, 0, 2, 2}, 1},
+		{Box{0, 0, 4, 2}, Box{0, 0, 2, 2}, 0.5},
+		{Box{0, 0, 2, 2}, Box{2, 0, 4, 2}, 0}, // touching edges
+		{Box{0, 0, 2, 2}, Box{5, 5, 6, 6}, 0}, // apart
+		{Box{1, 1, 1, 5}, Box{0, 0, 2, 2}, 0}, // empty
+		{Box{3, 3, 1, 1}, Box{0, 0, 4, 4}, 0}, // inverted
+		{Box{0, 0, 10, 10}, Box{2, 0, 12, 10}, 80.0 / 120},
+	} {
+		if got := IoU(c.a, c.b); !near(got, c.want) {
+			t.Errorf("IoU(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
+		}
+		if got := IoU(c.b, c.a); !near(got, c.want) {
+			t.Errorf("IoU(%v, %v) = %v, want %v (symmetry)", c.b, c.a, got, c.want)
+		}
+	}
+}
+
+func TestBoxCoder(t *testing.T) {
+	ref := Box{0, 0, 10, 20} // centre (5, 10), 10 x 20
+	for _, c := range []struct {
+		coder BoxCoder
+		box   Box
+		want  [4]float64
+	}{
+		{rpnCoder, Box{0, 0, 10, 20}, [4]float64{0, 0, 0, 0}},
+		{rpnCoder, Box{2, 4, 12, 24}, [4]float64{0.2, 0.2, 0, 0}},
+		{rpnCoder, Box{0, 0, 20, 10}, [4]float64{0.5, -0.25, math.Log(2), math.Log(0.5)}},
+		{boxCoder, Box{0, 0, 20, 10}, [4]float64{5, -2.5, 5 * math.Log(2), 5 * math.Log(0.5)}},
+	} {
+		d := c.coder.Encode(c.box, ref)
+		for i := range d {
+			if !near(d[i], c.want[i]) {
+				t.Errorf("%v: Encode(%v) = %v, want %v", c.coder, c.box, d, c.want)
+				break
+			}
+		}
+		if back := c.coder.Decode(d, ref); !nearBox(back, c.box) {
+			t.Errorf("%v: Decode(Encode(%v)) = %v", c.coder, c.box, back)
+		}
+	}
+	// A wild size delta is capped at 1000/16 times the reference.
+	b := rpnCoder.Decode([4]float64{0, 0, 50, 0}, ref)
+	if w := b[2] - b[0]; !near(w, 10*1000.0/16) {
+		t.Errorf("capped width %v, want %v", w, 10*1000.0/16)
+	}
+}
+
+func TestClip(t *testing.T) {
+	if got := Clip(Box{-3, 5, 70, 64.5}, 64); got != (Box{0, 5, 64, 64}) {
+		t.Errorf("Clip = %v", got)
+	}
+}
+
+func TestNMS(t *testing.T) {
+	boxes := []Box{
+		{0, 0, 10, 10},   // 0
+		{1, 1, 11, 11},   // 1: IoU 81/119 = 0.68 with 0 and 3
+		{20, 20, 30, 30}, // 2: apart
+		{0, 0, 10, 10},   // 3: same as 0, best score
+	}
+	scores := []float64{0.9, 0.8, 0.7, 0.95}
+	for _, c := range []struct {
+		thresh float64
+		limit  int
+		want   []int
+	}{
+		{0.5, 0, []int{3, 2}},
+		{0.7, 0, []int{3, 1, 2}},
+		{0.7, 2, []int{3, 1}},
+		{1, 0, []int{3, 0, 1, 2}}, // nothing overlaps more than completely
+	} {
+		if got := NMS(boxes, scores, c.thresh, c.limit); !slices.Equal(got, c.want) {
+			t.Errorf("NMS(thresh %v, limit %d) = %v, want %v", c.thresh, c.limit, got, c.want)
+		}
+	}
+	// Equal scores keep the earlier box.
+	if got := NMS([]Box{{0, 0, 1, 1}, {0, 0, 1, 1}}, []float64{1, 1}, 0.5, 0); !slices.Equal(got, []int{0}) {
+		t.Errorf("ties: %v, want [0]", got)
+	}
+	if got := NMS(nil, nil, 0.5, 0); len(got) != 0 {
+		t.Errorf("no boxes: %v", got)
+	}
+}
+
+func TestAnchors(t *testing.T) {
+	cfg := DefaultConfig(3, 32) // levels of 8x8, 4x4 and 2x2 cells
+	levels := Anchors(cfg)
+	for l, boxes := range levels {
+		n := cfg.LevelSize(l)
+		if len(boxes) != 3*n*n {
+			t.Fatalf("level %d: %d anchors, want %d", l, len(boxes), 3*n*n)
+		}
+	}
+	// Level 0 (stride 4, size 12): ratio 1 (a=1) at cell (x=2, y=1) is
+	// centred on (10, 6).
+	got := levels[0][(1*8+1)*8+2]
+	if want := (Box{4, 0, 16, 12}); !nearBox(got, want) {
+		t.Errorf("level 0, a=1, (2,1): %v, want %v", got, want)
+	}
+	// Ratio 0.5 (height/width, a=0) keeps the area: 12*sqrt2 wide, 12/sqrt2
+	// high, at cell (0, 0) of level 2 (stride 16, size 48: centre (8, 8)).
+	got = levels[2][0]
+	w, h := 48*math.Sqrt2, 48/math.Sqrt2
+	if want := (Box{8 - w/2, 8 - h/2, 8 + w/2, 8 + h/2}); !nearBox(got, want) {
+		t.Errorf("level 2, a=0, (0,0): %v, want %v", got, want)
+	}
+	if a := Area(got); !near(a, 48*48) {
+		t.Errorf("area %v, want %v", a, 48*48)
+	}
+}

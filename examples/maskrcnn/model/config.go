@@ -1,0 +1,140 @@
+package model
+
+import (
+	"fmt"
+	"math"
+)
+
+// Strides of the pyramid levels P2, P3 and P4: the backbone's stages end at
+// 1/4, 1/8 and 1/16 of the image. Small images (64 pixels) leave no room for
+// the coarser levels of a full-size Mask R-CNN.
+var Strides = []int{4, 8, 16}
+
+// Config describes the network and its training-time sampling. The zero
+// value is not usable; start from DefaultConfig.
+type Config struct {
+	// ImageSize is the side of the square input images, a multiple of 16.
+	ImageSize  int
+	NumClasses int // foreground classes; the model adds background as class 0
+
+	// Backbone: a stride-2 stem of Width channels, then three stages of
+	// Depth residual blocks each, of 2*Width, 4*Width and 8*Width channels,
+	// ending at strides 4, 8 and 16.
+	Width, Depth int
+	FPNChannels  int // channels of every pyramid level
+
+	// Anchors: one size (in pixels) per level, each with every ratio
+	// (height/width).
+	AnchorSizes  []float64
+	AnchorRatios []float64
+
+	// RPN training: anchors with IoU >= RPNFgIoU to a ground-truth box are
+	// positive, below RPNBgIoU negative (the best anchors of each box are
+	// positive too); RPNBatch anchors per image are sampled, at most half
+	// positive.
+	RPNFgIoU, RPNBgIoU float64
+	RPNBatch           int
+	// Proposals: the RPNPreNMS best-scored boxes of each level are decoded,
+	// NMS'd at RPNNMS, and the best RPNPostNMSTrain (RPNPostNMSTest at
+	// inference) of the image kept.
+	RPNPreNMS, RPNPostNMSTrain, RPNPostNMSTest int
+	RPNNMS                                     float64
+
+	// RoI heads, training: RoIsPerImage proposals (and ground-truth boxes)
+	// per image, at most RoIPositiveFraction of them foreground (IoU >=
+	// RoIFgIoU); the mask head sees at most MaskRoIsPerImage of the
+	// foreground RoIs.
+	RoIsPerImage        int
+	RoIPositiveFraction float64
+	RoIFgIoU            float64
+	MaskRoIsPerImage    int
+
+	// RoIs are pooled from the level MultiLevelRoIAlign assigns them: a RoI
+	// of side CanonicalSize from level CanonicalLevel (0 is P2), one level
+	// coarser per doubling.
+	CanonicalSize  float64
+	CanonicalLevel int
+
+	// Box head: RoIAlign to PoolSize x PoolSize, two fully connected layers
+	// of BoxHeadDim.
+	PoolSize, BoxHeadDim int
+	// Mask head: RoIAlign to MaskPoolSize x MaskPoolSize, MaskConvs 3x3
+	// ConvBN layers of MaskChannels, a 2x2 stride-2 transposed convolution
+	// (masks of 2*MaskPoolSize), and a 1x1 convolution per class.
+	MaskPoolSize, MaskConvs, MaskChannels int
+
+	// Detection: boxes scoring at least ScoreThresh, NMS'd per class at
+	// DetNMS, at most MaxDetections per image.
+	ScoreThresh, DetNMS float64
+	MaxDetections       int
+}
+
+// DefaultConfig is the configuration the example trains on a CPU in about
+// ten minutes: 64x64 images with objects of 12 to 40 pixels.
+func DefaultConfig(numClasses, imageSize int) Config {
+	return Config{
+		ImageSize: imageSize, NumClasses: numClasses,
+		Width: 16, Depth: 1, FPNChannels: 64,
+		AnchorSizes:  []float64{12, 24, 48},
+		AnchorRatios: []float64{0.5, 1, 2},
+		RPNFgIoU:     0.7, RPNBgIoU: 0.3, RPNBatch: 256,
+		RPNPreNMS: 400, RPNPostNMSTrain: 200, RPNPostNMSTest: 100, RPNNMS: 0.7,
+		RoIsPerImage: 64, RoIPositiveFraction: 0.25, RoIFgIoU: 0.5, MaskRoIsPerImage: 8,
+		// A RoI spans 3.5 to 7 cells of its level, about the 7x7 grid it is
+		// pooled to (the FPN paper's 224 pixels at stride 16 is 14 cells).
+		CanonicalSize: 56, CanonicalLevel: 1,
+		PoolSize: 7, BoxHeadDim: 256,
+		MaskPoolSize: 14, MaskConvs: 2, MaskChannels: 32,
+		ScoreThresh: 0.05, DetNMS: 0.5, MaxDetections: 20,
+	}
+}
+
+// MaskSize is the side of the predicted masks.
+func (c Config) MaskSize() int { return 2 * c.MaskPoolSize }
+
+// NumAnchors is the number of anchors per position of each level.
+func (c Config) NumAnchors() int { return len(c.AnchorRatios) }
+
+// LevelSize is the side of level l's feature map.
+func (c Config) LevelSize(l int) int { return c.ImageSize / Strides[l] }
+
+// Validate reports the first problem with c.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("model: config: "+format, args...)
+	}
+	switch {
+	case c.ImageSize < 32 || c.ImageSize%16 != 0:
+		return bad("ImageSize must be a multiple of 16 and at least 32, got %d", c.ImageSize)
+	case c.NumClasses < 1:
+		return bad("NumClasses must be at least 1, got %d", c.NumClasses)
+	case c.Width < 1 || c.Depth < 1 || c.FPNChannels < 1:
+		return bad("Width, Depth and FPNChannels must be positive, got %d, %d, %d", c.Width, c.Depth, c.FPNChannels)
+	case len(c.AnchorSizes) != len(Strides):
+		return bad("AnchorSizes needs one size per level (%d), got %d", len(Strides), len(c.AnchorSizes))
+	case len(c.AnchorRatios) == 0:
+		return bad("AnchorRatios is empty")
+	case !(c.RPNBgIoU <= c.RPNFgIoU && c.RPNBgIoU >= 0 && c.RPNFgIoU <= 1):
+		return bad("need 0 <= RPNBgIoU <= RPNFgIoU <= 1, got %v and %v", c.RPNBgIoU, c.RPNFgIoU)
+	case c.RPNBatch < 1 || c.RPNPreNMS < 1 || c.RPNPostNMSTrain < 1 || c.RPNPostNMSTest < 1:
+		return bad("RPN counts must be positive")
+	case !(c.RPNNMS > 0 && c.RPNNMS <= 1) || !(c.DetNMS > 0 && c.DetNMS <= 1):
+		return bad("NMS thresholds must be in (0, 1]")
+	case c.RoIsPerImage < 1 || c.MaskRoIsPerImage < 1 || c.MaxDetections < 1:
+		return bad("RoIsPerImage, MaskRoIsPerImage and MaxDetections must be positive")
+	case !(c.RoIPositiveFraction > 0 && c.RoIPositiveFraction <= 1) || !(c.RoIFgIoU > 0 && c.RoIFgIoU <= 1):
+		return bad("RoIPositiveFraction and RoIFgIoU must be in (0, 1]")
+	case c.PoolSize < 1 || c.BoxHeadDim < 1 || c.MaskPoolSize < 1 || c.MaskConvs < 0 || c.MaskChannels < 1:
+		return bad("head sizes must be positive")
+	case !(c.CanonicalSize > 0) || c.CanonicalLevel < 0 || c.CanonicalLevel >= len(Strides):
+		return bad("CanonicalSize must be positive and CanonicalLevel in [0, %d)", len(Strides))
+	case !(c.ScoreThresh >= 0 && c.ScoreThresh < 1):
+		return bad("ScoreThresh must be in [0, 1), got %v", c.ScoreThresh)
+	}
+	for _, s := range append(append([]float64{}, c.AnchorSizes...), c.AnchorRatios...) {
+		if !(s > 0) || math.IsInf(s, 0) {
+			return bad("anchor sizes and ratios must be positive, got %v and %v", c.AnchorSizes, c.AnchorRatios)
+		}
+	}
+	return nil
+}

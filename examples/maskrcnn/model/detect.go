@@ -1,0 +1,178 @@
+package model
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+)
+
+// minBoxSide drops degenerate decoded boxes, as torchvision's
+// remove_small_boxes with min_size 1e-3.
+const minBoxSide = 1e-3
+
+// rpnOutputs are the RPN's outputs for a batch, per level: objectness
+// logits [N, A, H, W] and deltas [N, A*4, H, W].
+type rpnOutputs struct {
+	obj, delta [][]float32
+}
+
+// proposals decodes image n's RPN outputs into at most post boxes, best
+// first, as torchvision's RPN: per level, the pre best-scored anchors are
+// decoded, clipped to the image, stripped of degenerate boxes and NMS'd at
+// thresh; the survivors of all levels compete for the post places by score.
+func proposals(cfg Config, anchors [][]Box, out rpnOutputs, n, pre, post int, thresh float64) []Box {
+	type cand struct {
+		box   Box
+		score float64
+	}
+	var all []cand
+	a := cfg.NumAnchors()
+	for l, boxes := range anchors {
+		size := len(boxes)
+		hw := size / a
+		obj := out.obj[l][n*size : (n+1)*size]
+		del := out.delta[l][n*4*size : (n+1)*4*size]
+		order := make([]int, size)
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(i, j int) int { return cmp.Compare(obj[j], obj[i]) })
+		order = order[:min(pre, size)]
+		var bs []Box
+		var ss []float64
+		for _, j := range order {
+			an, p := j/hw, j%hw
+			d := [4]float64{}
+			for k := range 4 {
+				d[k] = float64(del[(an*4+k)*hw+p])
+			}
+			b := Clip(rpnCoder.Decode(d, boxes[j]), float64(cfg.ImageSize))
+			if b[2]-b[0] < minBoxSide || b[3]-b[1] < minBoxSide || math.IsNaN(b[0]+b[1]+b[2]+b[3]) {
+				continue
+			}
+			bs = append(bs, b)
+			ss = append(ss, float64(obj[j]))
+		}
+		for _, k := range NMS(bs, ss, thresh, post) {
+			all = append(all, cand{bs[k], ss[k]})
+		}
+	}
+	slices.SortStableFunc(all, func(x, y cand) int { return cmp.Compare(y.score, x.score) })
+	all = all[:min(post, len(all))]
+	boxes := make([]Box, len(all))
+	for i, c := range all {
+		boxes[i] = c.box
+	}
+	return boxes
+}
+
+// Detection is one detected object in the model's input coordinates.
+type Detection struct {
+	Class int // foreground class, 0-based
+	Score float64
+	Box   Box
+}
+
+// detect turns the box head's outputs for one image's proposals into
+// detections, as torchvision's RoIHeads.postprocess_detections: softmax
+// scores, class-specific boxes decoded from each proposal and clipped,
+// scores below ScoreThresh and degenerate boxes dropped, NMS per class at
+// DetNMS, and the best MaxDetections kept. logits(k) and deltas(k) return
+// proposal k's class logits (background first) and its 4*NumClasses deltas.
+func detect(cfg Config, props []Box, logits, deltas func(k int) []float32) []Detection {
+	nc := cfg.NumClasses
+	perClass := make([][]Detection, nc)
+	probs := make([]float64, nc+1)
+	for k, p := range props {
+		softmax(logits(k), probs)
+		d := deltas(k)
+		for c := range nc {
+			s := probs[c+1]
+			if !(s > cfg.ScoreThresh) {
+				continue
+			}
+			dc := [4]float64{float64(d[4*c]), float64(d[4*c+1]), float64(d[4*c+2]), float64(d[4*c+3])}
+			b := Clip(boxCoder.Decode(dc, p), float64(cfg.ImageSize))
+			if b[2]-b[0] < 1e-2 || b[3]-b[1] < 1e-2 || math.IsNaN(b[0]+b[1]+b[2]+b[3]) {
+				continue
+			}
+			perClass[c] = append(perClass[c], Detection{Class: c, Score: s, Box: b})
+		}
+	}
+	var dets []Detection
+	for _, cands := range perClass {
+		boxes := make([]Box, len(cands))
+		scores := make([]float64, len(cands))
+		for i, d := range cands {
+			boxes[i], scores[i] = d.Box, d.Score
+		}
+		for _, i := range NMS(boxes, scores, cfg.DetNMS, cfg.MaxDetections) {
+			dets = append(dets, cands[i])
+		}
+	}
+	slices.SortStableFunc(dets, func(x, y Detection) int { return cmp.Compare(y.Score, x.Score) })
+	return dets[:min(len(dets), cfg.MaxDetections)]
+}
+
+// softmax writes the softmax of logits into p, in float64.
+func softmax(logits []float32, p []float64) {
+	m := math.Inf(-1)
+	for _, v := range logits {
+		m = math.Max(m, float64(v))
+	}
+	var s float64
+	for i, v := range logits {
+		p[i] = math.Exp(float64(v) - m)
+		s += p[i]
+	}
+	for i := range p {
+		p[i] /= s
+	}
+}
+
+// PasteMask places an m x m mask of probabilities (row-major), predicted
+// for box, into a w x h image: each image pixel whose centre lies in the
+// box samples the mask bilinearly at the matching point (pixel-centre
+// aligned, clamped at the mask's border, the inverse of how MaskTarget
+// resamples the ground truth) and is set when the probability is at least
+// 0.5.
+func PasteMask(probs []float32, m int, box Box, w, h int) *data.Mask {
+	out := data.NewMask(w, h)
+	bw, bh := box[2]-box[0], box[3]-box[1]
+	if !(bw > 0 && bh > 0) {
+		return out
+	}
+	x0, x1 := max(int(math.Floor(box[0])), 0), min(int(math.Ceil(box[2])), w)
+	y0, y1 := max(int(math.Floor(box[1])), 0), min(int(math.Ceil(box[3])), h)
+	for y := y0; y < y1; y++ {
+		cy := float64(y) + 0.5
+		if cy < box[1] || cy >= box[3] {
+			continue
+		}
+		v := (cy-box[1])/bh*float64(m) - 0.5
+		for x := x0; x < x1; x++ {
+			cx := float64(x) + 0.5
+			if cx < box[0] || cx >= box[2] {
+				continue
+			}
+			u := (cx-box[0])/bw*float64(m) - 0.5
+			if bilinear(probs, m, u, v) >= 0.5 {
+				out.Bits[y*w+x] = true
+			}
+		}
+	}
+	return out
+}
+
+// bilinear samples an m x m grid at (u, v), clamping to the border.
+func bilinear(g []float32, m int, u, v float64) float64 {
+	u = min(max(u, 0), float64(m-1))
+	v = min(max(v, 0), float64(m-1))
+	x0, y0 := int(u), int(v)
+	x1, y1 := min(x0+1, m-1), min(y0+1, m-1)
+	fx, fy := u-float64(x0), v-float64(y0)
+	at := func(x, y int) float64 { return float64(g[y*m+x]) }
+	return (1-fy)*((1-fx)*at(x0, y0)+fx*at(x1, y0)) + fy*((1-fx)*at(x0, y1)+fx*at(x1, y1))
+}

@@ -1,0 +1,36 @@
+// Package model is the Mask R-CNN of the example: a small ResNet-style
+// backbone of ConvBN layers, a feature pyramid (FPN) over strides 4, 8 and
+// 16, a region proposal network (RPN), and box and mask heads on RoIs pooled
+// from the pyramid with MultiLevelRoIAlign, all built as Gorgonia graphs of
+// stheno's ops, together with the steps that are not differentiable and run
+// on the host: anchors, box encoding, IoU, NMS, target assignment and
+// sampling, mask targets, proposal decoding and detection post-processing.
+//
+// # Fixed shapes
+//
+// A Gorgonia graph has fixed shapes, and a detector's counts depend on the
+// data. The graphs here keep every shape constant the way fixed-shape
+// detectors do:
+//
+//   - RPN targets (labels, regression targets and weights) are computed on
+//     the host for every anchor, in the layout of the RPN's outputs, and the
+//     losses take per-element weights: anchors that are not sampled weigh 0.
+//   - Proposals, RoI sampling and the targets of the heads depend on the RPN's
+//     outputs of the same step. They are computed by host ops inside the
+//     graph (non-differentiable ops whose Do runs Go code), which emit a
+//     fixed number of RoIs per image (RoIsPerImage for the box head,
+//     MaskRoIsPerImage for the mask head), padding with weight-0 dummies.
+//   - Class-specific outputs (box deltas, mask logits) are trained with
+//     per-element weights that are non-zero only on the RoI's own class, so
+//     no gather is needed.
+//
+// The inference graph chains the same way: proposals -> box head ->
+// detections (a host op: per-class NMS, at most MaxDetections per image) ->
+// mask head on the detections, in one run.
+//
+// # Devices
+//
+// Build takes a *backend.Device. Everything runs on the host today (nil);
+// see the package's Device documentation in network.go for what a GPU run
+// needs.
+package model

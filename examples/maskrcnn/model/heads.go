@@ -1,0 +1,199 @@
+package model
+
+import "fmt"
+
+// The host steps of the graphs: what the host ops run.
+
+// carver hands out consecutive slices of a packed output vector, in the
+// order autograd.Unpack carves them back out.
+type carver struct {
+	buf []float32
+	off int
+}
+
+func (c *carver) take(n int) []float32 {
+	s := c.buf[c.off : c.off+n]
+	c.off += n
+	return s
+}
+
+// putRoI writes RoI row r, (image, box), into rois [K, 5].
+func putRoI(rois []float32, r, img int, b Box) {
+	copy(rois[5*r:5*r+5], []float32{float32(img), float32(b[0]), float32(b[1]), float32(b[2]), float32(b[3])})
+}
+
+// sampleHeads is the training graph's sampler. From this step's RPN
+// outputs it computes each image's proposals, samples RoIsPerImage RoIs
+// among them and the ground truth, and writes the inputs of the heads'
+// losses, packed as buildTraining unpacks them:
+//
+//	rois [K,5], labels [K], cls weights [K], box targets and weights
+//	[1,4C,K,1] (non-zero on the RoI's class only), mask RoIs [KM,5], mask
+//	targets and weights [KM,C,M,M] (non-zero on the RoI's class only).
+//
+// Weights carry torchvision's normalisation: 1/(RoIs sampled) for the
+// classification and box losses, 1/(mask RoIs * M * M) for the mask loss.
+// Unused RoI slots are padding of weight 0: for the box head a whole-image
+// box; for the mask head a repeat of one of the image's foreground RoIs, so
+// that the mask head's BatchNorm statistics describe real RoIs.
+func (n *Net) sampleHeads(in [][]float32, out []float32) error {
+	cfg, st := n.cfg, n.step
+	if len(st.targets) != n.batch || st.rng == nil {
+		return fmt.Errorf("no targets for this step")
+	}
+	rpn := n.rpnOutputs(in)
+	r, mr := cfg.RoIsPerImage, cfg.MaskRoIsPerImage
+	k, km := n.batch*r, n.batch*mr
+	nc, m := cfg.NumClasses, cfg.MaskSize()
+	c := carver{buf: out}
+	rois, labels, clsW := c.take(5*k), c.take(k), c.take(k)
+	boxT, boxW := c.take(4*nc*k), c.take(4*nc*k)
+	mrois, maskT, maskW := c.take(5*km), c.take(km*nc*m*m), c.take(km*nc*m*m)
+	clear(out)
+
+	sampled := make([][]sampledRoI, n.batch)
+	withMask := make([][]sampledRoI, n.batch)
+	total, totalMask := 0, 0
+	for img := range n.batch {
+		props := proposals(cfg, n.anchors, rpn, img, cfg.RPNPreNMS, cfg.RPNPostNMSTrain, cfg.RPNNMS)
+		sampled[img] = sampleRoIs(cfg, props, st.targets[img], st.rng)
+		total += len(sampled[img])
+		for _, s := range sampled[img] {
+			if s.label > 0 && st.targets[img].Masks[s.matched] != nil && len(withMask[img]) < mr {
+				withMask[img] = append(withMask[img], s)
+			}
+		}
+		totalMask += len(withMask[img])
+	}
+	whole := Box{0, 0, float64(cfg.ImageSize), float64(cfg.ImageSize)}
+	w := float32(1 / float64(max(total, 1)))
+	for img := range n.batch {
+		tg := st.targets[img]
+		for j := range r {
+			row := img*r + j
+			if j >= len(sampled[img]) {
+				putRoI(rois, row, img, whole)
+				continue
+			}
+			s := sampled[img][j]
+			putRoI(rois, row, img, s.box)
+			labels[row], clsW[row] = float32(s.label), w
+			if s.label == 0 {
+				continue
+			}
+			d := boxCoder.Encode(tg.Boxes[s.matched], s.box)
+			for q := range 4 {
+				o := ((s.label-1)*4+q)*k + row
+				boxT[o], boxW[o] = float32(d[q]), w
+			}
+		}
+	}
+	wm := float32(1 / float64(max(totalMask, 1)*m*m))
+	for img := range n.batch {
+		tg, mp := st.targets[img], withMask[img]
+		for j := range mr {
+			row := img*mr + j
+			switch {
+			case j < len(mp):
+				s := mp[j]
+				putRoI(mrois, row, img, s.box)
+				t, err := MaskTarget(tg.Masks[s.matched], s.box, m)
+				if err != nil {
+					return err
+				}
+				o := (row*nc + s.label - 1) * m * m
+				copy(maskT[o:o+m*m], t)
+				for q := range m * m {
+					maskW[o+q] = wm
+				}
+			case len(mp) > 0:
+				putRoI(mrois, row, img, mp[j%len(mp)].box)
+			default:
+				putRoI(mrois, row, img, whole)
+			}
+		}
+	}
+	return nil
+}
+
+// inferProposals is the inference graph's proposal step: the best
+// RPNPostNMSTest proposals of each image, packed as rois [K,5] and a
+// validity flag [K]; unused slots hold a whole-image box, flagged 0.
+func (n *Net) inferProposals(in [][]float32, out []float32) error {
+	cfg := n.cfg
+	rpn := n.rpnOutputs(in)
+	rt := cfg.RPNPostNMSTest
+	k := n.batch * rt
+	c := carver{buf: out}
+	rois, valid := c.take(5*k), c.take(k)
+	whole := Box{0, 0, float64(cfg.ImageSize), float64(cfg.ImageSize)}
+	for img := range n.batch {
+		props := proposals(cfg, n.anchors, rpn, img, cfg.RPNPreNMS, rt, cfg.RPNNMS)
+		for j := range rt {
+			row := img*rt + j
+			if j < len(props) {
+				putRoI(rois, row, img, props[j])
+				valid[row] = 1
+			} else {
+				putRoI(rois, row, img, whole)
+				valid[row] = 0
+			}
+		}
+	}
+	return nil
+}
+
+// inferDetections is the inference graph's detection step: from the
+// proposals and the box head's outputs (cls [1,C+1,K,1], reg [1,4C,K,1]) it
+// computes each image's detections and packs MaxDetections slots per
+// image: boxes as RoIs [KD,5] (the mask head's input), scores [KD], classes
+// [KD] and validity flags [KD].
+func (n *Net) inferDetections(in [][]float32, out []float32) error {
+	cfg := n.cfg
+	rt, d := cfg.RPNPostNMSTest, cfg.MaxDetections
+	k, kd := n.batch*rt, n.batch*d
+	nc := cfg.NumClasses
+	props, cls, reg := in[0], in[1], in[2]
+	rois, valid := props[:5*k], props[5*k:]
+	c := carver{buf: out}
+	drois, scores, classes, dvalid := c.take(5*kd), c.take(kd), c.take(kd), c.take(kd)
+	clear(out)
+	whole := Box{0, 0, float64(cfg.ImageSize), float64(cfg.ImageSize)}
+	logits := make([]float32, nc+1)
+	deltas := make([]float32, 4*nc)
+	for img := range n.batch {
+		var boxes []Box
+		var rows []int
+		for j := range rt {
+			row := img*rt + j
+			if valid[row] == 0 {
+				continue
+			}
+			r := rois[5*row : 5*row+5]
+			boxes = append(boxes, Box{float64(r[1]), float64(r[2]), float64(r[3]), float64(r[4])})
+			rows = append(rows, row)
+		}
+		// The heads' outputs are columns: value ch of RoI row is at ch*K+row.
+		dets := detect(cfg, boxes, func(i int) []float32 {
+			for ch := range logits {
+				logits[ch] = cls[ch*k+rows[i]]
+			}
+			return logits
+		}, func(i int) []float32 {
+			for ch := range deltas {
+				deltas[ch] = reg[ch*k+rows[i]]
+			}
+			return deltas
+		})
+		for j := range d {
+			row := img*d + j
+			if j >= len(dets) {
+				putRoI(drois, row, img, whole)
+				continue
+			}
+			putRoI(drois, row, img, dets[j].Box)
+			scores[row], classes[row], dvalid[row] = float32(dets[j].Score), float32(dets[j].Class), 1
+		}
+	}
+	return nil
+}

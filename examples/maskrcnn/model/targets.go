@@ -1,0 +1,219 @@
+package model
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/kernels"
+)
+
+// Target is the ground truth of one training image, in the model's input
+// coordinates.
+type Target struct {
+	Boxes   []Box
+	Classes []int        // foreground classes, 0-based
+	Masks   []*data.Mask // image-sized; a nil mask gets no mask loss
+}
+
+// match finds, for each of the boxes, the ground-truth box of highest IoU
+// (-1 and 0 when there is none).
+func match(boxes, gt []Box) (idx []int, iou []float64) {
+	idx, iou = make([]int, len(boxes)), make([]float64, len(boxes))
+	for i, b := range boxes {
+		idx[i] = -1
+		for g, t := range gt {
+			if v := IoU(b, t); v > iou[i] || idx[i] < 0 {
+				idx[i], iou[i] = g, v
+			}
+		}
+	}
+	return idx, iou
+}
+
+// rpnLabels labels flattened anchors for one image as torchvision's RPN
+// does: 1 (IoU >= fg), 0 (IoU < bg) or -1 (in between: ignored), and 1 for
+// the anchors that are the best match of some ground-truth box (ties
+// included), so that every box has a positive anchor, however badly anchors
+// fit it. matched is each anchor's best ground-truth box.
+func rpnLabels(anchors, gt []Box, fg, bg float64) (labels []int8, matched []int) {
+	labels = make([]int8, len(anchors))
+	matched, iou := match(anchors, gt)
+	for i, v := range iou {
+		switch {
+		case len(gt) == 0 || v < bg:
+			labels[i] = 0
+		case v >= fg:
+			labels[i] = 1
+		default:
+			labels[i] = -1
+		}
+	}
+	for _, t := range gt {
+		best := 0.0
+		for _, a := range anchors {
+			best = max(best, IoU(a, t))
+		}
+		if best == 0 {
+			continue // the box overlaps no anchor at all
+		}
+		for i, a := range anchors {
+			if IoU(a, t) == best {
+				labels[i] = 1
+			}
+		}
+	}
+	return labels, matched
+}
+
+// sample picks at most want of the indices whose label is 1 (at most
+// fraction*want of them) and fills up with indices whose label is 0, at
+// random, as torchvision's BalancedPositiveNegativeSampler. It returns the
+// positives and negatives, each in random order.
+func sample(rng *rand.Rand, labels []int8, want int, fraction float64) (pos, neg []int) {
+	for i, l := range labels {
+		switch l {
+		case 1:
+			pos = append(pos, i)
+		case 0:
+			neg = append(neg, i)
+		}
+	}
+	rng.Shuffle(len(pos), func(i, j int) { pos[i], pos[j] = pos[j], pos[i] })
+	rng.Shuffle(len(neg), func(i, j int) { neg[i], neg[j] = neg[j], neg[i] })
+	pos = pos[:min(len(pos), int(float64(want)*fraction))]
+	neg = neg[:min(len(neg), want-len(pos))]
+	return pos, neg
+}
+
+// RPNTargets are the inputs of the RPN losses for a batch, per level, in
+// the layouts of the RPN's outputs: Obj and ObjW [N, A, H, W], Delta and
+// DeltaW [N, A*4, H, W].
+type RPNTargets struct {
+	Obj, ObjW, Delta, DeltaW [][]float32
+}
+
+// AssignRPN labels and samples the anchors of every image (RPNBatch per
+// image, at most half positive) and returns the RPN's targets. The weights
+// are 1/(anchors sampled in the batch) on sampled anchors, for objectness,
+// and on the four deltas of positive anchors, for regression (torchvision
+// normalises both losses by the sampled count), and 0 elsewhere.
+func AssignRPN(cfg Config, anchors [][]Box, targets []Target, rng *rand.Rand) RPNTargets {
+	a := cfg.NumAnchors()
+	n := len(targets)
+	t := RPNTargets{}
+	var flat []Box
+	offset := make([]int, len(anchors)+1)
+	for l, boxes := range anchors {
+		flat = append(flat, boxes...)
+		offset[l+1] = offset[l] + len(boxes)
+		t.Obj = append(t.Obj, make([]float32, n*len(boxes)))
+		t.ObjW = append(t.ObjW, make([]float32, n*len(boxes)))
+		t.Delta = append(t.Delta, make([]float32, 4*n*len(boxes)))
+		t.DeltaW = append(t.DeltaW, make([]float32, 4*n*len(boxes)))
+	}
+	// locate maps a flat anchor index to its level and index in the level.
+	locate := func(i int) (l, j int) {
+		for l = 0; i >= offset[l+1]; l++ {
+		}
+		return l, i - offset[l]
+	}
+	type picked struct{ pos, neg, matched []int }
+	picks := make([]picked, n)
+	total := 0
+	for img, tg := range targets {
+		labels, matched := rpnLabels(flat, tg.Boxes, cfg.RPNFgIoU, cfg.RPNBgIoU)
+		pos, neg := sample(rng, labels, cfg.RPNBatch, 0.5)
+		picks[img] = picked{pos, neg, matched}
+		total += len(pos) + len(neg)
+	}
+	if total == 0 {
+		return t
+	}
+	w := float32(1 / float64(total))
+	for img, pk := range picks {
+		for _, i := range pk.neg {
+			l, j := locate(i)
+			t.ObjW[l][img*len(anchors[l])+j] = w
+		}
+		for _, i := range pk.pos {
+			l, j := locate(i)
+			size := len(anchors[l])
+			t.Obj[l][img*size+j] = 1
+			t.ObjW[l][img*size+j] = w
+			d := rpnCoder.Encode(targets[img].Boxes[pk.matched[i]], anchors[l][j])
+			// Anchor j = (anchor a, pixel p) sits at a*HW+p; its deltas at
+			// channels a*4..a*4+3 of [A*4, H, W].
+			hw := size / a
+			an, p := j/hw, j%hw
+			for k := range 4 {
+				o := img*4*size + (an*4+k)*hw + p
+				t.Delta[l][o] = float32(d[k])
+				t.DeltaW[l][o] = w
+			}
+		}
+	}
+	return t
+}
+
+// sampledRoI is one RoI sampled for the heads: its box, its label (0 for
+// background, class+1 otherwise) and the ground-truth box it matched.
+type sampledRoI struct {
+	box     Box
+	label   int
+	matched int
+}
+
+// sampleRoIs appends the ground-truth boxes to an image's proposals (so
+// that the heads see well-placed RoIs from the first step), labels each
+// candidate with the class of its best ground-truth box when their IoU
+// reaches RoIFgIoU and as background otherwise, and samples RoIsPerImage of
+// them, at most RoIPositiveFraction foreground. Foreground RoIs come first.
+func sampleRoIs(cfg Config, proposals []Box, tg Target, rng *rand.Rand) []sampledRoI {
+	cand := append(append([]Box(nil), proposals...), tg.Boxes...)
+	matched, iou := match(cand, tg.Boxes)
+	labels := make([]int8, len(cand))
+	for i := range cand {
+		if len(tg.Boxes) > 0 && iou[i] >= cfg.RoIFgIoU {
+			labels[i] = 1
+		}
+	}
+	pos, neg := sample(rng, labels, cfg.RoIsPerImage, cfg.RoIPositiveFraction)
+	out := make([]sampledRoI, 0, len(pos)+len(neg))
+	for _, i := range pos {
+		out = append(out, sampledRoI{box: cand[i], label: tg.Classes[matched[i]] + 1, matched: matched[i]})
+	}
+	for _, i := range neg {
+		out = append(out, sampledRoI{box: cand[i], matched: -1})
+	}
+	return out
+}
+
+// MaskTarget returns the m x m training target of a RoI: the ground-truth
+// mask resampled into the box with RoIAlign (pixel-centre aligned, 2x2
+// samples per bin) and thresholded at 0.5, row-major. Resampling with the
+// same kernel the mask head's input is pooled with keeps targets and
+// features registered.
+func MaskTarget(mask *data.Mask, box Box, m int) ([]float32, error) {
+	img := make([]float32, mask.W*mask.H)
+	for i, b := range mask.Bits {
+		if b {
+			img[i] = 1
+		}
+	}
+	out := make([]float32, m*m)
+	p := kernels.RoIAlignParams{N: 1, C: 1, H: mask.H, W: mask.W, K: 1, PooledH: m, PooledW: m,
+		SpatialScale: 1, SamplingRatio: 2, Aligned: true}
+	roi := []float32{0, float32(box[0]), float32(box[1]), float32(box[2]), float32(box[3])}
+	if err := kernels.RoIAlignForward(p, img, roi, out); err != nil {
+		return nil, fmt.Errorf("model: MaskTarget: %w", err)
+	}
+	for i, v := range out {
+		if v >= 0.5 {
+			out[i] = 1
+		} else {
+			out[i] = 0
+		}
+	}
+	return out, nil
+}
