@@ -1,0 +1,421 @@
+package viz
+
+import (
+	"image"
+	"image/color"
+	"image/png"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+)
+
+// grey returns a w x h image of one grey level.
+func grey(w, h int, v float32) *data.Image {
+	img := &data.Image{ID: 1, W: w, H: h, Pix: make([]float32, 3*w*h)}
+	for i := range img.Pix {
+		img.Pix[i] = v
+	}
+	return img
+}
+
+func rgbaAt(img *image.RGBA, x, y int) color.RGBA { return img.RGBAAt(x, y) }
+
+func TestImageRGBA(t *testing.T) {
+	img := grey(2, 1, 0)
+	// Pixel (1,0) is pure red: R plane only.
+	img.Pix[1] = 1
+	out := ImageRGBA(img, 3)
+	if out.Bounds() != image.Rect(0, 0, 6, 3) {
+		t.Fatalf("bounds %v, want 6x3", out.Bounds())
+	}
+	for _, tc := range []struct {
+		x, y int
+		want color.RGBA
+	}{
+		{0, 0, color.RGBA{0, 0, 0, 255}}, {2, 2, color.RGBA{0, 0, 0, 255}},
+		{3, 0, color.RGBA{255, 0, 0, 255}}, {5, 2, color.RGBA{255, 0, 0, 255}},
+	} {
+		if got := rgbaAt(out, tc.x, tc.y); got != tc.want {
+			t.Errorf("pixel (%d,%d) = %v, want %v", tc.x, tc.y, got, tc.want)
+		}
+	}
+}
+
+func TestDrawDetections(t *testing.T) {
+	const scale = 4
+	img := grey(16, 16, 0.5) // to8(0.5) = round(127.5) = 128
+	bg := color.RGBA{128, 128, 128, 255}
+	mask := data.NewMask(16, 16)
+	for y := 4; y < 9; y++ {
+		for x := 4; x < 9; x++ {
+			mask.Bits[y*16+x] = true
+		}
+	}
+	dets := []eval.Detection{
+		{ImageID: 1, Class: 1, Score: 0.87, Box: [4]float64{3, 3, 10, 10}, Mask: mask},
+		{ImageID: 1, Class: 2, Score: 0.2, Box: [4]float64{11, 11, 15, 15}}, // below scoreMin
+	}
+	out := DrawDetections(img, dets, []string{"circle", "square", "triangle"}, 0.5, scale)
+	if out.Bounds() != image.Rect(0, 0, 64, 64) {
+		t.Fatalf("bounds %v", out.Bounds())
+	}
+	c := Colour(1)
+	// Box [3,3,10,10) covers output pixels [12,40); its edges are drawn
+	// inside it, one pixel wide at scale 4.
+	for _, p := range []image.Point{{12, 30}, {39, 30}, {30, 39}, {12, 39}} {
+		if got := rgbaAt(out, p.X, p.Y); got != c {
+			t.Errorf("box edge pixel %v = %v, want the class colour %v", p, got, c)
+		}
+	}
+	// Inside the mask, away from its outline: the class colour blended
+	// over the grey with opacity maskAlpha.
+	blend := func(a, b uint8) uint8 {
+		return uint8(math.Round(float64(a)*(1-maskAlpha) + float64(b)*maskAlpha))
+	}
+	want := color.RGBA{blend(128, c.R), blend(128, c.G), blend(128, c.B), 255}
+	if got := rgbaAt(out, 6*scale+1, 6*scale+2); got != want {
+		t.Errorf("mask pixel = %v, want %v", got, want)
+	}
+	// The mask's outline is opaque: the left side of mask pixel (4, 6).
+	if got := rgbaAt(out, 4*scale, 6*scale+1); got != c {
+		t.Errorf("mask outline = %v, want %v", got, c)
+	}
+	// Outside masks and boxes the picture is untouched, and the
+	// low-scoring detection is not drawn.
+	for _, p := range []image.Point{{2, 60}, {50, 50}, {11 * scale, 11 * scale}, {58, 58}} {
+		if got := rgbaAt(out, p.X, p.Y); got != bg {
+			t.Errorf("pixel %v = %v, want the background %v", p, got, bg)
+		}
+	}
+	// The label: a tag in the class colour with text in black or white,
+	// sitting on the box's top edge.
+	text := textColourOn(c)
+	tw, th := TextSize("square 0.87", 1)
+	ink, tag := 0, 0
+	for y := 12 - (th + 3); y < 12; y++ {
+		for x := 12; x < 12+tw+4; x++ {
+			switch rgbaAt(out, x, y) {
+			case text:
+				ink++
+			case c:
+				tag++
+			}
+		}
+	}
+	if ink < 40 || tag < 40 {
+		t.Errorf("label: %d text pixels and %d tag pixels, want both plenty", ink, tag)
+	}
+}
+
+func TestDrawGroundTruth(t *testing.T) {
+	img := grey(8, 8, 0)
+	m := data.NewMask(8, 8)
+	m.Bits[3*8+3] = true
+	img.Objects = []data.Object{{Class: 0, Box: [4]float64{3, 3, 4, 4}, Mask: m}}
+	out := DrawGroundTruth(img, []string{"circle"}, 1)
+	// At scale 1 the mask pixel is blended (no outline) and then the
+	// one-pixel box covers it.
+	if got := rgbaAt(out, 3, 3); got != Colour(0) {
+		t.Errorf("pixel (3,3) = %v, want %v", got, Colour(0))
+	}
+}
+
+func TestDrawText(t *testing.T) {
+	count := func(s string, scale int) int {
+		img := image.NewRGBA(image.Rect(0, 0, 100, 40))
+		DrawText(img, 1, 1, s, color.White, scale)
+		n := 0
+		for i := 0; i < len(img.Pix); i += 4 {
+			if img.Pix[i] == 255 {
+				n++
+			}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		s    string
+		want int
+	}{
+		{"", 0}, {" ", 0},
+		{".", 4},  // a 2x2 dot
+		{"-", 3},  // three pixels
+		{"1", 10}, // 1 on top, 2, then 1 on each of four rows, foot 3
+		{"8", 17},
+		// An unknown rune is a hollow 5x7 box: 5+5+5*2.
+		{"\u00e9", 20},
+	} {
+		if got := count(tc.s, 1); got != tc.want {
+			t.Errorf("%q: %d pixels, want %d", tc.s, got, tc.want)
+		}
+	}
+	if a, b := count("8", 1), count("8", 2); b != 4*a {
+		t.Errorf("scale 2 has %d pixels, scale 1 %d: want 4 times", b, a)
+	}
+	for _, r := range "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.,-+=:%/()" {
+		if count(string(r), 1) == 0 {
+			t.Errorf("%q draws nothing", r)
+		}
+		if _, ok := font[r]; !ok {
+			t.Errorf("%q has no glyph", r)
+		}
+	}
+	for _, tc := range []struct {
+		s          string
+		scale      int
+		wantW, hgt int
+	}{
+		{"", 1, 0, 8}, {"a", 1, 5, 8}, {"ab", 1, 11, 8}, {"ab", 2, 22, 16}, {"ab\nxyz", 1, 17, 18},
+	} {
+		if w, h := TextSize(tc.s, tc.scale); w != tc.wantW || h != tc.hgt {
+			t.Errorf("TextSize(%q, %d) = %d, %d, want %d, %d", tc.s, tc.scale, w, h, tc.wantW, tc.hgt)
+		}
+	}
+}
+
+func TestGlyphsWellFormed(t *testing.T) {
+	for r, src := range glyphSource {
+		rows := 0
+		for _, row := range splitFields(src) {
+			rows++
+			if len(row) != glyphW {
+				t.Errorf("%q: row %q is not %d wide", r, row, glyphW)
+			}
+		}
+		if src != "" && rows != 7 && rows != glyphH {
+			t.Errorf("%q: %d rows", r, rows)
+		}
+	}
+}
+
+func splitFields(s string) []string {
+	var out []string
+	cur := ""
+	for _, c := range s + " " {
+		if c == ' ' {
+			if cur != "" {
+				out = append(out, cur)
+			}
+			cur = ""
+			continue
+		}
+		cur += string(c)
+	}
+	return out
+}
+
+// seriesColours counts the pixels of each palette colour in img.
+func seriesColours(img *image.RGBA, n int) []int {
+	counts := make([]int, n)
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		for x := b.Min.X; x < b.Max.X; x++ {
+			c := img.RGBAAt(x, y)
+			for k := range n {
+				if c == Colour(k) {
+					counts[k]++
+				}
+			}
+		}
+	}
+	return counts
+}
+
+func TestPlotLines(t *testing.T) {
+	line := func(name string, f func(float64) float64) Series {
+		s := Series{Name: name}
+		for i := range 50 {
+			s.X = append(s.X, float64(i))
+			s.Y = append(s.Y, f(float64(i)))
+		}
+		return s
+	}
+	series := []Series{
+		line("", func(x float64) float64 { return 2 * x }),
+		line("", func(x float64) float64 { return 100 - x }),
+		line("", func(x float64) float64 { return 50 + 20*math.Sin(x/5) }),
+	}
+	for n := 0; n <= 3; n++ {
+		img := PlotLines("title", 320, 200, series[:n]...)
+		if img.Bounds() != image.Rect(0, 0, 320, 200) {
+			t.Fatalf("bounds %v", img.Bounds())
+		}
+		// Each series draws its own colour, long enough to be a line
+		// across the plot; the other palette colours are absent.
+		counts := seriesColours(img, 6)
+		for k, c := range counts {
+			if k < n && c < 200 {
+				t.Errorf("%d series: series %d has %d pixels", n, k, c)
+			}
+			if k >= n && c != 0 {
+				t.Errorf("%d series: colour %d appears (%d pixels)", n, k, c)
+			}
+		}
+	}
+	// The legend shows the named series in their colours.
+	// (The falling line keeps clear of the legend's corner.)
+	named := series[1]
+	named.Name = "loss"
+	without := seriesColours(PlotLines("", 320, 200, series[1]), 1)[0]
+	with := seriesColours(PlotLines("", 320, 200, named), 1)[0]
+	if with <= without {
+		t.Errorf("legend adds no pixels of the series colour (%d with, %d without)", with, without)
+	}
+}
+
+func TestPlotEdgeCases(t *testing.T) {
+	nan := math.NaN()
+	for _, tc := range []struct {
+		name string
+		opt  PlotOptions
+		s    []Series
+	}{
+		{"no data", PlotOptions{}, []Series{{Name: "empty"}}},
+		{"one point", PlotOptions{}, []Series{{X: []float64{3}, Y: []float64{7}}}},
+		{"NaN and Inf", PlotOptions{}, []Series{{X: []float64{0, 1, 2, 3}, Y: []float64{1, nan, math.Inf(1), 2}}}},
+		{"flat", PlotOptions{}, []Series{{X: []float64{0, 1}, Y: []float64{5, 5}}}},
+		{"log", PlotOptions{LogY: true}, []Series{{X: []float64{0, 1, 2, 3}, Y: []float64{10, 1, 0.01, 0}}}},
+		{"log within a decade", PlotOptions{LogY: true}, []Series{{X: []float64{0, 1}, Y: []float64{2, 3}}}},
+		{"tiny", PlotOptions{Width: 20, Height: 10}, []Series{{X: []float64{0, 1}, Y: []float64{0, 1}}}},
+		{"mismatched lengths", PlotOptions{}, []Series{{X: []float64{0, 1, 2}, Y: []float64{0, 1}}}},
+		{"labels", PlotOptions{Title: "AP", XLabel: "epoch", YLabel: "AP50"}, []Series{{X: []float64{0, 1}, Y: []float64{0, 1}}}},
+	} {
+		img := Plot(tc.opt, tc.s...)
+		w, h := max(tc.opt.Width, 0), max(tc.opt.Height, 0)
+		if w == 0 {
+			w, h = 480, 320
+		}
+		if img.Bounds() != image.Rect(0, 0, w, h) {
+			t.Errorf("%s: bounds %v", tc.name, img.Bounds())
+		}
+		if tc.name == "one point" || tc.name == "NaN and Inf" || tc.name == "log" {
+			if seriesColours(img, 1)[0] == 0 {
+				t.Errorf("%s: nothing drawn", tc.name)
+			}
+		}
+	}
+}
+
+func TestTicks(t *testing.T) {
+	labels := func(ts []tick) []string {
+		var s []string
+		for _, t := range ts {
+			s = append(s, t.label)
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		lo, hi float64
+		want   []string
+	}{
+		{0, 1, []string{"0", "0.2", "0.4", "0.6", "0.8", "1"}},
+		{0.1, 0.7, []string{"0", "0.2", "0.4", "0.6", "0.8"}},
+		{0, 0.2, []string{"0", "0.05", "0.1", "0.15", "0.2"}},
+		{0, 299, []string{"0", "100", "200", "300"}},
+		{-3, 12, []string{"-5", "0", "5", "10", "15"}},
+		{0, 2e-5, []string{"0", "5e-06", "1e-05", "1.5e-05", "2e-05"}},
+	} {
+		got := labels(linearTicks(tc.lo, tc.hi))
+		if len(got) != len(tc.want) {
+			t.Errorf("linearTicks(%v, %v) = %v, want %v", tc.lo, tc.hi, got, tc.want)
+			continue
+		}
+		for i := range got {
+			if got[i] != tc.want[i] {
+				t.Errorf("linearTicks(%v, %v) = %v, want %v", tc.lo, tc.hi, got, tc.want)
+				break
+			}
+		}
+	}
+	if got := labels(logTicks(-3, 1)); len(got) != 5 || got[0] != "0.001" || got[4] != "10" {
+		t.Errorf("logTicks(-3, 1) = %v", got)
+	}
+}
+
+func TestGrid(t *testing.T) {
+	cell := func(w, h int, c color.RGBA) *image.RGBA {
+		img := image.NewRGBA(image.Rect(0, 0, w, h))
+		fillRect(img, img.Bounds(), c)
+		return img
+	}
+	red, green, blue := color.RGBA{255, 0, 0, 255}, color.RGBA{0, 255, 0, 255}, color.RGBA{0, 0, 255, 255}
+	g := Grid([]image.Image{cell(10, 10, red), cell(6, 10, green), cell(10, 8, blue)}, 2)
+	// Cells are 10x10 with 4-pixel gaps around: 2*14+4 = 32 square.
+	if g.Bounds() != image.Rect(0, 0, 32, 32) {
+		t.Fatalf("bounds %v, want 32x32", g.Bounds())
+	}
+	for _, tc := range []struct {
+		x, y int
+		want color.RGBA
+	}{
+		{4, 4, red}, {13, 13, red}, {18, 4, green}, {23, 13, green}, {24, 4, white},
+		{4, 18, blue}, {13, 25, blue}, {13, 26, white}, {18, 18, white}, {0, 0, white},
+	} {
+		if got := g.RGBAAt(tc.x, tc.y); got != tc.want {
+			t.Errorf("pixel (%d,%d) = %v, want %v", tc.x, tc.y, got, tc.want)
+		}
+	}
+	if b := Grid(nil, 3).Bounds(); !b.Empty() {
+		t.Errorf("empty grid: %v", b)
+	}
+	if b := Grid([]image.Image{cell(5, 5, red), nil, cell(5, 5, red)}, 0).Bounds(); b != image.Rect(0, 0, 3*9+4, 13) {
+		t.Errorf("one row: %v", b)
+	}
+}
+
+func TestCaption(t *testing.T) {
+	img := image.NewRGBA(image.Rect(0, 0, 100, 50))
+	out := Caption(img, "prediction")
+	_, th := TextSize("prediction", 1)
+	if out.Bounds() != image.Rect(0, 0, 100, 50+th+4) {
+		t.Errorf("bounds %v", out.Bounds())
+	}
+	if black := seriesColoursOf(out, color.RGBA{0, 0, 0, 255}, th+4); black == 0 {
+		t.Error("no caption text")
+	}
+}
+
+func seriesColoursOf(img *image.RGBA, c color.RGBA, rows int) int {
+	n := 0
+	for y := 0; y < rows; y++ {
+		for x := 0; x < img.Bounds().Dx(); x++ {
+			if img.RGBAAt(x, y) == c {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func TestSavePNGRoundTrip(t *testing.T) {
+	img := DrawDetections(grey(8, 8, 0.3), []eval.Detection{{Class: 0, Score: 1, Box: [4]float64{1, 1, 5, 5}}}, nil, 0, 3)
+	path := filepath.Join(t.TempDir(), "d.png")
+	if err := SavePNG(path, img); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	back, err := png.Decode(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.Bounds() != img.Bounds() {
+		t.Fatalf("bounds %v, want %v", back.Bounds(), img.Bounds())
+	}
+	for y := range img.Bounds().Dy() {
+		for x := range img.Bounds().Dx() {
+			if got, want := color.RGBAModel.Convert(back.At(x, y)), img.At(x, y); got != want {
+				t.Fatalf("pixel (%d,%d) = %v, want %v", x, y, got, want)
+			}
+		}
+	}
+	if err := SavePNG(filepath.Join(t.TempDir(), "no", "such", "dir.png"), img); err == nil {
+		t.Error("SavePNG into a missing directory: no error")
+	}
+}
