@@ -8,7 +8,7 @@ import (
 
 // Generate the synthetic dataset and look at one object.
 func ExampleSynthetic() {
-	ds, err := data.Synthetic(data.DefaultSynthetic(1, 100))
+	ds, err := data.Synthetic(data.DefaultSynthetic(1, 10))
 	if err != nil {
 		panic(err)
 	}
@@ -17,7 +17,7 @@ func ExampleSynthetic() {
 	fmt.Println(len(ds.Images), "images of", img.W, "x", img.H, "classes", ds.Classes)
 	fmt.Println("first object:", ds.Classes[o.Class], "box", o.Box, "box is the mask's:", o.Box == data.BoxOf(o.Mask))
 	// Output:
-	// 100 images of 64 x 64 classes [circle square triangle]
+	// 10 images of 64 x 64 classes [circle square triangle]
 	// first object: triangle box [13 5 31 26] box is the mask's: true
 }
 

@@ -3,6 +3,8 @@ package data
 import (
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 )
 
 // The synthetic dataset's classes, indexing its Dataset.Classes.
@@ -71,11 +73,19 @@ func Synthetic(cfg SyntheticConfig) (*Dataset, error) {
 		return nil, fmt.Errorf("data: Synthetic: MaxObjects must be <= 64, got %d", cfg.MaxObjects)
 	}
 	ds := &Dataset{Classes: append([]string(nil), SyntheticClasses...), Images: make([]*Image, cfg.Count)}
-	for i := range ds.Images {
-		// One stream per image, so that images do not depend on Count.
-		r := newRNG(cfg.Seed ^ mix64(uint64(i)+0x5eed))
-		ds.Images[i] = synthImage(r, cfg, i+1)
+	// One random stream per image, so that images depend neither on Count
+	// nor on which worker makes them.
+	var wg sync.WaitGroup
+	workers := min(runtime.GOMAXPROCS(0), max(cfg.Count, 1))
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; i < cfg.Count; i += workers {
+				r := newRNG(cfg.Seed ^ mix64(uint64(i)+0x5eed))
+				ds.Images[i] = synthImage(r, cfg, i+1)
+			}
+		})
 	}
+	wg.Wait()
 	return ds, nil
 }
 
