@@ -1,0 +1,711 @@
+// Convolution forward (with its fused epilogue), data gradient and weight
+// gradient as implicit GEMMs: the CUDA twins of kernels/conv.go. As there,
+// with K = Cin*KH*KW, P = OutH*OutW and dy' = dy masked by y > 0 when the
+// layer ends in a ReLU:
+//
+//	fprop: y  (Cout x N*P)   = w (Cout x K)          * col(x) (K x N*P), then bias/scale, residual, ReLU
+//	dgrad: dx (Cin x N*H*W)  = w^T (Cin x Cout*KH*KW) * dy' gathered back onto input pixels
+//	wgrad: dw (Cout x K)     = dy' (Cout x N*P)       * col(x)^T (N*P x K), + dbias = row sums of dy'
+//
+// No im2col matrix is ever built: each block gathers its tiles of col(x) (or
+// of dy') straight from the NCHW tensors, zero outside the image, and the
+// ReLU mask of dy is applied as the tile is staged, not in a pass of its
+// own.
+//
+// One kernel template serves the three GEMMs. A block computes a BM x BN
+// tile of the output over a range of BK-deep k-tiles (all of them, or one
+// split of them for the skinny wgrad GEMM, whose partial tiles a second
+// kernel sums in a fixed order). The main loop is double-buffered through
+// registers: the global loads of k-tile t+1 are issued before the math of
+// k-tile t and stored to the other shared-memory stage after it, so their
+// latency hides behind the math, with one barrier per k-tile. float32 runs
+// on the tensor cores in TF32 (operands rounded once, as they are staged;
+// FP32 accumulation); float64, used for gradient checks, on the CUDA cores.
+//
+// The epilogue stages the accumulator tile in shared memory and writes it
+// out row by row, 32 consecutive pixels per warp instruction, applying the
+// bias (or a BatchNorm scale and shift), the residual and the ReLU in
+// registers. For a ConvBN layer in training it also reduces each channel's
+// count, sum and M2 over the tile's pixels (deterministically, in registers
+// and warp shuffles), so that BatchNorm needs no pass of its own over the
+// output to find the batch statistics.
+#include "conv.cuh"
+
+namespace stheno {
+
+enum ConvMode : int { kFprop = 0, kDgrad = 1, kWgrad = 2 };
+
+// An index far enough outside any image that a row or column marked with it
+// fails every bounds check, whatever tap offset is added.
+constexpr int kFar = 1 << 29;
+
+template <typename T>
+struct ConvTile;
+
+// float32 on the tensor cores: 8 warps of 64x32 (4x4 MMAs of 16x8x8 per
+// k-step of 8). Shared-memory rows are padded so that every fragment load
+// and every staging store is free of bank conflicts: A and n-major B rows by
+// 4 words (lanes g, t of a fragment hit banks 4g+t), k-major B rows by 8
+// (banks 8t+g), C rows by 8 (64-bit stores by half-warps).
+template <>
+struct ConvTile<float> {
+  static constexpr int kBM = 128, kBN = 128, kBK = 32, kThreads = 256;
+  static constexpr int kWarpsM = 2, kWarpsN = 4;
+  static constexpr int kPadA = 4, kPadB = 8, kPadC = 8;
+};
+
+// float64 on the CUDA cores: 16x16 threads of 4x4 outputs.
+template <>
+struct ConvTile<double> {
+  static constexpr int kBM = 64, kBN = 64, kBK = 16, kThreads = 256;
+  static constexpr int kPadA = 1, kPadB = 1, kPadC = 1;
+};
+
+// Tile geometry and shared-memory layout of one GEMM. A is staged m-major
+// (As[m][k]); B k-major (Bs[k][n]) when its gather runs along output pixels
+// (fprop, dgrad) and n-major (Bt[n][k]) when it runs along the reduction
+// (wgrad), so that consecutive lanes always stage consecutive addresses.
+template <typename T, int kMode>
+struct GemmShape {
+  using Cfg = ConvTile<T>;
+  static constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, NT = Cfg::kThreads;
+  static constexpr bool kNMajorB = kMode == kWgrad;
+  static constexpr int LDA = BK + Cfg::kPadA;
+  static constexpr int LDB = kNMajorB ? BK + Cfg::kPadA : BN + Cfg::kPadB;
+  static constexpr int LDC = BN + Cfg::kPadC;
+  static constexpr int kAElems = BM * LDA;
+  static constexpr int kBElems = kNMajorB ? BN * LDB : BK * LDB;
+  static constexpr int kPipeBytes = 2 * (kAElems + kBElems) * static_cast<int>(sizeof(T));
+  static constexpr int kCBytes = BM * LDC * static_cast<int>(sizeof(T));
+  static constexpr int kMainBytes = ((kPipeBytes > kCBytes ? kPipeBytes : kCBytes) + 15) / 16 * 16;
+  // wgrad keeps a table of its BN columns' taps after the main area.
+  static constexpr int kSmemBytes = kMainBytes + (kNMajorB ? BN * 16 : 0);
+
+  // A staging: lanes along k (tid % BK), rows tid/BK + kARows*i.
+  static constexpr int kARows = NT / BK;
+  static constexpr int kAPer = BM / kARows;
+  // k-major B staging: lanes along n (32 per warp), k rows warp + kBRows*a.
+  static constexpr int kBRows = NT / 32;
+  static constexpr int kBKPer = BK / kBRows;
+  static constexpr int kBNPer = BN / 32;
+  // n-major B staging: lanes along k (tid % BK), n rows tid/BK + kBTRows*a.
+  static constexpr int kBTRows = NT / BK;
+  static constexpr int kBTPer = BN / kBTRows;
+
+  static_assert(NT % BK == 0 && BK <= 32 && (BK & (BK - 1)) == 0, "A lanes run along k within a warp");
+  static_assert(BM % kARows == 0 && BK % kBRows == 0 && BN % 32 == 0 && BN % kBTRows == 0, "tile");
+};
+
+// ops/conv_device.go computes the same shared-memory sizes: pin them.
+static_assert(GemmShape<float, kFprop>::kSmemBytes == 71680, "ops/conv_device.go mirrors the f32 fprop smem size");
+static_assert(GemmShape<float, kDgrad>::kSmemBytes == 71680, "ops/conv_device.go mirrors the f32 dgrad smem size");
+static_assert(GemmShape<float, kWgrad>::kSmemBytes == 75776, "ops/conv_device.go mirrors the f32 wgrad smem size");
+static_assert(GemmShape<double, kFprop>::kSmemBytes == 34048, "ops/conv_device.go mirrors the f64 fprop smem size");
+static_assert(GemmShape<double, kWgrad>::kSmemBytes == 35840, "ops/conv_device.go mirrors the f64 wgrad smem size");
+
+// What the math reads from shared memory: float32 rounded to TF32 once, as
+// it is staged (every element is read by several warps), float64 as is.
+__device__ __forceinline__ float as_operand(float v) { return bits_to_float(to_tf32(v)); }
+__device__ __forceinline__ double as_operand(double v) { return v; }
+
+// ---------------------------------------------------------------------------
+// Operand staging. Each loader has load(), which only issues global loads
+// into registers, and store(), which applies the ReLU mask, rounds and writes
+// the stage: between the two the block does the math of the previous stage.
+
+// A, an m x k matrix read along k. fprop: w [Cout][K]; dgrad: the transposed
+// weights [Cin][Cout*KH*KW]; wgrad: dy [N][Cout][P] as Cout x (N*P), masked,
+// with its row sums (the bias gradient) gathered on the way.
+template <typename T, int kMode>
+struct ALoader {
+  using S = GemmShape<T, kMode>;
+  T val[S::kAPer];
+  T msk[kMode == kWgrad ? S::kAPer : 1];
+  T bsum[kMode == kWgrad ? S::kAPer : 1];
+  int kq, row, rows_left;
+  int64_t base, step;
+
+  __device__ __forceinline__ void init(const ConvGemmParams& p, int tid, int m0) {
+    kq = tid % S::BK;
+    row = tid / S::BK;
+    rows_left = p.m - m0;
+    const int64_t stride = kMode == kWgrad ? static_cast<int64_t>(p.out_h) * p.out_w : static_cast<int64_t>(p.k);
+    base = static_cast<int64_t>(m0 + row) * stride;
+    step = S::kARows * stride;
+#pragma unroll
+    for (int i = 0; i < (kMode == kWgrad ? S::kAPer : 1); ++i) bsum[i] = T(0);
+  }
+
+  __device__ __forceinline__ void load(const ConvGemmParams& p, int k0) {
+    const int k = k0 + kq;
+    const bool kv = k < p.k;
+    int64_t col = k;
+    if constexpr (kMode == kWgrad) {
+      // Reduction index k = (n, output pixel).
+      const int pix = p.out_h * p.out_w;
+      const int n = fdiv(k, p.div_q);
+      col = static_cast<int64_t>(n) * p.cout * pix + (k - n * pix);
+    }
+    const T* __restrict__ a = reinterpret_cast<const T*>(p.a);
+    const T* __restrict__ mk = reinterpret_cast<const T*>(p.mask);
+#pragma unroll
+    for (int i = 0; i < S::kAPer; ++i) {
+      const bool v = kv && row + S::kARows * i < rows_left;
+      const int64_t off = base + i * step + col;
+      val[i] = v ? a[off] : T(0);
+      if constexpr (kMode == kWgrad) msk[i] = v && mk != nullptr ? mk[off] : T(0);
+    }
+  }
+
+  __device__ __forceinline__ void store(T* sa, bool masked, bool sum_bias) {
+#pragma unroll
+    for (int i = 0; i < S::kAPer; ++i) {
+      T v = val[i];
+      if constexpr (kMode == kWgrad) {
+        // PyTorch's threshold_backward: the gradient passes where y > 0
+        // (written so that a NaN y blocks it, as the CPU twin's gate).
+        if (masked && !(msk[i] > T(0))) v = T(0);
+        if (sum_bias) bsum[i] += v;
+      }
+      sa[(row + S::kARows * i) * S::LDA + kq] = as_operand(v);
+    }
+  }
+
+  // Writes this block's bias-gradient partial sums: the threads that share
+  // rows (the BK lanes of a k-tile) add theirs in a fixed order.
+  __device__ __forceinline__ void flush_bias(const ConvGemmParams& p, int m0, int split) {
+    T* out = reinterpret_cast<T*>(p.bias_grad) + static_cast<int64_t>(split) * p.m;
+#pragma unroll
+    for (int i = 0; i < (kMode == kWgrad ? S::kAPer : 1); ++i) {
+      const T s = group_sum(bsum[i], S::BK);
+      if (kq == 0 && row + S::kARows * i < rows_left) out[m0 + row + S::kARows * i] = s;
+    }
+  }
+};
+
+// B of fprop and dgrad, k-major, gathered along output pixels (fprop:
+// col(x)[(ci,kh,kw)][(n,oh,ow)]) or input pixels (dgrad: the element of dy'
+// that tap (co,kh,kw) carries to input pixel (n,ih,iw), zero where no output
+// pixel does). A thread stages rows warp + kBRows*a and columns lane + 32*b;
+// its columns are fixed, so their decomposition is done once.
+template <typename T, int kMode>
+struct BLoaderK {
+  using S = GemmShape<T, kMode>;
+  T val[S::kBKPer][S::kBNPer];
+  T msk[kMode == kDgrad ? S::kBKPer : 1][kMode == kDgrad ? S::kBNPer : 1];
+  int64_t cbase[S::kBNPer];
+  int ch[S::kBNPer], cw[S::kBNPer];
+  int lane, krow;
+
+  __device__ __forceinline__ void init(const ConvGemmParams& p, int tid, int n0) {
+    lane = tid & 31;
+    krow = tid >> 5;
+#pragma unroll
+    for (int b = 0; b < S::kBNPer; ++b) {
+      const int j = n0 + lane + 32 * b;
+      cbase[b] = 0;
+      ch[b] = -kFar;
+      cw[b] = 0;
+      if (j < p.ncols) {
+        const int img = fdiv(j, p.div_img);
+        const int pix = j - img * p.div_img.d;
+        const int r = fdiv(pix, p.div_row);
+        const int c = pix - r * p.div_row.d;
+        if constexpr (kMode == kFprop) {
+          cbase[b] = static_cast<int64_t>(img) * (p.cin * p.h * p.w);
+          ch[b] = r * p.stride_h;  // plus kh*dil-pad: the input row tap (kh, .) meets
+          cw[b] = c * p.stride_w;
+        } else {
+          cbase[b] = static_cast<int64_t>(img) * (p.cout * p.out_h * p.out_w);
+          ch[b] = r + p.pad_h;  // minus kh*dil: oh*stride of the output pixel tap (kh, .) comes from
+          cw[b] = c + p.pad_w;
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void load(const ConvGemmParams& p, int k0, const int4*) {
+    const T* __restrict__ src = reinterpret_cast<const T*>(p.b);
+    const T* __restrict__ mk = reinterpret_cast<const T*>(p.mask);
+    const int kk = p.kh * p.kw;
+#pragma unroll
+    for (int a = 0; a < S::kBKPer; ++a) {
+      const int k = k0 + krow + S::kBRows * a;
+      // Tap of reduction row k: (channel, kh, kw). A row past the end gets
+      // a displacement of the same sign as a column past the end, so that
+      // the two never cancel.
+      int roff = 0, dh = kMode == kFprop ? -kFar : kFar, dw = 0;
+      if (k < p.k) {
+        const int ch0 = fdiv(k, p.div_kk);
+        const int t = k - ch0 * kk;
+        const int kh = fdiv(t, p.div_kw);
+        const int kw = t - kh * p.kw;
+        if constexpr (kMode == kFprop) {
+          roff = ch0 * p.h * p.w;
+          dh = kh * p.dil_h - p.pad_h;
+          dw = kw * p.dil_w - p.pad_w;
+        } else {
+          roff = ch0 * p.out_h * p.out_w;
+          dh = kh * p.dil_h;
+          dw = kw * p.dil_w;
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < S::kBNPer; ++b) {
+        if constexpr (kMode == kFprop) {
+          const int ih = ch[b] + dh, iw = cw[b] + dw;
+          const bool ok = static_cast<unsigned>(ih) < static_cast<unsigned>(p.h) &&
+                          static_cast<unsigned>(iw) < static_cast<unsigned>(p.w);
+          val[a][b] = ok ? src[cbase[b] + roff + ih * p.w + iw] : T(0);
+        } else {
+          // Output pixel (oh, ow) reaches this input pixel through tap
+          // (kh, kw) when oh*stride = ih + pad - kh*dil, likewise for w.
+          int oh = ch[b] - dh, ow = cw[b] - dw;
+          bool ok = true;
+          if (p.stride_h != 1 || p.stride_w != 1) {
+            ok = oh >= 0 && ow >= 0;
+            const int qh = fdiv(ok ? oh : 0, p.div_sh), qw = fdiv(ok ? ow : 0, p.div_sw);
+            ok = ok && qh * p.stride_h == oh && qw * p.stride_w == ow;
+            oh = qh;
+            ow = qw;
+          }
+          ok = ok && static_cast<unsigned>(oh) < static_cast<unsigned>(p.out_h) &&
+               static_cast<unsigned>(ow) < static_cast<unsigned>(p.out_w);
+          const int64_t off = cbase[b] + roff + oh * p.out_w + ow;
+          val[a][b] = ok ? src[off] : T(0);
+          msk[a][b] = ok && mk != nullptr ? mk[off] : T(0);
+        }
+      }
+    }
+  }
+
+  __device__ __forceinline__ void store(T* sb, bool masked) {
+#pragma unroll
+    for (int a = 0; a < S::kBKPer; ++a) {
+#pragma unroll
+      for (int b = 0; b < S::kBNPer; ++b) {
+        T v = val[a][b];
+        if constexpr (kMode == kDgrad) {
+          if (masked && !(msk[a][b] > T(0))) v = T(0);
+        }
+        sb[(krow + S::kBRows * a) * S::LDB + lane + 32 * b] = as_operand(v);
+      }
+    }
+  }
+};
+
+// B of wgrad, n-major: col(x)^T[(n,oh,ow)][(ci,kh,kw)], gathered along the
+// reduction (output pixels, consecutive in x). The block's BN columns are
+// taps whose channel offset and displacement sit in a table in shared
+// memory, built once; a thread decomposes its one reduction index per
+// k-tile.
+template <typename T>
+struct BLoaderN {
+  using S = GemmShape<T, kWgrad>;
+  T val[S::kBTPer];
+  int kq, nrow;
+
+  __device__ __forceinline__ void init(const ConvGemmParams&, int tid, int) {
+    kq = tid % S::BK;
+    nrow = tid / S::BK;
+  }
+
+  // tab[c] = {channel offset, row displacement, column displacement, 0} of
+  // column n0+c; columns past the end get a displacement that fails every
+  // bounds check.
+  __device__ __forceinline__ static void build_table(const ConvGemmParams& p, int n0, int4* tab) {
+    for (int c = threadIdx.x; c < S::BN; c += S::NT) {
+      const int col = n0 + c;
+      int4 e = make_int4(0, -kFar, 0, 0);
+      if (col < p.ncols) {
+        const int ci = fdiv(col, p.div_kk);
+        const int t = col - ci * (p.kh * p.kw);
+        const int kh = fdiv(t, p.div_kw);
+        const int kw = t - kh * p.kw;
+        e = make_int4(ci * p.h * p.w, kh * p.dil_h - p.pad_h, kw * p.dil_w - p.pad_w, 0);
+      }
+      tab[c] = e;
+    }
+  }
+
+  __device__ __forceinline__ void load(const ConvGemmParams& p, int k0, const int4* tab) {
+    const T* __restrict__ x = reinterpret_cast<const T*>(p.b);
+    const int q = k0 + kq;
+    int64_t base = 0;
+    int h0 = -kFar, w0 = 0;
+    if (q < p.k) {
+      const int pix = p.out_h * p.out_w;
+      const int n = fdiv(q, p.div_q);
+      const int r = q - n * pix;
+      const int oh = fdiv(r, p.div_qw);
+      base = static_cast<int64_t>(n) * (p.cin * p.h * p.w);
+      h0 = oh * p.stride_h;
+      w0 = (r - oh * p.out_w) * p.stride_w;
+    }
+#pragma unroll
+    for (int a = 0; a < S::kBTPer; ++a) {
+      const int4 e = tab[nrow + S::kBTRows * a];
+      const int ih = h0 + e.y, iw = w0 + e.z;
+      const bool ok = static_cast<unsigned>(ih) < static_cast<unsigned>(p.h) &&
+                      static_cast<unsigned>(iw) < static_cast<unsigned>(p.w);
+      val[a] = ok ? x[base + e.x + ih * p.w + iw] : T(0);
+    }
+  }
+
+  __device__ __forceinline__ void store(T* sb, bool) {
+#pragma unroll
+    for (int a = 0; a < S::kBTPer; ++a) sb[(nrow + S::kBTRows * a) * S::LDB + kq] = as_operand(val[a]);
+  }
+};
+
+template <typename T, int kMode>
+struct BLoaderFor {
+  using type = BLoaderK<T, kMode>;
+};
+template <typename T>
+struct BLoaderFor<T, kWgrad> {
+  using type = BLoaderN<T>;
+};
+
+// ---------------------------------------------------------------------------
+// The math of one stage, and the accumulators.
+
+template <typename T, int kMode>
+struct WarpMath;
+
+template <int kMode>
+struct WarpMath<float, kMode> {
+  using S = GemmShape<float, kMode>;
+  using Cfg = ConvTile<float>;
+  static constexpr int kWM = S::BM / Cfg::kWarpsM, kWN = S::BN / Cfg::kWarpsN;
+  static constexpr int kMI = kWM / 16, kNI = kWN / 8;
+  static_assert(Cfg::kWarpsM * Cfg::kWarpsN * 32 == S::NT, "one warp per warp tile");
+  float acc[kMI][kNI][4];
+  int row0, col0, g, t4;
+
+  __device__ __forceinline__ void init(int tid) {
+    const int warp = tid >> 5, lane = tid & 31;
+    row0 = (warp % Cfg::kWarpsM) * kWM;
+    col0 = (warp / Cfg::kWarpsM) * kWN;
+    g = lane >> 2;
+    t4 = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+  }
+
+  __device__ __forceinline__ void step(const float* sa, const float* sb) {
+#pragma unroll
+    for (int ks = 0; ks < S::BK; ks += 8) {
+      uint32_t a[kMI][4], b[kNI][2];
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi) {
+        const float* q = sa + (row0 + mi * 16 + g) * S::LDA + ks + t4;
+        a[mi][0] = float_to_bits(q[0]);
+        a[mi][1] = float_to_bits(q[8 * S::LDA]);
+        a[mi][2] = float_to_bits(q[4]);
+        a[mi][3] = float_to_bits(q[8 * S::LDA + 4]);
+      }
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni) {
+        if (S::kNMajorB) {
+          const float* q = sb + (col0 + ni * 8 + g) * S::LDB + ks + t4;
+          b[ni][0] = float_to_bits(q[0]);
+          b[ni][1] = float_to_bits(q[4]);
+        } else {
+          const float* q = sb + (ks + t4) * S::LDB + col0 + ni * 8 + g;
+          b[ni][0] = float_to_bits(q[0]);
+          b[ni][1] = float_to_bits(q[4 * S::LDB]);
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kNI; ++ni) mma_tf32(acc[mi][ni], a[mi], b[ni]);
+    }
+  }
+
+  __device__ __forceinline__ void store(float* sc) const {
+#pragma unroll
+    for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni) {
+        float* q = sc + (row0 + mi * 16 + g) * S::LDC + col0 + ni * 8 + 2 * t4;
+        *reinterpret_cast<float2*>(q) = make_float2(acc[mi][ni][0], acc[mi][ni][1]);
+        *reinterpret_cast<float2*>(q + 8 * S::LDC) = make_float2(acc[mi][ni][2], acc[mi][ni][3]);
+      }
+  }
+};
+
+template <int kMode>
+struct WarpMath<double, kMode> {
+  using S = GemmShape<double, kMode>;
+  static_assert(S::BM == 64 && S::BN == 64 && S::NT == 256, "16x16 threads of 4x4");
+  double acc[4][4];
+  int ty, tx;
+
+  __device__ __forceinline__ void init(int tid) {
+    ty = tid / 16;
+    tx = tid % 16;
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][j] = 0.0;
+  }
+
+  __device__ __forceinline__ void step(const double* sa, const double* sb) {
+#pragma unroll 4
+    for (int k = 0; k < S::BK; ++k) {
+      double a[4], b[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[i] = sa[(ty + 16 * i) * S::LDA + k];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) b[j] = S::kNMajorB ? sb[(tx + 16 * j) * S::LDB + k] : sb[k * S::LDB + tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+    }
+  }
+
+  __device__ __forceinline__ void store(double* sc) const {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) sc[(ty + 16 * i) * S::LDC + tx + 16 * j] = acc[i][j];
+  }
+};
+
+// ---------------------------------------------------------------------------
+// Epilogue: the C tile, staged in shared memory, leaves row by row. Warp w
+// takes rows w, w+8, ...; lane l columns l, l+32, ...
+
+template <typename T, int kMode>
+__device__ __forceinline__ void epilogue(const ConvGemmParams& p, const T* sc, int m0, int n0, int tile_n, int split) {
+  using S = GemmShape<T, kMode>;
+  constexpr int kCols = S::BN / 32, kWarps = S::NT / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // Offset of column j's element of row 0, and the distance between rows.
+  int64_t coff[kCols];
+  bool cv[kCols];
+  int64_t rstride;
+  if constexpr (kMode == kWgrad) {
+    rstride = p.ncols;
+#pragma unroll
+    for (int b = 0; b < kCols; ++b) {
+      const int j = n0 + lane + 32 * b;
+      cv[b] = j < p.ncols;
+      coff[b] = static_cast<int64_t>(split) * p.m * p.ncols + j;
+    }
+  } else {
+    // out [N][m][pixels]: column j is pixel j % pixels of image j / pixels.
+    const int pixels = p.div_img.d;
+    rstride = pixels;
+#pragma unroll
+    for (int b = 0; b < kCols; ++b) {
+      const int j = n0 + lane + 32 * b;
+      cv[b] = j < p.ncols;
+      const int img = fdiv(cv[b] ? j : 0, p.div_img);
+      coff[b] = static_cast<int64_t>(img) * p.m * pixels + (j - img * pixels);
+    }
+  }
+  const int count = min(S::BN, p.ncols - n0);
+  T* __restrict__ out = reinterpret_cast<T*>(p.out);
+  const T* __restrict__ res = reinterpret_cast<const T*>(p.residual);
+  const T* __restrict__ scale = reinterpret_cast<const T*>(p.scale);
+  const T* __restrict__ shift = reinterpret_cast<const T*>(p.shift);
+  for (int r = warp; r < S::BM; r += kWarps) {
+    const int gm = m0 + r;
+    if (gm >= p.m) break;
+    T sc_r = T(1), sh_r = T(0);
+    if constexpr (kMode == kFprop) {
+      if (scale != nullptr) sc_r = scale[gm];
+      if (shift != nullptr) sh_r = shift[gm];
+    }
+    T v[kCols];
+    T sum = T(0);
+#pragma unroll
+    for (int b = 0; b < kCols; ++b) {
+      v[b] = sc[r * S::LDC + lane + 32 * b];
+      if (!cv[b]) continue;
+      const int64_t off = coff[b] + gm * rstride;
+      if constexpr (kMode == kFprop) {
+        // The CPU twin's affine: (acc - 0)*scale + shift, + residual, ReLU.
+        v[b] = scale != nullptr ? v[b] * sc_r + sh_r : v[b] + sh_r;
+        if (res != nullptr) v[b] += res[off];
+        if (p.relu && v[b] < T(0)) v[b] = T(0);
+      }
+      out[off] = v[b];
+      sum += v[b];
+    }
+    if (kMode == kFprop && p.stats != 0) {
+      // Count, sum and M2 about the tile's own mean (no cancellation: the
+      // channel mean may be far from zero); bn_finalize merges the tiles.
+      sum = warp_sum(sum);
+      const T mean = sum / static_cast<T>(count);
+      T m2 = T(0);
+#pragma unroll
+      for (int b = 0; b < kCols; ++b) {
+        const T d = v[b] - mean;
+        if (cv[b]) m2 += d * d;
+      }
+      m2 = warp_sum(m2);
+      if (lane == 0) {
+        double* st = reinterpret_cast<double*>(p.stats) + (static_cast<int64_t>(tile_n) * p.m + gm) * 3;
+        st[0] = count;
+        st[1] = static_cast<double>(sum);
+        st[2] = static_cast<double>(m2);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+template <typename T, int kMode>
+__device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
+  using S = GemmShape<T, kMode>;
+  unsigned char* smem = dynamic_smem();
+  T* sa = reinterpret_cast<T*>(smem);
+  T* sb = sa + 2 * S::kAElems;
+  int4* tab = reinterpret_cast<int4*>(smem + S::kMainBytes);
+
+  const int tid = threadIdx.x;
+  const unsigned tiles_m = static_cast<unsigned>(p.tiles_m);
+  const int tile_m = static_cast<int>(blockIdx.x % tiles_m);
+  const int tile_n = static_cast<int>(blockIdx.x / tiles_m);
+  const int m0 = tile_m * S::BM, n0 = tile_n * S::BN;
+  const int split = blockIdx.z;
+  const int k_tiles = (p.k + S::BK - 1) / S::BK;
+  const int kt0 = split * p.k_tiles_per_split;
+  const int kt1 = min(kt0 + p.k_tiles_per_split, k_tiles);
+  const bool masked = p.mask != 0;
+  // Only the first column tile of a split sums the bias gradient: every
+  // column tile stages the same rows of dy.
+  const bool sum_bias = kMode == kWgrad && p.bias_grad != 0 && tile_n == 0;
+
+  ALoader<T, kMode> al;
+  al.init(p, tid, m0);
+  typename BLoaderFor<T, kMode>::type bl;
+  bl.init(p, tid, n0);
+  if constexpr (kMode == kWgrad) {
+    BLoaderN<T>::build_table(p, n0, tab);
+    __syncthreads();
+  }
+  WarpMath<T, kMode> mm;
+  mm.init(tid);
+
+  if (kt0 < kt1) {
+    al.load(p, kt0 * S::BK);
+    bl.load(p, kt0 * S::BK, tab);
+    al.store(sa, masked, sum_bias);
+    bl.store(sb, masked);
+    __syncthreads();
+    for (int kt = kt0; kt < kt1; ++kt) {
+      const int cur = (kt - kt0) & 1;
+      const bool more = kt + 1 < kt1;
+      if (more) {
+        al.load(p, (kt + 1) * S::BK);
+        bl.load(p, (kt + 1) * S::BK, tab);
+      }
+      mm.step(sa + cur * S::kAElems, sb + cur * S::kBElems);
+      if (more) {
+        // The other stage was last read in iteration kt-1, before the
+        // barrier that ended it.
+        al.store(sa + (cur ^ 1) * S::kAElems, masked, sum_bias);
+        bl.store(sb + (cur ^ 1) * S::kBElems, masked);
+      }
+      __syncthreads();
+    }
+  }
+  // The C tile goes over the stages: every warp is past the loop's last
+  // barrier, so no stage is read any more.
+  mm.store(reinterpret_cast<T*>(smem));
+  if (sum_bias) al.flush_bias(p, m0, split);
+  __syncthreads();
+  epilogue<T, kMode>(p, reinterpret_cast<const T*>(smem), m0, n0, tile_n, split);
+}
+
+// Sums the split-K partial tiles of wgrad in split order (deterministic):
+// out[i] = sum_s ws[s][i] for i < n, and bias_out[i] = sum_s bias_ws[s][i]
+// for i < m when bias_ws is non-zero.
+struct SplitKParams {
+  uint64_t ws, out, bias_ws, bias_out;
+  int64_t n;
+  int32_t m, splits;
+};
+static_assert(sizeof(SplitKParams) == 48, "ops/conv_device.go mirrors SplitKParams");
+
+template <typename T>
+__device__ __forceinline__ void splitk_reduce(const SplitKParams& p) {
+  const T* __restrict__ ws = reinterpret_cast<const T*>(p.ws);
+  T* __restrict__ out = reinterpret_cast<T*>(p.out);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = first; i < p.n; i += stride) {
+    T s = ws[i];
+    for (int k = 1; k < p.splits; ++k) s += ws[k * p.n + i];
+    out[i] = s;
+  }
+  if (p.bias_ws != 0) {
+    const T* __restrict__ bws = reinterpret_cast<const T*>(p.bias_ws);
+    T* __restrict__ bout = reinterpret_cast<T*>(p.bias_out);
+    for (int64_t i = first; i < p.m; i += stride) {
+      T s = bws[i];
+      for (int k = 1; k < p.splits; ++k) s += bws[static_cast<int64_t>(k) * p.m + i];
+      bout[i] = s;
+    }
+  }
+}
+
+// wt[ci][co][kh][kw] = w[co][ci][kh][kw]: dgrad's A operand, read along its
+// reduction (co, kh, kw) like fprop reads w along (ci, kh, kw).
+struct WeightTParams {
+  uint64_t w, wt;
+  int64_t n;
+  int32_t cout, cin, kk, unused;
+};
+static_assert(sizeof(WeightTParams) == 40, "ops/conv_device.go mirrors WeightTParams");
+
+template <typename T>
+__device__ __forceinline__ void transpose_weights(const WeightTParams& p) {
+  const T* __restrict__ w = reinterpret_cast<const T*>(p.w);
+  T* __restrict__ wt = reinterpret_cast<T*>(p.wt);
+  const int64_t per_co = static_cast<int64_t>(p.cin) * p.kk;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t co = i / per_co, r = i - co * per_co;
+    const int64_t ci = r / p.kk, t = r - ci * p.kk;
+    wt[(ci * p.cout + co) * p.kk + t] = w[i];
+  }
+}
+
+}  // namespace stheno
+
+extern "C" {
+__global__ void __launch_bounds__(256, 1) conv_fprop_f32(stheno::ConvGemmParams p) {
+  stheno::conv_gemm<float, stheno::kFprop>(p);
+}
+__global__ void __launch_bounds__(256, 1) conv_dgrad_f32(stheno::ConvGemmParams p) {
+  stheno::conv_gemm<float, stheno::kDgrad>(p);
+}
+__global__ void __launch_bounds__(256, 1) conv_wgrad_f32(stheno::ConvGemmParams p) {
+  stheno::conv_gemm<float, stheno::kWgrad>(p);
+}
+__global__ void __launch_bounds__(256) conv_fprop_f64(stheno::ConvGemmParams p) {
+  stheno::conv_gemm<double, stheno::kFprop>(p);
+}
+__global__ void __launch_bounds__(256) conv_dgrad_f64(stheno::ConvGemmParams p) {
+  stheno::conv_gemm<double, stheno::kDgrad>(p);
+}
+__global__ void __launch_bounds__(256) conv_wgrad_f64(stheno::ConvGemmParams p) {
+  stheno::conv_gemm<double, stheno::kWgrad>(p);
+}
+__global__ void conv_splitk_reduce_f32(stheno::SplitKParams p) { stheno::splitk_reduce<float>(p); }
+__global__ void conv_splitk_reduce_f64(stheno::SplitKParams p) { stheno::splitk_reduce<double>(p); }
+__global__ void conv_transpose_weights_f32(stheno::WeightTParams p) { stheno::transpose_weights<float>(p); }
+__global__ void conv_transpose_weights_f64(stheno::WeightTParams p) { stheno::transpose_weights<double>(p); }
+}
