@@ -41,6 +41,18 @@ var (
 	// fused multiply-adds and atomic ordering change the last bits of each
 	// term; sums of up to a few thousand terms of order 1.
 	TolParity32 = Tolerance{Abs: 1e-5, Rel: 1e-4}
+
+	// TolTF32 compares a float32 kernel that multiplies on tensor cores in
+	// TF32 (the convolutions on the GPU) with its CPU twin or a float64
+	// reference. TF32 keeps 10 of float32's 23 mantissa bits: each operand
+	// is rounded to nearest, off by up to 2^-11 (4.9e-4) of itself, so each
+	// product is off by up to ~1e-3 of itself (~4e-4 rms), and a sum of K
+	// products of rms size r by a random walk of ~4e-4*r*sqrt(K) (FP32
+	// accumulation adds far less). Rel bounds sums whose terms share a
+	// sign; Abs is five standard deviations of the walk for results of
+	// natural size r*sqrt(K) up to 5, which the tests' shapes and input
+	// ranges keep to.
+	TolTF32 = Tolerance{Abs: 1e-2, Rel: 1e-3}
 )
 
 // Compare checks got against want element by element. It returns an error
