@@ -86,7 +86,8 @@ func ConvBN(x, w *G.Node, bn *BatchNorm, residual *G.Node, cfg ConvConfig) (*G.N
 	if err != nil {
 		return nil, err
 	}
-	z, err := G.ApplyOp(&convOp{convShape{p: p, dt: dt}}, x, w)
+	s.stats = &bnStatsLink{bn: bn}
+	z, err := G.ApplyOp(&convOp{convShape{p: p, dt: dt, stats: s.stats}}, x, w)
 	if err != nil {
 		return nil, err
 	}
@@ -157,6 +158,8 @@ type bnShape struct {
 	residual      bool
 	dt            tensor.Dtype
 	bn            *BatchNorm
+	// stats brings the batch statistics from the layer's convolution (GPU).
+	stats *bnStatsLink
 }
 
 func (s bnShape) zShape() tensor.Shape { return tensor.Shape{s.n, s.c, s.h, s.w} }
@@ -253,6 +256,16 @@ func (op *bnOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) 
 	}
 	rm, rv, err := op.runningStats()
 	if err != nil {
+		return nil, err
+	}
+	dev, err := inputsDevice("ConvBN", []string{"conv output", "bn.Gamma", "bn.Beta", "residual"}[:len(in)], in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in, training, rm, rv)
+	}
+	if err := hostRunning("ConvBN", rm, rv); err != nil {
 		return nil, err
 	}
 	z, err := dense("ConvBN", "conv output", in[0], op.dt, op.zShape())
@@ -354,6 +367,16 @@ func (op *bnGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, err
 	if err != nil {
 		return nil, err
 	}
+	dev, err := inputsDevice("ConvBN backward", []string{"conv output", "bn.Gamma", "y", "grad"}, in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in, training, rm, rv)
+	}
+	if err := hostRunning("ConvBN backward", rm, rv); err != nil {
+		return nil, err
+	}
 	z, err := dense("ConvBN backward", "conv output", in[0], op.dt, op.zShape())
 	if err != nil {
 		return nil, err
@@ -419,6 +442,13 @@ func (op *reluMaskOp) Do(in ...G.Value) (G.Value, error) { return op.UsePrealloc
 func (op *reluMaskOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != 2 {
 		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
+	}
+	dev, err := inputsDevice("ReLU backward", []string{"y", "grad"}, in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in)
 	}
 	y, err := dense("ReLU backward", "y", in[0], op.dt, op.shape)
 	if err != nil {

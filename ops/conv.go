@@ -146,6 +146,9 @@ type convShape struct {
 	p    kernels.ConvParams
 	bias bool
 	dt   tensor.Dtype
+	// stats is set on a ConvBN layer's convolution: on the GPU, its
+	// epilogue reduces the batch statistics for the layer's BatchNorm op.
+	stats *bnStatsLink
 }
 
 func (s convShape) xShape() tensor.Shape { return tensor.Shape{s.p.N, s.p.Cin, s.p.H, s.p.W} }
@@ -194,6 +197,13 @@ func (op *convOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(n
 func (op *convOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != op.Arity() {
 		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
+	}
+	dev, err := inputsDevice("Conv", []string{"x", "w", "bias"}[:len(in)], in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in)
 	}
 	x, err := dense("Conv", "x", in[0], op.dt, op.xShape())
 	if err != nil {
@@ -271,6 +281,13 @@ func (op *convDgradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, 
 	if len(in) != 3 {
 		return nil, fmt.Errorf("ops: %v: want 3 inputs, got %d", op, len(in))
 	}
+	dev, err := inputsDevice("Conv backward", []string{"w", "y", "grad"}, in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in)
+	}
 	w, err := dense("Conv backward", "w", in[0], op.dt, op.wShape())
 	if err != nil {
 		return nil, err
@@ -338,6 +355,13 @@ func (op *convWgradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallo
 func (op *convWgradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	if len(in) != 3 {
 		return nil, fmt.Errorf("ops: %v: want 3 inputs, got %d", op, len(in))
+	}
+	dev, err := inputsDevice("Conv backward", []string{"x", "y", "grad"}, in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in)
 	}
 	x, err := dense("Conv backward", "x", in[0], op.dt, op.xShape())
 	if err != nil {

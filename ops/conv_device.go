@@ -1,0 +1,448 @@
+package ops
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"unsafe"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
+)
+
+// The GPU path of Conv and of ConvBN's convolution: kernels/conv.cu, one
+// implicit-GEMM kernel template for the forward pass (bias or BatchNorm
+// scale/shift, residual and ReLU in its epilogue, and for ConvBN in training
+// the batch statistics), the data gradient and the weight gradient (split
+// along its long reduction when the GEMM has too few tiles to fill the GPU).
+
+// fastDivArgs mirrors FastDiv in kernels/conv.cuh: division of a
+// non-negative int32 by d as a multiply-high and a shift.
+type fastDivArgs struct {
+	D        int32
+	Mul, Shr uint32
+	Unused   int32
+}
+
+// fastDiv returns the constants for divisor d >= 1: with l = ceil(log2 d),
+// mul = ceil(2^(31+l)/d) and shr = l-1, umulhi(n, mul) >> shr = n/d for
+// every 0 <= n < 2^31 (conv.cuh explains why); d == 1 has mul 0.
+func fastDiv(d int) fastDivArgs {
+	f := fastDivArgs{D: int32(d)}
+	if d == 1 {
+		return f
+	}
+	l := bits.Len32(uint32(d - 1))
+	f.Mul = uint32((uint64(1)<<(31+l) + uint64(d) - 1) / uint64(d))
+	f.Shr = uint32(l - 1)
+	return f
+}
+
+// div is the kernel's fdiv, for tests.
+func (f fastDivArgs) div(n int32) int32 {
+	if f.Mul == 0 {
+		return n
+	}
+	return int32(uint32((uint64(uint32(n))*uint64(f.Mul))>>32) >> f.Shr)
+}
+
+// convGemmArgs mirrors ConvGemmParams in kernels/conv.cuh field for field.
+type convGemmArgs struct {
+	A, B, Mask, Out        backend.DevicePtr
+	Scale, Shift, Residual backend.DevicePtr
+	Stats, BiasGrad        backend.DevicePtr
+	N, Cin, H, W           int32
+	Cout, KH, KW           int32
+	StrideH, StrideW       int32
+	PadH, PadW, DilH, DilW int32
+	OutH, OutW             int32
+	ReLU                   int32
+	M, NCols, K            int32
+	TilesM, KTilesPerSplit int32
+	Unused                 int32
+	DivKK, DivKW           fastDivArgs
+	DivImg, DivRow         fastDivArgs
+	DivQ, DivQW            fastDivArgs
+	DivStrideH, DivStrideW fastDivArgs
+}
+
+// splitKArgs mirrors SplitKParams and weightTArgs WeightTParams (conv.cu).
+type splitKArgs struct {
+	WS, Out, BiasWS, BiasOut backend.DevicePtr
+	N                        int64
+	M, Splits                int32
+}
+
+type weightTArgs struct {
+	W, WT                 backend.DevicePtr
+	N                     int64
+	Cout, Cin, KK, Unused int32
+}
+
+var (
+	_ [288]byte = [unsafe.Sizeof(convGemmArgs{})]byte{}
+	_ [48]byte  = [unsafe.Sizeof(splitKArgs{})]byte{}
+	_ [40]byte  = [unsafe.Sizeof(weightTArgs{})]byte{}
+)
+
+// The three GEMMs of conv.cu (ConvMode).
+const (
+	convFprop = iota
+	convDgrad
+	convWgrad
+)
+
+var convModeNames = [...]string{"fprop", "dgrad", "wgrad"}
+
+// convTile mirrors ConvTile<T> in conv.cu: block tile, threads and the
+// padding of the shared-memory rows.
+type convTile struct {
+	bm, bn, bk, threads int
+	padA, padB, padC    int
+	elem                int
+}
+
+var (
+	convTileF32 = convTile{bm: 128, bn: 128, bk: 32, threads: 256, padA: 4, padB: 8, padC: 8, elem: 4}
+	convTileF64 = convTile{bm: 64, bn: 64, bk: 16, threads: 256, padA: 1, padB: 1, padC: 1, elem: 8}
+)
+
+func convTileFor(dt tensor.Dtype) convTile {
+	if dt == tensor.Float32 {
+		return convTileF32
+	}
+	return convTileF64
+}
+
+// smemBytes is GemmShape<T, mode>::kSmemBytes: two stages of the A and B
+// tiles, or the C tile of the epilogue over them, and for wgrad a table of
+// 16 bytes per column. conv.cu pins the values with static_asserts.
+func (t convTile) smemBytes(mode int) int {
+	lda := t.bk + t.padA
+	a := t.bm * lda
+	b := t.bk * (t.bn + t.padB)
+	if mode == convWgrad {
+		b = t.bn * lda
+	}
+	pipe := 2 * (a + b) * t.elem
+	c := t.bm * (t.bn + t.padC) * t.elem
+	main := (max(pipe, c) + 15) / 16 * 16
+	if mode == convWgrad {
+		main += 16 * t.bn
+	}
+	return main
+}
+
+// gemmArgs fills the geometry of the convolution; the caller sets the
+// operands and the GEMM.
+func (s convShape) gemmArgs() convGemmArgs {
+	p := s.p
+	return convGemmArgs{
+		N: int32(p.N), Cin: int32(p.Cin), H: int32(p.H), W: int32(p.W),
+		Cout: int32(p.Cout), KH: int32(p.KH), KW: int32(p.KW),
+		StrideH: int32(p.StrideH), StrideW: int32(p.StrideW),
+		PadH: int32(p.PadH), PadW: int32(p.PadW), DilH: int32(p.DilationH), DilW: int32(p.DilationW),
+		OutH: int32(p.OutH), OutW: int32(p.OutW),
+		DivKK: fastDiv(p.KH * p.KW), DivKW: fastDiv(p.KW),
+		DivImg: fastDiv(1), DivRow: fastDiv(1), DivQ: fastDiv(1), DivQW: fastDiv(1),
+		DivStrideH: fastDiv(p.StrideH), DivStrideW: fastDiv(p.StrideW),
+	}
+}
+
+// checkDeviceSizes checks that the indices the kernels keep in 32-bit ints
+// fit: per-image offsets and the GEMM sizes, with a tile of slack since
+// kernels form indices up to one tile past the end; and that displacements
+// within an image stay clear of the kernels' "far outside" mark, 2^29.
+func (s convShape) checkDeviceSizes(op string) error {
+	p := s.p
+	const slack = 256
+	for _, c := range []struct {
+		name         string
+		value, limit int
+	}{
+		{"Cin*H*W", p.Cin * p.H * p.W, math.MaxInt32 - slack},
+		{"Cout*OutH*OutW", p.Cout * p.OutH * p.OutW, math.MaxInt32 - slack},
+		{"N*OutH*OutW", p.N * p.OutH * p.OutW, math.MaxInt32 - slack},
+		{"N*H*W", p.N * p.H * p.W, math.MaxInt32 - slack},
+		{"Cin*KH*KW", p.Cin * p.KH * p.KW, math.MaxInt32 - slack},
+		{"Cout*KH*KW", p.Cout * p.KH * p.KW, math.MaxInt32 - slack},
+		{"H+2*PadH+DilationH*KH", p.H + 2*p.PadH + p.DilationH*p.KH, 1 << 27},
+		{"W+2*PadW+DilationW*KW", p.W + 2*p.PadW + p.DilationW*p.KW, 1 << 27},
+	} {
+		if c.value > c.limit {
+			return fmt.Errorf("ops: %s: %s = %d is too large for the CUDA kernels' 32-bit indices", op, c.name, c.value)
+		}
+	}
+	return nil
+}
+
+// launchConvGemm queues conv_<mode>_<dtype> for args (operands, GEMM sizes
+// and divisors set) in splits splits of the reduction (1 but for wgrad).
+func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, args convGemmArgs, splits int) error {
+	t := convTileFor(dt)
+	k, err := dev.Kernel("conv", "conv_"+convModeNames[mode]+"_"+dtypeSuffix(dt))
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	smem := t.smemBytes(mode)
+	if byDefault, _ := dev.MaxSharedMemory(); smem > byDefault {
+		if err := k.SetMaxDynamicSharedMemory(smem); err != nil {
+			return fmt.Errorf("ops: %s: %w", op, err)
+		}
+	}
+	tilesM := ceilDiv(int(args.M), t.bm)
+	tiles := tilesM * ceilDiv(int(args.NCols), t.bn)
+	kTiles := ceilDiv(int(args.K), t.bk)
+	if tiles > math.MaxInt32 || splits > 65535 {
+		return fmt.Errorf("ops: %s: %d tiles in %d splits exceed the CUDA grid", op, tiles, splits)
+	}
+	args.TilesM = int32(tilesM)
+	args.KTilesPerSplit = int32(ceilDiv(kTiles, splits))
+	cfg := backend.LaunchConfig{
+		Grid:      backend.Dim3{X: uint32(tiles), Y: 1, Z: uint32(splits)},
+		Block:     backend.Dim3{X: uint32(t.threads), Y: 1, Z: 1},
+		SharedMem: uint32(smem),
+	}
+	if err := backend.Launch(k, cfg, args); err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	return nil
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// forward queues y = act(conv(x, w) + bias) on dev. With statsFor non-nil
+// (a ConvBN layer in training) the epilogue also writes the per-channel
+// statistics of y, one record per column tile, into a new float64 tensor
+// it returns with the number of tiles.
+func (s convShape) forward(op string, dev *backend.Device, x, w, bias, y backend.DevicePtr, withStats bool) (*tensor.Dense, int, error) {
+	p := s.p
+	args := s.gemmArgs()
+	args.A, args.B, args.Out, args.Shift = w, x, y, bias
+	args.ReLU = boolInt32(p.ReLU)
+	args.M, args.NCols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
+	args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
+	var stats *tensor.Dense
+	slots := ceilDiv(int(args.NCols), convTileFor(s.dt).bn)
+	if withStats {
+		var err error
+		if stats, err = dev.NewDense(tensor.Float64, slots*p.Cout*bnRecForward); err != nil {
+			return nil, 0, fmt.Errorf("ops: %s: statistics: %w", op, err)
+		}
+		if args.Stats, err = dev.Ptr(stats); err != nil {
+			return nil, 0, fmt.Errorf("ops: %s: statistics: %w", op, err)
+		}
+	}
+	if err := launchConvGemm(op, dev, s.dt, convFprop, args, 1); err != nil {
+		if stats != nil {
+			_ = dev.FreeDense(stats)
+		}
+		return nil, 0, err
+	}
+	return stats, slots, nil
+}
+
+func (op *convOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+	const name = "Conv"
+	if err := op.checkDeviceSizes(name); err != nil {
+		return nil, err
+	}
+	x, err := deviceArg(name, "x", dev, in[0], op.dt, op.xShape())
+	if err != nil {
+		return nil, err
+	}
+	w, err := deviceArg(name, "w", dev, in[1], op.dt, op.wShape())
+	if err != nil {
+		return nil, err
+	}
+	var b backend.DevicePtr
+	if op.bias {
+		if b, err = deviceArg(name, "bias", dev, in[2], op.dt, op.bShape()); err != nil {
+			return nil, err
+		}
+	}
+	y, yPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.yShape())
+	if err != nil {
+		return nil, err
+	}
+	withStats := op.stats.wanted()
+	stats, slots, err := op.forward(name, dev, x, w, b, yPtr, withStats)
+	if err != nil {
+		return nil, err
+	}
+	if withStats {
+		op.stats.put(dev, y, yPtr, stats, slots)
+	}
+	return y, nil
+}
+
+func (op *convDgradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+	const name = "Conv backward"
+	if err := op.checkDeviceSizes(name); err != nil {
+		return nil, err
+	}
+	w, err := deviceArg(name, "w", dev, in[0], op.dt, op.wShape())
+	if err != nil {
+		return nil, err
+	}
+	y, err := deviceArg(name, "y", dev, in[1], op.dt, op.yShape())
+	if err != nil {
+		return nil, err
+	}
+	dy, err := deviceArg(name, "grad", dev, in[2], op.dt, op.yShape())
+	if err != nil {
+		return nil, err
+	}
+	dx, dxPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.xShape())
+	if err != nil {
+		return nil, err
+	}
+	if !op.p.ReLU {
+		y = 0
+	}
+	if err := op.dgrad(name, dev, w, y, dy, dxPtr); err != nil {
+		return nil, err
+	}
+	return dx, nil
+}
+
+// dgrad queues dx = conv^T(w, dy masked by y > 0 when y != 0). The weights
+// are first transposed to [Cin][Cout][KH][KW] in scratch memory, so that
+// the GEMM reads its A operand along the reduction as fprop does.
+func (s convShape) dgrad(op string, dev *backend.Device, w, y, dy, dx backend.DevicePtr) error {
+	p := s.p
+	kk := p.KH * p.KW
+	nw := p.Cout * p.Cin * kk
+	wt, err := dev.Alloc(int64(nw) * int64(s.dt.Size()))
+	if err != nil {
+		return fmt.Errorf("ops: %s: transposed weights: %w", op, err)
+	}
+	// Free queues nothing: the block is handed out again only to work
+	// queued after this launch.
+	defer dev.Free(wt)
+	tk, err := dev.Kernel("conv", "conv_transpose_weights_"+dtypeSuffix(s.dt))
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	targs := weightTArgs{W: w, WT: wt, N: int64(nw), Cout: int32(p.Cout), Cin: int32(p.Cin), KK: int32(kk)}
+	if err := backend.Launch(tk, dev.GridStride(int64(nw), 256), targs); err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	args := s.gemmArgs()
+	args.A, args.B, args.Mask, args.Out = wt, dy, y, dx
+	args.M, args.NCols, args.K = int32(p.Cin), int32(p.N*p.H*p.W), int32(p.Cout*kk)
+	args.DivImg, args.DivRow = fastDiv(p.H*p.W), fastDiv(p.W)
+	return launchConvGemm(op, dev, s.dt, convDgrad, args, 1)
+}
+
+func (op *convWgradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+	const name = "Conv backward"
+	if err := op.checkDeviceSizes(name); err != nil {
+		return nil, err
+	}
+	x, err := deviceArg(name, "x", dev, in[0], op.dt, op.xShape())
+	if err != nil {
+		return nil, err
+	}
+	y, err := deviceArg(name, "y", dev, in[1], op.dt, op.yShape())
+	if err != nil {
+		return nil, err
+	}
+	dy, err := deviceArg(name, "grad", dev, in[2], op.dt, op.yShape())
+	if err != nil {
+		return nil, err
+	}
+	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.outShape())
+	if err != nil {
+		return nil, err
+	}
+	if !op.p.ReLU {
+		y = 0
+	}
+	var db backend.DevicePtr
+	if op.bias {
+		db = outPtr + backend.DevicePtr(op.wShape().TotalSize()*int(op.dt.Size()))
+	}
+	if err := op.wgrad(name, dev, x, y, dy, outPtr, db); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// wgradSplits chooses how many splits of its reduction the wgrad GEMM
+// runs in: its output (Cout x Cin*KH*KW) has few tiles, and its reduction
+// (N*OutH*OutW) is long. The cost model counts, per split count, the waves
+// of blocks (one block per SM, what the float32 kernel's registers allow)
+// times what each block runs: its k-tiles (about a microsecond each) and
+// about one more for its prologue and epilogue; plus the pass that sums the
+// partial tiles (at about 3 TB/s). More splits must win by 5%: they cost
+// workspace memory the model does not price.
+func wgradSplits(tiles, kTiles, sms, outBytes int) int {
+	best, bestCost := 1, math.Inf(1)
+	for s := 1; s <= min(kTiles, 64); s++ {
+		kps := ceilDiv(kTiles, s)
+		if ceilDiv(kTiles, kps) != s {
+			continue // the same as a smaller count
+		}
+		if s > 1 && int64(s)*int64(outBytes) > 1<<30 {
+			break
+		}
+		waves := ceilDiv(tiles*s, max(sms, 1))
+		cost := float64(waves * (kps + 1))
+		if s > 1 {
+			cost += float64((s+1)*outBytes) / 3e6
+		}
+		if cost < 0.95*bestCost {
+			best, bestCost = s, cost
+		}
+	}
+	return best
+}
+
+// wgrad queues dw (and db, when db != 0) from x and dy masked by y > 0
+// when y != 0. With more than one split, the partial tiles go to scratch
+// memory and a second kernel sums them in split order.
+func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backend.DevicePtr) error {
+	p := s.p
+	t := convTileFor(s.dt)
+	args := s.gemmArgs()
+	args.A, args.B, args.Mask = dy, x, y
+	args.M, args.NCols, args.K = int32(p.Cout), int32(p.Cin*p.KH*p.KW), int32(p.N*p.OutH*p.OutW)
+	args.DivQ, args.DivQW = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
+	elem := int64(s.dt.Size())
+	nw := int64(p.Cout) * int64(args.NCols)
+	tiles := ceilDiv(p.Cout, t.bm) * ceilDiv(int(args.NCols), t.bn)
+	splits := wgradSplits(tiles, ceilDiv(int(args.K), t.bk), dev.SMCount(), int(nw*elem))
+	if splits == 1 {
+		args.Out, args.BiasGrad = dw, db
+		return launchConvGemm(op, dev, s.dt, convWgrad, args, 1)
+	}
+	ws, err := dev.Alloc(int64(splits) * nw * elem)
+	if err != nil {
+		return fmt.Errorf("ops: %s: split-K workspace: %w", op, err)
+	}
+	defer dev.Free(ws)
+	args.Out = ws
+	var bws backend.DevicePtr
+	if db != 0 {
+		if bws, err = dev.Alloc(int64(splits) * int64(p.Cout) * elem); err != nil {
+			return fmt.Errorf("ops: %s: split-K workspace: %w", op, err)
+		}
+		defer dev.Free(bws)
+		args.BiasGrad = bws
+	}
+	if err := launchConvGemm(op, dev, s.dt, convWgrad, args, splits); err != nil {
+		return err
+	}
+	k, err := dev.Kernel("conv", "conv_splitk_reduce_"+dtypeSuffix(s.dt))
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	rargs := splitKArgs{WS: ws, Out: dw, BiasWS: bws, BiasOut: db, N: nw, M: int32(p.Cout), Splits: int32(splits)}
+	if err := backend.Launch(k, dev.GridStride(nw, 256), rargs); err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	return nil
+}
