@@ -1,0 +1,173 @@
+package ops
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
+)
+
+// convTargetCases are ../shared/TARGETS.md's fused-convolution cases; the
+// anchors (cuDNN through PyTorch, same shapes) are timed by
+// kernels/bench/anchors_conv.py.
+var convTargetCases = []struct {
+	name   string
+	xs, ws []int
+	cfg    ConvConfig
+}{
+	{"resnet_c3_3x3", []int{8, 128, 56, 56}, []int{128, 128, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+	{"fpn_p2_3x3", []int{2, 256, 200, 336}, []int{256, 256, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+	{"resnet_c4_1x1", []int{8, 1024, 28, 28}, []int{256, 1024, 1, 1}, ConvConfig{}},
+}
+
+// convBenchLoop times step, which queues work on dev: the timer runs until
+// the GPU has finished the last of b.N steps (a b.N loop, not b.Loop, whose
+// timer stops before the final Synchronize). It reports milliseconds and
+// TFLOP/s for flops per step.
+func convBenchLoop(b *testing.B, dev *backend.Device, flops float64, step func() error) {
+	b.Helper()
+	// Warm-up: module load, shared-memory opt-in, the allocator's cache.
+	for range 2 {
+		if err := step(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := dev.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for range b.N {
+		if err := step(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := dev.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(sec*1e3, "ms/op")
+	b.ReportMetric(flops/sec/1e12, "TFLOP/s")
+}
+
+// BenchmarkGPUConv times, on TARGETS.md's shapes in float32 (TF32 tensor
+// cores): Conv with bias and ReLU forward (pass=fwd) and backward (its
+// dgrad and wgrad with the bias gradient, pass=bwd); and a ConvBN layer
+// with ReLU in training, forward (convolution with the statistics in its
+// epilogue, then BatchNorm+ReLU, pass=convbn_fwd) and backward (BatchNorm
+// backward, dgrad, wgrad, pass=convbn_bwd). Backward counts the FLOPs of
+// its two GEMMs, twice the forward's.
+func BenchmarkGPUConv(b *testing.B) {
+	dev := gpu(b)
+	dt := tensor.Float32
+	for ci, c := range convTargetCases {
+		rng := rand.New(rand.NewPCG(uint64(ci), 11))
+		conv := convGPUCase{name: c.name, xs: c.xs, ws: c.ws, cfg: c.cfg}
+		s := conv.shape(b, dt, true, true)
+		p := s.p
+		flops := 2 * float64(p.N*p.Cout*p.OutH*p.OutW) * float64(p.Cin*p.KH*p.KW)
+		dev1 := func(lo, hi float64, shape ...int) *tensor.Dense {
+			return toDev(b, dev, randTensor(rng, dt, lo, hi, shape...))
+		}
+		x, w, bias := dev1(-1, 1, s.xShape()...), dev1(-0.05, 0.05, s.wShape()...), dev1(-0.1, 0.1, p.Cout)
+		dy := dev1(-1, 1, s.yShape()...)
+		fwd, dgrad, wgrad := &convOp{s}, &convDgradOp{s}, &convWgradOp{s}
+		y, err := fwd.Do(x, w, bias)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dx, err := dgrad.Do(w, y, dy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dwb, err := wgrad.Do(x, y, dy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		name := fmt.Sprintf("impl=cuda/dtype=float32/case=%s/pass=", c.name)
+		b.Run(name+"fwd", func(b *testing.B) {
+			convBenchLoop(b, dev, flops, func() error {
+				_, err := fwd.UsePreallocDo(y, x, w, bias)
+				return err
+			})
+		})
+		b.Run(name+"bwd", func(b *testing.B) {
+			convBenchLoop(b, dev, 2*flops, func() error {
+				if _, err := dgrad.UsePreallocDo(dx, w, y, dy); err != nil {
+					return err
+				}
+				_, err := wgrad.UsePreallocDo(dwb, x, y, dy)
+				return err
+			})
+		})
+
+		// ConvBN: a bias-free convolution linked to its BatchNorm, running
+		// statistics on the GPU (nothing waits for the host).
+		bn := &BatchNorm{
+			RunningMean: toDev(b, dev, fromFloat64s(dt, filled(p.Cout, 0), p.Cout)),
+			RunningVar:  toDev(b, dev, fromFloat64s(dt, filled(p.Cout, 1), p.Cout)),
+			Momentum:    DefaultMomentum, Eps: DefaultEps, Training: true,
+		}
+		link := &bnStatsLink{bn: bn}
+		cs := convShape{p: p, dt: dt, stats: link}
+		cs.p.ReLU = false
+		bs := bnShape{n: p.N, c: p.Cout, h: p.OutH, w: p.OutW, eps: DefaultEps, momentum: DefaultMomentum,
+			act: ActReLU, dt: dt, bn: bn, stats: link}
+		gamma, beta := dev1(0.5, 1.5, p.Cout), dev1(-0.5, 0.5, p.Cout)
+		cfwd, bfwd, bbwd := &convOp{cs}, &bnOp{bs}, &bnGradOp{bs}
+		cdgrad, cwgrad := &convDgradOp{cs}, &convWgradOp{cs}
+		z, err := cfwd.Do(x, w)
+		if err != nil {
+			b.Fatal(err)
+		}
+		yb, err := bfwd.Do(z, gamma, beta)
+		if err != nil {
+			b.Fatal(err)
+		}
+		packed, err := bbwd.Do(z, gamma, yb, dy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		// dgrad and wgrad read dz, the first part of packed; a tensor of
+		// dz's shape costs them the same.
+		dz := dev1(-1, 1, s.yShape()...)
+		dw, err := cwgrad.Do(x, z, dz)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(name+"convbn_fwd", func(b *testing.B) {
+			convBenchLoop(b, dev, flops, func() error {
+				zz, err := cfwd.UsePreallocDo(z, x, w)
+				if err != nil {
+					return err
+				}
+				_, err = bfwd.UsePreallocDo(yb, zz, gamma, beta)
+				return err
+			})
+			if link.taken == 0 {
+				b.Error("the BatchNorm op never took the convolution's statistics")
+			}
+		})
+		b.Run(name+"convbn_bwd", func(b *testing.B) {
+			convBenchLoop(b, dev, 2*flops, func() error {
+				if _, err := bbwd.UsePreallocDo(packed, z, gamma, yb, dy); err != nil {
+					return err
+				}
+				if _, err := cdgrad.UsePreallocDo(dx, w, z, dz); err != nil {
+					return err
+				}
+				_, err := cwgrad.UsePreallocDo(dw, x, z, dz)
+				return err
+			})
+		})
+		for _, v := range []G.Value{x, w, bias, dy, y, dx, dwb, z, yb, packed, dz, dw, gamma, beta, bn.RunningMean, bn.RunningVar} {
+			if err := dev.FreeDense(v.(*tensor.Dense)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

@@ -1,0 +1,822 @@
+package ops
+
+// Tests of the GPU path of Conv and ConvBN (kernels/conv.cu, conv_bn.cu):
+// every op on the device against its CPU twin, gradient checks with the ops
+// on the device, and a training loop's memory. float32 convolutions multiply
+// in TF32 on tensor cores and are compared with autograd.TolTF32, except on
+// inputs that TF32 represents exactly (small integers), where the GPU must
+// match the CPU to TolParity32; everything else uses TolParity32 or
+// TolParity64. The GPU tests need a binary built with -tags stheno_cuda
+// (make gpu-bins) and a GPU, and skip visibly anywhere else; the tests of
+// the launch arithmetic run everywhere.
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/autograd"
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels"
+)
+
+func TestConvFastDiv(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	ns := []int32{0, 1, 2, 3, 7, 8, 9, 255, 256, 1 << 20, 1<<30 - 1, 1 << 30, math.MaxInt32 - 1, math.MaxInt32}
+	var ds []int
+	for d := 1; d <= 3000; d++ {
+		ds = append(ds, d)
+	}
+	ds = append(ds, 65535, 65536, 1<<20+1, 1<<30-1, 1<<30, 1<<30+1, math.MaxInt32-1, math.MaxInt32)
+	for _, d := range ds {
+		f := fastDiv(d)
+		for i := range len(ns) + 200 {
+			n := rng.Int32()
+			if i < len(ns) {
+				n = ns[i]
+			} else if i%2 == 0 {
+				n = int32(rng.IntN(min(4*d, math.MaxInt32)))
+			}
+			if got, want := f.div(n), n/int32(d); got != want {
+				t.Fatalf("fastDiv(%d).div(%d) = %d, want %d (mul %#x, shr %d)", d, n, got, want, f.Mul, f.Shr)
+			}
+		}
+	}
+}
+
+// The shared-memory sizes are computed here and in conv.cu, which pins them
+// with static_asserts: the two must agree.
+func TestConvSharedMemoryMirrorsKernels(t *testing.T) {
+	for _, c := range []struct {
+		tile convTile
+		mode int
+		want int
+	}{
+		{convTileF32, convFprop, 71680}, {convTileF32, convDgrad, 71680}, {convTileF32, convWgrad, 75776},
+		{convTileF64, convFprop, 34048}, {convTileF64, convDgrad, 34048}, {convTileF64, convWgrad, 35840},
+	} {
+		if got := c.tile.smemBytes(c.mode); got != c.want {
+			t.Errorf("%+v mode %s: %d bytes, conv.cu has %d", c.tile, convModeNames[c.mode], got, c.want)
+		}
+	}
+}
+
+func TestConvWgradSplits(t *testing.T) {
+	for _, c := range []struct {
+		name                         string
+		tiles, kTiles, sms, outBytes int
+		lo, hi                       int
+	}{
+		{"one k-tile", 4, 1, 132, 1 << 10, 1, 1},
+		{"tiles fill whole waves", 264, 100, 132, 1 << 20, 1, 1},
+		// fpn_p2_3x3: 2x18 tiles, 134400/32 k-tiles: fill the 132 SMs.
+		{"fpn_p2_3x3", 36, 4200, 132, 256 * 2304 * 4, 4, 64},
+		{"resnet_c3_3x3", 9, 784, 132, 128 * 1152 * 4, 8, 64},
+	} {
+		s := wgradSplits(c.tiles, c.kTiles, c.sms, c.outBytes)
+		if s < c.lo || s > c.hi || s > c.kTiles {
+			t.Errorf("%s: %d splits, want %d..%d", c.name, s, c.lo, c.hi)
+		}
+	}
+}
+
+// convGPUCase is a convolution of the GPU tests.
+type convGPUCase struct {
+	name   string
+	xs, ws []int
+	cfg    ConvConfig
+}
+
+// convGPUCases cover what the kernels' tiling and gathers must get right:
+// shapes that are not multiples of the tiles, several tiles along every
+// GEMM dimension, 1x1, 3x3, the ResNet stem (7x7 stride 2), dilation,
+// unequal strides and pads. Input ranges keep TF32 results within
+// TolTF32's regime (natural size up to 5).
+var convGPUCases = []convGPUCase{
+	{"3x3 pad 1", []int{2, 5, 9, 11}, []int{7, 5, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+	{"1x1", []int{2, 9, 6, 7}, []int{13, 9, 1, 1}, ConvConfig{}},
+	{"7x7 stride 2 pad 3 (stem)", []int{2, 3, 23, 21}, []int{8, 3, 7, 7}, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{3, 3}}},
+	{"3x3 dilation 2 pad 2", []int{1, 4, 11, 10}, []int{6, 4, 3, 3}, ConvConfig{Pad: [2]int{2, 2}, Dilation: [2]int{2, 2}}},
+	{"2x3 stride (2,1) pad (0,1) dilation (1,2)", []int{2, 2, 9, 10}, []int{5, 2, 2, 3},
+		ConvConfig{Stride: [2]int{2, 1}, Pad: [2]int{0, 1}, Dilation: [2]int{1, 2}}},
+	{"2x4 pad (1,2), odd sizes", []int{3, 7, 5, 13}, []int{3, 7, 2, 4}, ConvConfig{Pad: [2]int{1, 2}}},
+	// Two tiles of output channels, four of pixels, nine k-tiles; wgrad
+	// splits its reduction.
+	{"3x3 130 channels", []int{2, 24, 14, 14}, []int{130, 24, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+}
+
+func (c convGPUCase) shape(t testing.TB, dt tensor.Dtype, bias, relu bool) convShape {
+	t.Helper()
+	g := G.NewGraph()
+	x := G.NewTensor(g, dt, 4, G.WithShape(c.xs...))
+	w := G.NewTensor(g, dt, 4, G.WithShape(c.ws...))
+	p, _, err := convParams("test", x, w, c.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ReLU = relu
+	return convShape{p: p, bias: bias, dt: dt}
+}
+
+// intTensor draws integers in [lo, hi]: TF32 represents them exactly, and
+// float32 sums of a few thousand of them too, so a TF32 convolution of such
+// tensors is exact.
+func intTensor(rng *rand.Rand, dt tensor.Dtype, lo, hi int, shape ...int) *tensor.Dense {
+	v := make([]float64, tensor.Shape(shape).TotalSize())
+	for i := range v {
+		v[i] = float64(lo + rng.IntN(hi-lo+1))
+	}
+	return fromFloat64s(dt, v, shape...)
+}
+
+// segment is a part of an op's output compared with one tolerance.
+type segment struct {
+	n   int // elements; 0: the rest
+	tol autograd.Tolerance
+}
+
+// parityBy runs op on host inputs and on copies of them on the device and
+// compares the outputs segment by segment; then it runs the device op again
+// into a NaN-poisoned buffer, which the op must overwrite entirely.
+func parityBy(t *testing.T, dev *backend.Device, op G.Op, segs []segment, inputs ...*tensor.Dense) {
+	t.Helper()
+	parityOf(t, dev, op, op, segs, inputs...)
+}
+
+// parityOf is parityBy with a separate op for the CPU, for ops that hold
+// state of their own placement (a BatchNorm's running statistics).
+func parityOf(t *testing.T, dev *backend.Device, cpuOp, op G.Op, segs []segment, inputs ...*tensor.Dense) {
+	t.Helper()
+	host := make([]G.Value, len(inputs))
+	onDev := make([]G.Value, len(inputs))
+	for i, d := range inputs {
+		host[i] = d
+		onDev[i] = toDev(t, dev, d)
+	}
+	want, err := cpuOp.Do(host...)
+	if err != nil {
+		t.Fatalf("CPU: %v", err)
+	}
+	wantF := toFloat64s(t, want)
+	compare := func(what string, got G.Value) {
+		t.Helper()
+		g := fromDev(t, dev, got)
+		if len(g) != len(wantF) {
+			t.Fatalf("%v: %s has %d elements, want %d", op, what, len(g), len(wantF))
+		}
+		off := 0
+		for _, s := range segs {
+			n := s.n
+			if n == 0 {
+				n = len(g) - off
+			}
+			if err := s.tol.Compare(g[off:off+n], wantF[off:off+n]); err != nil {
+				t.Errorf("%v: %s, elements [%d,%d): GPU vs CPU: %v", op, what, off, off+n, err)
+			}
+			off += n
+		}
+	}
+	got, err := op.Do(onDev...)
+	if err != nil {
+		t.Fatalf("GPU: %v", err)
+	}
+	compare("new output", got)
+	poison := toDev(t, dev, fromFloat64s(got.Dtype(), filled(got.Shape().TotalSize(), math.NaN()), got.Shape()...))
+	again, err := op.(G.UsePreallocDoer).UsePreallocDo(poison, onDev...)
+	if err != nil {
+		t.Fatalf("GPU, reused buffer: %v", err)
+	}
+	if again != G.Value(poison) {
+		t.Errorf("%v: the op did not reuse a buffer of the right shape", op)
+	}
+	compare("reused buffer", again)
+}
+
+// convTols returns the tolerances of a convolution result and of the
+// plain float32 sums that go with it (the bias gradient).
+func convTols(dt tensor.Dtype, exact bool) (gemm, sums autograd.Tolerance) {
+	switch {
+	case dt == tensor.Float64:
+		return autograd.TolParity64, autograd.TolParity64
+	case exact:
+		return autograd.TolParity32, autograd.TolParity32
+	}
+	return autograd.TolTF32, autograd.TolParity32
+}
+
+func TestGPUConvParity(t *testing.T) {
+	dev := gpu(t)
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		for ci, c := range convGPUCases {
+			for _, exact := range []bool{false, true} {
+				if exact && dt == tensor.Float64 {
+					continue
+				}
+				for _, variant := range []struct {
+					bias, relu bool
+				}{{true, true}, {false, false}} {
+					name := fmt.Sprintf("%v/%s/bias=%t/relu=%t/exact=%t", dt, c.name, variant.bias, variant.relu, exact)
+					t.Run(name, func(t *testing.T) {
+						rng := rand.New(rand.NewPCG(uint64(ci), 5))
+						s := c.shape(t, dt, variant.bias, variant.relu)
+						draw := func(lo, hi float64, shape ...int) *tensor.Dense {
+							if exact {
+								return intTensor(rng, dt, int(lo*2), int(hi*2), shape...)
+							}
+							return randTensor(rng, dt, lo, hi, shape...)
+						}
+						x := draw(-1, 1, s.xShape()...)
+						w := draw(-0.5, 0.5, s.wShape()...)
+						if c.name == "3x3 130 channels" && !exact {
+							w = draw(-0.25, 0.25, s.wShape()...) // K = 216: keep the result's size near 1
+						}
+						in := []*tensor.Dense{x, w}
+						if variant.bias {
+							in = append(in, draw(-0.5, 0.5, s.bShape()...))
+						}
+						gemm, sums := convTols(dt, exact)
+						parityBy(t, dev, &convOp{s}, []segment{{tol: gemm}}, in...)
+						// The backward ops read y for the ReLU mask: the CPU's y,
+						// so that both sides mask alike.
+						y, err := (&convOp{s}).Do(toValues(in)...)
+						if err != nil {
+							t.Fatal(err)
+						}
+						// wgrad sums up to 392 products dy*x: dy in [-0.5, 0.5]
+						// keeps them within TolTF32's regime.
+						dy := draw(-0.5, 0.5, s.yShape()...)
+						parityBy(t, dev, &convDgradOp{s}, []segment{{tol: gemm}}, w, y.(*tensor.Dense), dy)
+						segs := []segment{{tol: gemm}}
+						if variant.bias {
+							segs = []segment{{n: s.wShape().TotalSize(), tol: gemm}, {tol: sums}}
+						}
+						parityBy(t, dev, &convWgradOp{s}, segs, x, y.(*tensor.Dense), dy)
+					})
+				}
+			}
+		}
+	}
+}
+
+func toValues(ds []*tensor.Dense) []G.Value {
+	v := make([]G.Value, len(ds))
+	for i, d := range ds {
+		v[i] = d
+	}
+	return v
+}
+
+// The forward kernel's epilogue can apply a per-channel scale and shift
+// and a residual before the ReLU: an inference BatchNorm folded into the
+// convolution. Checked against the CPU convolution followed by the CPU
+// BatchNorm in inference mode.
+func TestGPUConvEpilogueFoldsBatchNorm(t *testing.T) {
+	dev := gpu(t)
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		for ci, c := range convGPUCases[:3] {
+			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(ci), 6))
+				s := c.shape(t, dt, false, false)
+				p := s.p
+				x := intTensor(rng, dt, -2, 2, s.xShape()...)
+				w := intTensor(rng, dt, -2, 2, s.wShape()...)
+				res := randTensor(rng, dt, -1, 1, s.yShape()...)
+				gamma := randTensor(rng, dt, 0.5, 1.5, p.Cout)
+				beta := randTensor(rng, dt, -0.5, 0.5, p.Cout)
+				rm := randTensor(rng, dt, -1, 1, p.Cout)
+				rv := randTensor(rng, dt, 0.5, 2, p.Cout)
+				bp := kernels.BatchNormParams{N: p.N, C: p.Cout, HW: p.OutH * p.OutW, Eps: 1e-3, ReLU: true}
+				z := tensor.New(tensor.Of(dt), tensor.WithShape(s.yShape()...))
+				want := tensor.New(tensor.Of(dt), tensor.WithShape(s.yShape()...))
+				scale := make([]float64, p.Cout)
+				shift := make([]float64, p.Cout)
+				switch dt {
+				case tensor.Float32:
+					kernels.ConvForward(p, x.Float32s(), w.Float32s(), nil, z.Float32s())
+					kernels.BatchNormForward(bp, z.Float32s(), gamma.Float32s(), beta.Float32s(), res.Float32s(), rm.Float32s(), rv.Float32s(), want.Float32s())
+					for i := range scale {
+						// BatchNormForward's expressions, rounding for rounding.
+						sc := gamma.Float32s()[i] * (1 / float32(math.Sqrt(float64(rv.Float32s()[i]+float32(1e-3)))))
+						scale[i], shift[i] = float64(sc), float64(beta.Float32s()[i]-rm.Float32s()[i]*sc)
+					}
+				default:
+					kernels.ConvForward(p, x.Float64s(), w.Float64s(), nil, z.Float64s())
+					kernels.BatchNormForward(bp, z.Float64s(), gamma.Float64s(), beta.Float64s(), res.Float64s(), rm.Float64s(), rv.Float64s(), want.Float64s())
+					for i := range scale {
+						sc := gamma.Float64s()[i] * (1 / math.Sqrt(rv.Float64s()[i]+1e-3))
+						scale[i], shift[i] = sc, beta.Float64s()[i]-rm.Float64s()[i]*sc
+					}
+				}
+				ptr := func(d *tensor.Dense) backend.DevicePtr {
+					pp, err := dev.Ptr(toDev(t, dev, d))
+					if err != nil {
+						t.Fatal(err)
+					}
+					return pp
+				}
+				y, err := dev.NewDense(dt, s.yShape()...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				yPtr, err := dev.Ptr(y)
+				if err != nil {
+					t.Fatal(err)
+				}
+				args := s.gemmArgs()
+				args.A, args.B, args.Out = ptr(w), ptr(x), yPtr
+				args.Scale, args.Shift = ptr(fromFloat64s(dt, scale, p.Cout)), ptr(fromFloat64s(dt, shift, p.Cout))
+				args.Residual, args.ReLU = ptr(res), 1
+				args.M, args.NCols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
+				args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
+				if err := launchConvGemm("test", dev, dt, convFprop, args, 1); err != nil {
+					t.Fatal(err)
+				}
+				// The CPU folds nothing: its rounding differs by a few ulps
+				// of the normalised output.
+				if err := parityTol(dt).Compare(fromDev(t, dev, y), toFloat64s(t, want)); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+	}
+}
+
+// bnGPULayer makes a BatchNorm layer for the op tests: running statistics
+// copied from rm and rv, on the host or on dev.
+func bnGPULayer(t *testing.T, dev *backend.Device, rm, rv *tensor.Dense, training, onDevice bool) *BatchNorm {
+	t.Helper()
+	bn := &BatchNorm{RunningMean: rm.Clone().(*tensor.Dense), RunningVar: rv.Clone().(*tensor.Dense), Training: training}
+	if onDevice {
+		bn.RunningMean, bn.RunningVar = toDev(t, dev, rm), toDev(t, dev, rv)
+	}
+	return bn
+}
+
+func runningOf(t *testing.T, dev *backend.Device, d *tensor.Dense) []float64 {
+	t.Helper()
+	if backend.IsDevice(d) {
+		return fromDev(t, dev, d)
+	}
+	return toFloat64s(t, d)
+}
+
+// The BatchNorm ops on z given directly (the op reduces the statistics
+// itself), against the CPU, in training and inference, with running
+// statistics in host memory and on the GPU.
+func TestGPUBatchNormOpsParity(t *testing.T) {
+	dev := gpu(t)
+	shapes := [][4]int{
+		{2, 3, 5, 7},   // odd plane: scalar apply
+		{3, 5, 4, 4},   // plane of a multiple of 4: float4 apply
+		{1, 2, 65, 67}, // a plane of two reduction chunks
+	}
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		tol := parityTol(dt)
+		for si, sh := range shapes {
+			for _, training := range []bool{true, false} {
+				for _, act := range []Activation{ActNone, ActReLU} {
+					for _, onDevice := range []bool{false, true} {
+						residual := act == ActReLU
+						name := fmt.Sprintf("%v/%v/training=%t/act=%v/running-on-gpu=%t", dt, sh, training, act, onDevice)
+						t.Run(name, func(t *testing.T) {
+							rng := rand.New(rand.NewPCG(uint64(si), 7))
+							n, c, h, w := sh[0], sh[1], sh[2], sh[3]
+							// A mean far from zero against the spread tests the
+							// statistics' precision.
+							z := randTensor(rng, dt, 1, 3, n, c, h, w)
+							gamma := randTensor(rng, dt, 0.5, 1.5, c)
+							beta := randTensor(rng, dt, -0.5, 0.5, c)
+							rm := randTensor(rng, dt, -0.5, 0.5, c)
+							rv := randTensor(rng, dt, 0.5, 2, c)
+							shape := func(bn *BatchNorm) bnShape {
+								return bnShape{n: n, c: c, h: h, w: w, eps: 1e-3, momentum: 0.2, act: act, residual: residual, dt: dt, bn: bn}
+							}
+							cpuBN := bnGPULayer(t, dev, rm, rv, training, false)
+							gpuBN := bnGPULayer(t, dev, rm, rv, training, onDevice)
+							in := []*tensor.Dense{z, gamma, beta}
+							if residual {
+								in = append(in, randTensor(rng, dt, -1, 1, n, c, h, w))
+							}
+							want, err := (&bnOp{shape(cpuBN)}).Do(toValues(in)...)
+							if err != nil {
+								t.Fatal(err)
+							}
+							var onDev []G.Value
+							for _, d := range in {
+								onDev = append(onDev, toDev(t, dev, d))
+							}
+							got, err := (&bnOp{shape(gpuBN)}).Do(onDev...)
+							if err != nil {
+								t.Fatal(err)
+							}
+							if err := tol.Compare(fromDev(t, dev, got), toFloat64s(t, want)); err != nil {
+								t.Errorf("y: %v", err)
+							}
+							if err := tol.Compare(runningOf(t, dev, gpuBN.RunningMean), toFloat64s(t, cpuBN.RunningMean)); err != nil {
+								t.Errorf("running mean: %v", err)
+							}
+							if err := tol.Compare(runningOf(t, dev, gpuBN.RunningVar), toFloat64s(t, cpuBN.RunningVar)); err != nil {
+								t.Errorf("running variance: %v", err)
+							}
+							// Backward, with the CPU's y for the mask.
+							dy := randTensor(rng, dt, -1, 1, n, c, h, w)
+							s := shape(bnGPULayer(t, dev, rm, rv, training, onDevice))
+							cpuS := shape(bnGPULayer(t, dev, rm, rv, training, false))
+							parityOf(t, dev, &bnGradOp{cpuS}, &bnGradOp{s}, []segment{{tol: tol}}, z, gamma, want.(*tensor.Dense), dy)
+							if act == ActReLU {
+								parityBy(t, dev, &reluMaskOp{shape: s.zShape(), dt: dt}, []segment{{tol: tol}}, want.(*tensor.Dense), dy)
+							}
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+// The ReLU mask passes the gradient only where y > 0: not at 0, not at NaN.
+func TestGPUReLUMaskEdges(t *testing.T) {
+	dev := gpu(t)
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		y := fromFloat64s(dt, []float64{1, 0, -1, math.NaN(), math.Inf(1), 1e-30, -0.0}, 7)
+		dy := fromFloat64s(dt, []float64{2, 3, 4, 5, 6, 7, 8}, 7)
+		parityBy(t, dev, &reluMaskOp{shape: tensor.Shape{7}, dt: dt}, []segment{{tol: parityTol(dt)}}, y, dy)
+	}
+}
+
+// convBNGPUGraph builds ConvBN on device copies of its host inputs and
+// returns its output and the gradients of sum(y ⊙ proj) with respect to the
+// inputs, read on the host, after one run.
+func convBNGPUGraph(t *testing.T, dev *backend.Device, in []*tensor.Dense, proj *tensor.Dense, cfg ConvConfig, bn *BatchNorm) (y []float64, grads [][]float64, link *bnStatsLink) {
+	t.Helper()
+	g := G.NewGraph()
+	nodes := make(G.Nodes, len(in))
+	onDev := make(G.Nodes, len(in))
+	for i, d := range in {
+		nodes[i] = G.NodeFromAny(g, d, G.WithName(fmt.Sprintf("in%d", i)))
+		var err error
+		if onDev[i], err = ToDevice(nodes[i], dev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bn.Gamma, bn.Beta = onDev[2], onDev[3]
+	var res *G.Node
+	if len(in) > 4 {
+		res = onDev[4]
+	}
+	out, err := ConvBN(onDev[0], onDev[1], bn, res, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range g.AllNodes() {
+		if op, ok := n.Op().(*bnOp); ok {
+			link = op.stats
+		}
+	}
+	hostOut, err := ToHost(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod, err := G.HadamardProd(hostOut, G.NodeFromAny(g, proj, G.WithName("proj")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss, err := G.Sum(prod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, err := G.Grad(loss, nodes...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var yv G.Value
+	G.Read(hostOut, &yv)
+	gv := make([]G.Value, len(gs))
+	for i := range gs {
+		G.Read(gs[i], &gv[i])
+	}
+	m := G.NewTapeMachine(g, G.WithEngine(dev.Engine()))
+	defer m.Close()
+	if err := m.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+	y = toFloat64s(t, yv)
+	for _, v := range gv {
+		grads = append(grads, toFloat64s(t, v))
+	}
+	return y, grads, link
+}
+
+// ConvBN through a TapeMachine on the GPU against the same graph on the
+// CPU: output, every gradient and the running statistics. In training the
+// convolution's epilogue must hand its statistics to the BatchNorm op.
+func TestGPUConvBNGraphParity(t *testing.T) {
+	dev := gpu(t)
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		tol := autograd.TolParity64
+		if dt == tensor.Float32 {
+			tol = autograd.TolTF32
+		}
+		for ci, c := range []struct {
+			name     string
+			xs, ws   []int
+			cfg      ConvConfig
+			training bool
+			residual bool
+			onDevice bool
+		}{
+			{"train 3x3", []int{2, 4, 5, 6}, []int{5, 4, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}, true, false, false},
+			{"train residual relu stride 2", []int{2, 3, 9, 8}, []int{6, 3, 3, 3}, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{1, 1}, Act: ActReLU}, true, true, false},
+			{"train relu, running on gpu", []int{2, 4, 5, 6}, []int{5, 4, 3, 3}, ConvConfig{Pad: [2]int{1, 1}, Act: ActReLU}, true, false, true},
+			{"eval residual relu 1x1", []int{2, 6, 4, 5}, []int{7, 6, 1, 1}, ConvConfig{Act: ActReLU}, false, true, false},
+			{"eval, running on gpu", []int{2, 4, 5, 6}, []int{5, 4, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}, false, false, true},
+		} {
+			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(uint64(ci), 8))
+				cout := c.ws[0]
+				layer := bnLayer{
+					rm:       randTensor(rng, tensor.Float64, -0.5, 0.5, cout).Float64s(),
+					rv:       randTensor(rng, tensor.Float64, 0.5, 2, cout).Float64s(),
+					momentum: 0.2, eps: 1e-3, training: c.training,
+				}
+				in := []*tensor.Dense{
+					randTensor(rng, dt, -1, 1, c.xs...), randTensor(rng, dt, -0.5, 0.5, c.ws...),
+					randTensor(rng, dt, 0.5, 1.5, cout), randTensor(rng, dt, -0.5, 0.5, cout),
+				}
+				var cpuBN *BatchNorm
+				_, yShape, err := runGraph(t, in, convBNWith(c.cfg, layer, nil))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.residual {
+					in = append(in, randTensor(rng, dt, -1, 1, yShape...))
+				}
+				proj := randTensor(rng, dt, -1, 1, yShape...)
+				wantY, wantGrads, err := runWithGrads(t, in, proj, convBNWith(c.cfg, layer, &cpuBN))
+				if err != nil {
+					t.Fatal(err)
+				}
+				rm, rv := fromFloat64s(dt, layer.rm, cout), fromFloat64s(dt, layer.rv, cout)
+				gpuBN := bnGPULayer(t, dev, rm, rv, c.training, c.onDevice)
+				gpuBN.Momentum, gpuBN.Eps = layer.momentum, layer.eps
+				y, grads, link := convBNGPUGraph(t, dev, in, proj, c.cfg, gpuBN)
+				if err := tol.Compare(y, wantY); err != nil {
+					t.Errorf("y: %v", err)
+				}
+				for i, name := range []string{"x", "w", "gamma", "beta", "residual"}[:len(in)] {
+					if err := tol.Compare(grads[i], wantGrads[i]); err != nil {
+						t.Errorf("gradient of %s: %v", name, err)
+					}
+				}
+				if err := tol.Compare(runningOf(t, dev, gpuBN.RunningMean), toFloat64s(t, cpuBN.RunningMean)); err != nil {
+					t.Errorf("running mean: %v", err)
+				}
+				if err := tol.Compare(runningOf(t, dev, gpuBN.RunningVar), toFloat64s(t, cpuBN.RunningVar)); err != nil {
+					t.Errorf("running variance: %v", err)
+				}
+				if link == nil {
+					t.Fatal("no BatchNorm op in the graph")
+				}
+				if c.training && link.taken != 1 {
+					t.Errorf("the BatchNorm op took the convolution's statistics %d times, want 1", link.taken)
+				}
+				if !c.training && link.taken != 0 {
+					t.Errorf("in inference the BatchNorm op took statistics %d times", link.taken)
+				}
+			})
+		}
+	}
+}
+
+// Gradient checks with Conv and ConvBN on the GPU, float64: inputs and the
+// loss on the host, ToDevice and ToHost around the op.
+func TestGPUConvGradCheck(t *testing.T) {
+	dev := gpu(t)
+	engine := G.WithEngine(dev.Engine())
+	onGPU := func(build convBuilder) convBuilder {
+		return func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
+			d := make(G.Nodes, len(in))
+			for i, n := range in {
+				var err error
+				if d[i], err = ToDevice(n, dev); err != nil {
+					return nil, err
+				}
+			}
+			y, err := build(g, d)
+			if err != nil {
+				return nil, err
+			}
+			return ToHost(y)
+		}
+	}
+	convs := []struct {
+		name   string
+		xs, ws []int
+		cfg    ConvConfig
+		bias   bool
+	}{
+		{"3x3 pad 1 relu bias", []int{2, 2, 5, 6}, []int{3, 2, 3, 3}, ConvConfig{Pad: [2]int{1, 1}, Act: ActReLU}, true},
+		{"7x7 stride 2 pad 3", []int{1, 2, 9, 8}, []int{2, 2, 7, 7}, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{3, 3}}, true},
+		{"dilation 2 pad 2", []int{1, 2, 7, 7}, []int{2, 2, 3, 3}, ConvConfig{Pad: [2]int{2, 2}, Dilation: [2]int{2, 2}}, false},
+		{"stride (2,1) relu", []int{2, 2, 6, 7}, []int{2, 2, 2, 3}, ConvConfig{Stride: [2]int{2, 1}, Pad: [2]int{0, 1}, Act: ActReLU}, true},
+	}
+	for _, c := range convs {
+		for seed := uint64(1); seed <= 2; seed++ {
+			t.Run(fmt.Sprintf("Conv/%s/seed=%d", c.name, seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 31))
+				draw := func() []*tensor.Dense {
+					in := []*tensor.Dense{randTensor(rng, tensor.Float64, -1, 1, c.xs...), randTensor(rng, tensor.Float64, -0.5, 0.5, c.ws...)}
+					if c.bias {
+						in = append(in, randTensor(rng, tensor.Float64, -0.5, 0.5, c.ws[0]))
+					}
+					return in
+				}
+				in := draw()
+				if c.cfg.Act == ActReLU {
+					linear := c.cfg
+					linear.Act = ActNone
+					in = drawAwayFromKink(t, draw, func(in []*tensor.Dense) []float64 {
+						y, _, err := runGraph(t, in, convWith(linear))
+						if err != nil {
+							t.Fatal(err)
+						}
+						return y
+					})
+				}
+				inputs := []autograd.Input{{Name: "x", Value: in[0]}, {Name: "w", Value: in[1]}}
+				if c.bias {
+					inputs = append(inputs, autograd.Input{Name: "bias", Value: in[2]})
+				}
+				results, err := autograd.CheckGrad(onGPU(convWith(c.cfg)), inputs, seed, engine)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range results {
+					if r.Scale == 0 {
+						t.Errorf("%s: all gradients are zero: the check proves nothing", r.Name)
+					}
+				}
+			})
+		}
+	}
+	bns := []struct {
+		name     string
+		xs, ws   []int
+		cfg      ConvConfig
+		training bool
+		residual bool
+	}{
+		{"train", []int{2, 2, 4, 5}, []int{3, 2, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}, true, false},
+		{"train residual relu stride 2", []int{2, 2, 6, 5}, []int{3, 2, 3, 3}, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{1, 1}, Act: ActReLU}, true, true},
+		{"eval residual relu", []int{2, 2, 4, 5}, []int{3, 2, 1, 1}, ConvConfig{Act: ActReLU}, false, true},
+	}
+	for _, c := range bns {
+		for seed := uint64(1); seed <= 2; seed++ {
+			t.Run(fmt.Sprintf("ConvBN/%s/seed=%d", c.name, seed), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(seed, 37))
+				cout := c.ws[0]
+				layer := bnLayer{
+					rm:       randTensor(rng, tensor.Float64, -0.5, 0.5, cout).Float64s(),
+					rv:       randTensor(rng, tensor.Float64, 0.5, 2, cout).Float64s(),
+					momentum: 0.2, eps: 1e-3, training: c.training,
+				}
+				draw := func() []*tensor.Dense {
+					in := []*tensor.Dense{randTensor(rng, tensor.Float64, -1, 1, c.xs...), randTensor(rng, tensor.Float64, -0.5, 0.5, c.ws...),
+						randTensor(rng, tensor.Float64, 0.5, 1.5, cout), randTensor(rng, tensor.Float64, -0.5, 0.5, cout)}
+					if c.residual {
+						_, shape, err := runGraph(t, in[:4], convBNWith(ConvConfig{Stride: c.cfg.Stride, Pad: c.cfg.Pad}, layer, nil))
+						if err != nil {
+							t.Fatal(err)
+						}
+						in = append(in, randTensor(rng, tensor.Float64, -1, 1, shape...))
+					}
+					return in
+				}
+				in := draw()
+				if c.cfg.Act == ActReLU {
+					linear := c.cfg
+					linear.Act = ActNone
+					in = drawAwayFromKink(t, draw, func(in []*tensor.Dense) []float64 {
+						y, _, err := runGraph(t, in, convBNWith(linear, layer, nil))
+						if err != nil {
+							t.Fatal(err)
+						}
+						return y
+					})
+				}
+				inputs := []autograd.Input{{Name: "x", Value: in[0]}, {Name: "w", Value: in[1]},
+					{Name: "gamma", Value: in[2]}, {Name: "beta", Value: in[3]}}
+				if c.residual {
+					inputs = append(inputs, autograd.Input{Name: "residual", Value: in[4]})
+				}
+				results, err := autograd.CheckGrad(onGPU(convBNWith(c.cfg, layer, nil)), inputs, seed, engine)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, r := range results {
+					if r.Scale == 0 {
+						t.Errorf("%s: all gradients are zero: the check proves nothing", r.Name)
+					}
+				}
+			})
+		}
+	}
+}
+
+// Training steps of a ConvBN layer on the GPU (parameters and running
+// statistics on the device, a Scope per step) leave device memory where it
+// started, hand the convolution's statistics over at every step, and
+// lower the loss.
+func TestGPUConvBNTrainingSteps(t *testing.T) {
+	dev := gpu(t)
+	rng := rand.New(rand.NewPCG(9, 9))
+	dt := tensor.Float32
+	const cout = 8
+	x := toDev(t, dev, randTensor(rng, dt, -1, 1, 4, 6, 10, 10))
+	w := toDev(t, dev, randTensor(rng, dt, -0.3, 0.3, cout, 6, 3, 3))
+	gamma := toDev(t, dev, randTensor(rng, dt, 0.5, 1.5, cout))
+	beta := toDev(t, dev, randTensor(rng, dt, -0.5, 0.5, cout))
+	target := randTensor(rng, dt, 0, 1, 4, cout, 10, 10)
+	bn := bnGPULayer(t, dev, fromFloat64s(dt, filled(cout, 0), cout), fromFloat64s(dt, filled(cout, 1), cout), true, true)
+	bn.Momentum, bn.Eps = 0.1, 1e-5
+	start := dev.MemStats()
+
+	g := G.NewGraph()
+	xn := G.NodeFromAny(g, x, G.WithName("x"))
+	wn := G.NodeFromAny(g, w, G.WithName("w"))
+	bn.Gamma = G.NodeFromAny(g, gamma, G.WithName("gamma"))
+	bn.Beta = G.NodeFromAny(g, beta, G.WithName("beta"))
+	must := func(n *G.Node, err error) *G.Node {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	y := must(ConvBN(xn, wn, bn, nil, ConvConfig{Pad: [2]int{1, 1}, Act: ActReLU}))
+	diff := must(G.Sub(must(ToHost(y)), G.NodeFromAny(g, target, G.WithName("target"))))
+	loss := must(G.Mean(must(G.Square(diff))))
+	grads, err := G.Grad(loss, wn, bn.Gamma, bn.Beta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var link *bnStatsLink
+	for _, n := range g.AllNodes() {
+		if op, ok := n.Op().(*bnOp); ok {
+			link = op.stats
+		}
+	}
+	var lossVal G.Value
+	G.Read(loss, &lossVal)
+	m := G.NewTapeMachine(g, G.WithEngine(dev.Engine()))
+	defer m.Close()
+	const steps = 15
+	var first, last float64
+	var afterFirst backend.MemStats
+	for step := range steps {
+		scope, err := dev.BeginScope()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.RunAll(); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		last = toFloat64s(t, lossVal)[0]
+		if step == 0 {
+			first = last
+		}
+		for i, p := range []*tensor.Dense{w, gamma, beta} {
+			if err := dev.Axpy(-0.5, grads[i].Value().(*tensor.Dense), p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := scope.End(); err != nil {
+			t.Fatal(err)
+		}
+		m.Reset()
+		if step == 0 {
+			afterFirst = dev.MemStats()
+		}
+	}
+	end := dev.MemStats()
+	t.Logf("loss %.4f -> %.4f; memory at start %+v, after step 1 %+v, after %d steps %+v", first, last, start, afterFirst, steps, end)
+	if !(last < first) {
+		t.Errorf("loss did not fall: %v -> %v", first, last)
+	}
+	if link == nil {
+		t.Fatal("no BatchNorm op in the graph")
+	}
+	if link.taken != steps {
+		t.Errorf("statistics handed over %d times in %d steps", link.taken, steps)
+	}
+	if end.InUse != start.InUse {
+		t.Errorf("bytes in use: %d at the start, %d after %d steps", start.InUse, end.InUse, steps)
+	}
+	if end.DriverAllocs != afterFirst.DriverAllocs {
+		t.Errorf("steps 2..%d called cuMemAlloc: %d -> %d", steps, afterFirst.DriverAllocs, end.DriverAllocs)
+	}
+}
