@@ -22,7 +22,7 @@ for step in $what; do
 		for tool in memcheck racecheck; do
 			echo "== compute-sanitizer $tool"
 			(cd ops && compute-sanitizer --tool $tool --error-exitcode 9 "$root/bin/ops.test" \
-				-test.run 'GPU(RoIAlignParity|MSDeformAttnParity|RoIAlignRunTimeErrors)' >"$OUT/sanitizer-$tool.log" 2>&1
+				-test.run 'GPU(RoIAlignParity|MSDeformAttnParity|RoIAlignRunTimeErrors|ConvParity|BatchNormOpsParity|ReLUMaskEdges)' >"$OUT/sanitizer-$tool.log" 2>&1
 			echo "exit $?" >>"$OUT/sanitizer-$tool.log")
 			tail -n 4 "$OUT/sanitizer-$tool.log"
 		done
@@ -32,7 +32,7 @@ for step in $what; do
 		rm -rf /tmp/stheno-inputs
 		(cd ops && STHENO_BENCH_DUMP=/tmp/stheno-inputs "$root/bin/ops.test" -test.run '^$' \
 			-test.bench 'Suite/impl=cuda' -test.benchtime 30x >"$OUT/bench.log" 2>&1
-		"$root/bin/ops.test" -test.run '^$' -test.bench 'Variants' -test.benchtime 30x >>"$OUT/bench.log" 2>&1)
+		"$root/bin/ops.test" -test.run '^$' -test.bench 'Variants|GPUConv' -test.benchtime 30x >>"$OUT/bench.log" 2>&1)
 		grep -E "^Benchmark|FAIL" "$OUT/bench.log"
 		;;
 	profile)
@@ -54,6 +54,7 @@ for step in $what; do
 	anchors)
 		echo "== anchors (PyTorch) on the suite's inputs, side by side"
 		python3 kernels/bench/anchors.py --inputs /tmp/stheno-inputs --stheno "$OUT/bench.log" 2>&1 | tee "$OUT/anchors.log"
+		python3 kernels/bench/anchors_conv.py 2>&1 | tee "$OUT/anchors-conv.log"
 		;;
 	esac
 done
