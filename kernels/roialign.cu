@@ -48,13 +48,11 @@ struct alignas(16) SharedTap {
 // bins-fastest, coalesced.
 template <typename T>
 __host__ __device__ constexpr int tile_bins() {
-  return 16;
+  return sizeof(T) == 4 ? 32 : 16;
 }
 
-// Taps a block keeps in shared memory at once (12 KB). With the warps'
-// tiles a block takes under 30 KB, so that shared memory does not limit
-// occupancy before registers do: the kernel waits on gathers, and more
-// resident warps keep more of them in flight.
+// Taps a block keeps in shared memory at once: what is left of the 48 KB of
+// static shared memory next to the warps' tiles (12 KB).
 template <typename T>
 __host__ __device__ constexpr int max_taps() {
   return sizeof(T) == 4 ? 384 : 256;
@@ -330,9 +328,9 @@ struct TransposeParams {
 }  // namespace stheno
 
 extern "C" {
-__global__ void __launch_bounds__(256, 4) roialign_forward_f32(stheno::RoIAlignParams p) { stheno::roialign<float, false>(p); }
+__global__ void __launch_bounds__(256) roialign_forward_f32(stheno::RoIAlignParams p) { stheno::roialign<float, false>(p); }
 __global__ void __launch_bounds__(256) roialign_forward_f64(stheno::RoIAlignParams p) { stheno::roialign<double, false>(p); }
-__global__ void __launch_bounds__(256, 4) roialign_backward_f32(stheno::RoIAlignParams p) { stheno::roialign<float, true>(p); }
+__global__ void __launch_bounds__(256) roialign_backward_f32(stheno::RoIAlignParams p) { stheno::roialign<float, true>(p); }
 __global__ void __launch_bounds__(256) roialign_backward_f64(stheno::RoIAlignParams p) { stheno::roialign<double, true>(p); }
 // kTB of transpose: tiles of 32 x 128 (float) or 32 x 64 (double), 16 KB.
 __global__ void __launch_bounds__(256) transpose_f32(stheno::TransposeParams p) {
