@@ -79,7 +79,7 @@ func DefaultConfig(numClasses, imageSize int) Config {
 		AnchorRatios: []float64{0.5, 1, 2},
 		RPNFgIoU:     0.7, RPNBgIoU: 0.3, RPNBatch: 256,
 		RPNPreNMS: 400, RPNPostNMSTrain: 200, RPNPostNMSTest: 100, RPNNMS: 0.7,
-		RoIsPerImage: 64, RoIPositiveFraction: 0.25, RoIFgIoU: 0.5, MaskRoIsPerImage: 8,
+		RoIsPerImage: 32, RoIPositiveFraction: 0.25, RoIFgIoU: 0.5, MaskRoIsPerImage: 4,
 		// A RoI spans 3.5 to 7 cells of its level, about the 7x7 grid it is
 		// pooled to (the FPN paper's 224 pixels at stride 16 is 14 cells).
 		CanonicalSize: 56, CanonicalLevel: 1,

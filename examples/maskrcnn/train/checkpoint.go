@@ -1,0 +1,178 @@
+package train
+
+import (
+	"bufio"
+	"encoding/gob"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
+)
+
+// checkpointVersion changes whenever Checkpoint's meaning does.
+const checkpointVersion = 1
+
+// Checkpoint is everything a run needs to continue exactly where it
+// stopped, or to predict: the model's configuration, weights and BatchNorm
+// statistics, the optimiser's state, the iteration and the history of
+// losses and AP for the plots.
+type Checkpoint struct {
+	Version int
+	Config  model.Config
+	Classes []string
+	Seed    uint64
+	Iter    int // iterations done
+	Params  []NamedTensor
+	BNStats []NamedTensor // "<layer>.mean" and "<layer>.var"
+	Adam    AdamState
+	History History
+}
+
+// NamedTensor is a float32 tensor with its name and shape.
+type NamedTensor struct {
+	Name  string
+	Shape []int
+	Data  []float32
+}
+
+// AdamState is Adam's step count and moments.
+type AdamState struct {
+	Step int
+	M, V []NamedTensor
+}
+
+// History is what the plots show.
+type History struct {
+	Iters  []float64
+	Losses [len(model.LossNames)][]float64 // means over each logging interval
+	Evals  []EvalPoint
+}
+
+// EvalPoint is one periodic evaluation.
+type EvalPoint struct {
+	Iter                  int
+	Box, Mask             [3]float64 // AP, AP50, AP75
+	Seconds               float64    // wall time into the run
+	ImagesPerSecondTrain  float64
+	ImagesPerSecondInfer  float64
+	ValidationImagesCount int
+}
+
+func named(name string, t *tensor.Dense) NamedTensor {
+	return NamedTensor{Name: name, Shape: append([]int(nil), t.Shape()...), Data: append([]float32(nil), t.Float32s()...)}
+}
+
+// snapshot captures params and the optimiser.
+func snapshot(cfg model.Config, classes []string, seed uint64, iter int, params *model.Params, adam *Adam, h History) *Checkpoint {
+	c := &Checkpoint{Version: checkpointVersion, Config: cfg, Classes: classes, Seed: seed, Iter: iter, History: h}
+	for _, name := range params.Names() {
+		c.Params = append(c.Params, named(name, params.Value(name)))
+		if adam != nil && adam.M[name] != nil {
+			shape := params.Value(name).Shape()
+			c.Adam.M = append(c.Adam.M, NamedTensor{Name: name, Shape: shape, Data: append([]float32(nil), adam.M[name]...)})
+			c.Adam.V = append(c.Adam.V, NamedTensor{Name: name, Shape: shape, Data: append([]float32(nil), adam.V[name]...)})
+		}
+	}
+	if adam != nil {
+		c.Adam.Step = adam.Step
+	}
+	for _, name := range params.BatchNorms() {
+		mean, variance := params.RunningStats(name)
+		c.BNStats = append(c.BNStats, named(name+".mean", mean), named(name+".var", variance))
+	}
+	return c
+}
+
+// restore copies the checkpoint's weights and statistics into params
+// (whose tensors the graphs share) and its moments into adam (if not nil).
+// Every tensor of params must be in the checkpoint with its shape.
+func (c *Checkpoint) restore(params *model.Params, adam *Adam) error {
+	byName := map[string]NamedTensor{}
+	for _, t := range append(append([]NamedTensor{}, c.Params...), c.BNStats...) {
+		byName[t.Name] = t
+	}
+	load := func(name string, dst *tensor.Dense) error {
+		t, ok := byName[name]
+		if !ok {
+			return fmt.Errorf("train: checkpoint has no tensor %s", name)
+		}
+		if !dst.Shape().Eq(tensor.Shape(t.Shape)) || len(t.Data) != dst.Shape().TotalSize() {
+			return fmt.Errorf("train: checkpoint's %s has shape %v, the model's %v", name, t.Shape, dst.Shape())
+		}
+		copy(dst.Float32s(), t.Data)
+		return nil
+	}
+	for _, name := range params.Names() {
+		if err := load(name, params.Value(name)); err != nil {
+			return err
+		}
+	}
+	for _, name := range params.BatchNorms() {
+		mean, variance := params.RunningStats(name)
+		if err := load(name+".mean", mean); err != nil {
+			return err
+		}
+		if err := load(name+".var", variance); err != nil {
+			return err
+		}
+	}
+	if adam != nil {
+		adam.Step = c.Adam.Step
+		adam.M, adam.V = map[string][]float32{}, map[string][]float32{}
+		for i, m := range c.Adam.M {
+			adam.M[m.Name] = append([]float32(nil), m.Data...)
+			adam.V[m.Name] = append([]float32(nil), c.Adam.V[i].Data...)
+		}
+	}
+	return nil
+}
+
+// Save writes c to path atomically: a crash mid-write leaves the previous
+// checkpoint intact.
+func (c *Checkpoint) Save(path string) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".checkpoint-*")
+	if err != nil {
+		return fmt.Errorf("train: saving checkpoint: %w", err)
+	}
+	w := bufio.NewWriter(tmp)
+	err = gob.NewEncoder(w).Encode(c)
+	if err == nil {
+		err = w.Flush()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return fmt.Errorf("train: saving checkpoint %s: %w", path, err)
+	}
+	return nil
+}
+
+// LoadCheckpoint reads a checkpoint written by Save.
+func LoadCheckpoint(path string) (*Checkpoint, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	defer f.Close()
+	var c Checkpoint
+	if err := gob.NewDecoder(bufio.NewReader(f)).Decode(&c); err != nil {
+		return nil, fmt.Errorf("train: reading checkpoint %s: %w", path, err)
+	}
+	if c.Version != checkpointVersion {
+		return nil, fmt.Errorf("train: checkpoint %s has version %d, this program reads %d", path, c.Version, checkpointVersion)
+	}
+	return &c, nil
+}
+
+// Restore copies the checkpoint's weights and BatchNorm statistics into
+// params, whose tensors must all be in the checkpoint: build the graphs
+// first (Build creates the tensors), then restore.
+func (c *Checkpoint) Restore(params *model.Params) error { return c.restore(params, nil) }

@@ -1,0 +1,77 @@
+package train
+
+import (
+	"fmt"
+	"image"
+
+	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
+	"github.com/stheno-ml/stheno/examples/maskrcnn/viz"
+)
+
+// Predict runs an inference graph over images (of the model's input size),
+// a batch at a time, and returns every image's detections with their masks
+// pasted into the image, as eval.Detections. The last batch is filled up
+// with repeats of its first image, whose results are dropped.
+func Predict(net *model.Net, images []*data.Image) ([]eval.Detection, error) {
+	var out []eval.Detection
+	n := net.Batch()
+	for start := 0; start < len(images); start += n {
+		batch := make([][]float32, n)
+		for i := range n {
+			img := images[min(start+i, len(images)-1)]
+			if start+i >= len(images) {
+				img = images[start]
+			}
+			batch[i] = img.Pix
+		}
+		dets, masks, err := net.Predict(batch)
+		if err != nil {
+			return nil, fmt.Errorf("train: predicting images %d..: %w", start, err)
+		}
+		for i := range n {
+			if start+i >= len(images) {
+				break
+			}
+			img := images[start+i]
+			for j, d := range dets[i] {
+				out = append(out, eval.Detection{
+					ImageID: img.ID, Class: d.Class, Score: d.Score, Box: d.Box,
+					Mask: model.PasteMask(masks[i][j].Probs, masks[i][j].Size, d.Box, img.W, img.H),
+				})
+			}
+		}
+	}
+	return out, nil
+}
+
+// Metrics are box and mask AP of one evaluation.
+type Metrics struct {
+	Box, Mask eval.Metrics
+}
+
+// Evaluate predicts on ds and scores the predictions against it.
+func Evaluate(net *model.Net, ds *data.Dataset) (Metrics, []eval.Detection, error) {
+	dets, err := Predict(net, ds.Images)
+	if err != nil {
+		return Metrics{}, nil, err
+	}
+	return Metrics{Box: eval.Evaluate(ds, dets, false), Mask: eval.Evaluate(ds, dets, true)}, dets, nil
+}
+
+// predictionSheet draws the first cols images of ds twice: the ground
+// truth on the top row, the detections scoring at least 0.5 below.
+func predictionSheet(ds *data.Dataset, dets []eval.Detection, cols, scale int) image.Image {
+	cols = min(cols, len(ds.Images))
+	byImage := map[int][]eval.Detection{}
+	for _, d := range dets {
+		byImage[d.ImageID] = append(byImage[d.ImageID], d)
+	}
+	cells := make([]image.Image, 2*cols)
+	for i, img := range ds.Images[:cols] {
+		cells[i] = viz.Caption(viz.DrawGroundTruth(img, ds.Classes, scale), fmt.Sprintf("image %d: truth", img.ID))
+		cells[cols+i] = viz.Caption(viz.DrawDetections(img, byImage[img.ID], ds.Classes, 0.5, scale), "predicted")
+	}
+	return viz.Grid(cells, cols)
+}

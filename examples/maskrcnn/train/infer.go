@@ -1,0 +1,225 @@
+package train
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"image"
+	"image/color"
+	_ "image/jpeg" // decoders for image directories
+	_ "image/png"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
+	"github.com/stheno-ml/stheno/examples/maskrcnn/viz"
+)
+
+// InferOptions configure Infer.
+type InferOptions struct {
+	Checkpoint string
+	// Images is a directory of PNG or JPEG files, or a COCO annotations
+	// file (whose images are then also scored against its annotations).
+	Images   string
+	Out      string
+	Batch    int
+	ScoreMin float64 // detections drawn in the pictures score at least this
+	Log      io.Writer
+}
+
+// cocoResult is one detection in COCO's results format.
+type cocoResult struct {
+	ImageID      int        `json:"image_id"`
+	CategoryID   int        `json:"category_id"`
+	BBox         [4]float64 `json:"bbox"`
+	Score        float64    `json:"score"`
+	Segmentation cocoRLE    `json:"segmentation"`
+}
+
+type cocoRLE struct {
+	Size   [2]int `json:"size"`
+	Counts string `json:"counts"`
+}
+
+// Infer loads a checkpoint, predicts on every image of opt.Images (resized
+// to the model's input size, predictions mapped back to the image's own
+// size), and writes into opt.Out a picture of each image's detections and
+// predictions.json, the detections in COCO's results format (category_id
+// is class+1, as data.WriteCOCO numbers categories; masks as compressed
+// RLE).
+func Infer(opt InferOptions) error {
+	log := opt.Log
+	if log == nil {
+		log = io.Discard
+	}
+	if opt.Batch < 1 {
+		return fmt.Errorf("train: Infer: Batch must be positive, got %d", opt.Batch)
+	}
+	ckpt, err := LoadCheckpoint(opt.Checkpoint)
+	if err != nil {
+		return err
+	}
+	params := model.NewParams(ckpt.Seed)
+	net, err := model.Build(ckpt.Config, params, model.Infer, opt.Batch, nil)
+	if err != nil {
+		return err
+	}
+	defer net.Close()
+	if err := ckpt.Restore(params); err != nil {
+		return err
+	}
+	ds, annotated, err := readImages(opt.Images)
+	if err != nil {
+		return err
+	}
+	if annotated && len(ds.Classes) != len(ckpt.Classes) {
+		return fmt.Errorf("train: %s has %d classes, the checkpoint %d", opt.Images, len(ds.Classes), len(ckpt.Classes))
+	}
+	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	start := time.Now()
+	dets, err := predictOriginal(net, ds.Images)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(log, "%d images, %d detections in %v\n", len(ds.Images), len(dets), time.Since(start).Round(time.Millisecond))
+
+	byImage := map[int][]eval.Detection{}
+	results := []cocoResult{}
+	for _, d := range dets {
+		byImage[d.ImageID] = append(byImage[d.ImageID], d)
+		results = append(results, cocoResult{
+			ImageID: d.ImageID, CategoryID: d.Class + 1, Score: d.Score,
+			BBox:         [4]float64{d.Box[0], d.Box[1], d.Box[2] - d.Box[0], d.Box[3] - d.Box[1]},
+			Segmentation: cocoRLE{Size: [2]int{d.Mask.H, d.Mask.W}, Counts: data.CompressRLE(data.EncodeRLE(d.Mask))},
+		})
+	}
+	for _, img := range ds.Images {
+		scale := max(1, 256/max(img.W, img.H))
+		pic := viz.DrawDetections(img, byImage[img.ID], ckpt.Classes, opt.ScoreMin, scale)
+		name := strings.TrimSuffix(filepath.Base(img.File), filepath.Ext(img.File)) + "_pred.png"
+		if img.File == "" {
+			name = fmt.Sprintf("%06d_pred.png", img.ID)
+		}
+		if err := viz.SavePNG(filepath.Join(opt.Out, name), pic); err != nil {
+			return err
+		}
+	}
+	js, err := json.Marshal(results)
+	if err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	jsonPath := filepath.Join(opt.Out, "predictions.json")
+	if err := os.WriteFile(jsonPath, js, 0o644); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	fmt.Fprintf(log, "wrote %s and %d pictures to %s\n", jsonPath, len(ds.Images), opt.Out)
+	if annotated {
+		box, mask := eval.Evaluate(ds, dets, false), eval.Evaluate(ds, dets, true)
+		fmt.Fprintf(log, "box AP %.3f AP50 %.3f AP75 %.3f | mask AP %.3f AP50 %.3f AP75 %.3f\n",
+			box.AP, box.AP50, box.AP75, mask.AP, mask.AP50, mask.AP75)
+	}
+	return nil
+}
+
+// predictOriginal predicts on images of any size: each is resized to the
+// model's input, and its detections are mapped back, boxes scaled and masks
+// pasted at the image's own resolution.
+func predictOriginal(net *model.Net, images []*data.Image) ([]eval.Detection, error) {
+	size := net.Config().ImageSize
+	var out []eval.Detection
+	n := net.Batch()
+	for start := 0; start < len(images); start += n {
+		batch := make([][]float32, n)
+		for i := range n {
+			batch[i] = Resize(images[min(start+i, len(images)-1)], size).Pix
+		}
+		dets, masks, err := net.Predict(batch)
+		if err != nil {
+			return nil, fmt.Errorf("train: predicting images %d..: %w", start, err)
+		}
+		for i := range min(n, len(images)-start) {
+			img := images[start+i]
+			sx, sy := float64(img.W)/float64(size), float64(img.H)/float64(size)
+			for j, d := range dets[i] {
+				b := model.Box{d.Box[0] * sx, d.Box[1] * sy, d.Box[2] * sx, d.Box[3] * sy}
+				out = append(out, eval.Detection{ImageID: img.ID, Class: d.Class, Score: d.Score, Box: b,
+					Mask: model.PasteMask(masks[i][j].Probs, masks[i][j].Size, b, img.W, img.H)})
+			}
+		}
+	}
+	return out, nil
+}
+
+// readImages reads a COCO annotations file (annotated) or every PNG and
+// JPEG file of a directory, in name order, numbered from 1.
+func readImages(path string) (ds *data.Dataset, annotated bool, err error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("train: %w", err)
+	}
+	if !st.IsDir() {
+		ds, err := readCOCO(path)
+		return ds, true, err
+	}
+	entries, err := os.ReadDir(path)
+	if err != nil {
+		return nil, false, fmt.Errorf("train: %w", err)
+	}
+	ds = &data.Dataset{}
+	var names []string
+	for _, e := range entries {
+		switch strings.ToLower(filepath.Ext(e.Name())) {
+		case ".png", ".jpg", ".jpeg":
+			if !e.IsDir() {
+				names = append(names, e.Name())
+			}
+		}
+	}
+	slices.Sort(names)
+	for i, name := range names {
+		img, err := readImageFile(filepath.Join(path, name))
+		if err != nil {
+			return nil, false, err
+		}
+		img.ID, img.File = i+1, name
+		ds.Images = append(ds.Images, img)
+	}
+	if len(ds.Images) == 0 {
+		return nil, false, fmt.Errorf("train: no PNG or JPEG images in %s", path)
+	}
+	return ds, false, nil
+}
+
+// readImageFile decodes an image into planar RGB in [0, 1].
+func readImageFile(path string) (*data.Image, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	defer f.Close()
+	src, _, err := image.Decode(bufio.NewReader(f))
+	if err != nil {
+		return nil, fmt.Errorf("train: %s: %w", path, err)
+	}
+	b := src.Bounds()
+	w, h := b.Dx(), b.Dy()
+	img := &data.Image{W: w, H: h, Pix: make([]float32, 3*w*h)}
+	for y := range h {
+		for x := range w {
+			c := color.NRGBAModel.Convert(src.At(b.Min.X+x, b.Min.Y+y)).(color.NRGBA)
+			p := y*w + x
+			img.Pix[p] = float32(c.R) / 255
+			img.Pix[w*h+p] = float32(c.G) / 255
+			img.Pix[2*w*h+p] = float32(c.B) / 255
+		}
+	}
+	return img, nil
+}
