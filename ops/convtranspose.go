@@ -207,17 +207,17 @@ func (op *convTOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, erro
 	switch op.dt {
 	case tensor.Float32:
 		kernels.ConvBackwardData(op.p, w.Float32s(), nil, x.Float32s(), y.Float32s())
-		biasAct(y.Float32s(), f32sOrNil(b), op.p.N, op.p.Cin, op.p.H*op.p.W, op.act == ActReLU)
+		convTBiasAct(y.Float32s(), f32sOrNil(b), op.p.N, op.p.Cin, op.p.H*op.p.W, op.act == ActReLU)
 	default:
 		kernels.ConvBackwardData(op.p, w.Float64s(), nil, x.Float64s(), y.Float64s())
-		biasAct(y.Float64s(), f64sOrNil(b), op.p.N, op.p.Cin, op.p.H*op.p.W, op.act == ActReLU)
+		convTBiasAct(y.Float64s(), f64sOrNil(b), op.p.N, op.p.Cin, op.p.H*op.p.W, op.act == ActReLU)
 	}
 	return y, nil
 }
 
-// biasAct adds bias[c] (when there is one) to every pixel of channel c of
+// convTBiasAct adds bias[c] (when there is one) to every pixel of channel c of
 // y [N,C,HW] and applies the ReLU, in place.
-func biasAct[T kernels.Float](y, bias []T, n, c, hw int, relu bool) {
+func convTBiasAct[T kernels.Float](y, bias []T, n, c, hw int, relu bool) {
 	if bias == nil && !relu {
 		return
 	}
@@ -385,21 +385,21 @@ func (op *convTWgradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value,
 		// the convolution's input.
 		kernels.ConvBackwardFilter(op.p, dy.Float32s(), nil, x.Float32s(), o[:nw], nil)
 		if op.bias {
-			channelSums(o[nw:], dy.Float32s(), op.p.N, op.p.Cin, hw)
+			convTChannelSums(o[nw:], dy.Float32s(), op.p.N, op.p.Cin, hw)
 		}
 	default:
 		o := out.Float64s()
 		kernels.ConvBackwardFilter(op.p, dy.Float64s(), nil, x.Float64s(), o[:nw], nil)
 		if op.bias {
-			channelSums(o[nw:], dy.Float64s(), op.p.N, op.p.Cin, hw)
+			convTChannelSums(o[nw:], dy.Float64s(), op.p.N, op.p.Cin, hw)
 		}
 	}
 	return out, nil
 }
 
-// channelSums writes sums[c] = the sum of channel c of v [N,C,HW], images in
+// convTChannelSums writes sums[c] = the sum of channel c of v [N,C,HW], images in
 // order, so that the result does not depend on any blocking.
-func channelSums[T kernels.Float](sums, v []T, n, c, hw int) {
+func convTChannelSums[T kernels.Float](sums, v []T, n, c, hw int) {
 	clear(sums)
 	for i := range n * c {
 		var s T

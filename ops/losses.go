@@ -273,7 +273,7 @@ func (op *lossGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 	if err != nil {
 		return nil, err
 	}
-	g, err := scalarValue(name, in[3])
+	g, err := lossGradScalar(name, in[3])
 	if err != nil {
 		return nil, err
 	}
@@ -311,9 +311,9 @@ func hostOnly(op string, names []string, in []G.Value) error {
 	return nil
 }
 
-// scalarValue reads the scalar gradient gorgonia hands a backward op: a
+// lossGradScalar reads the scalar gradient gorgonia hands a backward op: a
 // *G.F32 or *G.F64, or a tensor of one element.
-func scalarValue(op string, v G.Value) (float64, error) {
+func lossGradScalar(op string, v G.Value) (float64, error) {
 	switch s := v.(type) {
 	case *G.F64:
 		return float64(*s), nil
@@ -369,7 +369,7 @@ func lossForward[T kernels.Float](s lossShape, x, t, w []T) (float64, error) {
 	case lossSoftmaxCE:
 		c := s.x[1]
 		for k := range s.x[0] {
-			label, err := classLabel(t[k], c)
+			label, err := lossClassLabel(t[k], c)
 			if err != nil {
 				return 0, fmt.Errorf("ops: SoftmaxCrossEntropy: row %d: %w", k, err)
 			}
@@ -377,7 +377,7 @@ func lossForward[T kernels.Float](s lossShape, x, t, w []T) (float64, error) {
 				continue
 			}
 			row := x[k*c : (k+1)*c]
-			sum += float64(w[k]) * (logSumExp(row) - float64(row[label]))
+			sum += float64(w[k]) * (lossLogSumExp(row) - float64(row[label]))
 		}
 	}
 	return sum, nil
@@ -412,7 +412,7 @@ func lossBackward[T kernels.Float](s lossShape, x, t, w []T, g T, dx []T) error 
 	case lossSoftmaxCE:
 		c := s.x[1]
 		for k := range s.x[0] {
-			label, err := classLabel(t[k], c)
+			label, err := lossClassLabel(t[k], c)
 			if err != nil {
 				return fmt.Errorf("ops: SoftmaxCrossEntropy backward: row %d: %w", k, err)
 			}
@@ -421,7 +421,7 @@ func lossBackward[T kernels.Float](s lossShape, x, t, w []T, g T, dx []T) error 
 				clear(drow)
 				continue
 			}
-			lse := logSumExp(row)
+			lse := lossLogSumExp(row)
 			scale := g * w[k]
 			for j, v := range row {
 				p := math.Exp(float64(v) - lse)
@@ -435,9 +435,9 @@ func lossBackward[T kernels.Float](s lossShape, x, t, w []T, g T, dx []T) error 
 	return nil
 }
 
-// classLabel converts a label stored as a float into a class index in
+// lossClassLabel converts a label stored as a float into a class index in
 // [0, c). NaN fails the range test.
-func classLabel[T kernels.Float](v T, c int) (int, error) {
+func lossClassLabel[T kernels.Float](v T, c int) (int, error) {
 	f := float64(v)
 	if !(f >= 0 && f < float64(c)) || f != math.Trunc(f) {
 		return 0, fmt.Errorf("label %v is not a class index in [0, %d)", f, c)
@@ -445,9 +445,9 @@ func classLabel[T kernels.Float](v T, c int) (int, error) {
 	return int(f), nil
 }
 
-// logSumExp computes log(sum(exp(row))) in float64, shifted by the row's
+// lossLogSumExp computes log(sum(exp(row))) in float64, shifted by the row's
 // maximum so that no exponential overflows.
-func logSumExp[T kernels.Float](row []T) float64 {
+func lossLogSumExp[T kernels.Float](row []T) float64 {
 	m := math.Inf(-1)
 	for _, v := range row {
 		m = math.Max(m, float64(v))

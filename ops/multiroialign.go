@@ -183,10 +183,10 @@ func (s multiRoIShape) String() string {
 		c.CanonicalSize, c.CanonicalLevel, c.Columns)
 }
 
-// assign checks the RoIs' batch indices and returns, per level, the rows of
-// the RoIs it pools. The check is made here, over all rows, so that errors
-// name a RoI's row in rois rather than in its level's subset.
-func assign[T kernels.Float](s *multiRoIShape, rois []T) ([][]int, error) {
+// assignLevels checks the RoIs' batch indices and returns, per level, the
+// rows of the RoIs it pools. The check is made here, over all rows, so that
+// errors name a RoI's row in rois rather than in its level's subset.
+func assignLevels[T kernels.Float](s *multiRoIShape, rois []T) ([][]int, error) {
 	rows := make([][]int, s.levels())
 	for k := range s.k {
 		r := rois[k*5 : k*5+5]
@@ -199,8 +199,8 @@ func assign[T kernels.Float](s *multiRoIShape, rois []T) ([][]int, error) {
 	return rows, nil
 }
 
-// gatherRoIs copies the listed rows of rois into a [len(rows), 5] array.
-func gatherRoIs[T kernels.Float](rois []T, rows []int) []T {
+// gatherLevelRoIs copies the listed rows of rois into a [len(rows), 5] array.
+func gatherLevelRoIs[T kernels.Float](rois []T, rows []int) []T {
 	sub := make([]T, 5*len(rows))
 	for i, k := range rows {
 		copy(sub[i*5:i*5+5], rois[k*5:k*5+5])
@@ -211,7 +211,7 @@ func gatherRoIs[T kernels.Float](rois []T, rows []int) []T {
 // multiRoIForward pools every level's RoIs with the RoIAlign kernel into a
 // compact buffer and scatters the results into out's rows (or columns).
 func multiRoIForward[T kernels.Float](s *multiRoIShape, feats [][]T, rois, out []T) error {
-	rows, err := assign(s, rois)
+	rows, err := assignLevels(s, rois)
 	if err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ func multiRoIForward[T kernels.Float](s *multiRoIShape, feats [][]T, rois, out [
 			continue
 		}
 		buf := make([]T, len(rs)*d)
-		if err := kernels.RoIAlignForward(s.params(l, len(rs)), feats[l], gatherRoIs(rois, rs), buf); err != nil {
+		if err := kernels.RoIAlignForward(s.params(l, len(rs)), feats[l], gatherLevelRoIs(rois, rs), buf); err != nil {
 			return fmt.Errorf("level %d: %w", l, err)
 		}
 		for i, k := range rs {
@@ -242,7 +242,7 @@ func multiRoIForward[T kernels.Float](s *multiRoIShape, feats [][]T, rois, out [
 // the output gradient of the level's RoIs and scatters it with the RoIAlign
 // backward kernel (which zeroes gradX first).
 func multiRoIBackward[T kernels.Float](s *multiRoIShape, l int, rois, gradOut, gradX []T) error {
-	rows, err := assign(s, rois)
+	rows, err := assignLevels(s, rois)
 	if err != nil {
 		return err
 	}
@@ -259,7 +259,7 @@ func multiRoIBackward[T kernels.Float](s *multiRoIShape, l int, rois, gradOut, g
 			dst[r] = gradOut[r*s.k+k]
 		}
 	}
-	if err := kernels.RoIAlignBackward(s.params(l, len(rs)), gatherRoIs(rois, rs), buf, gradX); err != nil {
+	if err := kernels.RoIAlignBackward(s.params(l, len(rs)), gatherLevelRoIs(rois, rs), buf, gradX); err != nil {
 		return fmt.Errorf("level %d: %w", l, err)
 	}
 	return nil

@@ -160,16 +160,16 @@ func (op *upsampleGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Valu
 	dx := output(prealloc, op.dt, op.x)
 	switch op.dt {
 	case tensor.Float32:
-		blockSums(dy.Float32s(), dx.Float32s(), op.x, op.factor)
+		upsampleBlockSums(dy.Float32s(), dx.Float32s(), op.x, op.factor)
 	default:
-		blockSums(dy.Float64s(), dx.Float64s(), op.x, op.factor)
+		upsampleBlockSums(dy.Float64s(), dx.Float64s(), op.x, op.factor)
 	}
 	return dx, nil
 }
 
-// blockSums writes dx[p,i,j] = the sum of the f x f block of dy that pixel
+// upsampleBlockSums writes dx[p,i,j] = the sum of the f x f block of dy that pixel
 // (i, j) was copied to, in row order.
-func blockSums[T kernels.Float](dy, dx []T, xs tensor.Shape, f int) {
+func upsampleBlockSums[T kernels.Float](dy, dx []T, xs tensor.Shape, f int) {
 	h, w := xs[2], xs[3]
 	ow := w * f
 	clear(dx)
