@@ -359,24 +359,25 @@ func (n *Net) Predict(pix [][]float32) ([][]Detection, [][]*MaskOut, error) {
 	cfg := n.cfg
 	d, nc, m := cfg.MaxDetections, cfg.NumClasses, cfg.MaskSize()
 	kd := n.batch * d
-	packed := n.detVal.Data().([]float32)
+	// The detection step's packing (see inferDetections).
+	c := carver{buf: n.detVal.Data().([]float32)}
+	rois, scores, classes, valid := c.take(5*kd), c.take(kd), c.take(kd), c.take(kd)
 	logits := n.maskVal.Data().([]float32)
 	dets := make([][]Detection, n.batch)
 	masks := make([][]*MaskOut, n.batch)
 	for img := range n.batch {
 		for j := range d {
 			r := img*d + j
-			if packed[5*kd+2*kd+r] == 0 { // valid flag
+			if valid[r] == 0 {
 				continue
 			}
 			det := Detection{
-				Box:   Box{float64(packed[5*r+1]), float64(packed[5*r+2]), float64(packed[5*r+3]), float64(packed[5*r+4])},
-				Score: float64(packed[5*kd+r]),
-				Class: int(packed[5*kd+kd+r]),
+				Box:   Box{float64(rois[5*r+1]), float64(rois[5*r+2]), float64(rois[5*r+3]), float64(rois[5*r+4])},
+				Score: float64(scores[r]),
+				Class: int(classes[r]),
 			}
 			probs := make([]float32, m*m)
-			src := logits[(r*nc+det.Class)*m*m:][:m*m]
-			for i, v := range src {
+			for i, v := range logits[(r*nc+det.Class)*m*m:][:m*m] {
 				probs[i] = sigmoid32(v)
 			}
 			dets[img] = append(dets[img], det)

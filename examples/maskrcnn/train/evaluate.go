@@ -20,9 +20,9 @@ func Predict(net *model.Net, images []*data.Image) ([]eval.Detection, error) {
 	for start := 0; start < len(images); start += n {
 		batch := make([][]float32, n)
 		for i := range n {
-			img := images[min(start+i, len(images)-1)]
-			if start+i >= len(images) {
-				img = images[start]
+			img := images[start]
+			if start+i < len(images) {
+				img = images[start+i]
 			}
 			batch[i] = img.Pix
 		}
