@@ -1,24 +1,31 @@
 // Package ops holds the Gorgonia ops stheno adds for object detection:
-// RoIAlign, multi-scale deformable attention (MSDeformAttn) and fused
-// convolution layers (Conv with bias and ReLU, ConvBN with BatchNorm, a
-// residual and ReLU).
+// RoIAlign and MultiLevelRoIAlign, multi-scale deformable attention
+// (MSDeformAttn), fused convolution layers (Conv with bias and ReLU, ConvBN
+// with BatchNorm, a residual and ReLU, ConvTranspose), UpsampleNearest, the
+// detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy, each with
+// per-element weights) and ToDevice/ToHost, which move values and their
+// gradients between the host and a GPU inside a graph.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
 // expected; the kernels behind the ops (package kernels) assume valid input.
 // Problems that depend on the data, such as a RoI whose batch index is out of
-// range, are reported when the graph runs.
+// range, are reported when the graph runs (on the GPU, by the next call that
+// waits for it).
 //
 // Every op is differentiable through gorgonia.Grad (it implements
-// gorgonia.SDOp); its backward pass is made of ops of this package, so that the
-// same kernels serve training on the CPU and, with the cuda build tag, on the
-// GPU. All ops accept float32 and float64.
+// gorgonia.SDOp); its backward pass is made of ops of this package. Ops run
+// where their inputs live: host tensors take the Go CPU kernels; device
+// tensors (package backend, build tag stheno_cuda) take the CUDA kernels of
+// RoIAlign, MSDeformAttn, Conv and ConvBN and return device tensors, with no
+// host round trip. All ops accept float32 and float64.
 //
 // Semantics follow the references exactly:
-//   - RoIAlign: torchvision.ops.roi_align (average pooling).
+//   - RoIAlign: torchvision.ops.roi_align (average pooling);
+//     MultiLevelRoIAlign: torchvision's MultiScaleRoIAlign level assignment.
 //   - MSDeformAttn: Deformable-DETR's multi-scale deformable attention, i.e.
 //     grid_sample (bilinear, zero padding, align_corners=False) per level,
 //     weighted and summed over levels and points.
-//   - Conv and ConvBN: PyTorch's conv2d (NCHW, cross-correlation, groups=1)
-//     and BatchNorm2d.
+//   - Conv, ConvBN and ConvTranspose: PyTorch's conv2d and conv_transpose2d
+//     (NCHW, groups=1) and BatchNorm2d.
 package ops
