@@ -293,6 +293,64 @@ __device__ void roialign(const RoIAlignParams& p) {
   }
 }
 
+// Forward straight from NCHW, without the transpose (a variant measured
+// against the channels-last kernel above; ops picks one).
+//
+// A thread owns one bin and kCPT channels of one RoI: it computes each
+// sample's taps once and gathers them from all its channels, so the tap
+// arithmetic is shared by kCPT channels (torchvision's kernel redoes it per
+// output) and every sample puts 4*kCPT independent loads in flight. Lanes of
+// a warp hold neighbouring bins of one channel, so their taps fall in one
+// map close together, and their outputs are consecutive in [K,C,PH,PW]. The
+// block's threads are split into `phases` = blockDim.x/bins groups of bins:
+// phase f takes channels c0+f, c0+f+phases, ... of the block's range.
+template <typename T, int kCPT>
+__device__ void roialign_forward_nchw(const RoIAlignParams& p) {
+  const int64_t roi = blockIdx.x;
+  const int bins = p.pooled_h * p.pooled_w;
+  const int phases = max(1, static_cast<int>(blockDim.x) / bins);
+  const int c_begin = blockIdx.y * phases * kCPT;
+  const int64_t plane = static_cast<int64_t>(p.h) * p.w;
+  T* out = reinterpret_cast<T*>(p.pooled) + roi * p.c * bins;
+
+  RoIGeom<T> g;
+  const int status = roi_geometry(p, reinterpret_cast<const T*>(p.rois) + roi * 5, &g);
+  if (status != kStatusOK && threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(p.status), status);
+  const int samples = g.grid_h * g.grid_w;  // 0 for a bad RoI: zero outputs
+  const T* x = reinterpret_cast<const T*>(p.feat) + static_cast<int64_t>(max(g.batch, 0)) * p.c * plane;
+
+  for (int item = threadIdx.x; item < bins * phases; item += blockDim.x) {
+    const int bin = item % bins, c0 = c_begin + item / bins;
+    if (c0 >= p.c) continue;
+    const int ph = bin / p.pooled_w, pw = bin % p.pooled_w;
+    // Channel j is c0 + j*phases; past the end, loads repeat the last
+    // channel (in bounds, cheaper than a branch per load) and are not stored.
+    const T* m[kCPT];
+#pragma unroll
+    for (int j = 0; j < kCPT; ++j) m[j] = x + min(c0 + j * phases, p.c - 1) * plane;
+    T acc[kCPT];
+#pragma unroll
+    for (int j = 0; j < kCPT; ++j) acc[j] = T(0);
+    for (int s = 0; s < samples; ++s) {
+      Taps<T> t;
+      if (!sample_taps(p, g, ph, pw, s / g.grid_w, s % g.grid_w, &t)) continue;
+      T v[kCPT][4];
+#pragma unroll
+      for (int j = 0; j < kCPT; ++j)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[j][i] = __ldg(m[j] + t.off[i]);
+      // The CPU twin's (and torchvision's) expression, sample by sample.
+#pragma unroll
+      for (int j = 0; j < kCPT; ++j) acc[j] += t.w[0] * v[j][0] + t.w[1] * v[j][1] + t.w[2] * v[j][2] + t.w[3] * v[j][3];
+    }
+#pragma unroll
+    for (int j = 0; j < kCPT; ++j) {
+      const int c = c0 + j * phases;
+      if (c < p.c) out[static_cast<int64_t>(c) * bins + bin] = acc[j] / g.count;
+    }
+  }
+}
+
 // Transposes [N][A][B] to [N][B][A] through shared-memory tiles of 32 rows
 // of A by kTB columns of B, reads and writes both coalesced: NCHW <-> NHWC
 // with (A, B) = (C, HW) or (HW, C). A block of 32x8 threads moves a whole
@@ -332,6 +390,21 @@ __global__ void __launch_bounds__(256) roialign_forward_f32(stheno::RoIAlignPara
 __global__ void __launch_bounds__(256) roialign_forward_f64(stheno::RoIAlignParams p) { stheno::roialign<double, false>(p); }
 __global__ void __launch_bounds__(256) roialign_backward_f32(stheno::RoIAlignParams p) { stheno::roialign<float, true>(p); }
 __global__ void __launch_bounds__(256) roialign_backward_f64(stheno::RoIAlignParams p) { stheno::roialign<double, true>(p); }
+__global__ void __launch_bounds__(256) roialign_forward_nchw4_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_nchw<float, 4>(p);
+}
+__global__ void __launch_bounds__(256) roialign_forward_nchw8_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_nchw<float, 8>(p);
+}
+__global__ void __launch_bounds__(256) roialign_forward_nchw16_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_nchw<float, 16>(p);
+}
+__global__ void __launch_bounds__(256) roialign_forward_nchw4_f64(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_nchw<double, 4>(p);
+}
+__global__ void __launch_bounds__(256) roialign_forward_nchw8_f64(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_nchw<double, 8>(p);
+}
 // kTB of transpose: tiles of 32 x 128 (float) or 32 x 64 (double), 16 KB.
 __global__ void __launch_bounds__(256) transpose_f32(stheno::TransposeParams p) {
   stheno::transpose<float, 128>(reinterpret_cast<const float*>(p.in), reinterpret_cast<float*>(p.out), p.a, p.b);

@@ -153,9 +153,31 @@ func TestGPURoIAlignParity(t *testing.T) {
 				parity(t, dev, &roiAlignOp{s}, dt, x, rois)
 				gy := randTensor(rng, dt, -1, 1, c.k, c.c, c.cfg.PooledH, c.cfg.PooledW)
 				parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy)
+				// Every forward variant, not only the default.
+				for _, kv := range roiAlignForwardVariants(dt) {
+					t.Run(kv.name, func(t *testing.T) {
+						roiAlignForwardOverride = func(tensor.Dtype) roiAlignKernel { return kv }
+						defer func() { roiAlignForwardOverride = nil }()
+						parity(t, dev, &roiAlignOp{s}, dt, x, rois)
+					})
+				}
 			})
 		}
 	}
+}
+
+// roiAlignForwardVariants lists the forward kernels of roialign.cu.
+func roiAlignForwardVariants(dt tensor.Dtype) []roiAlignKernel {
+	sfx := dtypeSuffix(dt)
+	vs := []roiAlignKernel{{name: "roialign_forward_" + sfx}}
+	cpts := []int{4, 8, 16}
+	if dt == tensor.Float64 {
+		cpts = cpts[:2]
+	}
+	for _, cpt := range cpts {
+		vs = append(vs, roiAlignKernel{name: fmt.Sprintf("roialign_forward_nchw%d_%s", cpt, sfx), cpt: cpt})
+	}
+	return vs
 }
 
 // Bad RoIs are reported by the next call that waits for the GPU, as any
@@ -178,15 +200,19 @@ func TestGPURoIAlignRunTimeErrors(t *testing.T) {
 			s := roiAlignShape{cfg: c.cfg, n: 2, c: 1, h: 4, w: 4, k: 2, dt: dt}
 			rois := toDev(t, dev, fromFloat64s(dt, c.roi, 2, 5))
 			x := toDev(t, dev, rampImages(dt))
-			_, err := (&roiAlignOp{s}).Do(x, rois)
-			if err == nil {
-				err = dev.Synchronize()
-			}
-			if err == nil || !strings.Contains(err.Error(), c.want) {
-				t.Errorf("%v forward: error %v, want one containing %q", dt, err, c.want)
+			for _, kv := range roiAlignForwardVariants(dt) {
+				roiAlignForwardOverride = func(tensor.Dtype) roiAlignKernel { return kv }
+				_, err := (&roiAlignOp{s}).Do(x, rois)
+				if err == nil {
+					err = dev.Synchronize()
+				}
+				roiAlignForwardOverride = nil
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%v forward %s: error %v, want one containing %q", dt, kv.name, err, c.want)
+				}
 			}
 			gy := toDev(t, dev, tensor.New(tensor.Of(dt), tensor.WithShape(2, 1, 1, 1)))
-			_, err = (&roiAlignGradOp{s}).Do(rois, gy)
+			_, err := (&roiAlignGradOp{s}).Do(rois, gy)
 			if err == nil {
 				err = dev.Synchronize()
 			}

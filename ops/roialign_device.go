@@ -56,14 +56,33 @@ func transposeLaunch(op string, dev *backend.Device, dt tensor.Dtype, in, out ba
 	return nil
 }
 
-// launchRoIAlign runs roialign_{forward,backward}_{f32,f64} on the
-// channels-last feat (x, or the gradient being scattered into) and pooled
-// (out, or the gradient of out); rois is read to explain a bad status.
-func (s roiAlignShape) launchRoIAlign(dev *backend.Device, backward bool, feat, rois, pooled backend.DevicePtr, roisVal G.Value) error {
-	name := "RoIAlign"
-	kname := "roialign_forward_" + dtypeSuffix(s.dt)
+// roiAlignForwardOverride, when set by a test or benchmark, names the
+// forward kernel of roialign.cu to run instead of roiAlignForwardKernel's.
+var roiAlignForwardOverride func(dt tensor.Dtype) roiAlignKernel
+
+// roiAlignKernel is a forward or backward kernel of roialign.cu. A kernel
+// with channels-last input needs the transpose first; one with a channels
+// per thread (cpt > 0) reads NCHW directly, a grid of (K, channel blocks).
+type roiAlignKernel struct {
+	name string
+	cpt  int
+}
+
+// roiAlignForwardKernel picks the forward kernel.
+func roiAlignForwardKernel(dt tensor.Dtype) roiAlignKernel {
+	if roiAlignForwardOverride != nil {
+		return roiAlignForwardOverride(dt)
+	}
+	return roiAlignKernel{name: "roialign_forward_" + dtypeSuffix(dt)}
+}
+
+// launchRoIAlign runs kernel kv on feat (x, or the channels-last gradient
+// being scattered into) and pooled (out, or the gradient of out); rois is
+// read to explain a bad status.
+func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, backward bool, feat, rois, pooled backend.DevicePtr, roisVal G.Value) error {
+	name, kname := "RoIAlign", kv.name
 	if backward {
-		name, kname = "RoIAlign backward", "roialign_backward_"+dtypeSuffix(s.dt)
+		name = "RoIAlign backward"
 	}
 	p := s.params()
 	if err := fitsInt32(name, map[string]int{"N": p.N, "C": p.C, "K": p.K, "H*W": p.H * p.W, "H*W*C": p.H * p.W * p.C}); err != nil {
@@ -91,10 +110,19 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, backward bool, feat, 
 		SamplingRatio: int32(p.SamplingRatio), Aligned: boolInt32(p.Aligned),
 		MaxAdaptiveGrid: kernels.MaxAdaptiveGrid,
 	}
-	// One block per RoI (its warps share out the channels).
+	// Channels-last: one block per RoI (its warps share out the channels).
 	cfg := backend.LaunchConfig{
 		Grid:  backend.Dim3{X: uint32(p.K), Y: 1, Z: 1},
 		Block: backend.Dim3{X: roiAlignBlock, Y: 1, Z: 1},
+	}
+	if kv.cpt > 0 {
+		// NCHW: blocks of whole groups of bins (phases of them, up to
+		// roiAlignBlock threads), each group on kv.cpt channels.
+		bins := p.PooledH * p.PooledW
+		phases := max(1, roiAlignBlock/bins)
+		threads := min(ceilDiv(bins*phases, 32)*32, roiAlignBlock)
+		cfg.Grid.Y = uint32(ceilDiv(p.C, phases*kv.cpt))
+		cfg.Block.X = uint32(threads)
 	}
 	if err := backend.Launch(k, cfg, args); err != nil {
 		return fmt.Errorf("ops: %s: %w", name, err)
@@ -144,6 +172,13 @@ func (op *roiAlignOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Val
 	if op.k == 0 {
 		return out, nil
 	}
+	kv := roiAlignForwardKernel(op.dt)
+	if kv.cpt > 0 {
+		if err := op.launchRoIAlign(dev, kv, false, x, rois, outPtr, in[1]); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
 	xt, xtPtr, err := op.channelsLast(name, dev)
 	if err != nil {
 		return nil, err
@@ -153,7 +188,7 @@ func (op *roiAlignOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Val
 	if err := transposeLaunch(name, dev, op.dt, x, xtPtr, op.n, op.c, op.h*op.w); err != nil {
 		return nil, err
 	}
-	if err := op.launchRoIAlign(dev, false, xtPtr, rois, outPtr, in[1]); err != nil {
+	if err := op.launchRoIAlign(dev, kv, false, xtPtr, rois, outPtr, in[1]); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -190,7 +225,7 @@ func (op *roiAlignGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G
 	if err := dev.Zero(gt); err != nil {
 		return nil, fmt.Errorf("ops: %s: %w", name, err)
 	}
-	if err := op.launchRoIAlign(dev, true, gtPtr, rois, gy, in[0]); err != nil {
+	if err := op.launchRoIAlign(dev, roiAlignKernel{name: "roialign_backward_" + dtypeSuffix(op.dt)}, true, gtPtr, rois, gy, in[0]); err != nil {
 		return nil, err
 	}
 	if err := transposeLaunch(name, dev, op.dt, gtPtr, gxPtr, op.n, op.h*op.w, op.c); err != nil {
