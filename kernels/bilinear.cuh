@@ -63,6 +63,26 @@ __device__ __forceinline__ bool roi_taps(T y, T x, int h, int w, Taps<T>* t) {
   return true;
 }
 
+// One axis of roi_taps: whether coordinate v of a map of `size` pixels
+// along it is sampled at all, and if so the first pixel i0 and the weight
+// frac of pixel i0+1 (that of i0 is 1-frac; i0+1 may lie past the map,
+// where frac is 0). roi_taps' corners are the products of the two axes'.
+template <typename T>
+__device__ __forceinline__ bool roi_axis(T v, int size, int* i0, T* frac) {
+  if (!(v >= T(-1) && v <= static_cast<T>(size))) return false;
+  v = fmin(fmax(v, T(0)), static_cast<T>(size - 1));
+  *i0 = static_cast<int>(floor_t(v));
+  *frac = v - static_cast<T>(*i0);
+  return true;
+}
+
+// Coordinate of sample i (of grid) of bin b along one axis of a RoI that
+// starts at start with bins of size bin, as planBins in roialign.go.
+template <typename T>
+__device__ __forceinline__ T sample_coord(T start, int b, T bin, int i, int grid) {
+  return start + static_cast<T>(b) * bin + static_cast<T>(static_cast<float>(i) + 0.5f) * bin / static_cast<T>(grid);
+}
+
 // Samples the way grid_sample(bilinear, zeros, align_corners=False) does once
 // the normalised location has been mapped to pixels (loc*size - 0.5): a point
 // whose four corners all lie outside contributes nothing (returns false).

@@ -131,12 +131,92 @@ __device__ int roi_geometry(const RoIAlignParams& p, const T* __restrict__ roi, 
 template <typename T>
 __device__ __forceinline__ bool sample_taps(const RoIAlignParams& p, const RoIGeom<T>& g, int ph, int pw, int iy,
                                             int ix, Taps<T>* t) {
-  const T y = g.start_y + static_cast<T>(ph) * g.bin_h +
-              static_cast<T>(static_cast<float>(iy) + 0.5f) * g.bin_h / static_cast<T>(g.grid_h);
-  const T x = g.start_x + static_cast<T>(pw) * g.bin_w +
-              static_cast<T>(static_cast<float>(ix) + 0.5f) * g.bin_w / static_cast<T>(g.grid_w);
+  const T y = sample_coord(g.start_y, ph, g.bin_h, iy, g.grid_h);
+  const T x = sample_coord(g.start_x, pw, g.bin_w, ix, g.grid_w);
   return roi_taps(y, x, p.h, p.w, t);
 }
+
+// ---------------------------------------------------------------------------
+// Separable sampling. A tap's bilinear weight is a row weight times a column
+// weight, and the rule that drops a sample (y outside [-1, H] or x outside
+// [-1, W]) is a row test and a column test: so a bin's sum over its
+// grid_h x grid_w samples is sum_r A[r] * sum_c B[c] * x[r][c], where A[r] is
+// what the bin's sample rows give pixel row r (dropped ones nothing), B[c]
+// likewise. The bin then reads (or, backward, scatters to) each pixel of its
+// footprint once, instead of once per sample tap that covers it: with
+// adaptive sampling (about one sample per pixel) that is about 4x fewer
+// loads and atomics. It is the same function as the tap-by-tap sum; only
+// the rounding of the sums differs.
+
+// A bin's row (or column) list: up to two entries per sample, pixels
+// nondecreasing, equal neighbours merged.
+template <typename T>
+__device__ void axis_list(T start, int b, T bin, int grid, int size, int* idx, T* w, int* count) {
+  int n = 0;
+  for (int i = 0; i < grid; ++i) {
+    T v = sample_coord(start, b, bin, i, grid);
+    int i0;
+    T l;
+    if (!roi_axis(v, size, &i0, &l)) continue;
+    const T wt[2] = {T(1) - l, l};
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int at = i0 + e;
+      if (at >= size) break;
+      if (n > 0 && idx[n - 1] == at) {
+        w[n - 1] += wt[e];
+      } else {
+        idx[n] = at;
+        w[n] = wt[e];
+        ++n;
+      }
+    }
+  }
+  *count = n;
+}
+
+// The row and column lists of every bin of a RoI, in the shared memory the
+// tap path uses for its taps: bin row ph's list at rows + ph*2*grid_h, its
+// length in nrows[ph]; columns alike.
+template <typename T>
+struct SepTables {
+  T* rw;
+  T* cw;
+  int* ridx;
+  int* cidx;
+  int* nrows;
+  int* ncols;
+  int rstride, cstride;
+
+  // Lays the tables out in `bytes` of shared memory at base; false when
+  // the RoI's lists could be longer than that holds.
+  __device__ bool layout(const RoIAlignParams& p, const RoIGeom<T>& g, unsigned char* base, int bytes) {
+    rstride = 2 * g.grid_h;
+    cstride = 2 * g.grid_w;
+    const int64_t nr = static_cast<int64_t>(rstride) * p.pooled_h, nc = static_cast<int64_t>(cstride) * p.pooled_w;
+    const int64_t need = (nr + nc) * static_cast<int64_t>(sizeof(T) + sizeof(int)) + 4 * (p.pooled_h + p.pooled_w);
+    if (need > bytes) return false;
+    rw = reinterpret_cast<T*>(base);
+    cw = rw + nr;
+    ridx = reinterpret_cast<int*>(cw + nc);
+    cidx = ridx + nr;
+    nrows = cidx + nc;
+    ncols = nrows + p.pooled_h;
+    return true;
+  }
+
+  // Every thread of the block takes part; the caller syncs after.
+  __device__ void build(const RoIAlignParams& p, const RoIGeom<T>& g) {
+    for (int i = threadIdx.x; i < p.pooled_h + p.pooled_w; i += blockDim.x) {
+      if (i < p.pooled_h) {
+        axis_list(g.start_y, i, g.bin_h, g.grid_h, p.h, ridx + i * rstride, rw + i * rstride, nrows + i);
+      } else {
+        const int b = i - p.pooled_h;
+        axis_list(g.start_x, b, g.bin_w, g.grid_w, p.w, cidx + b * cstride, cw + b * cstride, ncols + b);
+      }
+    }
+  }
+};
 
 // The work a block shares out: RoI geometry, its taps in shared memory,
 // and each warp's output tile.
@@ -183,13 +263,56 @@ __device__ __forceinline__ SharedTap<T> tap_of(const RoIAlignParams& p, const Ro
   return st;
 }
 
+// One bin of one channel (the lane's), separably: forward sums it into
+// *slot; backward scatters *slot, the bin's output gradient, with atomics.
+template <typename T, bool kBackward>
+__device__ __forceinline__ void sep_bin(const RoIAlignParams& p, const RoIGeom<T>& g, const SepTables<T>& sep, int ph,
+                                        int pw, int64_t chan, T* slot) {
+  const int64_t pix = p.c;  // elements between pixels, channels-last
+  const int nr = sep.nrows[ph], nc = sep.ncols[pw];
+  const int* ri = sep.ridx + ph * sep.rstride;
+  const int* ci = sep.cidx + pw * sep.cstride;
+  const T* rw = sep.rw + ph * sep.rstride;
+  const T* cw = sep.cw + pw * sep.cstride;
+  if (!kBackward) {
+    const T* m = reinterpret_cast<const T*>(p.feat) + chan;
+    T sum = T(0);
+    for (int a = 0; a < nr; ++a) {
+      const T* row = m + static_cast<int64_t>(ri[a]) * p.w * pix;
+      T rs = T(0);
+      int b = 0;
+      // Four columns at a time: their loads are in flight together.
+      for (; b + 4 <= nc; b += 4) {
+        T v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = __ldg(row + ci[b + u] * pix);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) rs += cw[b + u] * v[u];
+      }
+      for (; b < nc; ++b) rs += cw[b] * __ldg(row + ci[b] * pix);
+      sum += rw[a] * rs;
+    }
+    *slot = sum / g.count;
+  } else {
+    T* m = reinterpret_cast<T*>(p.feat) + chan;
+    const T grad = *slot;
+    for (int a = 0; a < nr; ++a) {
+      T* row = m + static_cast<int64_t>(ri[a]) * p.w * pix;
+      const T gr = grad * rw[a];
+      for (int b = 0; b < nc; ++b) {
+        if (rw[a] != T(0) && cw[b] != T(0)) atomicAdd(row + ci[b] * pix, gr * cw[b] / g.count);
+      }
+    }
+  }
+}
+
 // One block per RoI. The block plans the taps of a chunk of bins once, in
 // shared memory; then each warp takes a group of 32 channels and, lane per
 // channel, sums every bin's samples from the channels-last input (each tap
 // one coalesced load for the warp), in the CPU twin's order. A warp stages
 // its [32 channels x bins] results and writes them bins-fastest.
 template <typename T, bool kBackward>
-__device__ void roialign(const RoIAlignParams& p) {
+__device__ void roialign(const RoIAlignParams& p, bool separable) {
   __shared__ Block<T> sh;
   constexpr int kTile = tile_bins<T>();
   const int64_t roi = blockIdx.x;
@@ -209,16 +332,25 @@ __device__ void roialign(const RoIAlignParams& p) {
     return;
   }
   const int samples = g.grid_h * g.grid_w;
+  // Separable: the RoI's row and column lists, when they fit where the
+  // taps would go (else the taps path).
+  SepTables<T> sep;
+  separable = separable && samples > 0 &&
+              sep.layout(p, g, reinterpret_cast<unsigned char*>(sh.taps), static_cast<int>(sizeof(sh.taps)));
+  if (separable) {
+    sep.build(p, g);
+    __syncthreads();
+  }
   // Bins per chunk: as many as fit the taps budget, at most a tile; 0 when
   // one bin alone has more samples than the budget (taps computed on the spot).
-  const int chunk = samples == 0 ? kTile : min(kTile, max_taps<T>() / samples);
+  const int chunk = samples == 0 || separable ? kTile : min(kTile, max_taps<T>() / samples);
   const int step = chunk > 0 ? chunk : kTile;
   const int64_t feat0 = static_cast<int64_t>(g.batch) * p.h * p.w * p.c;
   T (*tile)[kTile + 1] = sh.tile[warp];
 
   for (int b0 = 0; b0 < bins; b0 += step) {
     const int nb = min(step, bins - b0);
-    if (chunk > 0) {
+    if (chunk > 0 && !separable) {
       __syncthreads();  // the previous chunk's taps are no longer read
       plan_chunk(p, g, b0, nb, sh.taps);
       __syncthreads();
@@ -237,7 +369,9 @@ __device__ void roialign(const RoIAlignParams& p) {
       for (int j = 0; j < nb; ++j) {
         const int bin = b0 + j, ph = bin / p.pooled_w, pw = bin % p.pooled_w;
         const SharedTap<T>* bt = chunk > 0 ? sh.taps + j * samples : nullptr;
-        if (!kBackward) {
+        if (separable) {
+          if (c < p.c) sep_bin<T, kBackward>(p, g, sep, ph, pw, feat0 + c, &tile[lane][j]);
+        } else if (!kBackward) {
           T sum = T(0);
           if (c < p.c) {
             const T* m = reinterpret_cast<const T*>(p.feat) + feat0 + c;
@@ -386,10 +520,16 @@ struct TransposeParams {
 }  // namespace stheno
 
 extern "C" {
-__global__ void __launch_bounds__(256) roialign_forward_f32(stheno::RoIAlignParams p) { stheno::roialign<float, false>(p); }
-__global__ void __launch_bounds__(256) roialign_forward_f64(stheno::RoIAlignParams p) { stheno::roialign<double, false>(p); }
-__global__ void __launch_bounds__(256) roialign_backward_f32(stheno::RoIAlignParams p) { stheno::roialign<float, true>(p); }
-__global__ void __launch_bounds__(256) roialign_backward_f64(stheno::RoIAlignParams p) { stheno::roialign<double, true>(p); }
+#define STHENO_ROIALIGN(name, T, backward, separable) \
+  __global__ void __launch_bounds__(256) name(stheno::RoIAlignParams p) { stheno::roialign<T, backward>(p, separable); }
+STHENO_ROIALIGN(roialign_forward_f32, float, false, false)
+STHENO_ROIALIGN(roialign_forward_f64, double, false, false)
+STHENO_ROIALIGN(roialign_backward_f32, float, true, false)
+STHENO_ROIALIGN(roialign_backward_f64, double, true, false)
+STHENO_ROIALIGN(roialign_forward_sep_f32, float, false, true)
+STHENO_ROIALIGN(roialign_forward_sep_f64, double, false, true)
+STHENO_ROIALIGN(roialign_backward_sep_f32, float, true, true)
+STHENO_ROIALIGN(roialign_backward_sep_f64, double, true, true)
 __global__ void __launch_bounds__(256) roialign_forward_nchw4_f32(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<float, 4>(p);
 }

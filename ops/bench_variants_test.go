@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
 
@@ -37,24 +38,30 @@ func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 	}
 }
 
-// BenchmarkGPURoIAlignVariants times every forward kernel of roialign.cu
-// (channels-last after a transpose, or NCHW with 4/8/16 channels per
-// thread) on the TARGETS.md cases, with the inputs of BenchmarkSuiteRoIAlign,
-// to choose roiAlignForwardKernel's default.
+// BenchmarkGPURoIAlignVariants times every kernel of roialign.cu on the
+// TARGETS.md cases, with the inputs of BenchmarkSuiteRoIAlign, to choose
+// roiAlignKernelFor's defaults: forward channels-last after a transpose
+// (tap by tap or separable) or NCHW with 4/8/16 channels per thread;
+// backward channels-last, tap by tap or separable.
 func BenchmarkGPURoIAlignVariants(b *testing.B) {
-	defer func() { roiAlignForwardOverride = nil }()
 	for _, c := range roiPresets {
 		rng := rand.New(rand.NewPCG(1, 1))
 		dt := tensor.Float32
 		s := roiAlignShape{cfg: RoIAlignConfig{c.pooled, c.pooled, c.scale, c.sampling, true}, n: c.n, c: c.c, h: c.h, w: c.w, k: c.k, dt: dt}
 		x := randTensor(rng, dt, -1, 1, c.n, c.c, c.h, c.w)
 		rois := targetRoIs(rng, dt, c.k, c.n, c.imgH, c.imgW)
+		gy := randTensor(rng, dt, -1, 1, c.k, c.c, c.pooled, c.pooled)
 		bytes := float64(4*c.n*c.c*c.h*c.w) + float64(4*c.k*c.c*c.pooled*c.pooled)
-		for _, kv := range roiAlignForwardVariants(dt) {
-			roiAlignForwardOverride = func(tensor.Dtype) roiAlignKernel { return kv }
-			b.Run("impl=cuda/case="+c.name+"/pass=fwd/kernel="+kv.name, func(b *testing.B) {
-				runCase(b, "cuda", &roiAlignOp{s}, []*tensor.Dense{x, rois}, bytes)
-			})
+		for _, backward := range []bool{false, true} {
+			op, in, pass := G.Op(&roiAlignOp{s}), []*tensor.Dense{x, rois}, "fwd"
+			if backward {
+				op, in, pass = &roiAlignGradOp{s}, []*tensor.Dense{rois, gy}, "bwd"
+			}
+			for _, kv := range roiAlignVariants(backward, dt) {
+				b.Run("impl=cuda/case="+c.name+"/pass="+pass+"/kernel="+kv.name, func(b *testing.B) {
+					withRoIAlignKernel(backward, kv, func() { runCase(b, "cuda", op, in, bytes) })
+				})
+			}
 		}
 	}
 }

@@ -153,12 +153,15 @@ func TestGPURoIAlignParity(t *testing.T) {
 				parity(t, dev, &roiAlignOp{s}, dt, x, rois)
 				gy := randTensor(rng, dt, -1, 1, c.k, c.c, c.cfg.PooledH, c.cfg.PooledW)
 				parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy)
-				// Every forward variant, not only the default.
-				for _, kv := range roiAlignForwardVariants(dt) {
+				// Every variant, not only the default.
+				for _, kv := range roiAlignVariants(false, dt) {
 					t.Run(kv.name, func(t *testing.T) {
-						roiAlignForwardOverride = func(tensor.Dtype) roiAlignKernel { return kv }
-						defer func() { roiAlignForwardOverride = nil }()
-						parity(t, dev, &roiAlignOp{s}, dt, x, rois)
+						withRoIAlignKernel(false, kv, func() { parity(t, dev, &roiAlignOp{s}, dt, x, rois) })
+					})
+				}
+				for _, kv := range roiAlignVariants(true, dt) {
+					t.Run(kv.name, func(t *testing.T) {
+						withRoIAlignKernel(true, kv, func() { parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy) })
 					})
 				}
 			})
@@ -166,10 +169,13 @@ func TestGPURoIAlignParity(t *testing.T) {
 	}
 }
 
-// roiAlignForwardVariants lists the forward kernels of roialign.cu.
-func roiAlignForwardVariants(dt tensor.Dtype) []roiAlignKernel {
+// roiAlignVariants lists the forward or backward kernels of roialign.cu.
+func roiAlignVariants(backward bool, dt tensor.Dtype) []roiAlignKernel {
 	sfx := dtypeSuffix(dt)
-	vs := []roiAlignKernel{{name: "roialign_forward_" + sfx}}
+	if backward {
+		return []roiAlignKernel{{name: "roialign_backward_" + sfx}, {name: "roialign_backward_sep_" + sfx}}
+	}
+	vs := []roiAlignKernel{{name: "roialign_forward_" + sfx}, {name: "roialign_forward_sep_" + sfx}}
 	cpts := []int{4, 8, 16}
 	if dt == tensor.Float64 {
 		cpts = cpts[:2]
@@ -178,6 +184,18 @@ func roiAlignForwardVariants(dt tensor.Dtype) []roiAlignKernel {
 		vs = append(vs, roiAlignKernel{name: fmt.Sprintf("roialign_forward_nchw%d_%s", cpt, sfx), cpt: cpt})
 	}
 	return vs
+}
+
+// withRoIAlignKernel runs f with kv as the kernel for its direction.
+func withRoIAlignKernel(backward bool, kv roiAlignKernel, f func()) {
+	roiAlignKernelOverride = func(bw bool, dt tensor.Dtype) roiAlignKernel {
+		if bw == backward {
+			return kv
+		}
+		return roiAlignKernelFor(bw, dt)
+	}
+	defer func() { roiAlignKernelOverride = nil }()
+	f()
 }
 
 // Bad RoIs are reported by the next call that waits for the GPU, as any
@@ -200,24 +218,24 @@ func TestGPURoIAlignRunTimeErrors(t *testing.T) {
 			s := roiAlignShape{cfg: c.cfg, n: 2, c: 1, h: 4, w: 4, k: 2, dt: dt}
 			rois := toDev(t, dev, fromFloat64s(dt, c.roi, 2, 5))
 			x := toDev(t, dev, rampImages(dt))
-			for _, kv := range roiAlignForwardVariants(dt) {
-				roiAlignForwardOverride = func(tensor.Dtype) roiAlignKernel { return kv }
-				_, err := (&roiAlignOp{s}).Do(x, rois)
-				if err == nil {
-					err = dev.Synchronize()
-				}
-				roiAlignForwardOverride = nil
-				if err == nil || !strings.Contains(err.Error(), c.want) {
-					t.Errorf("%v forward %s: error %v, want one containing %q", dt, kv.name, err, c.want)
-				}
-			}
 			gy := toDev(t, dev, tensor.New(tensor.Of(dt), tensor.WithShape(2, 1, 1, 1)))
-			_, err := (&roiAlignGradOp{s}).Do(rois, gy)
-			if err == nil {
-				err = dev.Synchronize()
-			}
-			if err == nil || !strings.Contains(strings.ReplaceAll(err.Error(), "RoIAlign backward", "RoIAlign"), c.want) {
-				t.Errorf("%v backward: error %v, want one containing %q", dt, err, c.want)
+			for _, backward := range []bool{false, true} {
+				for _, kv := range roiAlignVariants(backward, dt) {
+					var err error
+					withRoIAlignKernel(backward, kv, func() {
+						if backward {
+							_, err = (&roiAlignGradOp{s}).Do(rois, gy)
+						} else {
+							_, err = (&roiAlignOp{s}).Do(x, rois)
+						}
+					})
+					if err == nil {
+						err = dev.Synchronize()
+					}
+					if err == nil || !strings.Contains(strings.ReplaceAll(err.Error(), "RoIAlign backward", "RoIAlign"), c.want) {
+						t.Errorf("%v %s: error %v, want one containing %q", dt, kv.name, err, c.want)
+					}
+				}
 			}
 			// The error is reported once.
 			if err := dev.Synchronize(); err != nil {

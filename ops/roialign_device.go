@@ -56,9 +56,9 @@ func transposeLaunch(op string, dev *backend.Device, dt tensor.Dtype, in, out ba
 	return nil
 }
 
-// roiAlignForwardOverride, when set by a test or benchmark, names the
-// forward kernel of roialign.cu to run instead of roiAlignForwardKernel's.
-var roiAlignForwardOverride func(dt tensor.Dtype) roiAlignKernel
+// roiAlignKernelOverride, when set by a test or benchmark, names the kernel
+// of roialign.cu to run instead of roiAlignKernelFor's.
+var roiAlignKernelOverride func(backward bool, dt tensor.Dtype) roiAlignKernel
 
 // roiAlignKernel is a forward or backward kernel of roialign.cu. A kernel
 // with channels-last input needs the transpose first; one with a channels
@@ -68,10 +68,13 @@ type roiAlignKernel struct {
 	cpt  int
 }
 
-// roiAlignForwardKernel picks the forward kernel.
-func roiAlignForwardKernel(dt tensor.Dtype) roiAlignKernel {
-	if roiAlignForwardOverride != nil {
-		return roiAlignForwardOverride(dt)
+// roiAlignKernelFor picks the kernel.
+func roiAlignKernelFor(backward bool, dt tensor.Dtype) roiAlignKernel {
+	if roiAlignKernelOverride != nil {
+		return roiAlignKernelOverride(backward, dt)
+	}
+	if backward {
+		return roiAlignKernel{name: "roialign_backward_" + dtypeSuffix(dt)}
 	}
 	return roiAlignKernel{name: "roialign_forward_" + dtypeSuffix(dt)}
 }
@@ -172,7 +175,7 @@ func (op *roiAlignOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Val
 	if op.k == 0 {
 		return out, nil
 	}
-	kv := roiAlignForwardKernel(op.dt)
+	kv := roiAlignKernelFor(false, op.dt)
 	if kv.cpt > 0 {
 		if err := op.launchRoIAlign(dev, kv, false, x, rois, outPtr, in[1]); err != nil {
 			return nil, err
@@ -225,7 +228,7 @@ func (op *roiAlignGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G
 	if err := dev.Zero(gt); err != nil {
 		return nil, fmt.Errorf("ops: %s: %w", name, err)
 	}
-	if err := op.launchRoIAlign(dev, roiAlignKernel{name: "roialign_backward_" + dtypeSuffix(op.dt)}, true, gtPtr, rois, gy, in[0]); err != nil {
+	if err := op.launchRoIAlign(dev, roiAlignKernelFor(true, op.dt), true, gtPtr, rois, gy, in[0]); err != nil {
 		return nil, err
 	}
 	if err := transposeLaunch(name, dev, op.dt, gtPtr, gxPtr, op.n, op.h*op.w, op.c); err != nil {
