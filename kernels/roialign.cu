@@ -24,6 +24,7 @@ struct RoIAlignParams {
   uint64_t rois;    // [K,5] rows (batch_index, x1, y1, x2, y2)
   uint64_t pooled;  // forward: out [K,C,PH,PW] (written); backward: grad_out (read)
   uint64_t status;  // int status word, see Status in bilinear.cuh
+  uint64_t order;   // int32 [K]: block b works on RoI order[b] (roi_order), or 0: on RoI b
   double spatial_scale;
   int32_t n, c, h, w, k;
   int32_t pooled_h, pooled_w;
@@ -34,6 +35,74 @@ struct RoIAlignParams {
 
 // A block is one RoI: 8 warps, each on groups of 32 channels (one per lane).
 constexpr int kWarps = 8;
+
+__device__ __forceinline__ int64_t roi_of(const RoIAlignParams& p, unsigned block) {
+  return p.order != 0 ? reinterpret_cast<const int*>(p.order)[block] : static_cast<int64_t>(block);
+}
+
+// RoIs in spatial order. Blocks start roughly in blockIdx order, so with
+// the RoIs sorted by image, then by band of kOrderBand rows of their
+// centre, then by their centre's column, the blocks running together touch
+// neighbouring parts of the map: their taps hit in L2 and, backward, their
+// atomics meet in L2 rather than in DRAM (on an H200, TARGETS' box_head_P2:
+// backward 0.60 -> 0.49 ms, sort included; adaptive backward 3.0 -> 2.7).
+// The NCHW kernels do not use it: their concurrent blocks already share
+// channel planes, and the order made them slower. One block sorts up to
+// kMaxOrder RoIs (bitonic, in shared memory).
+constexpr int kMaxOrder = 4096;
+constexpr int kOrderBand = 16;
+
+struct RoIOrderParams {
+  uint64_t rois;  // [K,5]
+  uint64_t order;  // int32 [K], written
+  double spatial_scale;
+  int32_t k, unused;
+};
+
+// A sort key clamped into [0, 4095]; NaN and negatives give 0.
+template <typename T>
+__device__ __forceinline__ uint32_t order_field(T v) {
+  return v >= T(0) ? static_cast<uint32_t>(fmin(v, T(4095))) : 0u;
+}
+
+template <typename T>
+__device__ void roi_order(const RoIOrderParams& p) {
+  __shared__ uint64_t keys[kMaxOrder];
+  int size = 1;
+  while (size < p.k) size *= 2;
+  const T* r = reinterpret_cast<const T*>(p.rois);
+  const T scale = static_cast<T>(p.spatial_scale);
+  for (int i = threadIdx.x; i < size; i += blockDim.x) {
+    uint64_t key = ~0ull;
+    if (i < p.k) {
+      const T* row = r + static_cast<int64_t>(i) * 5;
+      const uint32_t b = order_field(row[0]) & 0xff;
+      const uint32_t band = order_field((row[2] + row[4]) * T(0.5) * scale / T(kOrderBand));
+      const uint32_t col = order_field((row[1] + row[3]) * T(0.5) * scale);
+      key = (static_cast<uint64_t>(b << 24 | band << 12 | col) << 32) | static_cast<uint32_t>(i);
+    }
+    keys[i] = key;
+  }
+  __syncthreads();
+  for (int k = 2; k <= size; k *= 2) {
+    for (int j = k / 2; j > 0; j /= 2) {
+      for (int i = threadIdx.x; i < size; i += blockDim.x) {
+        const int o = i ^ j;
+        if (o > i) {
+          const bool up = (i & k) == 0;
+          const uint64_t a = keys[i], b = keys[o];
+          if ((a > b) == up) {
+            keys[i] = b;
+            keys[o] = a;
+          }
+        }
+      }
+      __syncthreads();
+    }
+  }
+  int* order = reinterpret_cast<int*>(p.order);
+  for (int i = threadIdx.x; i < p.k; i += blockDim.x) order[i] = static_cast<int>(keys[i] & 0xffffffffu);
+}
 
 // A sample's four taps as kept in shared memory, read by a warp with two
 // broadcast loads.
@@ -315,7 +384,7 @@ template <typename T, bool kBackward>
 __device__ void roialign(const RoIAlignParams& p, bool separable) {
   __shared__ Block<T> sh;
   constexpr int kTile = tile_bins<T>();
-  const int64_t roi = blockIdx.x;
+  const int64_t roi = roi_of(p, blockIdx.x);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int bins = p.pooled_h * p.pooled_w;
   const int64_t pix = p.c;  // elements between pixels, channels-last
@@ -440,7 +509,7 @@ __device__ void roialign(const RoIAlignParams& p, bool separable) {
 // phase f takes channels c0+f, c0+f+phases, ... of the block's range.
 template <typename T, int kCPT>
 __device__ void roialign_forward_nchw(const RoIAlignParams& p) {
-  const int64_t roi = blockIdx.x;
+  const int64_t roi = roi_of(p, blockIdx.x);
   const int bins = p.pooled_h * p.pooled_w;
   const int phases = max(1, static_cast<int>(blockDim.x) / bins);
   const int c_begin = blockIdx.y * phases * kCPT;
@@ -536,15 +605,14 @@ __global__ void __launch_bounds__(256) roialign_forward_nchw4_f32(stheno::RoIAli
 __global__ void __launch_bounds__(256) roialign_forward_nchw8_f32(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<float, 8>(p);
 }
-__global__ void __launch_bounds__(256) roialign_forward_nchw16_f32(stheno::RoIAlignParams p) {
-  stheno::roialign_forward_nchw<float, 16>(p);
-}
 __global__ void __launch_bounds__(256) roialign_forward_nchw4_f64(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<double, 4>(p);
 }
 __global__ void __launch_bounds__(256) roialign_forward_nchw8_f64(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<double, 8>(p);
 }
+__global__ void __launch_bounds__(1024) roi_order_f32(stheno::RoIOrderParams p) { stheno::roi_order<float>(p); }
+__global__ void __launch_bounds__(1024) roi_order_f64(stheno::RoIOrderParams p) { stheno::roi_order<double>(p); }
 // kTB of transpose: tiles of 32 x 128 (float) or 32 x 64 (double), 16 KB.
 __global__ void __launch_bounds__(256) transpose_f32(stheno::TransposeParams p) {
   stheno::transpose<float, 128>(reinterpret_cast<const float*>(p.in), reinterpret_cast<float*>(p.out), p.a, p.b);

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"math/rand/v2"
+	"sort"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -52,16 +53,54 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 		rois := targetRoIs(rng, dt, c.k, c.n, c.imgH, c.imgW)
 		gy := randTensor(rng, dt, -1, 1, c.k, c.c, c.pooled, c.pooled)
 		bytes := float64(4*c.n*c.c*c.h*c.w) + float64(4*c.k*c.c*c.pooled*c.pooled)
-		for _, backward := range []bool{false, true} {
-			op, in, pass := G.Op(&roiAlignOp{s}), []*tensor.Dense{x, rois}, "fwd"
-			if backward {
-				op, in, pass = &roiAlignGradOp{s}, []*tensor.Dense{rois, gy}, "bwd"
+		for _, order := range []string{"given", "sorted"} {
+			r := rois
+			if order == "sorted" {
+				r = spatialOrder(rois)
 			}
-			for _, kv := range roiAlignVariants(backward, dt) {
-				b.Run("impl=cuda/case="+c.name+"/pass="+pass+"/kernel="+kv.name, func(b *testing.B) {
-					withRoIAlignKernel(backward, kv, func() { runCase(b, "cuda", op, in, bytes) })
-				})
+			for _, backward := range []bool{false, true} {
+				op, in, pass := G.Op(&roiAlignOp{s}), []*tensor.Dense{x, r}, "fwd"
+				if backward {
+					op, in, pass = &roiAlignGradOp{s}, []*tensor.Dense{r, gy}, "bwd"
+				}
+				for _, kv := range roiAlignVariants(backward, dt) {
+					b.Run("impl=cuda/case="+c.name+"/pass="+pass+"/order="+order+"/kernel="+kv.name, func(b *testing.B) {
+						withRoIAlignKernel(backward, kv, func() { runCase(b, "cuda", op, in, bytes) })
+					})
+				}
 			}
 		}
 	}
+}
+
+// spatialOrder returns float32 RoIs [K,5] sorted by image, then by bands of
+// 64 pixels of their centre's y, then by their centre's x: an experiment on
+// how much the order in which blocks meet the RoIs matters to the cache.
+func spatialOrder(rois *tensor.Dense) *tensor.Dense {
+	v := rois.Float32s()
+	k := len(v) / 5
+	idx := make([]int, k)
+	for i := range idx {
+		idx[i] = i
+	}
+	key := func(i int) (float32, float32, float32) {
+		r := v[5*i : 5*i+5]
+		return r[0], float32(int((r[2]+r[4])/2) / 64), (r[1] + r[3]) / 2
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		a0, a1, a2 := key(idx[a])
+		b0, b1, b2 := key(idx[b])
+		if a0 != b0 {
+			return a0 < b0
+		}
+		if a1 != b1 {
+			return a1 < b1
+		}
+		return a2 < b2
+	})
+	out := make([]float32, 0, len(v))
+	for _, i := range idx {
+		out = append(out, v[5*i:5*i+5]...)
+	}
+	return tensor.New(tensor.WithShape(k, 5), tensor.WithBacking(out))
 }

@@ -176,11 +176,7 @@ func roiAlignVariants(backward bool, dt tensor.Dtype) []roiAlignKernel {
 		return []roiAlignKernel{{name: "roialign_backward_" + sfx}, {name: "roialign_backward_sep_" + sfx}}
 	}
 	vs := []roiAlignKernel{{name: "roialign_forward_" + sfx}, {name: "roialign_forward_sep_" + sfx}}
-	cpts := []int{4, 8, 16}
-	if dt == tensor.Float64 {
-		cpts = cpts[:2]
-	}
-	for _, cpt := range cpts {
+	for _, cpt := range []int{4, 8} {
 		vs = append(vs, roiAlignKernel{name: fmt.Sprintf("roialign_forward_nchw%d_%s", cpt, sfx), cpt: cpt})
 	}
 	return vs
@@ -192,7 +188,7 @@ func withRoIAlignKernel(backward bool, kv roiAlignKernel, f func()) {
 		if bw == backward {
 			return kv
 		}
-		return roiAlignKernelFor(bw, dt)
+		return roiAlignVariants(bw, dt)[0]
 	}
 	defer func() { roiAlignKernelOverride = nil }()
 	f()

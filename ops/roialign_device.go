@@ -14,6 +14,7 @@ import (
 // roiAlignArgs mirrors RoIAlignParams in kernels/roialign.cu field for field.
 type roiAlignArgs struct {
 	Feat, RoIs, Pooled, Status backend.DevicePtr
+	Order                      backend.DevicePtr
 	SpatialScale               float64
 	N, C, H, W, K              int32
 	PooledH, PooledW           int32
@@ -61,22 +62,38 @@ func transposeLaunch(op string, dev *backend.Device, dt tensor.Dtype, in, out ba
 var roiAlignKernelOverride func(backward bool, dt tensor.Dtype) roiAlignKernel
 
 // roiAlignKernel is a forward or backward kernel of roialign.cu. A kernel
-// with channels-last input needs the transpose first; one with a channels
-// per thread (cpt > 0) reads NCHW directly, a grid of (K, channel blocks).
+// with channels-last input needs the transpose first and takes the RoIs in
+// spatial order; one with cpt channels per thread (cpt > 0) reads NCHW x
+// directly, a grid of (K, channel blocks).
 type roiAlignKernel struct {
 	name string
 	cpt  int
 }
 
-// roiAlignKernelFor picks the kernel.
-func roiAlignKernelFor(backward bool, dt tensor.Dtype) roiAlignKernel {
+// nchw reports whether the kernel reads NCHW x directly.
+func (kv roiAlignKernel) nchw() bool { return kv.cpt > 0 }
+
+// roiAlignKernelFor picks the kernel, by BenchmarkGPURoIAlignVariants on
+// an H200 (TARGETS.md cases; BENCHMARKS.md has the table). With a fixed
+// sampling ratio, forward reads NCHW directly, 4 channels per thread (the
+// transpose alone cost a quarter of the channels-last path's time), and
+// backward scatters tap by tap into channels-last. With adaptive sampling,
+// about one sample per pixel, both go channels-last and separable, which
+// touches each pixel of a bin once instead of once per tap.
+func roiAlignKernelFor(backward bool, s roiAlignShape) roiAlignKernel {
 	if roiAlignKernelOverride != nil {
-		return roiAlignKernelOverride(backward, dt)
+		return roiAlignKernelOverride(backward, s.dt)
 	}
-	if backward {
-		return roiAlignKernel{name: "roialign_backward_" + dtypeSuffix(dt)}
+	sfx := dtypeSuffix(s.dt)
+	switch {
+	case s.cfg.SamplingRatio <= 0 && backward:
+		return roiAlignKernel{name: "roialign_backward_sep_" + sfx}
+	case s.cfg.SamplingRatio <= 0:
+		return roiAlignKernel{name: "roialign_forward_sep_" + sfx}
+	case backward:
+		return roiAlignKernel{name: "roialign_backward_" + sfx}
 	}
-	return roiAlignKernel{name: "roialign_forward_" + dtypeSuffix(dt)}
+	return roiAlignKernel{name: "roialign_forward_nchw4_" + sfx, cpt: 4}
 }
 
 // launchRoIAlign runs kernel kv on feat (x, or the channels-last gradient
@@ -113,6 +130,17 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 		SamplingRatio: int32(p.SamplingRatio), Aligned: boolInt32(p.Aligned),
 		MaxAdaptiveGrid: kernels.MaxAdaptiveGrid,
 	}
+	if !kv.nchw() && p.K >= roiOrderMin && p.K <= roiOrderMax {
+		order, err := s.roiOrder(name, dev, rois)
+		if err != nil {
+			return err
+		}
+		// The stream orders the free after the kernel below.
+		defer dev.FreeDense(order)
+		if args.Order, err = dev.Ptr(order); err != nil {
+			return fmt.Errorf("ops: %s: %w", name, err)
+		}
+	}
 	// Channels-last: one block per RoI (its warps share out the channels).
 	cfg := backend.LaunchConfig{
 		Grid:  backend.Dim3{X: uint32(p.K), Y: 1, Z: 1},
@@ -131,6 +159,43 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 		return fmt.Errorf("ops: %s: %w", name, err)
 	}
 	return nil
+}
+
+// roiOrderArgs mirrors RoIOrderParams in kernels/roialign.cu.
+type roiOrderArgs struct {
+	RoIs, Order  backend.DevicePtr
+	SpatialScale float64
+	K, _         int32
+}
+
+// The RoI counts for which the kernels take the RoIs in spatial order
+// (roi_order in roialign.cu; one block sorts at most kMaxOrder): below
+// roiOrderMin the sort's own launch costs more than it saves.
+const (
+	roiOrderMin = 64
+	roiOrderMax = 4096
+)
+
+// roiOrder queues roi_order: a new int32 [K] device tensor, which the
+// caller frees, of the RoIs in spatial order.
+func (s roiAlignShape) roiOrder(op string, dev *backend.Device, rois backend.DevicePtr) (*tensor.Dense, error) {
+	order, err := dev.NewDense(tensor.Int32, s.k)
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: RoI order: %w", op, err)
+	}
+	ptr, err := dev.Ptr(order)
+	if err == nil {
+		var k *backend.Kernel
+		if k, err = dev.Kernel("roialign", "roi_order_"+dtypeSuffix(s.dt)); err == nil {
+			cfg := backend.LaunchConfig{Grid: backend.Dim3{X: 1, Y: 1, Z: 1}, Block: backend.Dim3{X: 1024, Y: 1, Z: 1}}
+			err = backend.Launch(k, cfg, roiOrderArgs{RoIs: rois, Order: ptr, SpatialScale: s.cfg.SpatialScale, K: int32(s.k)})
+		}
+	}
+	if err != nil {
+		_ = dev.FreeDense(order)
+		return nil, fmt.Errorf("ops: %s: RoI order: %w", op, err)
+	}
+	return order, nil
 }
 
 // channelsLast returns a scratch device tensor [N,H,W,C] for the kernels.
@@ -175,8 +240,8 @@ func (op *roiAlignOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Val
 	if op.k == 0 {
 		return out, nil
 	}
-	kv := roiAlignKernelFor(false, op.dt)
-	if kv.cpt > 0 {
+	kv := roiAlignKernelFor(false, op.roiAlignShape)
+	if kv.nchw() {
 		if err := op.launchRoIAlign(dev, kv, false, x, rois, outPtr, in[1]); err != nil {
 			return nil, err
 		}
@@ -228,7 +293,7 @@ func (op *roiAlignGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G
 	if err := dev.Zero(gt); err != nil {
 		return nil, fmt.Errorf("ops: %s: %w", name, err)
 	}
-	if err := op.launchRoIAlign(dev, roiAlignKernelFor(true, op.dt), true, gtPtr, rois, gy, in[0]); err != nil {
+	if err := op.launchRoIAlign(dev, roiAlignKernelFor(true, op.roiAlignShape), true, gtPtr, rois, gy, in[0]); err != nil {
 		return nil, err
 	}
 	if err := transposeLaunch(name, dev, op.dt, gtPtr, gxPtr, op.n, op.h*op.w, op.c); err != nil {
@@ -247,6 +312,7 @@ func boolInt32(b bool) int32 {
 // The params structs must be laid out as the C++ ones: 4 pointers, a
 // double and 10 ints; 2 pointers and 2 ints.
 var (
-	_ [80]byte = [unsafe.Sizeof(roiAlignArgs{})]byte{}
+	_ [88]byte = [unsafe.Sizeof(roiAlignArgs{})]byte{}
+	_ [32]byte = [unsafe.Sizeof(roiOrderArgs{})]byte{}
 	_ [24]byte = [unsafe.Sizeof(transposeArgs{})]byte{}
 )
