@@ -417,7 +417,9 @@ __device__ void roialign(const RoIAlignParams& p, bool separable) {
   const int64_t feat0 = static_cast<int64_t>(g.batch) * p.h * p.w * p.c;
   T (*tile)[kTile + 1] = sh.tile[warp];
 
-  for (int b0 = 0; b0 < bins; b0 += step) {
+  // Blocks (RoI, y) share a RoI's chunks of bins: with few RoIs (mask
+  // heads) one block per RoI left most SMs idle at the end of the launch.
+  for (int b0 = blockIdx.y * step; b0 < bins; b0 += gridDim.y * step) {
     const int nb = min(step, bins - b0);
     if (chunk > 0 && !separable) {
       __syncthreads();  // the previous chunk's taps are no longer read

@@ -31,6 +31,14 @@ type transposeArgs struct {
 
 const roiAlignBlock = 256 // kWarps warps of roialign.cu
 
+// roiAlignTileBins is tile_bins in roialign.cu: bins per output tile.
+func roiAlignTileBins(dt tensor.Dtype) int {
+	if dt == tensor.Float64 {
+		return 16
+	}
+	return 32
+}
+
 // transposeLaunch queues the transpose of n planes of a x b elements (NCHW
 // to NHWC with a=C, b=H*W; back with a=H*W, b=C).
 func transposeLaunch(op string, dev *backend.Device, dt tensor.Dtype, in, out backend.DevicePtr, n, a, b int) error {
@@ -141,9 +149,10 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 			return fmt.Errorf("ops: %s: %w", name, err)
 		}
 	}
-	// Channels-last: one block per RoI (its warps share out the channels).
+	// Channels-last: blocks (RoI, chunk of bins) whose warps share out the
+	// channels; a chunk is a tile of the kernel's output staging.
 	cfg := backend.LaunchConfig{
-		Grid:  backend.Dim3{X: uint32(p.K), Y: 1, Z: 1},
+		Grid:  backend.Dim3{X: uint32(p.K), Y: uint32(ceilDiv(p.PooledH*p.PooledW, roiAlignTileBins(s.dt))), Z: 1},
 		Block: backend.Dim3{X: roiAlignBlock, Y: 1, Z: 1},
 	}
 	if kv.cpt > 0 {
