@@ -428,6 +428,36 @@ struct WarpMath<float, kMode> {
     }
   }
 
+  // The step of conv_fprop_f32_v2: as step(), but A's fragments come by
+  // ldmatrix, one instruction instead of four loads (A is rounded in shared
+  // memory), and B's are rounded as they are loaded. a_lane is this lane's
+  // ldmatrix row offset, a_lane_offset().
+  __device__ __forceinline__ void step_ldsm(const float* sa, const float* sb, int a_lane) {
+    static_assert(!S::kNMajorB, "k-major B");
+#pragma unroll
+    for (int ks = 0; ks < S::BK; ks += 8) {
+      uint32_t a[kMI][4], b[kNI][2];
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi) ldmatrix_x4(a[mi], sa + a_lane + mi * 16 * S::LDA + ks);
+#pragma unroll
+      for (int ni = 0; ni < kNI; ++ni) {
+        const float* q = sb + (ks + t4) * S::LDB + col0 + ni * 8 + g;
+        b[ni][0] = to_tf32_for_mma(q[0]);
+        b[ni][1] = to_tf32_for_mma(q[4 * S::LDB]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < kMI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < kNI; ++ni) mma_tf32(acc[mi][ni], a[mi], b[ni]);
+    }
+  }
+
+  // Lane l gives ldmatrix row l%8 of matrix l/8 (ldmatrix_x4): rows
+  // 8*((l/8)%2) + l%8 of the warp's first m16 block, k 4*(l/16).
+  __device__ __forceinline__ int a_lane_offset(int lane) const {
+    return (row0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * S::LDA + 4 * (lane >> 4);
+  }
+
   __device__ __forceinline__ void store(float* sc) const {
 #pragma unroll
     for (int mi = 0; mi < kMI; ++mi)
@@ -629,6 +659,276 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
   epilogue<T, kMode>(p, reinterpret_cast<const T*>(smem), m0, n0, tile_n, split);
 }
 
+// ---------------------------------------------------------------------------
+// conv_fprop_f32_v2: the float32 forward GEMM of conv_gemm, with the same
+// tile, warp layout, MMAs in the same order and the same epilogue (so the
+// same results, bit for bit), but fed by cp.async through a ring of
+// kStages shared-memory stages. conv_gemm's register staging holds a
+// k-tile's 32 values per thread between their loads and stores and covers
+// one k-tile of latency; here the copies bypass registers, kStages-1
+// k-tiles are in flight while one is multiplied, and the kernel fits in 128
+// registers, so two blocks share an SM and hide each other's barriers.
+//
+// The operands reach the MMAs rounded to TF32 as in conv_gemm, but
+// rounded where it costs least: A in shared memory, each thread rounding
+// the 16 values it copied once they land (cp.async.wait_group makes a
+// thread's own copies visible to it: no extra barrier), with 128-bit loads
+// and stores; B as its fragments are loaded. Rounding A at fragment load
+// would round each value four times (once per warp that reads it); B is
+// read by two warps, which costs as much as a pass over shared memory.
+struct FpropV2 {
+  using S = GemmShape<float, kFprop>;
+  static constexpr int kStages = 3;
+  static constexpr int kAElems = S::kAElems, kBElems = S::kBElems;
+  static constexpr int kStageElems = kAElems + kBElems;
+  static constexpr int kPipeBytes = kStages * kStageElems * 4;
+  // The row table of the B gather (BFpropV2): a ring of kTabSlots k-tiles.
+  static constexpr int kTabSlots = 4;
+  static constexpr int kMainBytes = kPipeBytes > S::kCBytes ? kPipeBytes : S::kCBytes;
+  static constexpr int kSmemBytes = kMainBytes + kTabSlots * S::BK * 16;
+  // A by 16-byte copies: 8 per row of 32 k, rows tid/8 + 32*i.
+  static constexpr int kAVecRows = S::NT / 8, kAVecPer = S::BM / kAVecRows;
+  // Filters of at most kMaskTaps taps test bounds with per-column masks.
+  static constexpr int kMaskTaps = 32;
+  static_assert(S::LDA % 4 == 0 && kAElems % 4 == 0 && kStageElems % 4 == 0, "16-byte aligned A rows");
+  static_assert(S::BK == 32 && S::NT == 256 && kAVecPer == 4, "the loaders' lanes");
+  static_assert(kTabSlots >= kStages && (kTabSlots & (kTabSlots - 1)) == 0, "a table per k-tile in flight");
+  static_assert(S::NT / 32 >= kStages, "the prologue builds kStages tables, one per warp");
+};
+static_assert(FpropV2::kSmemBytes == 109568, "ops/conv_device.go mirrors the f32 fprop v2 smem size");
+
+// A of the v2 forward: the weights w [Cout][K], rows m0.., along k. When K
+// is a multiple of 4 and w 16-byte aligned, a thread copies 16 bytes of 4
+// rows; else 4 bytes of 16 rows (the A staging of conv_gemm). A copy past
+// the last row or past K reads nothing and writes zeros.
+struct AFpropV2 {
+  using S = GemmShape<float, kFprop>;
+  const float* a;  // w at this thread's first row and column
+  int64_t step;    // elements between this thread's rows
+  int rows_left;   // this thread's row i exists when rows*i < rows_left
+  int kc;          // column of this thread in the k-tile
+  int soff;        // its offset in a stage
+  bool vec;
+
+  __device__ __forceinline__ void init(const ConvGemmParams& p, int tid, int m0) {
+    vec = p.k % 4 == 0 && p.a % 16 == 0;
+    const int row = vec ? tid / 8 : tid / S::BK;
+    kc = vec ? 4 * (tid % 8) : tid % S::BK;
+    step = static_cast<int64_t>(vec ? FpropV2::kAVecRows : S::kARows) * p.k;
+    rows_left = p.m - m0 - row;
+    a = reinterpret_cast<const float*>(p.a) + static_cast<int64_t>(m0 + row) * p.k + kc;
+    soff = row * S::LDA + kc;
+  }
+
+  // The address of a copy that reads nothing (src_bytes 0) is not used:
+  // it is left as computed, past the end or not.
+  __device__ __forceinline__ void load(const ConvGemmParams& p, int k0, float* sa) const {
+    const bool kv = k0 + kc < p.k;  // vec: the whole chunk, as K % 4 == 0
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < FpropV2::kAVecPer; ++i) {
+        const bool v = kv && FpropV2::kAVecRows * i < rows_left;
+        cp_async16(sa + soff + FpropV2::kAVecRows * i * S::LDA, a + (i * step + k0), v ? 16 : 0);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < S::kAPer; ++i) {
+        const bool v = kv && S::kARows * i < rows_left;
+        cp_async4(sa + soff + S::kARows * i * S::LDA, a + (i * step + k0), v ? 4 : 0);
+      }
+    }
+  }
+
+  // Rounds the values this thread copied, once they have landed.
+  __device__ __forceinline__ void round(float* sa) const {
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < FpropV2::kAVecPer; ++i) {
+        float4* q = reinterpret_cast<float4*>(sa + soff + FpropV2::kAVecRows * i * S::LDA);
+        const float4 v = *q;
+        *q = make_float4(bits_to_float(to_tf32_for_mma(v.x)), bits_to_float(to_tf32_for_mma(v.y)),
+                         bits_to_float(to_tf32_for_mma(v.z)), bits_to_float(to_tf32_for_mma(v.w)));
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < S::kAPer; ++i) {
+        float* q = sa + soff + S::kARows * i * S::LDA;
+        *q = bits_to_float(to_tf32_for_mma(*q));
+      }
+    }
+  }
+};
+
+// B of the v2 forward, col(x), gathered as BLoaderK<float, kFprop> does
+// (rows warp + 8*a, columns lane + 32*b) but by 4-byte copies. The offset
+// of element (k, j) in x splits into a column part, img*Cin*H*W +
+// oh*stride_h*W + ow*stride_w, fixed per thread and kept, and a row part,
+// ci*H*W + dh*W + dw with dh = kh*dil_h - pad_h (likewise dw). The row
+// parts of a k-tile are found once per block, by one warp, into a small
+// table in shared memory (a ring of k-tiles, written a k-tile ahead of its
+// use, so that the loop's one barrier orders the two). The sum stays below
+// N*Cin*H*W, which ops/conv_device.go keeps under 2^31 for this kernel.
+//
+// Whether tap (kh, kw) of column j falls inside the image depends on the
+// tap and on j's output pixel only, not on the channel: with kMask (a
+// filter of at most 32 taps) each column keeps a mask of its taps inside
+// the image, built once, and each table row the bit of its tap (none past
+// K), so that an element's bounds test is an AND; without, the row carries
+// (dh, dw) and the element tests ih and iw, two adds and two compares.
+template <bool kMask>
+struct BFpropV2 {
+  using S = GemmShape<float, kFprop>;
+  int coff[S::kBNPer];                                  // column part of the offset
+  int ch[kMask ? 1 : S::kBNPer], cw[kMask ? 1 : S::kBNPer];  // oh*stride_h, ow*stride_w; -kFar past the end
+  uint32_t taps[kMask ? S::kBNPer : 1];                // kMask: bit kh*KW+kw when that tap is inside
+  int krow, soff;
+
+  __device__ __forceinline__ void init(const ConvGemmParams& p, int tid, int n0) {
+    const int lane = tid & 31;
+    krow = tid >> 5;
+    soff = krow * S::LDB + lane;
+#pragma unroll
+    for (int b = 0; b < S::kBNPer; ++b) {
+      const int j = n0 + lane + 32 * b;
+      int h0 = -kFar, w0 = 0;
+      coff[b] = 0;
+      if (j < p.ncols) {
+        const int img = fdiv(j, p.div_img);
+        const int pix = j - img * p.div_img.d;
+        const int r = fdiv(pix, p.div_row);
+        h0 = r * p.stride_h;
+        w0 = (pix - r * p.div_row.d) * p.stride_w;
+        coff[b] = img * (p.cin * p.h * p.w) + h0 * p.w + w0;
+      }
+      if constexpr (kMask) {
+        uint32_t m = 0;
+        for (int kh = 0; kh < p.kh; ++kh) {
+          const int ih = h0 + kh * p.dil_h - p.pad_h;
+          if (static_cast<unsigned>(ih) >= static_cast<unsigned>(p.h)) continue;
+          for (int kw = 0; kw < p.kw; ++kw) {
+            const int iw = w0 + kw * p.dil_w - p.pad_w;
+            if (static_cast<unsigned>(iw) < static_cast<unsigned>(p.w)) m |= 1u << (kh * p.kw + kw);
+          }
+        }
+        taps[b] = m;
+      } else {
+        ch[b] = h0;
+        cw[b] = w0;
+      }
+    }
+  }
+
+  // tab[r] = {row part of the offset, dh, dw, tap bit} of row k0 + r, for
+  // the calling warp's lane r. A row past K gets no tap bit and a dh that
+  // fails every bounds check.
+  __device__ __forceinline__ static void build_rows(const ConvGemmParams& p, int k0, int4* tab) {
+    const int r = threadIdx.x & 31, k = k0 + r;
+    int4 e = make_int4(0, -kFar, 0, 0);
+    if (k < p.k) {
+      const int ci = fdiv(k, p.div_kk);
+      const int t = k - ci * p.div_kk.d;
+      const int kh = fdiv(t, p.div_kw);
+      const int dh = kh * p.dil_h - p.pad_h;
+      const int dw = (t - kh * p.kw) * p.dil_w - p.pad_w;
+      e = make_int4(ci * (p.h * p.w) + dh * p.w + dw, dh, dw, kMask ? static_cast<int>(1u << t) : 0);
+    }
+    tab[r] = e;
+  }
+
+  // The address of a copy that reads nothing (src_bytes 0) is not used.
+  __device__ __forceinline__ void load(const ConvGemmParams& p, const int4* tab, float* sb) const {
+    const float* __restrict__ x = reinterpret_cast<const float*>(p.b);
+#pragma unroll
+    for (int a = 0; a < S::kBKPer; ++a) {
+      const int4 e = tab[krow + S::kBRows * a];
+#pragma unroll
+      for (int b = 0; b < S::kBNPer; ++b) {
+        bool ok;
+        if constexpr (kMask) {
+          ok = (taps[b] & static_cast<uint32_t>(e.w)) != 0;
+        } else {
+          ok = static_cast<unsigned>(ch[b] + e.y) < static_cast<unsigned>(p.h) &&
+               static_cast<unsigned>(cw[b] + e.z) < static_cast<unsigned>(p.w);
+        }
+        // Unsigned: a valid offset is non-negative, and then needs no sign
+        // extension.
+        cp_async4(sb + soff + (S::kBRows * a) * S::LDB + 32 * b, x + static_cast<unsigned>(coff[b] + e.x),
+                  ok ? 4 : 0);
+      }
+    }
+  }
+};
+
+template <bool kMask>
+__device__ __forceinline__ void conv_fprop_v2(const ConvGemmParams& p) {
+  using S = GemmShape<float, kFprop>;
+  using V = FpropV2;
+  float* smem = reinterpret_cast<float*>(dynamic_smem());
+  int4* tabs = reinterpret_cast<int4*>(dynamic_smem() + V::kMainBytes);
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const unsigned tiles_m = static_cast<unsigned>(p.tiles_m);
+  const int tile_m = static_cast<int>(blockIdx.x % tiles_m);
+  const int tile_n = static_cast<int>(blockIdx.x / tiles_m);
+  const int m0 = tile_m * S::BM, n0 = tile_n * S::BN;
+  const int k_tiles = (p.k + S::BK - 1) / S::BK;
+  auto stage = [&](int s) { return smem + s * V::kStageElems; };
+  auto tab = [&](int kt) { return tabs + (kt & (V::kTabSlots - 1)) * S::BK; };
+
+  AFpropV2 al;
+  al.init(p, tid, m0);
+  BFpropV2<kMask> bl;
+  bl.init(p, tid, n0);
+  WarpMath<float, kFprop> mm;
+  mm.init(tid);
+  const int a_lane = mm.a_lane_offset(tid & 31);
+
+  // Prologue: the row tables of the first kStages k-tiles (warp s builds
+  // k-tile s's), then the first kStages-1 k-tiles in flight. Every slot
+  // commits a group, empty or not, so that "k-tile kt has landed" is
+  // always "at most kStages-2 groups pending" below.
+  if (warp < V::kStages) BFpropV2<kMask>::build_rows(p, warp * S::BK, tab(warp));
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < V::kStages - 1; ++s) {
+    if (s < k_tiles) {
+      al.load(p, s * S::BK, stage(s));
+      bl.load(p, tab(s), stage(s) + V::kAElems);
+    }
+    cp_async_commit();
+  }
+  int read = 0, write = V::kStages - 1;  // stages of k-tiles kt and kt+kStages-1
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<V::kStages - 2>();
+    al.round(stage(read));
+    // After it, k-tile kt is in shared memory, A rounded; every warp is
+    // done with the math of k-tile kt-1, whose stage is refilled next; and
+    // the row table of k-tile kt+kStages-1, built in the previous
+    // iteration, is complete.
+    __syncthreads();
+    const int next = kt + V::kStages - 1;
+    if (next < k_tiles) {
+      al.load(p, next * S::BK, stage(write));
+      bl.load(p, tab(next), stage(write) + V::kAElems);
+    }
+    cp_async_commit();
+    // The table of k-tile kt+kStages, by each warp in turn. Its slot last
+    // held that of k-tile kt+kStages-kTabSlots, gathered iterations ago.
+    if (warp == (kt & (S::NT / 32 - 1)) && next + 1 < k_tiles) {
+      BFpropV2<kMask>::build_rows(p, (next + 1) * S::BK, tab(next + 1));
+    }
+    mm.step_ldsm(stage(read), stage(read) + V::kAElems, a_lane);
+    read = read == V::kStages - 1 ? 0 : read + 1;
+    write = write == V::kStages - 1 ? 0 : write + 1;
+  }
+  // The C tile goes over the stages once no copy is in flight and no warp
+  // reads them.
+  cp_async_wait<0>();
+  __syncthreads();
+  mm.store(smem);
+  __syncthreads();
+  epilogue<float, kFprop>(p, smem, m0, n0, tile_n, 0);
+}
+
 // Sums the split-K partial tiles of wgrad in split order (deterministic):
 // out[i] = sum_s ws[s][i] for i < n, and bias_out[i] = sum_s bias_ws[s][i]
 // for i < m when bias_ws is non-zero.
@@ -688,6 +988,14 @@ __device__ __forceinline__ void transpose_weights(const WeightTParams& p) {
 extern "C" {
 __global__ void __launch_bounds__(256, 1) conv_fprop_f32(stheno::ConvGemmParams p) {
   stheno::conv_gemm<float, stheno::kFprop>(p);
+}
+// Two blocks per SM: at most 128 registers.
+__global__ void __launch_bounds__(256, 2) conv_fprop_f32_v2(stheno::ConvGemmParams p) {
+  if (p.kh * p.kw <= stheno::FpropV2::kMaskTaps) {
+    stheno::conv_fprop_v2<true>(p);
+  } else {
+    stheno::conv_fprop_v2<false>(p);
+  }
 }
 __global__ void __launch_bounds__(256, 1) conv_dgrad_f32(stheno::ConvGemmParams p) {
   stheno::conv_gemm<float, stheno::kDgrad>(p);
