@@ -135,6 +135,64 @@ func (t convTile) smemBytes(mode int) int {
 	return main
 }
 
+// The float32 forward kernels of conv.cu: conv_gemm's register-staged loop
+// (v1) and the cp.async pipeline of conv_fprop_v2 (v2), the default where
+// it applies (convFpropV2Fits). They compute the same results, bit for bit.
+const (
+	convFpropF32V1 = "conv_fprop_f32"
+	convFpropF32V2 = "conv_fprop_f32_v2"
+)
+
+// convFpropKernelOverride, when set (by tests and benchmarks that compare
+// the two), names the float32 forward kernel; v2 must fit the launch.
+var convFpropKernelOverride string
+
+// convFpropV2SmemBytes is FpropV2::kSmemBytes in conv.cu (which pins it):
+// three stages of the A and B tiles of convTileF32, or the C tile over
+// them, then a ring of four k-tiles' row tables of 16 bytes a row.
+func convFpropV2SmemBytes() int {
+	t := convTileF32
+	stages := 3 * (t.bm*(t.bk+t.padA) + t.bk*(t.bn+t.padB)) * t.elem
+	c := t.bm * (t.bn + t.padC) * t.elem
+	return (max(stages, c)+15)/16*16 + 4*t.bk*16
+}
+
+// convFpropV2Fits reports whether conv_fprop_f32_v2 can run the forward
+// GEMM of args: it adds its offsets into x in 32-bit ints, whose sums,
+// column part plus row part, stay below (N+1)*Cin*H*W.
+func convFpropV2Fits(args convGemmArgs) bool {
+	return int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W) <= math.MaxInt32
+}
+
+// convKernel names the kernel of a GEMM and the dynamic shared memory it
+// takes.
+func convKernel(dt tensor.Dtype, mode int, args convGemmArgs) (string, int, error) {
+	name := "conv_" + convModeNames[mode] + "_" + dtypeSuffix(dt)
+	if dt != tensor.Float32 || mode != convFprop {
+		return name, convTileFor(dt).smemBytes(mode), nil
+	}
+	switch convFpropKernelOverride {
+	case "":
+		if convFpropV2Fits(args) {
+			name = convFpropF32V2
+		}
+	case convFpropF32V1:
+		name = convFpropF32V1
+	case convFpropF32V2:
+		if !convFpropV2Fits(args) {
+			return "", 0, fmt.Errorf("%s: (N+1)*Cin*H*W = %d exceeds its 32-bit offsets", convFpropF32V2,
+				int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W))
+		}
+		name = convFpropF32V2
+	default:
+		return "", 0, fmt.Errorf("no float32 forward kernel %q", convFpropKernelOverride)
+	}
+	if name == convFpropF32V2 {
+		return name, convFpropV2SmemBytes(), nil
+	}
+	return name, convTileF32.smemBytes(mode), nil
+}
+
 // gemmArgs fills the geometry of the convolution; the caller sets the
 // operands and the GEMM.
 func (s convShape) gemmArgs() convGemmArgs {
@@ -178,15 +236,20 @@ func (s convShape) checkDeviceSizes(op string) error {
 	return nil
 }
 
-// launchConvGemm queues conv_<mode>_<dtype> for args (operands, GEMM sizes
-// and divisors set) in splits splits of the reduction (1 but for wgrad).
+// launchConvGemm queues the kernel convKernel picks (conv_<mode>_<dtype>,
+// or conv_fprop_f32_v2; both have convTileF32's tile) for args (operands,
+// GEMM sizes and divisors set) in splits splits of the reduction (1 but
+// for wgrad).
 func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, args convGemmArgs, splits int) error {
 	t := convTileFor(dt)
-	k, err := dev.Kernel("conv", "conv_"+convModeNames[mode]+"_"+dtypeSuffix(dt))
+	name, smem, err := convKernel(dt, mode, args)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	smem := t.smemBytes(mode)
+	k, err := dev.Kernel("conv", name)
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
 	if byDefault, _ := dev.MaxSharedMemory(); smem > byDefault {
 		if err := k.SetMaxDynamicSharedMemory(smem); err != nil {
 			return fmt.Errorf("ops: %s: %w", op, err)

@@ -63,6 +63,51 @@ func TestConvSharedMemoryMirrorsKernels(t *testing.T) {
 			t.Errorf("%+v mode %s: %d bytes, conv.cu has %d", c.tile, convModeNames[c.mode], got, c.want)
 		}
 	}
+	if got := convFpropV2SmemBytes(); got != 109568 {
+		t.Errorf("conv_fprop_f32_v2: %d bytes, conv.cu has 109568", got)
+	}
+}
+
+// convKernel picks conv_fprop_f32_v2 for float32 forward GEMMs whose
+// offsets fit it, unless convFpropKernelOverride says otherwise, and
+// conv_gemm's kernels for everything else.
+func TestConvKernelChoice(t *testing.T) {
+	defer func() { convFpropKernelOverride = "" }()
+	small := convGemmArgs{N: 2, Cin: 64, H: 56, W: 56}
+	huge := convGemmArgs{N: 64, Cin: 256, H: 400, W: 400} // (N+1)*Cin*H*W > 2^31
+	for _, c := range []struct {
+		override string
+		dt       tensor.Dtype
+		mode     int
+		args     convGemmArgs
+		want     string
+		smem     int
+		fails    bool
+	}{
+		{"", tensor.Float32, convFprop, small, convFpropF32V2, 109568, false},
+		{"", tensor.Float32, convFprop, huge, convFpropF32V1, 71680, false},
+		{"", tensor.Float32, convDgrad, small, "conv_dgrad_f32", 71680, false},
+		{"", tensor.Float32, convWgrad, small, "conv_wgrad_f32", 75776, false},
+		{"", tensor.Float64, convFprop, small, "conv_fprop_f64", 34048, false},
+		{convFpropF32V1, tensor.Float32, convFprop, small, convFpropF32V1, 71680, false},
+		{convFpropF32V2, tensor.Float32, convFprop, small, convFpropF32V2, 109568, false},
+		{convFpropF32V2, tensor.Float32, convFprop, huge, "", 0, true},
+		{convFpropF32V2, tensor.Float64, convFprop, small, "conv_fprop_f64", 34048, false},
+		{"conv_fprop_f32_v9", tensor.Float32, convFprop, small, "", 0, true},
+	} {
+		convFpropKernelOverride = c.override
+		name, smem, err := convKernel(c.dt, c.mode, c.args)
+		if c.fails {
+			if err == nil {
+				t.Errorf("override %q, %v %s: got %s, want an error", c.override, c.dt, convModeNames[c.mode], name)
+			}
+			continue
+		}
+		if err != nil || name != c.want || smem != c.smem {
+			t.Errorf("override %q, %v %s: got %s, %d bytes, %v; want %s, %d bytes",
+				c.override, c.dt, convModeNames[c.mode], name, smem, err, c.want, c.smem)
+		}
+	}
 }
 
 func TestConvWgradSplits(t *testing.T) {
@@ -259,6 +304,121 @@ func TestGPUConvParity(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// convFpropVariantCases are convGPUCases and cases that take the other
+// paths of conv_fprop_f32_v2: weights copied 16 bytes at a time (K a
+// multiple of 4) over several k-tiles, and a 7x7 filter (49 taps: bounds
+// by compares, not tap masks) with K a multiple of 4.
+var convFpropVariantCases = append(convGPUCases[:len(convGPUCases):len(convGPUCases)],
+	convGPUCase{"1x1 stride 2, K=64", []int{3, 64, 11, 13}, []int{40, 64, 1, 1}, ConvConfig{Stride: [2]int{2, 2}}},
+	convGPUCase{"5x5 pad 2, K=100", []int{1, 4, 7, 13}, []int{9, 4, 5, 5}, ConvConfig{Pad: [2]int{2, 2}}},
+	convGPUCase{"7x7 stride 2 pad 3, K=196", []int{2, 4, 23, 21}, []int{8, 4, 7, 7}, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{3, 3}}},
+	convGPUCase{"3x3 pad 1, 2x3 tiles, K=288", []int{2, 32, 13, 11}, []int{200, 32, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+)
+
+// The two float32 forward kernels (convFpropKernelOverride): each against
+// the CPU twin through the op, as TestGPUConvParity does; then
+// conv_fprop_f32_v2 against conv_fprop_f32 with every part of the
+// epilogue (scale, shift, residual, ReLU and the BatchNorm statistics):
+// the two run the same MMAs in the same order on the same TF32 operands,
+// so they must agree bit for bit.
+func TestGPUConvFpropVariants(t *testing.T) {
+	dev := gpu(t)
+	defer func() { convFpropKernelOverride = "" }()
+	dt := tensor.Float32
+	for ci, c := range convFpropVariantCases {
+		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
+		for _, kernel := range []string{convFpropF32V1, convFpropF32V2} {
+			for _, exact := range []bool{false, true} {
+				for _, variant := range []struct {
+					bias, relu bool
+				}{{true, true}, {false, false}} {
+					name := fmt.Sprintf("%s/%s/bias=%t/relu=%t/exact=%t", kernel, c.name, variant.bias, variant.relu, exact)
+					t.Run(name, func(t *testing.T) {
+						convFpropKernelOverride = kernel
+						rng := rand.New(rand.NewPCG(uint64(ci), 8))
+						s := c.shape(t, dt, variant.bias, variant.relu)
+						draw := func(lo, hi float64, shape ...int) *tensor.Dense {
+							if exact {
+								return intTensor(rng, dt, int(lo*2), int(hi*2), shape...)
+							}
+							return randTensor(rng, dt, lo, hi, shape...)
+						}
+						x := draw(-1, 1, s.xShape()...)
+						w := draw(-0.5, 0.5, s.wShape()...)
+						if bigK && !exact {
+							w = draw(-0.25, 0.25, s.wShape()...) // keep the result's size near 1
+						}
+						in := []*tensor.Dense{x, w}
+						if variant.bias {
+							in = append(in, draw(-0.5, 0.5, s.bShape()...))
+						}
+						gemm, _ := convTols(dt, exact)
+						parityBy(t, dev, &convOp{s}, []segment{{tol: gemm}}, in...)
+					})
+				}
+			}
+		}
+		t.Run("v2-equals-v1/"+c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(ci), 9))
+			s := c.shape(t, dt, false, true)
+			p := s.p
+			ptr := func(d *tensor.Dense) backend.DevicePtr {
+				t.Helper()
+				pp, err := dev.Ptr(toDev(t, dev, d))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return pp
+			}
+			args := s.gemmArgs()
+			args.A = ptr(randTensor(rng, dt, -0.25, 0.25, s.wShape()...))
+			args.B = ptr(randTensor(rng, dt, -1, 1, s.xShape()...))
+			args.Scale = ptr(randTensor(rng, dt, 0.5, 1.5, p.Cout))
+			args.Shift = ptr(randTensor(rng, dt, -0.5, 0.5, p.Cout))
+			args.Residual = ptr(randTensor(rng, dt, -1, 1, s.yShape()...))
+			args.ReLU = 1
+			args.M, args.NCols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
+			args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
+			slots := ceilDiv(int(args.NCols), convTileF32.bn)
+			var y, stats [2][]float64
+			for i, kernel := range []string{convFpropF32V1, convFpropF32V2} {
+				convFpropKernelOverride = kernel
+				yd := toDev(t, dev, fromFloat64s(dt, filled(s.yShape().TotalSize(), math.NaN()), s.yShape()...))
+				sd := toDev(t, dev, fromFloat64s(tensor.Float64, filled(slots*p.Cout*bnRecForward, math.NaN()), slots*p.Cout*bnRecForward))
+				var err error
+				if args.Out, err = dev.Ptr(yd); err != nil {
+					t.Fatal(err)
+				}
+				if args.Stats, err = dev.Ptr(sd); err != nil {
+					t.Fatal(err)
+				}
+				if err := launchConvGemm("test", dev, dt, convFprop, args, 1); err != nil {
+					t.Fatal(err)
+				}
+				y[i], stats[i] = fromDev(t, dev, yd), fromDev(t, dev, sd)
+			}
+			for _, o := range []struct {
+				what string
+				v1   []float64
+				v2   []float64
+			}{{"y", y[0], y[1]}, {"statistics", stats[0], stats[1]}} {
+				bad := 0
+				for i := range o.v1 {
+					if math.Float64bits(o.v1[i]) != math.Float64bits(o.v2[i]) || math.IsNaN(o.v2[i]) {
+						if bad < 5 {
+							t.Errorf("%s[%d]: v2 %v, v1 %v", o.what, i, o.v2[i], o.v1[i])
+						}
+						bad++
+					}
+				}
+				if bad > 0 {
+					t.Errorf("%s: %d of %d values differ between %s and %s (or are NaN)", o.what, bad, len(o.v1), convFpropF32V2, convFpropF32V1)
+				}
+			}
+		})
 	}
 }
 
