@@ -136,61 +136,94 @@ func (t convTile) smemBytes(mode int) int {
 }
 
 // The float32 forward kernels of conv.cu: conv_gemm's register-staged loop
-// (v1) and the cp.async pipeline of conv_fprop_v2 (v2), the default where
-// it applies (convFpropV2Fits). They compute the same results, bit for bit.
+// (v1), and the cp.async pipelines of conv_fprop_pipe, v2 (v1's 128x128
+// tile, two blocks per SM) and v3 (256x128, warp tiles of 64x64, one block
+// per SM). All three compute the same results, bit for bit; convKernel
+// chooses.
 const (
 	convFpropF32V1 = "conv_fprop_f32"
 	convFpropF32V2 = "conv_fprop_f32_v2"
+	convFpropF32V3 = "conv_fprop_f32_v3"
 )
 
 // convFpropKernelOverride, when set (by tests and benchmarks that compare
-// the two), names the float32 forward kernel; v2 must fit the launch.
+// them), names the float32 forward kernel; it must fit the launch.
 var convFpropKernelOverride string
 
-// convFpropV2SmemBytes is FpropV2::kSmemBytes in conv.cu (which pins it):
-// three stages of the A and B tiles of convTileF32, or the C tile over
-// them, then a ring of four k-tiles' row tables of 16 bytes a row.
-func convFpropV2SmemBytes() int {
+// The shared memory of v2 and v3, FpropPipe::kSmemBytes in conv.cu (which
+// pins them): stages of the A and B tiles (or the C tile over them), then a
+// ring of four k-tiles' row tables of 16 bytes a row. B and C rows are
+// convTileF32's; A's rows are bm.
+func convFpropPipeSmemBytes(bm, stages int) int {
 	t := convTileF32
-	stages := 3 * (t.bm*(t.bk+t.padA) + t.bk*(t.bn+t.padB)) * t.elem
-	c := t.bm * (t.bn + t.padC) * t.elem
-	return (max(stages, c)+15)/16*16 + 4*t.bk*16
+	pipe := stages * (bm*(t.bk+t.padA) + t.bk*(t.bn+t.padB)) * t.elem
+	c := bm * (t.bn + t.padC) * t.elem
+	return (max(pipe, c)+15)/16*16 + 4*t.bk*16
 }
 
-// convFpropV2Fits reports whether conv_fprop_f32_v2 can run the forward
-// GEMM of args: it adds its offsets into x in 32-bit ints, whose sums,
-// column part plus row part, stay below (N+1)*Cin*H*W.
-func convFpropV2Fits(args convGemmArgs) bool {
+var (
+	convFpropV2Smem = convFpropPipeSmemBytes(128, 3)
+	convFpropV3Smem = convFpropPipeSmemBytes(256, 4)
+)
+
+// convFpropPipeFits reports whether the pipelined kernels can run the
+// forward GEMM of args: they add their offsets into x in 32-bit ints,
+// whose sums, column part plus row part, stay below (N+1)*Cin*H*W.
+func convFpropPipeFits(args convGemmArgs) bool {
 	return int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W) <= math.MaxInt32
 }
 
-// convKernel names the kernel of a GEMM and the dynamic shared memory it
-// takes.
-func convKernel(dt tensor.Dtype, mode int, args convGemmArgs) (string, int, error) {
-	name := "conv_" + convModeNames[mode] + "_" + dtypeSuffix(dt)
+// convKernelChoice is a GEMM's kernel, its dynamic shared memory and the
+// rows of its block tile (its columns are convTileFor(dt).bn for all).
+type convKernelChoice struct {
+	name     string
+	smem, bm int
+}
+
+// convKernel chooses the kernel of a GEMM on a GPU of sms SMs that lets a
+// block opt in to optIn bytes of shared memory. Float32 forward GEMMs run
+// v3 where its grid of 256-row tiles wastes little of its rows and fills
+// the SMs for several waves (one block per SM: a short grid would leave
+// SMs idle), else v2; v1 only where the others' offsets do not fit.
+func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, sms, optIn int) (convKernelChoice, error) {
+	t := convTileFor(dt)
+	generic := convKernelChoice{"conv_" + convModeNames[mode] + "_" + dtypeSuffix(dt), t.smemBytes(mode), t.bm}
 	if dt != tensor.Float32 || mode != convFprop {
-		return name, convTileFor(dt).smemBytes(mode), nil
+		return generic, nil
 	}
+	v2 := convKernelChoice{convFpropF32V2, convFpropV2Smem, 128}
+	v3 := convKernelChoice{convFpropF32V3, convFpropV3Smem, 256}
+	fits := convFpropPipeFits(args)
+	v3Fits := fits && optIn >= v3.smem
 	switch convFpropKernelOverride {
 	case "":
-		if convFpropV2Fits(args) {
-			name = convFpropF32V2
+		m := int(args.M)
+		waves := ceilDiv(m, 256) * ceilDiv(int(args.NCols), t.bn) / max(sms, 1)
+		switch {
+		case v3Fits && ceilDiv(m, 256)*256-m <= m/8 && waves >= 4:
+			return v3, nil
+		case fits:
+			return v2, nil
 		}
+		return generic, nil
 	case convFpropF32V1:
-		name = convFpropF32V1
+		return generic, nil
 	case convFpropF32V2:
-		if !convFpropV2Fits(args) {
-			return "", 0, fmt.Errorf("%s: (N+1)*Cin*H*W = %d exceeds its 32-bit offsets", convFpropF32V2,
-				int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W))
+		if fits {
+			return v2, nil
 		}
-		name = convFpropF32V2
+	case convFpropF32V3:
+		if v3Fits {
+			return v3, nil
+		}
+		if fits {
+			return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", v3.name, v3.smem, optIn)
+		}
 	default:
-		return "", 0, fmt.Errorf("no float32 forward kernel %q", convFpropKernelOverride)
+		return convKernelChoice{}, fmt.Errorf("no float32 forward kernel %q", convFpropKernelOverride)
 	}
-	if name == convFpropF32V2 {
-		return name, convFpropV2SmemBytes(), nil
-	}
-	return name, convTileF32.smemBytes(mode), nil
+	return convKernelChoice{}, fmt.Errorf("%s: (N+1)*Cin*H*W = %d exceeds its 32-bit offsets", convFpropKernelOverride,
+		int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W))
 }
 
 // gemmArgs fills the geometry of the convolution; the caller sets the
@@ -236,26 +269,28 @@ func (s convShape) checkDeviceSizes(op string) error {
 	return nil
 }
 
-// launchConvGemm queues the kernel convKernel picks (conv_<mode>_<dtype>,
-// or conv_fprop_f32_v2; both have convTileF32's tile) for args (operands,
-// GEMM sizes and divisors set) in splits splits of the reduction (1 but
-// for wgrad).
+// launchConvGemm queues the kernel convKernel chooses (conv_<mode>_<dtype>,
+// or for float32 forward GEMMs conv_fprop_f32_v2 or _v3) for args
+// (operands, GEMM sizes and divisors set) in splits splits of the
+// reduction (1 but for wgrad).
 func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, args convGemmArgs, splits int) error {
 	t := convTileFor(dt)
-	name, smem, err := convKernel(dt, mode, args)
+	byDefault, optIn := dev.MaxSharedMemory()
+	choice, err := convKernel(dt, mode, args, dev.SMCount(), optIn)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	k, err := dev.Kernel("conv", name)
+	k, err := dev.Kernel("conv", choice.name)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	if byDefault, _ := dev.MaxSharedMemory(); smem > byDefault {
+	smem := choice.smem
+	if smem > byDefault {
 		if err := k.SetMaxDynamicSharedMemory(smem); err != nil {
 			return fmt.Errorf("ops: %s: %w", op, err)
 		}
 	}
-	tilesM := ceilDiv(int(args.M), t.bm)
+	tilesM := ceilDiv(int(args.M), choice.bm)
 	tiles := tilesM * ceilDiv(int(args.NCols), t.bn)
 	kTiles := ceilDiv(int(args.K), t.bk)
 	if tiles > math.MaxInt32 || splits > 65535 {

@@ -172,8 +172,8 @@ func BenchmarkGPUConv(b *testing.B) {
 	}
 }
 
-// BenchmarkGPUConvFpropVariants times the two float32 forward kernels
-// (convFpropKernelOverride) on TARGETS.md's shapes: Conv with bias and
+// BenchmarkGPUConvFpropVariants times the float32 forward kernels
+// (convFpropKernelOverride: v1, v2, v3) on TARGETS.md's shapes: Conv with bias and
 // ReLU, forward only, as BenchmarkGPUConv's pass=fwd, timed the same way.
 // Names are benchstat-friendly: .../case=fpn_p2_3x3/kernel=v2.
 func BenchmarkGPUConvFpropVariants(b *testing.B) {
@@ -195,8 +195,11 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, k := range []struct{ short, name string }{{"v1", convFpropF32V1}, {"v2", convFpropF32V2}} {
+		for _, k := range []struct{ short, name string }{{"v1", convFpropF32V1}, {"v2", convFpropF32V2}, {"v3", convFpropF32V3}} {
 			b.Run(fmt.Sprintf("case=%s/kernel=%s", c.name, k.short), func(b *testing.B) {
+				if _, optIn := dev.MaxSharedMemory(); k.name == convFpropF32V3 && optIn < convFpropV3Smem {
+					b.Skipf("%s needs %d bytes of shared memory per block; this GPU allows %d", k.name, convFpropV3Smem, optIn)
+				}
 				convFpropKernelOverride = k.name
 				defer func() { convFpropKernelOverride = "" }()
 				convBenchLoop(b, dev, flops, func() error {

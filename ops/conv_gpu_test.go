@@ -63,68 +63,64 @@ func TestConvSharedMemoryMirrorsKernels(t *testing.T) {
 			t.Errorf("%+v mode %s: %d bytes, conv.cu has %d", c.tile, convModeNames[c.mode], got, c.want)
 		}
 	}
-	if got := convFpropV2SmemBytes(); got != 109568 {
-		t.Errorf("conv_fprop_f32_v2: %d bytes, conv.cu has 109568", got)
+	if convFpropV2Smem != 109568 || convFpropV3Smem != 219136 {
+		t.Errorf("conv_fprop_f32_v2, _v3: %d, %d bytes; conv.cu has 109568, 219136", convFpropV2Smem, convFpropV3Smem)
 	}
 }
 
-// convKernel picks conv_fprop_f32_v2 for float32 forward GEMMs whose
-// offsets fit it, unless convFpropKernelOverride says otherwise, and
-// conv_gemm's kernels for everything else.
+// convKernel chooses, for float32 forward GEMMs, v3 where its 256-row
+// tiles fill an H100's SMs for several waves, v2 elsewhere, v1 only where
+// the others' offsets do not fit, unless convFpropKernelOverride says
+// otherwise; and conv_gemm's kernels for everything else.
 func TestConvKernelChoice(t *testing.T) {
 	defer func() { convFpropKernelOverride = "" }()
-	small := convGemmArgs{N: 2, Cin: 64, H: 56, W: 56}
-	huge := convGemmArgs{N: 64, Cin: 256, H: 400, W: 400} // (N+1)*Cin*H*W > 2^31
+	const sms, hopper, ampere = 132, 232448, 166912
+	gemm := func(n, cin, h, w, m, ncols int) convGemmArgs {
+		return convGemmArgs{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), NCols: int32(ncols)}
+	}
+	fpn := gemm(2, 256, 200, 336, 256, 2*200*336)   // 1050 tiles of 256x128: v3
+	c3 := gemm(8, 128, 56, 56, 128, 8*56*56)        // 128 channels: v2
+	c4 := gemm(8, 1024, 28, 28, 256, 8*28*28)       // 49 tiles of 256x128: v2
+	odd := gemm(2, 256, 200, 336, 300, 2*200*336)   // 300 of 512 rows: v2
+	huge := gemm(64, 256, 400, 400, 64, 64*400*400) // (N+1)*Cin*H*W > 2^31: v1
 	for _, c := range []struct {
 		override string
 		dt       tensor.Dtype
 		mode     int
 		args     convGemmArgs
+		optIn    int
 		want     string
-		smem     int
-		fails    bool
+		smem, bm int
 	}{
-		{"", tensor.Float32, convFprop, small, convFpropF32V2, 109568, false},
-		{"", tensor.Float32, convFprop, huge, convFpropF32V1, 71680, false},
-		{"", tensor.Float32, convDgrad, small, "conv_dgrad_f32", 71680, false},
-		{"", tensor.Float32, convWgrad, small, "conv_wgrad_f32", 75776, false},
-		{"", tensor.Float64, convFprop, small, "conv_fprop_f64", 34048, false},
-		{convFpropF32V1, tensor.Float32, convFprop, small, convFpropF32V1, 71680, false},
-		{convFpropF32V2, tensor.Float32, convFprop, small, convFpropF32V2, 109568, false},
-		{convFpropF32V2, tensor.Float32, convFprop, huge, "", 0, true},
-		{convFpropF32V2, tensor.Float64, convFprop, small, "conv_fprop_f64", 34048, false},
-		{"conv_fprop_f32_v9", tensor.Float32, convFprop, small, "", 0, true},
+		{"", tensor.Float32, convFprop, fpn, hopper, convFpropF32V3, 219136, 256},
+		{"", tensor.Float32, convFprop, fpn, ampere, convFpropF32V2, 109568, 128},
+		{"", tensor.Float32, convFprop, c3, hopper, convFpropF32V2, 109568, 128},
+		{"", tensor.Float32, convFprop, c4, hopper, convFpropF32V2, 109568, 128},
+		{"", tensor.Float32, convFprop, odd, hopper, convFpropF32V2, 109568, 128},
+		{"", tensor.Float32, convFprop, huge, hopper, convFpropF32V1, 71680, 128},
+		{"", tensor.Float32, convDgrad, fpn, hopper, "conv_dgrad_f32", 71680, 128},
+		{"", tensor.Float32, convWgrad, fpn, hopper, "conv_wgrad_f32", 75776, 128},
+		{"", tensor.Float64, convFprop, fpn, hopper, "conv_fprop_f64", 34048, 64},
+		{convFpropF32V1, tensor.Float32, convFprop, fpn, hopper, convFpropF32V1, 71680, 128},
+		{convFpropF32V2, tensor.Float32, convFprop, fpn, hopper, convFpropF32V2, 109568, 128},
+		{convFpropF32V3, tensor.Float32, convFprop, c3, hopper, convFpropF32V3, 219136, 256},
+		{convFpropF32V2, tensor.Float64, convFprop, fpn, hopper, "conv_fprop_f64", 34048, 64},
+		{convFpropF32V2, tensor.Float32, convFprop, huge, hopper, "", 0, 0},
+		{convFpropF32V3, tensor.Float32, convFprop, huge, hopper, "", 0, 0},
+		{convFpropF32V3, tensor.Float32, convFprop, fpn, ampere, "", 0, 0},
+		{"conv_fprop_f32_v9", tensor.Float32, convFprop, fpn, hopper, "", 0, 0},
 	} {
 		convFpropKernelOverride = c.override
-		name, smem, err := convKernel(c.dt, c.mode, c.args)
-		if c.fails {
+		got, err := convKernel(c.dt, c.mode, c.args, sms, c.optIn)
+		what := fmt.Sprintf("override %q, %v %s, %+v, opt-in %d", c.override, c.dt, convModeNames[c.mode], c.args, c.optIn)
+		if c.want == "" {
 			if err == nil {
-				t.Errorf("override %q, %v %s: got %s, want an error", c.override, c.dt, convModeNames[c.mode], name)
+				t.Errorf("%s: got %+v, want an error", what, got)
 			}
 			continue
 		}
-		if err != nil || name != c.want || smem != c.smem {
-			t.Errorf("override %q, %v %s: got %s, %d bytes, %v; want %s, %d bytes",
-				c.override, c.dt, convModeNames[c.mode], name, smem, err, c.want, c.smem)
-		}
-	}
-}
-
-func TestConvWgradSplits(t *testing.T) {
-	for _, c := range []struct {
-		name                         string
-		tiles, kTiles, sms, outBytes int
-		lo, hi                       int
-	}{
-		{"one k-tile", 4, 1, 132, 1 << 10, 1, 1},
-		{"tiles fill whole waves", 264, 100, 132, 1 << 20, 1, 1},
-		// fpn_p2_3x3: 2x18 tiles, 134400/32 k-tiles: fill the 132 SMs.
-		{"fpn_p2_3x3", 36, 4200, 132, 256 * 2304 * 4, 4, 64},
-		{"resnet_c3_3x3", 9, 784, 132, 128 * 1152 * 4, 8, 64},
-	} {
-		s := wgradSplits(c.tiles, c.kTiles, c.sms, c.outBytes)
-		if s < c.lo || s > c.hi || s > c.kTiles {
-			t.Errorf("%s: %d splits, want %d..%d", c.name, s, c.lo, c.hi)
+		if want := (convKernelChoice{c.want, c.smem, c.bm}); err != nil || got != want {
+			t.Errorf("%s: got %+v, %v; want %+v", what, got, err, want)
 		}
 	}
 }
@@ -308,29 +304,36 @@ func TestGPUConvParity(t *testing.T) {
 }
 
 // convFpropVariantCases are convGPUCases and cases that take the other
-// paths of conv_fprop_f32_v2: weights copied 16 bytes at a time (K a
-// multiple of 4) over several k-tiles, and a 7x7 filter (49 taps: bounds
-// by compares, not tap masks) with K a multiple of 4.
+// paths of the pipelined kernels: weights copied 16 bytes at a time (K a
+// multiple of 4) over several k-tiles, a 7x7 filter (49 taps: bounds by
+// compares, not tap masks) with K a multiple of 4, and two tiles of v3's
+// 256 rows.
 var convFpropVariantCases = append(convGPUCases[:len(convGPUCases):len(convGPUCases)],
 	convGPUCase{"1x1 stride 2, K=64", []int{3, 64, 11, 13}, []int{40, 64, 1, 1}, ConvConfig{Stride: [2]int{2, 2}}},
 	convGPUCase{"5x5 pad 2, K=100", []int{1, 4, 7, 13}, []int{9, 4, 5, 5}, ConvConfig{Pad: [2]int{2, 2}}},
 	convGPUCase{"7x7 stride 2 pad 3, K=196", []int{2, 4, 23, 21}, []int{8, 4, 7, 7}, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{3, 3}}},
 	convGPUCase{"3x3 pad 1, 2x3 tiles, K=288", []int{2, 32, 13, 11}, []int{200, 32, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+	convGPUCase{"3x3 pad 1, 300 channels, K=72", []int{1, 8, 12, 13}, []int{300, 8, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
 )
 
-// The two float32 forward kernels (convFpropKernelOverride): each against
-// the CPU twin through the op, as TestGPUConvParity does; then
-// conv_fprop_f32_v2 against conv_fprop_f32 with every part of the
-// epilogue (scale, shift, residual, ReLU and the BatchNorm statistics):
-// the two run the same MMAs in the same order on the same TF32 operands,
-// so they must agree bit for bit.
+// The float32 forward kernels (convFpropKernelOverride): each against the
+// CPU twin through the op, as TestGPUConvParity does; then v2 and v3
+// against v1 with every part of the epilogue (scale, shift, residual, ReLU
+// and the BatchNorm statistics): each output is the same sum of products
+// of the same TF32 operands in the same order in all three, so they must
+// agree bit for bit.
 func TestGPUConvFpropVariants(t *testing.T) {
 	dev := gpu(t)
 	defer func() { convFpropKernelOverride = "" }()
 	dt := tensor.Float32
+	kernels := []string{convFpropF32V1, convFpropF32V2, convFpropF32V3}
+	if _, optIn := dev.MaxSharedMemory(); optIn < convFpropV3Smem {
+		t.Logf("%s needs %d bytes of shared memory per block, this GPU allows %d: not tested", convFpropF32V3, convFpropV3Smem, optIn)
+		kernels = kernels[:2]
+	}
 	for ci, c := range convFpropVariantCases {
 		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
-		for _, kernel := range []string{convFpropF32V1, convFpropF32V2} {
+		for _, kernel := range kernels {
 			for _, exact := range []bool{false, true} {
 				for _, variant := range []struct {
 					bias, relu bool
@@ -361,7 +364,7 @@ func TestGPUConvFpropVariants(t *testing.T) {
 				}
 			}
 		}
-		t.Run("v2-equals-v1/"+c.name, func(t *testing.T) {
+		t.Run("same-bits-as-v1/"+c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(ci), 9))
 			s := c.shape(t, dt, false, true)
 			p := s.p
@@ -383,8 +386,9 @@ func TestGPUConvFpropVariants(t *testing.T) {
 			args.M, args.NCols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
 			args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
 			slots := ceilDiv(int(args.NCols), convTileF32.bn)
-			var y, stats [2][]float64
-			for i, kernel := range []string{convFpropF32V1, convFpropF32V2} {
+			y := make([][]float64, len(kernels))
+			stats := make([][]float64, len(kernels))
+			for i, kernel := range kernels {
 				convFpropKernelOverride = kernel
 				yd := toDev(t, dev, fromFloat64s(dt, filled(s.yShape().TotalSize(), math.NaN()), s.yShape()...))
 				sd := toDev(t, dev, fromFloat64s(tensor.Float64, filled(slots*p.Cout*bnRecForward, math.NaN()), slots*p.Cout*bnRecForward))
@@ -400,22 +404,23 @@ func TestGPUConvFpropVariants(t *testing.T) {
 				}
 				y[i], stats[i] = fromDev(t, dev, yd), fromDev(t, dev, sd)
 			}
-			for _, o := range []struct {
-				what string
-				v1   []float64
-				v2   []float64
-			}{{"y", y[0], y[1]}, {"statistics", stats[0], stats[1]}} {
-				bad := 0
-				for i := range o.v1 {
-					if math.Float64bits(o.v1[i]) != math.Float64bits(o.v2[i]) || math.IsNaN(o.v2[i]) {
-						if bad < 5 {
-							t.Errorf("%s[%d]: v2 %v, v1 %v", o.what, i, o.v2[i], o.v1[i])
+			for k := 1; k < len(kernels); k++ {
+				for _, o := range []struct {
+					what   string
+					v1, vk []float64
+				}{{"y", y[0], y[k]}, {"statistics", stats[0], stats[k]}} {
+					bad := 0
+					for i := range o.v1 {
+						if math.Float64bits(o.v1[i]) != math.Float64bits(o.vk[i]) || math.IsNaN(o.vk[i]) {
+							if bad < 5 {
+								t.Errorf("%s[%d]: %s %v, %s %v", o.what, i, kernels[k], o.vk[i], kernels[0], o.v1[i])
+							}
+							bad++
 						}
-						bad++
 					}
-				}
-				if bad > 0 {
-					t.Errorf("%s: %d of %d values differ between %s and %s (or are NaN)", o.what, bad, len(o.v1), convFpropF32V2, convFpropF32V1)
+					if bad > 0 {
+						t.Errorf("%s: %d of %d values differ between %s and %s (or are NaN)", o.what, bad, len(o.v1), kernels[k], kernels[0])
+					}
 				}
 			}
 		})
