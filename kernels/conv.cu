@@ -768,6 +768,12 @@ struct AFpropPipe {
   }
 };
 
+// How BFpropPipe gathers: the general case, filters of at most kMaskTaps
+// taps, and 1x1 filters of stride 1 without padding over images of a
+// multiple of 4 pixels, 16-byte aligned (pointwise: col(x) is x itself,
+// image by image).
+enum FpropGather : int { kGatherCompare = 0, kGatherMask = 1, kGatherPointwise = 2 };
+
 // B of the pipelined forward, col(x), gathered as BLoaderK<float, kFprop>
 // does (rows warp + 8*a, columns lane + 32*b) but by 4-byte copies. The
 // offset of element (k, j) in x splits into a column part, img*Cin*H*W +
@@ -780,25 +786,30 @@ struct AFpropPipe {
 // kernels.
 //
 // Whether tap (kh, kw) of column j falls inside the image depends on the
-// tap and on j's output pixel only, not on the channel: with kMask (a
-// filter of at most 32 taps) each column keeps a mask of its taps inside
-// the image, built once, and each table row the bit of its tap (none past
-// K), so that an element's bounds test is an AND; without, the row carries
-// (dh, dw) and the element tests ih and iw, two adds and two compares.
-template <typename C, bool kMask>
+// tap and on j's output pixel only, not on the channel: with kGatherMask
+// each column keeps a mask of its taps inside the image, built once, and
+// each table row the bit of its tap (none past K), so that an element's
+// bounds test is an AND; kGatherCompare's rows carry (dh, dw) and each
+// element tests ih and iw, two adds and two compares. kGatherPointwise
+// copies 16 bytes, 4 columns of a row, lanes along n (columns 4*lane..):
+// its columns are consecutive pixels of one image (an image's first pixel
+// is a multiple of 4), all inside it.
+template <typename C, int kGather>
 struct BFpropPipe {
-  int coff[C::kBNPer];                                       // column part of the offset
-  int ch[kMask ? 1 : C::kBNPer], cw[kMask ? 1 : C::kBNPer];  // oh*stride_h, ow*stride_w; -kFar past the end
-  uint32_t taps[kMask ? C::kBNPer : 1];                      // kMask: bit kh*KW+kw when that tap is inside
+  static constexpr bool kMask = kGather == kGatherMask, kPoint = kGather == kGatherPointwise;
+  static constexpr int kCols = kPoint ? 1 : C::kBNPer;  // column parts kept per thread
+  int coff[kCols];                                      // column part of the offset
+  int ch[kMask || kPoint ? 1 : kCols], cw[kMask || kPoint ? 1 : kCols];  // oh*stride_h, ow*stride_w; -kFar past the end
+  uint32_t taps[kMask || kPoint ? kCols : 1];  // bit kh*KW+kw when that tap is inside (pointwise: bit 0)
   int krow, soff;
 
   __device__ __forceinline__ void init(const ConvGemmParams& p, int tid, int n0) {
     const int lane = tid & 31;
     krow = tid >> 5;
-    soff = krow * C::LDB + lane;
+    soff = krow * C::LDB + (kPoint ? 4 * lane : lane);
 #pragma unroll
-    for (int b = 0; b < C::kBNPer; ++b) {
-      const int j = n0 + lane + 32 * b;
+    for (int b = 0; b < kCols; ++b) {
+      const int j = n0 + (kPoint ? 4 * lane : lane + 32 * b);
       int h0 = -kFar, w0 = 0;
       coff[b] = 0;
       if (j < p.ncols) {
@@ -809,7 +820,9 @@ struct BFpropPipe {
         w0 = (pix - r * p.div_row.d) * p.stride_w;
         coff[b] = img * (p.cin * p.h * p.w) + h0 * p.w + w0;
       }
-      if constexpr (kMask) {
+      if constexpr (kPoint) {
+        taps[b] = j < p.ncols ? 1u : 0u;
+      } else if constexpr (kMask) {
         uint32_t m = 0;
         for (int kh = 0; kh < p.kh; ++kh) {
           const int ih = h0 + kh * p.dil_h - p.pad_h;
@@ -839,7 +852,7 @@ struct BFpropPipe {
       const int kh = fdiv(t, p.div_kw);
       const int dh = kh * p.dil_h - p.pad_h;
       const int dw = (t - kh * p.kw) * p.dil_w - p.pad_w;
-      e = make_int4(ci * (p.h * p.w) + dh * p.w + dw, dh, dw, kMask ? static_cast<int>(1u << t) : 0);
+      e = make_int4(ci * (p.h * p.w) + dh * p.w + dw, dh, dw, kMask || kPoint ? static_cast<int>(1u << t) : 0);
     }
     tab[r] = e;
   }
@@ -851,9 +864,9 @@ struct BFpropPipe {
     for (int a = 0; a < C::kBKPer; ++a) {
       const int4 e = tab[krow + C::kBRows * a];
 #pragma unroll
-      for (int b = 0; b < C::kBNPer; ++b) {
+      for (int b = 0; b < kCols; ++b) {
         bool ok;
-        if constexpr (kMask) {
+        if constexpr (kMask || kPoint) {
           ok = (taps[b] & static_cast<uint32_t>(e.w)) != 0;
         } else {
           ok = static_cast<unsigned>(ch[b] + e.y) < static_cast<unsigned>(p.h) &&
@@ -861,8 +874,13 @@ struct BFpropPipe {
         }
         // Unsigned: a valid offset is non-negative, and then needs no sign
         // extension.
-        cp_async4(sb + soff + (C::kBRows * a) * C::LDB + 32 * b, x + static_cast<unsigned>(coff[b] + e.x),
-                  ok ? 4 : 0);
+        const float* src = x + static_cast<unsigned>(coff[b] + e.x);
+        float* dst = sb + soff + (C::kBRows * a) * C::LDB + 32 * b;
+        if constexpr (kPoint) {
+          cp_async16(dst, src, ok ? 16 : 0);
+        } else {
+          cp_async4(dst, src, ok ? 4 : 0);
+        }
       }
     }
   }
@@ -930,7 +948,7 @@ struct FpropWarps {
   }
 };
 
-template <typename C, bool kMask>
+template <typename C, int kGather>
 __device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
   float* smem = reinterpret_cast<float*>(dynamic_smem());
   int4* tabs = reinterpret_cast<int4*>(dynamic_smem() + C::kMainBytes);
@@ -945,7 +963,7 @@ __device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
 
   AFpropPipe<C> al;
   al.init(p, tid, m0);
-  BFpropPipe<C, kMask> bl;
+  BFpropPipe<C, kGather> bl;
   bl.init(p, tid, n0);
   FpropWarps<C> mm;
   mm.init(tid);
@@ -954,7 +972,7 @@ __device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
   // k-tile s's), then the first kStages-1 k-tiles in flight. Every slot
   // commits a group, empty or not, so that "k-tile kt has landed" is
   // always "at most kStages-2 groups pending" below.
-  if (warp < C::kStages) BFpropPipe<C, kMask>::build_rows(p, warp * C::BK, tab(warp));
+  if (warp < C::kStages) BFpropPipe<C, kGather>::build_rows(p, warp * C::BK, tab(warp));
   __syncthreads();
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
@@ -982,7 +1000,7 @@ __device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
     // The table of k-tile kt+kStages, by each warp in turn. Its slot last
     // held that of k-tile kt+kStages-kTabSlots, gathered iterations ago.
     if (warp == (kt & (C::NT / 32 - 1)) && next + 1 < k_tiles) {
-      BFpropPipe<C, kMask>::build_rows(p, (next + 1) * C::BK, tab(next + 1));
+      BFpropPipe<C, kGather>::build_rows(p, (next + 1) * C::BK, tab(next + 1));
     }
     mm.step(stage(read), stage(read) + C::kAElems);
     read = read == C::kStages - 1 ? 0 : read + 1;
@@ -999,10 +1017,13 @@ __device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
 
 template <typename C>
 __device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
-  if (p.kh * p.kw <= C::kMaskTaps) {
-    conv_fprop_pipe<C, true>(p);
+  if (p.kh == 1 && p.kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0 &&
+      p.div_img.d % 4 == 0 && p.b % 16 == 0) {
+    conv_fprop_pipe<C, kGatherPointwise>(p);
+  } else if (p.kh * p.kw <= C::kMaskTaps) {
+    conv_fprop_pipe<C, kGatherMask>(p);
   } else {
-    conv_fprop_pipe<C, false>(p);
+    conv_fprop_pipe<C, kGatherCompare>(p);
   }
 }
 

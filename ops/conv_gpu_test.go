@@ -306,14 +306,17 @@ func TestGPUConvParity(t *testing.T) {
 // convFpropVariantCases are convGPUCases and cases that take the other
 // paths of the pipelined kernels: weights copied 16 bytes at a time (K a
 // multiple of 4) over several k-tiles, a 7x7 filter (49 taps: bounds by
-// compares, not tap masks) with K a multiple of 4, and two tiles of v3's
-// 256 rows.
+// compares, not tap masks) with K a multiple of 4, two tiles of v3's 256
+// rows, and pointwise gathers (1x1, stride 1, images of a multiple of 4
+// pixels: 16-byte copies of x).
 var convFpropVariantCases = append(convGPUCases[:len(convGPUCases):len(convGPUCases)],
 	convGPUCase{"1x1 stride 2, K=64", []int{3, 64, 11, 13}, []int{40, 64, 1, 1}, ConvConfig{Stride: [2]int{2, 2}}},
 	convGPUCase{"5x5 pad 2, K=100", []int{1, 4, 7, 13}, []int{9, 4, 5, 5}, ConvConfig{Pad: [2]int{2, 2}}},
 	convGPUCase{"7x7 stride 2 pad 3, K=196", []int{2, 4, 23, 21}, []int{8, 4, 7, 7}, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{3, 3}}},
 	convGPUCase{"3x3 pad 1, 2x3 tiles, K=288", []int{2, 32, 13, 11}, []int{200, 32, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
 	convGPUCase{"3x3 pad 1, 300 channels, K=72", []int{1, 8, 12, 13}, []int{300, 8, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+	convGPUCase{"1x1 pointwise, K=12", []int{2, 12, 6, 10}, []int{20, 12, 1, 1}, ConvConfig{}},
+	convGPUCase{"1x1 pointwise, K=9, 2 row tiles", []int{3, 9, 8, 8}, []int{140, 9, 1, 1}, ConvConfig{}},
 )
 
 // The float32 forward kernels (convFpropKernelOverride): each against the
