@@ -22,6 +22,11 @@
 // on the tensor cores in TF32 (operands rounded once, as they are staged;
 // FP32 accumulation); float64, used for gradient checks, on the CUDA cores.
 //
+// The float32 forward GEMM has faster kernels of its own, conv_fprop_pipe
+// (conv_fprop_f32_v2, _v3): cp.async pipelines that compute the same
+// results; conv_fprop_f32 stays for comparison and for tensors too large
+// for their 32-bit offsets.
+//
 // The epilogue stages the accumulator tile in shared memory and writes it
 // out row by row, 32 consecutive pixels per warp instruction, applying the
 // bias (or a BatchNorm scale and shift), the residual and the ReLU in
@@ -483,9 +488,8 @@ struct WarpMath<double, kMode> {
 // Epilogue: the C tile, staged in shared memory, leaves row by row. Warp w
 // takes rows w, w+8, ...; lane l columns l, l+32, ...
 
-//
-// S gives the tile (BM, BN, NT threads, C rows of LDC): conv_gemm's, or
-// that of a conv_fprop_pipe kernel.
+// The tile S (BM, BN, NT threads, C rows of LDC) is conv_gemm's, or that
+// of a conv_fprop_pipe kernel.
 template <typename T, int kMode, typename S = GemmShape<T, kMode>>
 __device__ __forceinline__ void epilogue(const ConvGemmParams& p, const T* sc, int m0, int n0, int tile_n, int split) {
   constexpr int kCols = S::BN / 32, kWarps = S::NT / 32;
