@@ -23,7 +23,7 @@
 // FP32 accumulation); float64, used for gradient checks, on the CUDA cores.
 //
 // The float32 forward GEMM has faster kernels of its own, conv_fprop_pipe
-// (conv_fprop_f32_v2, _v3): cp.async pipelines that compute the same
+// (conv_fprop_f32_v2, _v3, _v4): cp.async pipelines that compute the same
 // results; conv_fprop_f32 stays for comparison and for tensors too large
 // for their 32-bit offsets.
 //
@@ -641,7 +641,7 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
 // register staging holds a k-tile's 32 values per thread between their
 // loads and stores and covers one k-tile of latency; here the copies bypass
 // registers and kStages-1 k-tiles are in flight while one is multiplied.
-// Two tiles (FpropPipe):
+// Three tiles (FpropPipe):
 //
 //   conv_fprop_f32_v2: conv_gemm's 128x128 tile and 8 warps of 64x32, MMAs
 //     in the same order, so the same results bit for bit. It fits in 128
@@ -656,6 +656,9 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
 //     same sum over k in the same order: the same results as v1. Its grid
 //     has half as many blocks: for layers with many output pixels and
 //     channels.
+//   conv_fprop_f32_v4: v2's 128x128 tile with v3's warps, 4 of 64x64 (128
+//     threads), and three stages: two blocks per SM, as many blocks as v2,
+//     v3's fragment traffic.
 //
 // The operands reach the MMAs rounded to TF32 as in conv_gemm, rounded
 // where it costs least. B always as its fragments are loaded. A, in v2,
@@ -663,10 +666,10 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
 // land (cp.async.wait_group makes a thread's own copies visible to it: no
 // extra barrier), with 128-bit loads and stores, rather than four times,
 // once per warp that reads it; in v3, whose shared memory is the tighter
-// resource, as its fragments are loaded.
+// resource (and in v4), as its fragments are loaded.
 template <int kBM, int kWarpsM, int kWarpsN, int kNumStages, bool kRoundAInSmem>
 struct FpropPipe {
-  static constexpr int BM = kBM, BN = 128, BK = 32, NT = 256;
+  static constexpr int BM = kBM, BN = 128, BK = 32, NT = 32 * kWarpsM * kWarpsN;
   static constexpr int kStages = kNumStages;
   static constexpr bool kRoundA = kRoundAInSmem;
   // Rows padded as in ConvTile<float>: conflict-free fragment loads.
@@ -696,18 +699,22 @@ struct FpropPipe {
   static_assert(BM % kAVecRows == 0 && BM % kARows == 0 && BK % kBRows == 0, "the loaders' lanes");
   static_assert(kTabSlots >= kStages && (kTabSlots & (kTabSlots - 1)) == 0, "a table per k-tile in flight");
   static_assert(NT / 32 >= kStages, "the prologue builds kStages tables, one per warp");
+  static_assert(((NT / 32) & (NT / 32 - 1)) == 0, "the warps build the tables in turn");
 };
 using FpropV2 = FpropPipe<128, 2, 4, 3, true>;
 using FpropV3 = FpropPipe<256, 4, 2, 4, false>;
+using FpropV4 = FpropPipe<128, 2, 2, 3, false>;
 // v2 is conv_gemm's tile, so that the two agree bit for bit and share the
 // statistics' column tiles; v3 shares the column tiles too.
 static_assert(FpropV2::BM == GemmShape<float, kFprop>::BM && FpropV2::BN == GemmShape<float, kFprop>::BN &&
                   FpropV2::BK == GemmShape<float, kFprop>::BK && FpropV2::LDA == GemmShape<float, kFprop>::LDA &&
                   FpropV2::LDB == GemmShape<float, kFprop>::LDB && FpropV2::kWM == WarpMath<float, kFprop>::kWM &&
-                  FpropV2::kWN == WarpMath<float, kFprop>::kWN && FpropV3::BN == FpropV2::BN,
+                  FpropV2::kWN == WarpMath<float, kFprop>::kWN && FpropV3::BN == FpropV2::BN &&
+                  FpropV4::BN == FpropV2::BN,
               "v2 has conv_gemm's tile");
 static_assert(FpropV2::kSmemBytes == 109568, "ops/conv_device.go mirrors the f32 fprop v2 smem size");
 static_assert(FpropV3::kSmemBytes == 219136, "ops/conv_device.go mirrors the f32 fprop v3 smem size");
+static_assert(FpropV4::kSmemBytes == 109568 && FpropV4::NT == 128, "ops/conv_device.go mirrors the f32 fprop v4 smem size and threads");
 
 // A of the pipelined forward: the weights w [Cout][K], rows m0.., along k.
 // When K is a multiple of 4 and w 16-byte aligned, a thread copies 16
@@ -1098,6 +1105,10 @@ __global__ void __launch_bounds__(256, 2) conv_fprop_f32_v2(stheno::ConvGemmPara
 // One block per SM: up to 255 registers, 128 of them accumulators.
 __global__ void __launch_bounds__(256, 1) conv_fprop_f32_v3(stheno::ConvGemmParams p) {
   stheno::conv_fprop_pipe<stheno::FpropV3>(p);
+}
+// 128 threads, two blocks per SM: up to 255 registers.
+__global__ void __launch_bounds__(128, 2) conv_fprop_f32_v4(stheno::ConvGemmParams p) {
+  stheno::conv_fprop_pipe<stheno::FpropV4>(p);
 }
 __global__ void __launch_bounds__(256, 1) conv_dgrad_f32(stheno::ConvGemmParams p) {
   stheno::conv_gemm<float, stheno::kDgrad>(p);

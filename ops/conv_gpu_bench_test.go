@@ -173,7 +173,7 @@ func BenchmarkGPUConv(b *testing.B) {
 }
 
 // BenchmarkGPUConvFpropVariants times the float32 forward kernels
-// (convFpropKernelOverride: v1, v2, v3) on TARGETS.md's shapes: Conv with bias and
+// (convFpropKernelOverride: v1 to v4) on TARGETS.md's shapes: Conv with bias and
 // ReLU, forward only, as BenchmarkGPUConv's pass=fwd, timed the same way.
 // Names are benchstat-friendly: .../case=fpn_p2_3x3/kernel=v2.
 func BenchmarkGPUConvFpropVariants(b *testing.B) {
@@ -195,7 +195,7 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, k := range []struct{ short, name string }{{"v1", convFpropF32V1}, {"v2", convFpropF32V2}, {"v3", convFpropF32V3}} {
+		for _, k := range []struct{ short, name string }{{"v1", convFpropF32V1}, {"v2", convFpropF32V2}, {"v3", convFpropF32V3}, {"v4", convFpropF32V4}} {
 			b.Run(fmt.Sprintf("case=%s/kernel=%s", c.name, k.short), func(b *testing.B) {
 				if _, optIn := dev.MaxSharedMemory(); k.name == convFpropF32V3 && optIn < convFpropV3Smem {
 					b.Skipf("%s needs %d bytes of shared memory per block; this GPU allows %d", k.name, convFpropV3Smem, optIn)

@@ -63,64 +63,68 @@ func TestConvSharedMemoryMirrorsKernels(t *testing.T) {
 			t.Errorf("%+v mode %s: %d bytes, conv.cu has %d", c.tile, convModeNames[c.mode], got, c.want)
 		}
 	}
-	if convFpropV2Smem != 109568 || convFpropV3Smem != 219136 {
-		t.Errorf("conv_fprop_f32_v2, _v3: %d, %d bytes; conv.cu has 109568, 219136", convFpropV2Smem, convFpropV3Smem)
+	if convFpropV2Smem != 109568 || convFpropV3Smem != 219136 || convFpropV4Smem != 109568 {
+		t.Errorf("conv_fprop_f32_v2, _v3, _v4: %d, %d, %d bytes; conv.cu has 109568, 219136, 109568",
+			convFpropV2Smem, convFpropV3Smem, convFpropV4Smem)
 	}
 }
 
-// convKernel chooses, for float32 forward GEMMs, v3 where its 256-row
-// tiles fill an H100's SMs for several waves, v2 elsewhere, v1 only where
-// the others' offsets do not fit, unless convFpropKernelOverride says
-// otherwise; and conv_gemm's kernels for everything else.
+// convKernel chooses, for float32 forward GEMMs, v4 where its grid gives
+// every SM a block, v2 elsewhere, v1 only where the others' offsets do not
+// fit, unless convFpropKernelOverride says otherwise; and conv_gemm's
+// kernels for everything else.
 func TestConvKernelChoice(t *testing.T) {
 	defer func() { convFpropKernelOverride = "" }()
 	const sms, hopper, ampere = 132, 232448, 166912
 	gemm := func(n, cin, h, w, m, ncols int) convGemmArgs {
 		return convGemmArgs{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), NCols: int32(ncols)}
 	}
-	fpn := gemm(2, 256, 200, 336, 256, 2*200*336)   // 1050 tiles of 256x128: v3
-	c3 := gemm(8, 128, 56, 56, 128, 8*56*56)        // 128 channels: v2
-	c4 := gemm(8, 1024, 28, 28, 256, 8*28*28)       // 49 tiles of 256x128: v2
-	odd := gemm(2, 256, 200, 336, 300, 2*200*336)   // 300 of 512 rows: v2
+	fpn := gemm(2, 256, 200, 336, 256, 2*200*336)   // 2100 tiles: v4
+	c3 := gemm(8, 128, 56, 56, 128, 8*56*56)        // 196 tiles: v4
+	c4 := gemm(8, 1024, 28, 28, 256, 8*28*28)       // 98 tiles, fewer than SMs: v2
 	huge := gemm(64, 256, 400, 400, 64, 64*400*400) // (N+1)*Cin*H*W > 2^31: v1
+	v1 := convKernelChoice{convFpropF32V1, 71680, 128, 256}
+	v2 := convKernelChoice{convFpropF32V2, 109568, 128, 256}
+	v3 := convKernelChoice{convFpropF32V3, 219136, 256, 256}
+	v4 := convKernelChoice{convFpropF32V4, 109568, 128, 128}
+	f64 := convKernelChoice{"conv_fprop_f64", 34048, 64, 256}
 	for _, c := range []struct {
 		override string
 		dt       tensor.Dtype
 		mode     int
 		args     convGemmArgs
 		optIn    int
-		want     string
-		smem, bm int
+		want     convKernelChoice // zero: an error
 	}{
-		{"", tensor.Float32, convFprop, fpn, hopper, convFpropF32V3, 219136, 256},
-		{"", tensor.Float32, convFprop, fpn, ampere, convFpropF32V2, 109568, 128},
-		{"", tensor.Float32, convFprop, c3, hopper, convFpropF32V2, 109568, 128},
-		{"", tensor.Float32, convFprop, c4, hopper, convFpropF32V2, 109568, 128},
-		{"", tensor.Float32, convFprop, odd, hopper, convFpropF32V2, 109568, 128},
-		{"", tensor.Float32, convFprop, huge, hopper, convFpropF32V1, 71680, 128},
-		{"", tensor.Float32, convDgrad, fpn, hopper, "conv_dgrad_f32", 71680, 128},
-		{"", tensor.Float32, convWgrad, fpn, hopper, "conv_wgrad_f32", 75776, 128},
-		{"", tensor.Float64, convFprop, fpn, hopper, "conv_fprop_f64", 34048, 64},
-		{convFpropF32V1, tensor.Float32, convFprop, fpn, hopper, convFpropF32V1, 71680, 128},
-		{convFpropF32V2, tensor.Float32, convFprop, fpn, hopper, convFpropF32V2, 109568, 128},
-		{convFpropF32V3, tensor.Float32, convFprop, c3, hopper, convFpropF32V3, 219136, 256},
-		{convFpropF32V2, tensor.Float64, convFprop, fpn, hopper, "conv_fprop_f64", 34048, 64},
-		{convFpropF32V2, tensor.Float32, convFprop, huge, hopper, "", 0, 0},
-		{convFpropF32V3, tensor.Float32, convFprop, huge, hopper, "", 0, 0},
-		{convFpropF32V3, tensor.Float32, convFprop, fpn, ampere, "", 0, 0},
-		{"conv_fprop_f32_v9", tensor.Float32, convFprop, fpn, hopper, "", 0, 0},
+		{"", tensor.Float32, convFprop, fpn, hopper, v4},
+		{"", tensor.Float32, convFprop, fpn, ampere, v4},
+		{"", tensor.Float32, convFprop, c3, hopper, v4},
+		{"", tensor.Float32, convFprop, c4, hopper, v2},
+		{"", tensor.Float32, convFprop, huge, hopper, v1},
+		{"", tensor.Float32, convDgrad, fpn, hopper, convKernelChoice{"conv_dgrad_f32", 71680, 128, 256}},
+		{"", tensor.Float32, convWgrad, fpn, hopper, convKernelChoice{"conv_wgrad_f32", 75776, 128, 256}},
+		{"", tensor.Float64, convFprop, fpn, hopper, f64},
+		{convFpropF32V1, tensor.Float32, convFprop, fpn, hopper, v1},
+		{convFpropF32V2, tensor.Float32, convFprop, fpn, hopper, v2},
+		{convFpropF32V3, tensor.Float32, convFprop, c3, hopper, v3},
+		{convFpropF32V4, tensor.Float32, convFprop, c4, hopper, v4},
+		{convFpropF32V2, tensor.Float64, convFprop, fpn, hopper, f64},
+		{convFpropF32V2, tensor.Float32, convFprop, huge, hopper, convKernelChoice{}},
+		{convFpropF32V4, tensor.Float32, convFprop, huge, hopper, convKernelChoice{}},
+		{convFpropF32V3, tensor.Float32, convFprop, fpn, ampere, convKernelChoice{}},
+		{"conv_fprop_f32_v9", tensor.Float32, convFprop, fpn, hopper, convKernelChoice{}},
 	} {
 		convFpropKernelOverride = c.override
 		got, err := convKernel(c.dt, c.mode, c.args, sms, c.optIn)
 		what := fmt.Sprintf("override %q, %v %s, %+v, opt-in %d", c.override, c.dt, convModeNames[c.mode], c.args, c.optIn)
-		if c.want == "" {
+		if c.want == (convKernelChoice{}) {
 			if err == nil {
 				t.Errorf("%s: got %+v, want an error", what, got)
 			}
 			continue
 		}
-		if want := (convKernelChoice{c.want, c.smem, c.bm}); err != nil || got != want {
-			t.Errorf("%s: got %+v, %v; want %+v", what, got, err, want)
+		if err != nil || got != c.want {
+			t.Errorf("%s: got %+v, %v; want %+v", what, got, err, c.want)
 		}
 	}
 }
@@ -307,7 +311,7 @@ func TestGPUConvParity(t *testing.T) {
 // paths of the pipelined kernels: weights copied 16 bytes at a time (K a
 // multiple of 4) over several k-tiles, a 7x7 filter (49 taps: bounds by
 // compares, not tap masks) with K a multiple of 4, two tiles of v3's 256
-// rows, and pointwise gathers (1x1, stride 1, images of a multiple of 4
+// rows (three of the others' 128), and pointwise gathers (1x1, stride 1, images of a multiple of 4
 // pixels: 16-byte copies of x).
 var convFpropVariantCases = append(convGPUCases[:len(convGPUCases):len(convGPUCases)],
 	convGPUCase{"1x1 stride 2, K=64", []int{3, 64, 11, 13}, []int{40, 64, 1, 1}, ConvConfig{Stride: [2]int{2, 2}}},
@@ -320,19 +324,19 @@ var convFpropVariantCases = append(convGPUCases[:len(convGPUCases):len(convGPUCa
 )
 
 // The float32 forward kernels (convFpropKernelOverride): each against the
-// CPU twin through the op, as TestGPUConvParity does; then v2 and v3
+// CPU twin through the op, as TestGPUConvParity does; then v2, v4 and v3
 // against v1 with every part of the epilogue (scale, shift, residual, ReLU
 // and the BatchNorm statistics): each output is the same sum of products
-// of the same TF32 operands in the same order in all three, so they must
+// of the same TF32 operands in the same order in all four, so they must
 // agree bit for bit.
 func TestGPUConvFpropVariants(t *testing.T) {
 	dev := gpu(t)
 	defer func() { convFpropKernelOverride = "" }()
 	dt := tensor.Float32
-	kernels := []string{convFpropF32V1, convFpropF32V2, convFpropF32V3}
+	kernels := []string{convFpropF32V1, convFpropF32V2, convFpropF32V4, convFpropF32V3}
 	if _, optIn := dev.MaxSharedMemory(); optIn < convFpropV3Smem {
 		t.Logf("%s needs %d bytes of shared memory per block, this GPU allows %d: not tested", convFpropF32V3, convFpropV3Smem, optIn)
-		kernels = kernels[:2]
+		kernels = kernels[:3]
 	}
 	for ci, c := range convFpropVariantCases {
 		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
