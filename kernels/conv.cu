@@ -22,6 +22,11 @@
 // on the tensor cores in TF32 (operands rounded once, as they are staged;
 // FP32 accumulation); float64, used for gradient checks, on the CUDA cores.
 //
+// The float32 forward GEMM has faster kernels of its own, conv_fprop_pipe
+// (conv_fprop_f32_v2, _v3, _v4): cp.async pipelines that compute the same
+// results; conv_fprop_f32 stays for comparison and for tensors too large
+// for their 32-bit offsets.
+//
 // The epilogue stages the accumulator tile in shared memory and writes it
 // out row by row, 32 consecutive pixels per warp instruction, applying the
 // bias (or a BatchNorm scale and shift), the residual and the ReLU in
@@ -483,9 +488,10 @@ struct WarpMath<double, kMode> {
 // Epilogue: the C tile, staged in shared memory, leaves row by row. Warp w
 // takes rows w, w+8, ...; lane l columns l, l+32, ...
 
-template <typename T, int kMode>
+// The tile S (BM, BN, NT threads, C rows of LDC) is conv_gemm's, or that
+// of a conv_fprop_pipe kernel.
+template <typename T, int kMode, typename S = GemmShape<T, kMode>>
 __device__ __forceinline__ void epilogue(const ConvGemmParams& p, const T* sc, int m0, int n0, int tile_n, int split) {
-  using S = GemmShape<T, kMode>;
   constexpr int kCols = S::BN / 32, kWarps = S::NT / 32;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   // Offset of column j's element of row 0, and the distance between rows.
@@ -629,6 +635,409 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
   epilogue<T, kMode>(p, reinterpret_cast<const T*>(smem), m0, n0, tile_n, split);
 }
 
+// ---------------------------------------------------------------------------
+// conv_fprop_pipe: the float32 forward GEMM fed by cp.async through a ring
+// of kStages shared-memory stages, with conv_gemm's epilogue. conv_gemm's
+// register staging holds a k-tile's 32 values per thread between their
+// loads and stores and covers one k-tile of latency; here the copies bypass
+// registers and kStages-1 k-tiles are in flight while one is multiplied.
+// Three tiles (FpropPipe):
+//
+//   conv_fprop_f32_v2: conv_gemm's 128x128 tile and 8 warps of 64x32, MMAs
+//     in the same order, so the same results bit for bit. It fits in 128
+//     registers: two blocks share an SM and hide each other's barriers.
+//   conv_fprop_f32_v3: 256x128, 8 warps of 64x64, one block per SM. A warp
+//     tile of 64x32 reads (64+32)*8*4 bytes of fragments from shared memory
+//     per k-step of 8, 0.19 bytes per multiply-add: shared memory's 128
+//     bytes per clock then feed at most two thirds of the ~1024 TF32
+//     multiply-adds per clock of an SM's tensor cores (less, with the
+//     copies into shared memory). 64x64 reads 0.125 bytes per multiply-add,
+//     at the price of 128 accumulators per thread. Each output is still the
+//     same sum over k in the same order: the same results as v1. Its grid
+//     has half as many blocks: for layers with many output pixels and
+//     channels.
+//   conv_fprop_f32_v4: v2's 128x128 tile with v3's warps, 4 of 64x64 (128
+//     threads), and three stages: two blocks per SM, as many blocks as v2,
+//     v3's fragment traffic.
+//
+// The operands reach the MMAs rounded to TF32 as in conv_gemm, rounded
+// where it costs least. B always as its fragments are loaded. A, in v2,
+// in shared memory, each thread rounding the values it copied once they
+// land (cp.async.wait_group makes a thread's own copies visible to it: no
+// extra barrier), with 128-bit loads and stores, rather than four times,
+// once per warp that reads it; in v3, whose shared memory is the tighter
+// resource (and in v4), as its fragments are loaded.
+template <int kBM, int kWarpsM, int kWarpsN, int kNumStages, bool kRoundAInSmem>
+struct FpropPipe {
+  static constexpr int BM = kBM, BN = 128, BK = 32, NT = 32 * kWarpsM * kWarpsN;
+  static constexpr int kStages = kNumStages;
+  static constexpr bool kRoundA = kRoundAInSmem;
+  // Rows padded as in ConvTile<float>: conflict-free fragment loads.
+  static constexpr int LDA = BK + 4, LDB = BN + 8, LDC = BN + 8;
+  static constexpr int kAElems = BM * LDA, kBElems = BK * LDB;
+  static constexpr int kStageElems = kAElems + kBElems;
+  static constexpr int kPipeBytes = kStages * kStageElems * 4;
+  static constexpr int kCBytes = BM * LDC * 4;
+  // The row table of the B gather (BFpropPipe): a ring of kTabSlots k-tiles.
+  static constexpr int kTabSlots = 4;
+  static constexpr int kMainBytes = kPipeBytes > kCBytes ? kPipeBytes : kCBytes;
+  static constexpr int kSmemBytes = kMainBytes + kTabSlots * BK * 16;
+  // Warp tiles of kWM x kWN: kMI x kNI MMAs per k-step of 8.
+  static constexpr int kWM = BM / kWarpsM, kWN = BN / kWarpsN;
+  static constexpr int kMI = kWM / 16, kNI = kWN / 8;
+  static constexpr int kWarpsAlongM = kWarpsM;
+  // A by 16-byte copies: 8 per row of 32 k, rows tid/8 + 32*i; or by
+  // 4-byte copies, lanes along k, rows tid/32 + 8*i.
+  static constexpr int kAVecRows = NT / 8, kAVecPer = BM / kAVecRows;
+  static constexpr int kARows = NT / BK, kAPer = BM / kARows;
+  // B: lanes along n (columns lane + 32*b), k rows warp + 8*a.
+  static constexpr int kBRows = NT / 32, kBKPer = BK / kBRows, kBNPer = BN / 32;
+  // Filters of at most kMaskTaps taps test bounds with per-column masks.
+  static constexpr int kMaskTaps = 32;
+  static_assert(kWarpsM * kWarpsN * 32 == NT && kWM % 16 == 0 && kWN % 8 == 0, "one warp per warp tile");
+  static_assert(LDA % 4 == 0 && kAElems % 4 == 0 && kStageElems % 4 == 0, "16-byte aligned A rows");
+  static_assert(BM % kAVecRows == 0 && BM % kARows == 0 && BK % kBRows == 0, "the loaders' lanes");
+  static_assert(kTabSlots >= kStages && (kTabSlots & (kTabSlots - 1)) == 0, "a table per k-tile in flight");
+  static_assert(NT / 32 >= kStages, "the prologue builds kStages tables, one per warp");
+  static_assert(((NT / 32) & (NT / 32 - 1)) == 0, "the warps build the tables in turn");
+};
+using FpropV2 = FpropPipe<128, 2, 4, 3, true>;
+using FpropV3 = FpropPipe<256, 4, 2, 4, false>;
+using FpropV4 = FpropPipe<128, 2, 2, 3, false>;
+// v2 is conv_gemm's tile, so that the two agree bit for bit and share the
+// statistics' column tiles; v3 shares the column tiles too.
+static_assert(FpropV2::BM == GemmShape<float, kFprop>::BM && FpropV2::BN == GemmShape<float, kFprop>::BN &&
+                  FpropV2::BK == GemmShape<float, kFprop>::BK && FpropV2::LDA == GemmShape<float, kFprop>::LDA &&
+                  FpropV2::LDB == GemmShape<float, kFprop>::LDB && FpropV2::kWM == WarpMath<float, kFprop>::kWM &&
+                  FpropV2::kWN == WarpMath<float, kFprop>::kWN && FpropV3::BN == FpropV2::BN &&
+                  FpropV4::BN == FpropV2::BN,
+              "v2 has conv_gemm's tile");
+static_assert(FpropV2::kSmemBytes == 109568, "ops/conv_device.go mirrors the f32 fprop v2 smem size");
+static_assert(FpropV3::kSmemBytes == 219136, "ops/conv_device.go mirrors the f32 fprop v3 smem size");
+static_assert(FpropV4::kSmemBytes == 109568 && FpropV4::NT == 128, "ops/conv_device.go mirrors the f32 fprop v4 smem size and threads");
+
+// A of the pipelined forward: the weights w [Cout][K], rows m0.., along k.
+// When K is a multiple of 4 and w 16-byte aligned, a thread copies 16
+// bytes of BM/32 rows; else 4 bytes of BM/8 rows (the A staging of
+// conv_gemm). A copy past the last row or past K reads nothing and writes
+// zeros.
+template <typename C>
+struct AFpropPipe {
+  const float* a;  // w at this thread's first row and column
+  int64_t step;    // elements between this thread's rows
+  int rows_left;   // this thread's row i exists when rows*i < rows_left
+  int kc;          // column of this thread in the k-tile
+  int soff;        // its offset in a stage
+  bool vec;
+
+  __device__ __forceinline__ void init(const ConvGemmParams& p, int tid, int m0) {
+    vec = p.k % 4 == 0 && p.a % 16 == 0;
+    const int row = vec ? tid / 8 : tid / C::BK;
+    kc = vec ? 4 * (tid % 8) : tid % C::BK;
+    step = static_cast<int64_t>(vec ? C::kAVecRows : C::kARows) * p.k;
+    rows_left = p.m - m0 - row;
+    a = reinterpret_cast<const float*>(p.a) + static_cast<int64_t>(m0 + row) * p.k + kc;
+    soff = row * C::LDA + kc;
+  }
+
+  // The address of a copy that reads nothing (src_bytes 0) is not used:
+  // it is left as computed, past the end or not.
+  __device__ __forceinline__ void load(const ConvGemmParams& p, int k0, float* sa) const {
+    const bool kv = k0 + kc < p.k;  // vec: the whole chunk, as K % 4 == 0
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < C::kAVecPer; ++i) {
+        const bool v = kv && C::kAVecRows * i < rows_left;
+        cp_async16(sa + soff + C::kAVecRows * i * C::LDA, a + (i * step + k0), v ? 16 : 0);
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < C::kAPer; ++i) {
+        const bool v = kv && C::kARows * i < rows_left;
+        cp_async4(sa + soff + C::kARows * i * C::LDA, a + (i * step + k0), v ? 4 : 0);
+      }
+    }
+  }
+
+  // Rounds the values this thread copied, once they have landed.
+  __device__ __forceinline__ void round(float* sa) const {
+    if (vec) {
+#pragma unroll
+      for (int i = 0; i < C::kAVecPer; ++i) {
+        float4* q = reinterpret_cast<float4*>(sa + soff + C::kAVecRows * i * C::LDA);
+        const float4 v = *q;
+        *q = make_float4(bits_to_float(to_tf32_for_mma(v.x)), bits_to_float(to_tf32_for_mma(v.y)),
+                         bits_to_float(to_tf32_for_mma(v.z)), bits_to_float(to_tf32_for_mma(v.w)));
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < C::kAPer; ++i) {
+        float* q = sa + soff + C::kARows * i * C::LDA;
+        *q = bits_to_float(to_tf32_for_mma(*q));
+      }
+    }
+  }
+};
+
+// How BFpropPipe gathers: the general case, filters of at most kMaskTaps
+// taps, and 1x1 filters of stride 1 without padding over images of a
+// multiple of 4 pixels, 16-byte aligned (pointwise: col(x) is x itself,
+// image by image).
+enum FpropGather : int { kGatherCompare = 0, kGatherMask = 1, kGatherPointwise = 2 };
+
+// B of the pipelined forward, col(x), gathered as BLoaderK<float, kFprop>
+// does (rows warp + 8*a, columns lane + 32*b) but by 4-byte copies. The
+// offset of element (k, j) in x splits into a column part, img*Cin*H*W +
+// oh*stride_h*W + ow*stride_w, fixed per thread and kept, and a row part,
+// ci*H*W + dh*W + dw with dh = kh*dil_h - pad_h (likewise dw). The row
+// parts of a k-tile are found once per block, by one warp, into a small
+// table in shared memory (a ring of k-tiles, written a k-tile ahead of its
+// use, so that the loop's one barrier orders the two). The sum stays below
+// (N+1)*Cin*H*W, which ops/conv_device.go keeps under 2^31 for these
+// kernels.
+//
+// Whether tap (kh, kw) of column j falls inside the image depends on the
+// tap and on j's output pixel only, not on the channel: with kGatherMask
+// each column keeps a mask of its taps inside the image, built once, and
+// each table row the bit of its tap (none past K), so that an element's
+// bounds test is an AND; kGatherCompare's rows carry (dh, dw) and each
+// element tests ih and iw, two adds and two compares. kGatherPointwise
+// copies 16 bytes, 4 columns of a row, lanes along n (columns 4*lane..):
+// its columns are consecutive pixels of one image (an image's first pixel
+// is a multiple of 4), all inside it.
+template <typename C, int kGather>
+struct BFpropPipe {
+  static constexpr bool kMask = kGather == kGatherMask, kPoint = kGather == kGatherPointwise;
+  static constexpr int kCols = kPoint ? 1 : C::kBNPer;  // column parts kept per thread
+  int coff[kCols];                                      // column part of the offset
+  int ch[kMask || kPoint ? 1 : kCols], cw[kMask || kPoint ? 1 : kCols];  // oh*stride_h, ow*stride_w; -kFar past the end
+  uint32_t taps[kMask || kPoint ? kCols : 1];  // bit kh*KW+kw when that tap is inside (pointwise: bit 0)
+  int krow, soff;
+
+  __device__ __forceinline__ void init(const ConvGemmParams& p, int tid, int n0) {
+    const int lane = tid & 31;
+    krow = tid >> 5;
+    soff = krow * C::LDB + (kPoint ? 4 * lane : lane);
+#pragma unroll
+    for (int b = 0; b < kCols; ++b) {
+      const int j = n0 + (kPoint ? 4 * lane : lane + 32 * b);
+      int h0 = -kFar, w0 = 0;
+      coff[b] = 0;
+      if (j < p.ncols) {
+        const int img = fdiv(j, p.div_img);
+        const int pix = j - img * p.div_img.d;
+        const int r = fdiv(pix, p.div_row);
+        h0 = r * p.stride_h;
+        w0 = (pix - r * p.div_row.d) * p.stride_w;
+        coff[b] = img * (p.cin * p.h * p.w) + h0 * p.w + w0;
+      }
+      if constexpr (kPoint) {
+        taps[b] = j < p.ncols ? 1u : 0u;
+      } else if constexpr (kMask) {
+        uint32_t m = 0;
+        for (int kh = 0; kh < p.kh; ++kh) {
+          const int ih = h0 + kh * p.dil_h - p.pad_h;
+          if (static_cast<unsigned>(ih) >= static_cast<unsigned>(p.h)) continue;
+          for (int kw = 0; kw < p.kw; ++kw) {
+            const int iw = w0 + kw * p.dil_w - p.pad_w;
+            if (static_cast<unsigned>(iw) < static_cast<unsigned>(p.w)) m |= 1u << (kh * p.kw + kw);
+          }
+        }
+        taps[b] = m;
+      } else {
+        ch[b] = h0;
+        cw[b] = w0;
+      }
+    }
+  }
+
+  // tab[r] = {row part of the offset, dh, dw, tap bit} of row k0 + r, for
+  // the calling warp's lane r. A row past K gets no tap bit and a dh that
+  // fails every bounds check.
+  __device__ __forceinline__ static void build_rows(const ConvGemmParams& p, int k0, int4* tab) {
+    const int r = threadIdx.x & 31, k = k0 + r;
+    int4 e = make_int4(0, -kFar, 0, 0);
+    if (k < p.k) {
+      const int ci = fdiv(k, p.div_kk);
+      const int t = k - ci * p.div_kk.d;
+      const int kh = fdiv(t, p.div_kw);
+      const int dh = kh * p.dil_h - p.pad_h;
+      const int dw = (t - kh * p.kw) * p.dil_w - p.pad_w;
+      e = make_int4(ci * (p.h * p.w) + dh * p.w + dw, dh, dw, kMask || kPoint ? static_cast<int>(1u << t) : 0);
+    }
+    tab[r] = e;
+  }
+
+  // The address of a copy that reads nothing (src_bytes 0) is not used.
+  __device__ __forceinline__ void load(const ConvGemmParams& p, const int4* tab, float* sb) const {
+    const float* __restrict__ x = reinterpret_cast<const float*>(p.b);
+#pragma unroll
+    for (int a = 0; a < C::kBKPer; ++a) {
+      const int4 e = tab[krow + C::kBRows * a];
+#pragma unroll
+      for (int b = 0; b < kCols; ++b) {
+        bool ok;
+        if constexpr (kMask || kPoint) {
+          ok = (taps[b] & static_cast<uint32_t>(e.w)) != 0;
+        } else {
+          ok = static_cast<unsigned>(ch[b] + e.y) < static_cast<unsigned>(p.h) &&
+               static_cast<unsigned>(cw[b] + e.z) < static_cast<unsigned>(p.w);
+        }
+        // Unsigned: a valid offset is non-negative, and then needs no sign
+        // extension.
+        const float* src = x + static_cast<unsigned>(coff[b] + e.x);
+        float* dst = sb + soff + (C::kBRows * a) * C::LDB + 32 * b;
+        if constexpr (kPoint) {
+          cp_async16(dst, src, ok ? 16 : 0);
+        } else {
+          cp_async4(dst, src, ok ? 4 : 0);
+        }
+      }
+    }
+  }
+};
+
+// The warps' math: WarpMath<float, kFprop>'s layout and MMA order, with A's
+// fragments by ldmatrix (one instruction instead of four loads) and the
+// rounding of FpropPipe.
+template <typename C>
+struct FpropWarps {
+  float acc[C::kMI][C::kNI][4];
+  int row0, col0, g, t4, a_lane;
+
+  __device__ __forceinline__ void init(int tid) {
+    const int warp = tid >> 5, lane = tid & 31;
+    row0 = (warp % C::kWarpsAlongM) * C::kWM;
+    col0 = (warp / C::kWarpsAlongM) * C::kWN;
+    g = lane >> 2;
+    t4 = lane & 3;
+    // Lane l gives ldmatrix row l%8 of matrix l/8 (ldmatrix_x4): row
+    // 8*((l/8)%2) + l%8 of the m16 block, k 4*(l/16).
+    a_lane = (row0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * C::LDA + 4 * (lane >> 4);
+#pragma unroll
+    for (int mi = 0; mi < C::kMI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < C::kNI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.0f;
+  }
+
+  __device__ __forceinline__ void step(const float* sa, const float* sb) {
+#pragma unroll
+    for (int ks = 0; ks < C::BK; ks += 8) {
+      uint32_t a[C::kMI][4], b[C::kNI][2];
+#pragma unroll
+      for (int mi = 0; mi < C::kMI; ++mi) {
+        ldmatrix_x4(a[mi], sa + a_lane + mi * 16 * C::LDA + ks);
+        if constexpr (!C::kRoundA) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) a[mi][e] = to_tf32_for_mma(bits_to_float(a[mi][e]));
+        }
+      }
+#pragma unroll
+      for (int ni = 0; ni < C::kNI; ++ni) {
+        const float* q = sb + (ks + t4) * C::LDB + col0 + ni * 8 + g;
+        b[ni][0] = to_tf32_for_mma(q[0]);
+        b[ni][1] = to_tf32_for_mma(q[4 * C::LDB]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < C::kMI; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < C::kNI; ++ni) mma_tf32(acc[mi][ni], a[mi], b[ni]);
+    }
+  }
+
+  __device__ __forceinline__ void store(float* sc) const {
+#pragma unroll
+    for (int mi = 0; mi < C::kMI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < C::kNI; ++ni) {
+        float* q = sc + (row0 + mi * 16 + g) * C::LDC + col0 + ni * 8 + 2 * t4;
+        *reinterpret_cast<float2*>(q) = make_float2(acc[mi][ni][0], acc[mi][ni][1]);
+        *reinterpret_cast<float2*>(q + 8 * C::LDC) = make_float2(acc[mi][ni][2], acc[mi][ni][3]);
+      }
+  }
+};
+
+template <typename C, int kGather>
+__device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
+  float* smem = reinterpret_cast<float*>(dynamic_smem());
+  int4* tabs = reinterpret_cast<int4*>(dynamic_smem() + C::kMainBytes);
+  const int tid = threadIdx.x, warp = tid >> 5;
+  const unsigned tiles_m = static_cast<unsigned>(p.tiles_m);
+  const int tile_m = static_cast<int>(blockIdx.x % tiles_m);
+  const int tile_n = static_cast<int>(blockIdx.x / tiles_m);
+  const int m0 = tile_m * C::BM, n0 = tile_n * C::BN;
+  const int k_tiles = (p.k + C::BK - 1) / C::BK;
+  auto stage = [&](int s) { return smem + s * C::kStageElems; };
+  auto tab = [&](int kt) { return tabs + (kt & (C::kTabSlots - 1)) * C::BK; };
+
+  AFpropPipe<C> al;
+  al.init(p, tid, m0);
+  BFpropPipe<C, kGather> bl;
+  bl.init(p, tid, n0);
+  FpropWarps<C> mm;
+  mm.init(tid);
+
+  // Prologue: the row tables of the first kStages k-tiles (warp s builds
+  // k-tile s's), then the first kStages-1 k-tiles in flight. Every slot
+  // commits a group, empty or not, so that "k-tile kt has landed" is
+  // always "at most kStages-2 groups pending" below.
+  if (warp < C::kStages) BFpropPipe<C, kGather>::build_rows(p, warp * C::BK, tab(warp));
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < C::kStages - 1; ++s) {
+    if (s < k_tiles) {
+      al.load(p, s * C::BK, stage(s));
+      bl.load(p, tab(s), stage(s) + C::kAElems);
+    }
+    cp_async_commit();
+  }
+  int read = 0, write = C::kStages - 1;  // stages of k-tiles kt and kt+kStages-1
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    cp_async_wait<C::kStages - 2>();
+    if constexpr (C::kRoundA) al.round(stage(read));
+    // After it, k-tile kt is in shared memory (A rounded, with kRoundA);
+    // every warp is done with the math of k-tile kt-1, whose stage is
+    // refilled next; and the row table of k-tile kt+kStages-1, built in
+    // the previous iteration, is complete.
+    __syncthreads();
+    const int next = kt + C::kStages - 1;
+    if (next < k_tiles) {
+      al.load(p, next * C::BK, stage(write));
+      bl.load(p, tab(next), stage(write) + C::kAElems);
+    }
+    cp_async_commit();
+    // The table of k-tile kt+kStages, by each warp in turn. Its slot last
+    // held that of k-tile kt+kStages-kTabSlots, gathered iterations ago.
+    if (warp == (kt & (C::NT / 32 - 1)) && next + 1 < k_tiles) {
+      BFpropPipe<C, kGather>::build_rows(p, (next + 1) * C::BK, tab(next + 1));
+    }
+    mm.step(stage(read), stage(read) + C::kAElems);
+    read = read == C::kStages - 1 ? 0 : read + 1;
+    write = write == C::kStages - 1 ? 0 : write + 1;
+  }
+  // The C tile goes over the stages once no copy is in flight and no warp
+  // reads them.
+  cp_async_wait<0>();
+  __syncthreads();
+  mm.store(smem);
+  __syncthreads();
+  epilogue<float, kFprop, C>(p, smem, m0, n0, tile_n, 0);
+}
+
+template <typename C>
+__device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
+  if (p.kh == 1 && p.kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0 &&
+      p.div_img.d % 4 == 0 && p.b % 16 == 0) {
+    conv_fprop_pipe<C, kGatherPointwise>(p);
+  } else if (p.kh * p.kw <= C::kMaskTaps) {
+    conv_fprop_pipe<C, kGatherMask>(p);
+  } else {
+    conv_fprop_pipe<C, kGatherCompare>(p);
+  }
+}
+
 // Sums the split-K partial tiles of wgrad in split order (deterministic):
 // out[i] = sum_s ws[s][i] for i < n, and bias_out[i] = sum_s bias_ws[s][i]
 // for i < m when bias_ws is non-zero.
@@ -688,6 +1097,18 @@ __device__ __forceinline__ void transpose_weights(const WeightTParams& p) {
 extern "C" {
 __global__ void __launch_bounds__(256, 1) conv_fprop_f32(stheno::ConvGemmParams p) {
   stheno::conv_gemm<float, stheno::kFprop>(p);
+}
+// Two blocks per SM: at most 128 registers.
+__global__ void __launch_bounds__(256, 2) conv_fprop_f32_v2(stheno::ConvGemmParams p) {
+  stheno::conv_fprop_pipe<stheno::FpropV2>(p);
+}
+// One block per SM: up to 255 registers, 128 of them accumulators.
+__global__ void __launch_bounds__(256, 1) conv_fprop_f32_v3(stheno::ConvGemmParams p) {
+  stheno::conv_fprop_pipe<stheno::FpropV3>(p);
+}
+// 128 threads, two blocks per SM: up to 255 registers.
+__global__ void __launch_bounds__(128, 2) conv_fprop_f32_v4(stheno::ConvGemmParams p) {
+  stheno::conv_fprop_pipe<stheno::FpropV4>(p);
 }
 __global__ void __launch_bounds__(256, 1) conv_dgrad_f32(stheno::ConvGemmParams p) {
   stheno::conv_gemm<float, stheno::kDgrad>(p);

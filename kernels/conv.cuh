@@ -111,6 +111,20 @@ __device__ __forceinline__ uint32_t to_tf32(float x) {
 #endif
 }
 
+// x rounded to TF32 as the tensor cores read it: the MMA truncates its
+// operands to TF32, so adding half a TF32 ulp to the magnitude (ties away
+// from zero) and leaving the low bits for the MMA to drop gives it exactly
+// to_tf32(x), in two instructions instead of three: there is no single
+// instruction for cvt.rna.tf32 on sm_80/sm_90, and ptxas expands it to an
+// Inf/NaN test, this add and a mask. Inf and NaN are left as they are (an
+// add could carry a NaN's mantissa into its sign). CUTLASS's
+// round_half_ulp_truncate.
+__device__ __forceinline__ uint32_t to_tf32_for_mma(float x) {
+  uint32_t u = float_to_bits(x);
+  if (fabsf(x) < INFINITY) u += 0x1000u;
+  return u;
+}
+
 // d += a*b on the tensor cores for one warp: A 16x8 (row), B 8x8 (col), TF32
 // operands, FP32 accumulation. Fragments as the PTX ISA lays them out, with
 // g = lane/4 and t = lane%4: a = {A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]},
@@ -122,6 +136,66 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
   asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// Asynchronous copies from global to shared memory (sm_80 cp.async): the
+// data goes to shared memory without passing through registers, so a
+// pipeline of several stages costs no staging registers. src_bytes below
+// the copy's size fills the rest with zeros: 0 zero-fills the whole
+// destination and reads nothing, which is how the gathers pad outside the
+// image. A thread's copies are grouped by cp_async_commit; cp_async_wait<N>
+// waits until at most N of its groups are still in flight (its own copies
+// only: a barrier must follow before other threads read them).
+__device__ __forceinline__ void cp_async4(void* smem_dst, const void* src, int src_bytes) {
+#ifdef STHENO_EMULATE
+  emu_cp_async(smem_dst, src, 4, src_bytes);
+#else
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+
+// 16 bytes, both addresses 16-byte aligned; .cg: through L2 only.
+__device__ __forceinline__ void cp_async16(void* smem_dst, const void* src, int src_bytes) {
+#ifdef STHENO_EMULATE
+  emu_cp_async(smem_dst, src, 16, src_bytes);
+#else
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(smem_dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(src_bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+#ifdef STHENO_EMULATE
+  emu_cp_async_commit();
+#else
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#ifdef STHENO_EMULATE
+  emu_cp_async_wait(N);
+#else
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+#endif
+}
+
+// ldmatrix .x4 of 32-bit elements: lanes 8j..8j+7 give the addresses of the
+// 16-byte rows of matrix j (8 rows of 4 words); lane l receives word l%4 of
+// row l/4 of matrix j in r[j]. For an m16k8 TF32 A fragment at As[m][k],
+// matrices (rows 0-7, k 0-3), (8-15, 0-3), (0-7, 4-7), (8-15, 4-7) give
+// exactly mma_tf32's a[0..3]: one instruction instead of four loads.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_row) {
+#ifdef STHENO_EMULATE
+  emu_ldmatrix_x4(r, smem_row);
+#else
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
 #endif
 }
 

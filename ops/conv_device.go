@@ -135,6 +135,103 @@ func (t convTile) smemBytes(mode int) int {
 	return main
 }
 
+// The float32 forward kernels of conv.cu: conv_gemm's register-staged loop
+// (v1), and the cp.async pipelines of conv_fprop_pipe: v2 (v1's 128x128
+// tile and warps of 64x32, two blocks per SM), v3 (256x128, warps of
+// 64x64, one block per SM) and v4 (128x128, four warps of 64x64, two blocks
+// per SM). All four compute the same results, bit for bit; convKernel
+// chooses.
+const (
+	convFpropF32V1 = "conv_fprop_f32"
+	convFpropF32V2 = "conv_fprop_f32_v2"
+	convFpropF32V3 = "conv_fprop_f32_v3"
+	convFpropF32V4 = "conv_fprop_f32_v4"
+)
+
+// convFpropKernelOverride, when set (by tests and benchmarks that compare
+// them), names the float32 forward kernel; it must fit the launch.
+var convFpropKernelOverride string
+
+// The shared memory of the pipelined kernels, FpropPipe::kSmemBytes in
+// conv.cu (which pins them): stages of the A and B tiles (or the C tile
+// over them), then a ring of four k-tiles' row tables of 16 bytes a row. B
+// and C rows are convTileF32's; A's rows are bm.
+func convFpropPipeSmemBytes(bm, stages int) int {
+	t := convTileF32
+	pipe := stages * (bm*(t.bk+t.padA) + t.bk*(t.bn+t.padB)) * t.elem
+	c := bm * (t.bn + t.padC) * t.elem
+	return (max(pipe, c)+15)/16*16 + 4*t.bk*16
+}
+
+var (
+	convFpropV2Smem = convFpropPipeSmemBytes(128, 3)
+	convFpropV3Smem = convFpropPipeSmemBytes(256, 4)
+	convFpropV4Smem = convFpropPipeSmemBytes(128, 3)
+)
+
+// convFpropPipeFits reports whether the pipelined kernels can run the
+// forward GEMM of args: they add their offsets into x in 32-bit ints,
+// whose sums, column part plus row part, stay below (N+1)*Cin*H*W.
+func convFpropPipeFits(args convGemmArgs) bool {
+	return int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W) <= math.MaxInt32
+}
+
+// convKernelChoice is a GEMM's kernel, its dynamic shared memory, the rows
+// of its block tile (the columns are convTileFor(dt).bn for all) and its
+// threads per block.
+type convKernelChoice struct {
+	name              string
+	smem, bm, threads int
+}
+
+// convKernel chooses the kernel of a GEMM on a GPU of sms SMs that lets a
+// block opt in to optIn bytes of shared memory. For float32 forward GEMMs
+// (a guess from counting instructions and shared-memory traffic, to be
+// settled by BenchmarkGPUConvFpropVariants): v4, whose warp tiles read a
+// third less shared memory per MMA than v2's, where its grid gives every
+// SM a block; else v2, whose blocks have twice the warps to hide latency
+// with; v1 only where the others' offsets do not fit. v3 only by override.
+func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, sms, optIn int) (convKernelChoice, error) {
+	t := convTileFor(dt)
+	generic := convKernelChoice{"conv_" + convModeNames[mode] + "_" + dtypeSuffix(dt), t.smemBytes(mode), t.bm, t.threads}
+	if dt != tensor.Float32 || mode != convFprop {
+		return generic, nil
+	}
+	v2 := convKernelChoice{convFpropF32V2, convFpropV2Smem, 128, 256}
+	v3 := convKernelChoice{convFpropF32V3, convFpropV3Smem, 256, 256}
+	v4 := convKernelChoice{convFpropF32V4, convFpropV4Smem, 128, 128}
+	fits := convFpropPipeFits(args)
+	var want convKernelChoice
+	switch convFpropKernelOverride {
+	case "":
+		switch {
+		case !fits:
+			return generic, nil
+		case ceilDiv(int(args.M), 128)*ceilDiv(int(args.NCols), t.bn) >= sms:
+			return v4, nil
+		}
+		return v2, nil
+	case convFpropF32V1:
+		return generic, nil
+	case convFpropF32V2:
+		want = v2
+	case convFpropF32V3:
+		want = v3
+	case convFpropF32V4:
+		want = v4
+	default:
+		return convKernelChoice{}, fmt.Errorf("no float32 forward kernel %q", convFpropKernelOverride)
+	}
+	if !fits {
+		return convKernelChoice{}, fmt.Errorf("%s: (N+1)*Cin*H*W = %d exceeds its 32-bit offsets", want.name,
+			int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W))
+	}
+	if want.smem > optIn {
+		return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", want.name, want.smem, optIn)
+	}
+	return want, nil
+}
+
 // gemmArgs fills the geometry of the convolution; the caller sets the
 // operands and the GEMM.
 func (s convShape) gemmArgs() convGemmArgs {
@@ -178,21 +275,28 @@ func (s convShape) checkDeviceSizes(op string) error {
 	return nil
 }
 
-// launchConvGemm queues conv_<mode>_<dtype> for args (operands, GEMM sizes
-// and divisors set) in splits splits of the reduction (1 but for wgrad).
+// launchConvGemm queues the kernel convKernel chooses (conv_<mode>_<dtype>,
+// or for float32 forward GEMMs conv_fprop_f32_v2, _v3 or _v4) for args
+// (operands, GEMM sizes and divisors set) in splits splits of the
+// reduction (1 but for wgrad).
 func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, args convGemmArgs, splits int) error {
 	t := convTileFor(dt)
-	k, err := dev.Kernel("conv", "conv_"+convModeNames[mode]+"_"+dtypeSuffix(dt))
+	byDefault, optIn := dev.MaxSharedMemory()
+	choice, err := convKernel(dt, mode, args, dev.SMCount(), optIn)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	smem := t.smemBytes(mode)
-	if byDefault, _ := dev.MaxSharedMemory(); smem > byDefault {
+	k, err := dev.Kernel("conv", choice.name)
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	smem := choice.smem
+	if smem > byDefault {
 		if err := k.SetMaxDynamicSharedMemory(smem); err != nil {
 			return fmt.Errorf("ops: %s: %w", op, err)
 		}
 	}
-	tilesM := ceilDiv(int(args.M), t.bm)
+	tilesM := ceilDiv(int(args.M), choice.bm)
 	tiles := tilesM * ceilDiv(int(args.NCols), t.bn)
 	kTiles := ceilDiv(int(args.K), t.bk)
 	if tiles > math.MaxInt32 || splits > 65535 {
@@ -202,7 +306,7 @@ func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, a
 	args.KTilesPerSplit = int32(ceilDiv(kTiles, splits))
 	cfg := backend.LaunchConfig{
 		Grid:      backend.Dim3{X: uint32(tiles), Y: 1, Z: uint32(splits)},
-		Block:     backend.Dim3{X: uint32(t.threads), Y: 1, Z: 1},
+		Block:     backend.Dim3{X: uint32(choice.threads), Y: 1, Z: 1},
 		SharedMem: uint32(smem),
 	}
 	if err := backend.Launch(k, cfg, args); err != nil {

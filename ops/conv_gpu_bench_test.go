@@ -171,3 +171,47 @@ func BenchmarkGPUConv(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGPUConvFpropVariants times the float32 forward kernels
+// (convFpropKernelOverride: v1 to v4) on TARGETS.md's shapes: Conv with bias and
+// ReLU, forward only, as BenchmarkGPUConv's pass=fwd, timed the same way.
+// Names are benchstat-friendly: .../case=fpn_p2_3x3/kernel=v2.
+func BenchmarkGPUConvFpropVariants(b *testing.B) {
+	dev := gpu(b)
+	dt := tensor.Float32
+	defer func() { convFpropKernelOverride = "" }()
+	for ci, c := range convTargetCases {
+		rng := rand.New(rand.NewPCG(uint64(ci), 11))
+		conv := convGPUCase{name: c.name, xs: c.xs, ws: c.ws, cfg: c.cfg}
+		s := conv.shape(b, dt, true, true)
+		p := s.p
+		flops := 2 * float64(p.N*p.Cout*p.OutH*p.OutW) * float64(p.Cin*p.KH*p.KW)
+		dev1 := func(lo, hi float64, shape ...int) *tensor.Dense {
+			return toDev(b, dev, randTensor(rng, dt, lo, hi, shape...))
+		}
+		x, w, bias := dev1(-1, 1, s.xShape()...), dev1(-0.05, 0.05, s.wShape()...), dev1(-0.1, 0.1, p.Cout)
+		fwd := &convOp{s}
+		y, err := fwd.Do(x, w, bias)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range []struct{ short, name string }{{"v1", convFpropF32V1}, {"v2", convFpropF32V2}, {"v3", convFpropF32V3}, {"v4", convFpropF32V4}} {
+			b.Run(fmt.Sprintf("case=%s/kernel=%s", c.name, k.short), func(b *testing.B) {
+				if _, optIn := dev.MaxSharedMemory(); k.name == convFpropF32V3 && optIn < convFpropV3Smem {
+					b.Skipf("%s needs %d bytes of shared memory per block; this GPU allows %d", k.name, convFpropV3Smem, optIn)
+				}
+				convFpropKernelOverride = k.name
+				defer func() { convFpropKernelOverride = "" }()
+				convBenchLoop(b, dev, flops, func() error {
+					_, err := fwd.UsePreallocDo(y, x, w, bias)
+					return err
+				})
+			})
+		}
+		for _, v := range []G.Value{x, w, bias, y} {
+			if err := dev.FreeDense(v.(*tensor.Dense)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

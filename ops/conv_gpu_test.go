@@ -63,23 +63,68 @@ func TestConvSharedMemoryMirrorsKernels(t *testing.T) {
 			t.Errorf("%+v mode %s: %d bytes, conv.cu has %d", c.tile, convModeNames[c.mode], got, c.want)
 		}
 	}
+	if convFpropV2Smem != 109568 || convFpropV3Smem != 219136 || convFpropV4Smem != 109568 {
+		t.Errorf("conv_fprop_f32_v2, _v3, _v4: %d, %d, %d bytes; conv.cu has 109568, 219136, 109568",
+			convFpropV2Smem, convFpropV3Smem, convFpropV4Smem)
+	}
 }
 
-func TestConvWgradSplits(t *testing.T) {
+// convKernel chooses, for float32 forward GEMMs, v4 where its grid gives
+// every SM a block, v2 elsewhere, v1 only where the others' offsets do not
+// fit, unless convFpropKernelOverride says otherwise; and conv_gemm's
+// kernels for everything else.
+func TestConvKernelChoice(t *testing.T) {
+	defer func() { convFpropKernelOverride = "" }()
+	const sms, hopper, ampere = 132, 232448, 166912
+	gemm := func(n, cin, h, w, m, ncols int) convGemmArgs {
+		return convGemmArgs{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), NCols: int32(ncols)}
+	}
+	fpn := gemm(2, 256, 200, 336, 256, 2*200*336)   // 2100 tiles: v4
+	c3 := gemm(8, 128, 56, 56, 128, 8*56*56)        // 196 tiles: v4
+	c4 := gemm(8, 1024, 28, 28, 256, 8*28*28)       // 98 tiles, fewer than SMs: v2
+	huge := gemm(64, 256, 400, 400, 64, 64*400*400) // (N+1)*Cin*H*W > 2^31: v1
+	v1 := convKernelChoice{convFpropF32V1, 71680, 128, 256}
+	v2 := convKernelChoice{convFpropF32V2, 109568, 128, 256}
+	v3 := convKernelChoice{convFpropF32V3, 219136, 256, 256}
+	v4 := convKernelChoice{convFpropF32V4, 109568, 128, 128}
+	f64 := convKernelChoice{"conv_fprop_f64", 34048, 64, 256}
 	for _, c := range []struct {
-		name                         string
-		tiles, kTiles, sms, outBytes int
-		lo, hi                       int
+		override string
+		dt       tensor.Dtype
+		mode     int
+		args     convGemmArgs
+		optIn    int
+		want     convKernelChoice // zero: an error
 	}{
-		{"one k-tile", 4, 1, 132, 1 << 10, 1, 1},
-		{"tiles fill whole waves", 264, 100, 132, 1 << 20, 1, 1},
-		// fpn_p2_3x3: 2x18 tiles, 134400/32 k-tiles: fill the 132 SMs.
-		{"fpn_p2_3x3", 36, 4200, 132, 256 * 2304 * 4, 4, 64},
-		{"resnet_c3_3x3", 9, 784, 132, 128 * 1152 * 4, 8, 64},
+		{"", tensor.Float32, convFprop, fpn, hopper, v4},
+		{"", tensor.Float32, convFprop, fpn, ampere, v4},
+		{"", tensor.Float32, convFprop, c3, hopper, v4},
+		{"", tensor.Float32, convFprop, c4, hopper, v2},
+		{"", tensor.Float32, convFprop, huge, hopper, v1},
+		{"", tensor.Float32, convDgrad, fpn, hopper, convKernelChoice{"conv_dgrad_f32", 71680, 128, 256}},
+		{"", tensor.Float32, convWgrad, fpn, hopper, convKernelChoice{"conv_wgrad_f32", 75776, 128, 256}},
+		{"", tensor.Float64, convFprop, fpn, hopper, f64},
+		{convFpropF32V1, tensor.Float32, convFprop, fpn, hopper, v1},
+		{convFpropF32V2, tensor.Float32, convFprop, fpn, hopper, v2},
+		{convFpropF32V3, tensor.Float32, convFprop, c3, hopper, v3},
+		{convFpropF32V4, tensor.Float32, convFprop, c4, hopper, v4},
+		{convFpropF32V2, tensor.Float64, convFprop, fpn, hopper, f64},
+		{convFpropF32V2, tensor.Float32, convFprop, huge, hopper, convKernelChoice{}},
+		{convFpropF32V4, tensor.Float32, convFprop, huge, hopper, convKernelChoice{}},
+		{convFpropF32V3, tensor.Float32, convFprop, fpn, ampere, convKernelChoice{}},
+		{"conv_fprop_f32_v9", tensor.Float32, convFprop, fpn, hopper, convKernelChoice{}},
 	} {
-		s := wgradSplits(c.tiles, c.kTiles, c.sms, c.outBytes)
-		if s < c.lo || s > c.hi || s > c.kTiles {
-			t.Errorf("%s: %d splits, want %d..%d", c.name, s, c.lo, c.hi)
+		convFpropKernelOverride = c.override
+		got, err := convKernel(c.dt, c.mode, c.args, sms, c.optIn)
+		what := fmt.Sprintf("override %q, %v %s, %+v, opt-in %d", c.override, c.dt, convModeNames[c.mode], c.args, c.optIn)
+		if c.want == (convKernelChoice{}) {
+			if err == nil {
+				t.Errorf("%s: got %+v, want an error", what, got)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s: got %+v, %v; want %+v", what, got, err, c.want)
 		}
 	}
 }
@@ -259,6 +304,133 @@ func TestGPUConvParity(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// convFpropVariantCases are convGPUCases and cases that take the other
+// paths of the pipelined kernels: weights copied 16 bytes at a time (K a
+// multiple of 4) over several k-tiles, a 7x7 filter (49 taps: bounds by
+// compares, not tap masks) with K a multiple of 4, two tiles of v3's 256
+// rows (three of the others' 128), and pointwise gathers (1x1, stride 1, images of a multiple of 4
+// pixels: 16-byte copies of x).
+var convFpropVariantCases = append(convGPUCases[:len(convGPUCases):len(convGPUCases)],
+	convGPUCase{"1x1 stride 2, K=64", []int{3, 64, 11, 13}, []int{40, 64, 1, 1}, ConvConfig{Stride: [2]int{2, 2}}},
+	convGPUCase{"5x5 pad 2, K=100", []int{1, 4, 7, 13}, []int{9, 4, 5, 5}, ConvConfig{Pad: [2]int{2, 2}}},
+	convGPUCase{"7x7 stride 2 pad 3, K=196", []int{2, 4, 23, 21}, []int{8, 4, 7, 7}, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{3, 3}}},
+	convGPUCase{"3x3 pad 1, 2x3 tiles, K=288", []int{2, 32, 13, 11}, []int{200, 32, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+	convGPUCase{"3x3 pad 1, 300 channels, K=72", []int{1, 8, 12, 13}, []int{300, 8, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+	convGPUCase{"1x1 pointwise, K=12", []int{2, 12, 6, 10}, []int{20, 12, 1, 1}, ConvConfig{}},
+	convGPUCase{"1x1 pointwise, K=9, 2 row tiles", []int{3, 9, 8, 8}, []int{140, 9, 1, 1}, ConvConfig{}},
+)
+
+// The float32 forward kernels (convFpropKernelOverride): each against the
+// CPU twin through the op, as TestGPUConvParity does; then v2, v4 and v3
+// against v1 with every part of the epilogue (scale, shift, residual, ReLU
+// and the BatchNorm statistics): each output is the same sum of products
+// of the same TF32 operands in the same order in all four, so they must
+// agree bit for bit.
+func TestGPUConvFpropVariants(t *testing.T) {
+	dev := gpu(t)
+	defer func() { convFpropKernelOverride = "" }()
+	dt := tensor.Float32
+	kernels := []string{convFpropF32V1, convFpropF32V2, convFpropF32V4, convFpropF32V3}
+	if _, optIn := dev.MaxSharedMemory(); optIn < convFpropV3Smem {
+		t.Logf("%s needs %d bytes of shared memory per block, this GPU allows %d: not tested", convFpropF32V3, convFpropV3Smem, optIn)
+		kernels = kernels[:3]
+	}
+	for ci, c := range convFpropVariantCases {
+		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
+		for _, kernel := range kernels {
+			for _, exact := range []bool{false, true} {
+				for _, variant := range []struct {
+					bias, relu bool
+				}{{true, true}, {false, false}} {
+					name := fmt.Sprintf("%s/%s/bias=%t/relu=%t/exact=%t", kernel, c.name, variant.bias, variant.relu, exact)
+					t.Run(name, func(t *testing.T) {
+						convFpropKernelOverride = kernel
+						rng := rand.New(rand.NewPCG(uint64(ci), 8))
+						s := c.shape(t, dt, variant.bias, variant.relu)
+						draw := func(lo, hi float64, shape ...int) *tensor.Dense {
+							if exact {
+								return intTensor(rng, dt, int(lo*2), int(hi*2), shape...)
+							}
+							return randTensor(rng, dt, lo, hi, shape...)
+						}
+						x := draw(-1, 1, s.xShape()...)
+						w := draw(-0.5, 0.5, s.wShape()...)
+						if bigK && !exact {
+							w = draw(-0.25, 0.25, s.wShape()...) // keep the result's size near 1
+						}
+						in := []*tensor.Dense{x, w}
+						if variant.bias {
+							in = append(in, draw(-0.5, 0.5, s.bShape()...))
+						}
+						gemm, _ := convTols(dt, exact)
+						parityBy(t, dev, &convOp{s}, []segment{{tol: gemm}}, in...)
+					})
+				}
+			}
+		}
+		t.Run("same-bits-as-v1/"+c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(ci), 9))
+			s := c.shape(t, dt, false, true)
+			p := s.p
+			ptr := func(d *tensor.Dense) backend.DevicePtr {
+				t.Helper()
+				pp, err := dev.Ptr(toDev(t, dev, d))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return pp
+			}
+			args := s.gemmArgs()
+			args.A = ptr(randTensor(rng, dt, -0.25, 0.25, s.wShape()...))
+			args.B = ptr(randTensor(rng, dt, -1, 1, s.xShape()...))
+			args.Scale = ptr(randTensor(rng, dt, 0.5, 1.5, p.Cout))
+			args.Shift = ptr(randTensor(rng, dt, -0.5, 0.5, p.Cout))
+			args.Residual = ptr(randTensor(rng, dt, -1, 1, s.yShape()...))
+			args.ReLU = 1
+			args.M, args.NCols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
+			args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
+			slots := ceilDiv(int(args.NCols), convTileF32.bn)
+			y := make([][]float64, len(kernels))
+			stats := make([][]float64, len(kernels))
+			for i, kernel := range kernels {
+				convFpropKernelOverride = kernel
+				yd := toDev(t, dev, fromFloat64s(dt, filled(s.yShape().TotalSize(), math.NaN()), s.yShape()...))
+				sd := toDev(t, dev, fromFloat64s(tensor.Float64, filled(slots*p.Cout*bnRecForward, math.NaN()), slots*p.Cout*bnRecForward))
+				var err error
+				if args.Out, err = dev.Ptr(yd); err != nil {
+					t.Fatal(err)
+				}
+				if args.Stats, err = dev.Ptr(sd); err != nil {
+					t.Fatal(err)
+				}
+				if err := launchConvGemm("test", dev, dt, convFprop, args, 1); err != nil {
+					t.Fatal(err)
+				}
+				y[i], stats[i] = fromDev(t, dev, yd), fromDev(t, dev, sd)
+			}
+			for k := 1; k < len(kernels); k++ {
+				for _, o := range []struct {
+					what   string
+					v1, vk []float64
+				}{{"y", y[0], y[k]}, {"statistics", stats[0], stats[k]}} {
+					bad := 0
+					for i := range o.v1 {
+						if math.Float64bits(o.v1[i]) != math.Float64bits(o.vk[i]) || math.IsNaN(o.vk[i]) {
+							if bad < 5 {
+								t.Errorf("%s[%d]: %s %v, %s %v", o.what, i, kernels[k], o.vk[i], kernels[0], o.v1[i])
+							}
+							bad++
+						}
+					}
+					if bad > 0 {
+						t.Errorf("%s: %d of %d values differ between %s and %s (or are NaN)", o.what, bad, len(o.v1), kernels[k], kernels[0])
+					}
+				}
+			}
+		})
 	}
 }
 
