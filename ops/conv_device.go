@@ -184,14 +184,15 @@ type convKernelChoice struct {
 	smem, bm, threads int
 }
 
-// convKernel chooses the kernel of a GEMM on a GPU of sms SMs that lets a
-// block opt in to optIn bytes of shared memory. For float32 forward GEMMs
-// (a guess from counting instructions and shared-memory traffic, to be
-// settled by BenchmarkGPUConvFpropVariants): v4, whose warp tiles read a
-// third less shared memory per MMA than v2's, where its grid gives every
-// SM a block; else v2, whose blocks have twice the warps to hide latency
-// with; v1 only where the others' offsets do not fit. v3 only by override.
-func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, sms, optIn int) (convKernelChoice, error) {
+// convKernel chooses the kernel of a GEMM on a GPU that lets a block opt in
+// to optIn bytes of shared memory. For float32 forward GEMMs:
+// v2, and v1 only where v2's offsets do not fit. Measured on an H200
+// (BenchmarkGPUConvFpropVariants, TARGETS.md cases): v2 0.096 / 1.331 /
+// 0.048 ms on resnet_c3_3x3 / fpn_p2_3x3 / resnet_c4_1x1; v4, whose warp
+// tiles read a third less shared memory per MMA, 0.096 / 1.332 / 0.055;
+// v3 0.168 / 1.338 / 0.078; v1 0.214 / 3.260 / 0.098. v3 and v4 only by
+// override.
+func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, optIn int) (convKernelChoice, error) {
 	t := convTileFor(dt)
 	generic := convKernelChoice{"conv_" + convModeNames[mode] + "_" + dtypeSuffix(dt), t.smemBytes(mode), t.bm, t.threads}
 	if dt != tensor.Float32 || mode != convFprop {
@@ -204,11 +205,8 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, sms, optIn int) (c
 	var want convKernelChoice
 	switch convFpropKernelOverride {
 	case "":
-		switch {
-		case !fits:
+		if !fits {
 			return generic, nil
-		case ceilDiv(int(args.M), 128)*ceilDiv(int(args.NCols), t.bn) >= sms:
-			return v4, nil
 		}
 		return v2, nil
 	case convFpropF32V1:
@@ -282,7 +280,7 @@ func (s convShape) checkDeviceSizes(op string) error {
 func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, args convGemmArgs, splits int) error {
 	t := convTileFor(dt)
 	byDefault, optIn := dev.MaxSharedMemory()
-	choice, err := convKernel(dt, mode, args, dev.SMCount(), optIn)
+	choice, err := convKernel(dt, mode, args, optIn)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}

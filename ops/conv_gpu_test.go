@@ -75,13 +75,13 @@ func TestConvSharedMemoryMirrorsKernels(t *testing.T) {
 // kernels for everything else.
 func TestConvKernelChoice(t *testing.T) {
 	defer func() { convFpropKernelOverride = "" }()
-	const sms, hopper, ampere = 132, 232448, 166912
+	const hopper, ampere = 232448, 166912
 	gemm := func(n, cin, h, w, m, ncols int) convGemmArgs {
 		return convGemmArgs{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), NCols: int32(ncols)}
 	}
-	fpn := gemm(2, 256, 200, 336, 256, 2*200*336)   // 2100 tiles: v4
-	c3 := gemm(8, 128, 56, 56, 128, 8*56*56)        // 196 tiles: v4
-	c4 := gemm(8, 1024, 28, 28, 256, 8*28*28)       // 98 tiles, fewer than SMs: v2
+	fpn := gemm(2, 256, 200, 336, 256, 2*200*336)
+	c3 := gemm(8, 128, 56, 56, 128, 8*56*56)
+	c4 := gemm(8, 1024, 28, 28, 256, 8*28*28)
 	huge := gemm(64, 256, 400, 400, 64, 64*400*400) // (N+1)*Cin*H*W > 2^31: v1
 	v1 := convKernelChoice{convFpropF32V1, 71680, 128, 256}
 	v2 := convKernelChoice{convFpropF32V2, 109568, 128, 256}
@@ -96,9 +96,9 @@ func TestConvKernelChoice(t *testing.T) {
 		optIn    int
 		want     convKernelChoice // zero: an error
 	}{
-		{"", tensor.Float32, convFprop, fpn, hopper, v4},
-		{"", tensor.Float32, convFprop, fpn, ampere, v4},
-		{"", tensor.Float32, convFprop, c3, hopper, v4},
+		{"", tensor.Float32, convFprop, fpn, hopper, v2},
+		{"", tensor.Float32, convFprop, fpn, ampere, v2},
+		{"", tensor.Float32, convFprop, c3, hopper, v2},
 		{"", tensor.Float32, convFprop, c4, hopper, v2},
 		{"", tensor.Float32, convFprop, huge, hopper, v1},
 		{"", tensor.Float32, convDgrad, fpn, hopper, convKernelChoice{"conv_dgrad_f32", 71680, 128, 256}},
@@ -115,7 +115,7 @@ func TestConvKernelChoice(t *testing.T) {
 		{"conv_fprop_f32_v9", tensor.Float32, convFprop, fpn, hopper, convKernelChoice{}},
 	} {
 		convFpropKernelOverride = c.override
-		got, err := convKernel(c.dt, c.mode, c.args, sms, c.optIn)
+		got, err := convKernel(c.dt, c.mode, c.args, c.optIn)
 		what := fmt.Sprintf("override %q, %v %s, %+v, opt-in %d", c.override, c.dt, convModeNames[c.mode], c.args, c.optIn)
 		if c.want == (convKernelChoice{}) {
 			if err == nil {
