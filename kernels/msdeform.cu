@@ -193,6 +193,19 @@ __device__ void msdeform_forward(const MSDeformParams& p) {
   }
 }
 
+// One channel's terms of a point's gradients, added to *dw (of the
+// attention weight: g times the sample) and *dx, *dy (tx and ty times
+// d(sample)/dx and /dy, in pixels, corners outside the map being 0). v holds
+// the four corners' values of the channel, 0 outside.
+template <typename T>
+__device__ __forceinline__ void channel_grads(const Taps<T>& t, const T (&v)[4], T g, T tx, T ty, T* dw, T* dx,
+                                              T* dy) {
+  const T hy = T(1) - t.ly, hx = T(1) - t.lx;
+  *dw += g * (t.w[0] * v[0] + t.w[1] * v[1] + t.w[2] * v[2] + t.w[3] * v[3]);
+  *dx += tx * (hy * (v[1] - v[0]) + t.ly * (v[3] - v[2]));
+  *dy += ty * (hx * (v[2] - v[0]) + t.lx * (v[3] - v[1]));
+}
+
 template <typename T, int U, bool kHeads>
 __device__ void msdeform_backward(const MSDeformParams& p) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -239,12 +252,8 @@ __device__ void msdeform_backward(const MSDeformParams& p) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           if (!ok[u]) continue;
-          const T hy = T(1) - t[u].ly, hx = T(1) - t[u].lx;
           const T tg = g * a[u];
-          dw[u] += g * (t[u].w[0] * v[u][0] + t[u].w[1] * v[u][1] + t[u].w[2] * v[u][2] + t[u].w[3] * v[u][3]);
-          // d(sample)/dx and /dy of the bilinear form, corners outside being 0.
-          dx[u] += tg * (hy * (v[u][1] - v[u][0]) + t[u].ly * (v[u][3] - v[u][2]));
-          dy[u] += tg * (hx * (v[u][2] - v[u][0]) + t[u].lx * (v[u][3] - v[u][1]));
+          channel_grads(t[u], v[u], g, tg, tg, &dw[u], &dx[u], &dy[u]);
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
             if (t[u].in[c]) atomicAdd(gvalue + base_off + d + t[u].off[c] * pix_stride, t[u].w[c] * tg);
@@ -265,6 +274,138 @@ __device__ void msdeform_backward(const MSDeformParams& p) {
         }
       }
     }
+  }
+}
+
+// How many times a reduce-scatter of kV values over kG lanes can halve the
+// values: while kV is even and lanes are left to split them over.
+constexpr int scatter_halvings(int v, int g) {
+  int h = 0;
+  for (; g > 1 && v % 2 == 0; v /= 2, g /= 2) ++h;
+  return h;
+}
+
+// Sums v over the kG lanes of a group (lane: the lane's index in the group)
+// and scatters the result: with H = scatter_halvings(kV, kG), afterwards v[0,
+// kV >> H) holds elements [b*(kV >> H), (b+1)*(kV >> H)) of the sum, where b =
+// lane / (kG >> H); the kG >> H consecutive lanes of one b hold the same
+// sums. Each halving step sends half of the lane's values to the partner
+// that keeps them and receives the half it keeps: kV/2 + kV/4 + ...
+// shuffles in all (then a butterfly of kV >> H values for each remaining
+// lane bit), against kV*log2(kG) for a butterfly of every value. All 32
+// lanes of the warp must call it (groups tile warps exactly).
+template <typename T, int kV, int kG, int kStep = 0>
+__device__ __forceinline__ void group_reduce_scatter(T (&v)[kV], int lane) {
+  if constexpr (kStep < scatter_halvings(kV, kG)) {
+    // Halving step kStep over lane bit kO: v[0, kN) holds the lane's values.
+    constexpr int kO = kG >> (kStep + 1), kN = kV >> kStep, kHalf = kN / 2;
+    const bool upper = (lane & kO) != 0;  // keeps the upper half
+#pragma unroll
+    for (int j = 0; j < kHalf; ++j) {
+      const T send = upper ? v[j] : v[j + kHalf];
+      const T keep = upper ? v[j + kHalf] : v[j];
+      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kO);
+    }
+    group_reduce_scatter<T, kV, kG, kStep + 1>(v, lane);
+  } else {
+#pragma unroll
+    for (int o = (kG >> kStep) >> 1; o > 0; o >>= 1) {
+#pragma unroll
+      for (int j = 0; j < (kV >> kStep); ++j) v[j] += __shfl_xor_sync(0xffffffffu, v[j], o);
+    }
+  }
+}
+
+// Backward with the channel sums reduce-scattered: one channel per lane
+// (coalesced atomics) and per-lane taps as in msdeform_backward, but a lane
+// keeps its partial sums of the weight and location gradients of kK points
+// at once (3*kK registers) and the group reduces them together with
+// group_reduce_scatter, about 3 shuffles per point for kK = 16 and 32 lanes
+// instead of 15. The lanes left holding a point's sums write them: a few
+// coalesced stores per kK points instead of three single-lane stores per
+// point. kG is the group size (p.group).
+template <typename T, int kK, int kG, bool kHeads>
+__device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformParams& p) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t groups = static_cast<int64_t>(p.n) * p.lq * p.m;
+  // Lanes past the end stay to take part in the shuffles, doing no memory work.
+  const bool valid = tid / kG < groups;
+  const int64_t gid = valid ? tid / kG : groups - 1;
+  const int lane = static_cast<int>(tid % kG);
+  const Query qr = query_of<kHeads>(p, gid);
+  const int lp = p.l * p.p;
+  const T* loc = reinterpret_cast<const T*>(p.loc) + qr.qm * lp * 2;
+  const T* wgt = reinterpret_cast<const T*>(p.weight) + qr.qm * lp;
+  const T* gout = reinterpret_cast<const T*>(p.grad_out) + qr.qm * p.d;
+  const T* value = reinterpret_cast<const T*>(p.value);
+  T* gvalue = reinterpret_cast<T*>(p.grad_value);
+  T* gloc = reinterpret_cast<T*>(p.grad_loc) + qr.qm * lp * 2;
+  T* gwgt = reinterpret_cast<T*>(p.grad_weight) + qr.qm * lp;
+  const int64_t pix_stride = static_cast<int64_t>(p.m) * p.d;
+  // Channel 0 of pixel 0 of this image and head.
+  const int64_t head0 = static_cast<int64_t>(qr.n) * p.s * pix_stride + static_cast<int64_t>(qr.m) * p.d;
+  // Every lane of the warp runs the same chunks (lp is the launch's), so the
+  // shuffles below are convergent.
+  for (int i0 = 0; i0 < lp; i0 += kK) {
+    // acc[3k], acc[3k+1], acc[3k+2]: this lane's share of the weight, x and
+    // y location gradients of point i0 + k.
+    T acc[3 * kK];
+#pragma unroll
+    for (int j = 0; j < 3 * kK; ++j) acc[j] = T(0);
+    const int l0 = i0 / p.p, pt0 = i0 - l0 * p.p;
+    for (int d = valid ? lane : p.d; d < p.d; d += kG) {
+      const T g = __ldg(gout + d);
+      int l = l0, pt = pt0;
+#pragma unroll
+      for (int k = 0; k < kK; ++k) {
+        const int i = i0 + k;
+        Taps<T> t;
+        Level lv;
+        // The same for every lane of the group.
+        if (i < lp && (lv = level_of(p, l), level_taps(loc + 2 * i, lv, &t))) {
+          const T a = __ldg(wgt + i);
+          const T* vbase = value + head0 + static_cast<int64_t>(lv.start) * pix_stride + d;
+          T v[4];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) v[c] = t.in[c] ? __ldg(vbase + t.off[c] * pix_stride) : T(0);
+          const T tg = g * a;
+          // x = loc_x*W - 0.5, so d/dloc_x = W * d/dx.
+          channel_grads(t, v, g, tg * static_cast<T>(lv.w), tg * static_cast<T>(lv.h), &acc[3 * k], &acc[3 * k + 1],
+                        &acc[3 * k + 2]);
+          T* gbase = gvalue + head0 + static_cast<int64_t>(lv.start) * pix_stride + d;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            if (t.in[c]) atomicAdd(gbase + t.off[c] * pix_stride, t.w[c] * tg);
+          }
+        }
+        if (++pt == p.p) pt = 0, ++l;
+      }
+    }
+    group_reduce_scatter<T, 3 * kK, kG>(acc, lane);
+    constexpr int kH = scatter_halvings(3 * kK, kG);
+    constexpr int kHeld = (3 * kK) >> kH;  // sums each lane holds
+    constexpr int kCopies = kG >> kH;      // lanes holding the same sums
+    if (valid && lane % kCopies == 0) {
+      const int first = lane / kCopies * kHeld;
+#pragma unroll
+      for (int j = 0; j < kHeld; ++j) {
+        const int k = (first + j) / 3, c = first + j - 3 * k, i = i0 + k;
+        // Points that sample nothing get 0, like every lane's share of them.
+        if (i < lp) *(c == 0 ? gwgt + i : gloc + 2 * i + (c - 1)) = acc[j];
+      }
+    }
+  }
+}
+
+template <typename T, int kK, bool kHeads>
+__device__ void msdeform_backward_scatter(const MSDeformParams& p) {
+  switch (p.group) {
+    case 32: msdeform_backward_scatter_group<T, kK, 32, kHeads>(p); break;
+    case 16: msdeform_backward_scatter_group<T, kK, 16, kHeads>(p); break;
+    case 8: msdeform_backward_scatter_group<T, kK, 8, kHeads>(p); break;
+    case 4: msdeform_backward_scatter_group<T, kK, 4, kHeads>(p); break;
+    case 2: msdeform_backward_scatter_group<T, kK, 2, kHeads>(p); break;
+    default: msdeform_backward_scatter_group<T, kK, 1, kHeads>(p); break;
   }
 }
 
@@ -470,4 +611,14 @@ STHENO_FWD_S(msdeform_forward_f32_v4_s, float, 4, false)
 STHENO_FWD_S(msdeform_forward_f64_v1_s, double, 1, false)
 STHENO_FWD_S(msdeform_forward_f64_v2_s, double, 2, false)
 STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)
+}
+
+#define STHENO_BWD_R(name, T, K, H) \
+  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_backward_scatter<T, K, H>(p); }
+
+extern "C" {
+STHENO_BWD_R(msdeform_backward_f32_r8_h, float, 8, true)
+STHENO_BWD_R(msdeform_backward_f32_r16_h, float, 16, true)
+STHENO_BWD_R(msdeform_backward_f64_r8_h, double, 8, true)
+STHENO_BWD_R(msdeform_backward_f64_r16_h, double, 16, true)
 }
