@@ -277,55 +277,41 @@ __device__ void msdeform_backward(const MSDeformParams& p) {
   }
 }
 
-// How many times a reduce-scatter of kV values over kG lanes can halve the
-// values: while kV is even and lanes are left to split them over.
-constexpr int scatter_halvings(int v, int g) {
-  int h = 0;
-  for (; g > 1 && v % 2 == 0; v /= 2, g /= 2) ++h;
-  return h;
-}
-
-// Sums v over the kG lanes of a group (lane: the lane's index in the group)
-// and scatters the result: with H = scatter_halvings(kV, kG), afterwards v[0,
-// kV >> H) holds elements [b*(kV >> H), (b+1)*(kV >> H)) of the sum, where b =
-// lane / (kG >> H); the kG >> H consecutive lanes of one b hold the same
-// sums. Each halving step sends half of the lane's values to the partner
-// that keeps them and receives the half it keeps: kV/2 + kV/4 + ...
-// shuffles in all (then a butterfly of kV >> H values for each remaining
-// lane bit), against kV*log2(kG) for a butterfly of every value. All 32
-// lanes of the warp must call it (groups tile warps exactly).
-template <typename T, int kV, int kG, int kStep = 0>
-__device__ __forceinline__ void group_reduce_scatter(T (&v)[kV], int lane) {
-  if constexpr (kStep < scatter_halvings(kV, kG)) {
-    // Halving step kStep over lane bit kO: v[0, kN) holds the lane's values.
-    constexpr int kO = kG >> (kStep + 1), kN = kV >> kStep, kHalf = kN / 2;
-    const bool upper = (lane & kO) != 0;  // keeps the upper half
+// The reduce-scatter of msdeform_backward_scatter: a lane's sums of two
+// blocks of points, older and newer, become its share of the sum over the
+// lanes that differ in lane bit o: a lane with that bit set keeps the newer
+// block's sums and sends the older block's to its partner, which keeps the
+// older. Three shuffles, result in newer.
+template <typename T>
+__device__ __forceinline__ void scatter_merge(const T (&older)[3], T (&newer)[3], int lane, int o) {
+  const bool keep_newer = (lane & o) != 0;
 #pragma unroll
-    for (int j = 0; j < kHalf; ++j) {
-      const T send = upper ? v[j] : v[j + kHalf];
-      const T keep = upper ? v[j + kHalf] : v[j];
-      v[j] = keep + __shfl_xor_sync(0xffffffffu, send, kO);
-    }
-    group_reduce_scatter<T, kV, kG, kStep + 1>(v, lane);
-  } else {
-#pragma unroll
-    for (int o = (kG >> kStep) >> 1; o > 0; o >>= 1) {
-#pragma unroll
-      for (int j = 0; j < (kV >> kStep); ++j) v[j] += __shfl_xor_sync(0xffffffffu, v[j], o);
-    }
+  for (int j = 0; j < 3; ++j) {
+    const T send = keep_newer ? older[j] : newer[j];
+    const T keep = keep_newer ? newer[j] : older[j];
+    newer[j] = keep + __shfl_xor_sync(0xffffffffu, send, o);
   }
 }
 
 // Backward with the channel sums reduce-scattered: one channel per lane
-// (coalesced atomics) and per-lane taps as in msdeform_backward, but a lane
-// keeps its partial sums of the weight and location gradients of kK points
-// at once (3*kK registers) and the group reduces them together with
-// group_reduce_scatter, about 3 shuffles per point for kK = 16 and 32 lanes
-// instead of 15. The lanes left holding a point's sums write them: a few
-// coalesced stores per kK points instead of three single-lane stores per
-// point. kG is the group size (p.group).
+// (coalesced atomics) and per-lane taps as in msdeform_backward, but instead
+// of reducing each point's three channel sums (weight, x and y gradients)
+// over the group with a butterfly (3*log2(kG) shuffles per point), the group
+// reduce-scatters the sums of kK points (kK <= kG) over its lanes: point k
+// ends up with the kG/kK lanes whose index divided by kG/kK is k, and each
+// of those lanes writes it. The scatter is a binary tree over the points,
+// merged as they are computed (scatter_merge: lane bit (kG/kK)<<t decides
+// which of two blocks of 2^t points a lane keeps), so a lane holds the sums
+// of at most log2(kK)+1 blocks, not of all kK points: 3*(kK-1) shuffles for
+// the tree and 3*log2(kG/kK) for the butterfly over the lanes left holding
+// the same point. For kK = 16 and 32 lanes, 48 shuffles per 16 points
+// instead of 240. kG is the group size (p.group).
 template <typename T, int kK, int kG, bool kHeads>
 __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformParams& p) {
+  static_assert(kK > 0 && (kK & (kK - 1)) == 0 && kK <= kG, "kK: a power of two, at most the group");
+  constexpr int kCopies = kG / kK;  // lanes left holding each point's sums
+  constexpr int kLevels = kK == 1 ? 0 : kK == 2 ? 1 : kK == 4 ? 2 : kK == 8 ? 3 : kK == 16 ? 4 : 5;
+  static_assert(1 << kLevels == kK, "kK up to 32");
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t groups = static_cast<int64_t>(p.n) * p.lq * p.m;
   // Lanes past the end stay to take part in the shuffles, doing no memory work.
@@ -344,68 +330,88 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
   const int64_t pix_stride = static_cast<int64_t>(p.m) * p.d;
   // Channel 0 of pixel 0 of this image and head.
   const int64_t head0 = static_cast<int64_t>(qr.n) * p.s * pix_stride + static_cast<int64_t>(qr.m) * p.d;
-  // Every lane of the warp runs the same chunks (lp is the launch's), so the
-  // shuffles below are convergent.
+  // Every lane of the warp runs the same chunks and points (lp is the
+  // launch's), so the shuffles below are convergent.
   for (int i0 = 0; i0 < lp; i0 += kK) {
-    // acc[3k], acc[3k+1], acc[3k+2]: this lane's share of the weight, x and
-    // y location gradients of point i0 + k.
-    T acc[3 * kK];
+    // tree[t]: the lane's share of the sums of the last complete block of
+    // 2^t points, while one is pending.
+    T tree[kLevels > 0 ? kLevels : 1][3];
+    T top[3];  // the whole chunk's, once its last point is in
+    int l = i0 / p.p, pt = i0 - l * p.p;
 #pragma unroll
-    for (int j = 0; j < 3 * kK; ++j) acc[j] = T(0);
-    const int l0 = i0 / p.p, pt0 = i0 - l0 * p.p;
-    for (int d = valid ? lane : p.d; d < p.d; d += kG) {
-      const T g = __ldg(gout + d);
-      int l = l0, pt = pt0;
-#pragma unroll
-      for (int k = 0; k < kK; ++k) {
-        const int i = i0 + k;
-        Taps<T> t;
-        Level lv;
-        // The same for every lane of the group.
-        if (i < lp && (lv = level_of(p, l), level_taps(loc + 2 * i, lv, &t))) {
-          const T a = __ldg(wgt + i);
-          const T* vbase = value + head0 + static_cast<int64_t>(lv.start) * pix_stride + d;
+    for (int k = 0; k < kK; ++k) {
+      const int i = i0 + k;
+      // This lane's channels' terms of the weight, x and y gradients of
+      // point i.
+      T cur[3] = {T(0), T(0), T(0)};
+      Taps<T> t;
+      Level lv;
+      // The same for every lane of the group.
+      if (valid && i < lp && (lv = level_of(p, l), level_taps(loc + 2 * i, lv, &t))) {
+        const T a = __ldg(wgt + i);
+        // x = loc_x*W - 0.5, so d/dloc_x = W * d/dx.
+        const T aw = a * static_cast<T>(lv.w), ah = a * static_cast<T>(lv.h);
+        const int64_t pix0 = head0 + static_cast<int64_t>(lv.start) * pix_stride;
+        for (int d = lane; d < p.d; d += kG) {
+          const T g = __ldg(gout + d);
           T v[4];
 #pragma unroll
-          for (int c = 0; c < 4; ++c) v[c] = t.in[c] ? __ldg(vbase + t.off[c] * pix_stride) : T(0);
+          for (int c = 0; c < 4; ++c) v[c] = t.in[c] ? __ldg(value + pix0 + t.off[c] * pix_stride + d) : T(0);
+          channel_grads(t, v, g, g * aw, g * ah, &cur[0], &cur[1], &cur[2]);
           const T tg = g * a;
-          // x = loc_x*W - 0.5, so d/dloc_x = W * d/dx.
-          channel_grads(t, v, g, tg * static_cast<T>(lv.w), tg * static_cast<T>(lv.h), &acc[3 * k], &acc[3 * k + 1],
-                        &acc[3 * k + 2]);
-          T* gbase = gvalue + head0 + static_cast<int64_t>(lv.start) * pix_stride + d;
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            if (t.in[c]) atomicAdd(gbase + t.off[c] * pix_stride, t.w[c] * tg);
+            if (t.in[c]) atomicAdd(gvalue + pix0 + t.off[c] * pix_stride + d, t.w[c] * tg);
           }
         }
-        if (++pt == p.p) pt = 0, ++l;
+      }
+      if (++pt == p.p) pt = 0, ++l;
+      // Merge cur up the tree for every trailing 1 bit of k (k is a
+      // constant here: the tree indices and lane bits are too).
+      bool placed = false;
+#pragma unroll
+      for (int lvl = 0; lvl < kLevels; ++lvl) {
+        if (!placed) {
+          if ((k >> lvl) & 1) {
+            scatter_merge(tree[lvl], cur, lane, kCopies << lvl);
+          } else {
+#pragma unroll
+            for (int j = 0; j < 3; ++j) tree[lvl][j] = cur[j];
+            placed = true;
+          }
+        }
+      }
+      if (!placed) {
+#pragma unroll
+        for (int j = 0; j < 3; ++j) top[j] = cur[j];
       }
     }
-    group_reduce_scatter<T, 3 * kK, kG>(acc, lane);
-    constexpr int kH = scatter_halvings(3 * kK, kG);
-    constexpr int kHeld = (3 * kK) >> kH;  // sums each lane holds
-    constexpr int kCopies = kG >> kH;      // lanes holding the same sums
-    if (valid && lane % kCopies == 0) {
-      const int first = lane / kCopies * kHeld;
+    // The lanes holding the same point's sums add them up.
 #pragma unroll
-      for (int j = 0; j < kHeld; ++j) {
-        const int k = (first + j) / 3, c = first + j - 3 * k, i = i0 + k;
-        // Points that sample nothing get 0, like every lane's share of them.
-        if (i < lp) *(c == 0 ? gwgt + i : gloc + 2 * i + (c - 1)) = acc[j];
-      }
+    for (int o = kCopies >> 1; o > 0; o >>= 1) {
+#pragma unroll
+      for (int j = 0; j < 3; ++j) top[j] += __shfl_xor_sync(0xffffffffu, top[j], o);
+    }
+    const int i = i0 + lane / kCopies;
+    // Points that sample nothing get 0, like every lane's share of them.
+    if (valid && i < lp) {
+      const int copy = lane % kCopies;
+      if (copy == 0) gwgt[i] = top[0];
+      if (copy == kCopies - 1) gloc[2 * i] = top[1], gloc[2 * i + 1] = top[2];
     }
   }
 }
 
+// Chunks of kK points, fewer for groups of fewer lanes.
 template <typename T, int kK, bool kHeads>
 __device__ void msdeform_backward_scatter(const MSDeformParams& p) {
   switch (p.group) {
-    case 32: msdeform_backward_scatter_group<T, kK, 32, kHeads>(p); break;
-    case 16: msdeform_backward_scatter_group<T, kK, 16, kHeads>(p); break;
-    case 8: msdeform_backward_scatter_group<T, kK, 8, kHeads>(p); break;
-    case 4: msdeform_backward_scatter_group<T, kK, 4, kHeads>(p); break;
-    case 2: msdeform_backward_scatter_group<T, kK, 2, kHeads>(p); break;
-    default: msdeform_backward_scatter_group<T, kK, 1, kHeads>(p); break;
+    case 32: msdeform_backward_scatter_group<T, (kK < 32 ? kK : 32), 32, kHeads>(p); break;
+    case 16: msdeform_backward_scatter_group<T, (kK < 16 ? kK : 16), 16, kHeads>(p); break;
+    case 8: msdeform_backward_scatter_group<T, (kK < 8 ? kK : 8), 8, kHeads>(p); break;
+    case 4: msdeform_backward_scatter_group<T, (kK < 4 ? kK : 4), 4, kHeads>(p); break;
+    case 2: msdeform_backward_scatter_group<T, (kK < 2 ? kK : 2), 2, kHeads>(p); break;
+    default: msdeform_backward_scatter_group<T, 1, 1, kHeads>(p); break;
   }
 }
 
@@ -617,8 +623,10 @@ STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)
   __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_backward_scatter<T, K, H>(p); }
 
 extern "C" {
+STHENO_BWD_R(msdeform_backward_f32_r4_h, float, 4, true)
 STHENO_BWD_R(msdeform_backward_f32_r8_h, float, 8, true)
 STHENO_BWD_R(msdeform_backward_f32_r16_h, float, 16, true)
+STHENO_BWD_R(msdeform_backward_f64_r4_h, double, 4, true)
 STHENO_BWD_R(msdeform_backward_f64_r8_h, double, 8, true)
 STHENO_BWD_R(msdeform_backward_f64_r16_h, double, 16, true)
 }
