@@ -591,10 +591,11 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
 
 // Kernels: _v<V> loads V channels per lane, _u<U> takes U points at a time
 // with every lane computing every point's taps, _s shares each point's taps
-// across the group, _h orders groups heads-fastest (queries-fastest
-// otherwise). ops picks forward _s and backward _u1_h (see
-// msDeformKernelFor); forward _v4_u1 and backward _s_h are kept to compare
-// against in BenchmarkGPUMSDeformAttnVariants.
+// across the group, _r<K> reduce-scatters the channel sums of K points at a
+// time (msdeform_backward_scatter), _h orders groups heads-fastest
+// (queries-fastest otherwise). ops picks forward _s and backward _u1_h (see
+// msDeformKernelFor); forward _v4_u1 and backward _s_h and _r<K>_h are kept
+// to compare against in BenchmarkGPUMSDeformAttnVariants.
 #define STHENO_FWD(name, T, V, U, H) \
   __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_forward<T, V, U, H>(p); }
 #define STHENO_BWD(name, T, U, H) \

@@ -28,7 +28,7 @@ func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 			runCase(b, "cuda", &msDeformAttnOp{sh}, []*tensor.Dense{value, loc, weight}, vb+lb+ob)
 		})
 	}
-	for _, u := range []string{"u1_h", "s_h"} {
+	for _, u := range msDeformBackwardVariants[dt] {
 		name := "msdeform_backward_f32_" + u
 		msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return msDeformKernel{name, 1} }
 		b.Run("impl=cuda/case=detr_encoder/kernel="+name, func(b *testing.B) {
