@@ -277,6 +277,12 @@ __device__ void msdeform_backward(const MSDeformParams& p) {
   }
 }
 
+// Byte offset of pixel pix, rows of bytes bytes apart: both are non-negative
+// ints, so one 32x32->64-bit multiply.
+__device__ __forceinline__ uint64_t pixel_bytes(int pix, int bytes) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(pix)) * static_cast<uint32_t>(bytes);
+}
+
 // The reduce-scatter of msdeform_backward_scatter: a lane's sums of two
 // blocks of points, older and newer, become its share of the sum over the
 // lanes that differ in lane bit o: a lane with that bit set keeps the newer
@@ -323,13 +329,17 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
   const T* loc = reinterpret_cast<const T*>(p.loc) + qr.qm * lp * 2;
   const T* wgt = reinterpret_cast<const T*>(p.weight) + qr.qm * lp;
   const T* gout = reinterpret_cast<const T*>(p.grad_out) + qr.qm * p.d;
-  const T* value = reinterpret_cast<const T*>(p.value);
-  T* gvalue = reinterpret_cast<T*>(p.grad_value);
   T* gloc = reinterpret_cast<T*>(p.grad_loc) + qr.qm * lp * 2;
   T* gwgt = reinterpret_cast<T*>(p.grad_weight) + qr.qm * lp;
-  const int64_t pix_stride = static_cast<int64_t>(p.m) * p.d;
-  // Channel 0 of pixel 0 of this image and head.
-  const int64_t head0 = static_cast<int64_t>(qr.n) * p.s * pix_stride + static_cast<int64_t>(qr.m) * p.d;
+  // Addresses in bytes, so that a corner's costs one 32x32->64-bit
+  // multiply-add (pixel_bytes): bytes between pixels (ops checks that they
+  // fit an int), and the lane's first channel of pixel 0 of this image and
+  // head, with its output gradient.
+  const int pix_bytes = p.m * p.d * static_cast<int>(sizeof(T));
+  const int64_t head0 = ((static_cast<int64_t>(qr.n) * p.s * p.m + qr.m) * p.d + lane) * static_cast<int64_t>(sizeof(T));
+  const char* value = reinterpret_cast<const char*>(p.value) + head0;
+  char* gvalue = reinterpret_cast<char*>(p.grad_value) + head0;
+  const T g_lane = valid && lane < p.d ? __ldg(gout + lane) : T(0);
   // Every lane of the warp runs the same chunks and points (lp is the
   // launch's), so the shuffles below are convergent.
   for (int i0 = 0; i0 < lp; i0 += kK) {
@@ -338,32 +348,42 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
     T tree[kLevels > 0 ? kLevels : 1][3];
     T top[3];  // the whole chunk's, once its last point is in
     int l = i0 / p.p, pt = i0 - l * p.p;
+    Level lv;
 #pragma unroll
     for (int k = 0; k < kK; ++k) {
       const int i = i0 + k;
+      if (k == 0 || pt == 0) lv = level_of(p, l);
       // This lane's channels' terms of the weight, x and y gradients of
       // point i.
       T cur[3] = {T(0), T(0), T(0)};
       Taps<T> t;
-      Level lv;
       // The same for every lane of the group.
-      if (valid && i < lp && (lv = level_of(p, l), level_taps(loc + 2 * i, lv, &t))) {
+      if (valid && i < lp && level_taps(loc + 2 * i, lv, &t)) {
         const T a = __ldg(wgt + i);
         // x = loc_x*W - 0.5, so d/dloc_x = W * d/dx.
         const T aw = a * static_cast<T>(lv.w), ah = a * static_cast<T>(lv.h);
-        const int64_t pix0 = head0 + static_cast<int64_t>(lv.start) * pix_stride;
-        for (int d = lane; d < p.d; d += kG) {
-          const T g = __ldg(gout + d);
+        // Each corner's offset from pixel 0; 0 (pixel 0 of the level, never
+        // read or written) outside the map.
+        uint64_t off[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) off[c] = pixel_bytes(lv.start + t.off[c], pix_bytes);
+        // Channel lane + dd, whose output gradient is g.
+        auto channel = [&](int dd, T g) {
+          const char* vd = value + dd * static_cast<int64_t>(sizeof(T));
+          char* gd = gvalue + dd * static_cast<int64_t>(sizeof(T));
           T v[4];
 #pragma unroll
-          for (int c = 0; c < 4; ++c) v[c] = t.in[c] ? __ldg(value + pix0 + t.off[c] * pix_stride + d) : T(0);
+          for (int c = 0; c < 4; ++c) v[c] = t.in[c] ? __ldg(reinterpret_cast<const T*>(vd + off[c])) : T(0);
           channel_grads(t, v, g, g * aw, g * ah, &cur[0], &cur[1], &cur[2]);
           const T tg = g * a;
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            if (t.in[c]) atomicAdd(gvalue + pix0 + t.off[c] * pix_stride + d, t.w[c] * tg);
+            T* dst = reinterpret_cast<T*>(gd + off[c]);
+            if (t.in[c]) atomicAdd(dst, t.w[c] * tg);
           }
-        }
+        };
+        if (lane < p.d) channel(0, g_lane);
+        for (int dd = kG; lane + dd < p.d; dd += kG) channel(dd, __ldg(gout + lane + dd));
       }
       if (++pt == p.p) pt = 0, ++l;
       // Merge cur up the tree for every trailing 1 bit of k (k is a

@@ -101,7 +101,10 @@ func (s msDeformShape) deviceLevels(op string, dev *backend.Device) (*tensor.Den
 // launch runs msdeform_{forward,backward}_{f32,f64} with args' pointers
 // filled in by the caller.
 func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, args msDeformArgs) error {
-	if err := fitsInt32(op, map[string]int{"N": s.n, "S": s.s, "M": s.m, "D": s.d, "Lq": s.lq, "L": s.l, "P": s.p}); err != nil {
+	if err := fitsInt32(op, map[string]int{"N": s.n, "S": s.s, "M": s.m, "D": s.d, "Lq": s.lq, "L": s.l, "P": s.p,
+		// The bytes between two pixels of value (the r kernels address
+		// pixels with 32x32-bit multiplies).
+		"M*D*size": s.m * s.d * int(s.dt.Size())}); err != nil {
 		return err
 	}
 	// Vector loads need 16-byte aligned value and output rows.
