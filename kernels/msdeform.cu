@@ -299,8 +299,8 @@ __device__ __forceinline__ void scatter_merge(const T (&older)[3], T (&newer)[3]
   }
 }
 
-// Backward with the channel sums reduce-scattered: one channel per lane
-// (coalesced atomics) and per-lane taps as in msdeform_backward, but instead
+// Backward with the channel sums reduce-scattered: channels spread over the
+// lanes (coalesced atomics) and per-lane taps as in msdeform_backward, but instead
 // of reducing each point's three channel sums (weight, x and y gradients)
 // over the group with a butterfly (3*log2(kG) shuffles per point), the group
 // reduce-scatters the sums of kK points (kK <= kG) over its lanes: point k
@@ -312,7 +312,14 @@ __device__ __forceinline__ void scatter_merge(const T (&older)[3], T (&newer)[3]
 // the tree and 3*log2(kG/kK) for the butterfly over the lanes left holding
 // the same point. For kK = 16 and 32 lanes, 48 shuffles per 16 points
 // instead of 240. kG is the group size (p.group).
-template <typename T, int kK, int kG, bool kHeads>
+//
+// A lane takes kV channels, kG apart (lane, lane+kG, ...; then further
+// passes of kG channels while D has more): each atomic instruction of a
+// group still adds to kG consecutive floats (whole 32-byte sectors from 8
+// lanes up), and the taps, level lookups, loads of the location and weight
+// and the reduce-scatter, the same for every channel, are paid once per kV
+// channels: with D = 32, kV = 4 makes groups of 8 lanes, 4 per warp.
+template <typename T, int kK, int kV, int kG, bool kHeads>
 __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformParams& p) {
   static_assert(kK > 0 && (kK & (kK - 1)) == 0 && kK <= kG, "kK: a power of two, at most the group");
   constexpr int kCopies = kG / kK;  // lanes left holding each point's sums
@@ -339,7 +346,10 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
   const int64_t head0 = ((static_cast<int64_t>(qr.n) * p.s * p.m + qr.m) * p.d + lane) * static_cast<int64_t>(sizeof(T));
   const char* value = reinterpret_cast<const char*>(p.value) + head0;
   char* gvalue = reinterpret_cast<char*>(p.grad_value) + head0;
-  const T g_lane = valid && lane < p.d ? __ldg(gout + lane) : T(0);
+  // The output gradients of the lane's first kV channels, read once.
+  T g_lane[kV];
+#pragma unroll
+  for (int v = 0; v < kV; ++v) g_lane[v] = valid && lane + v * kG < p.d ? __ldg(gout + lane + v * kG) : T(0);
   // Every lane of the warp runs the same chunks and points (lp is the
   // launch's), so the shuffles below are convergent.
   for (int i0 = 0; i0 < lp; i0 += kK) {
@@ -382,8 +392,11 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
             if (t.in[c]) atomicAdd(dst, t.w[c] * tg);
           }
         };
-        if (lane < p.d) channel(0, g_lane);
-        for (int dd = kG; lane + dd < p.d; dd += kG) channel(dd, __ldg(gout + lane + dd));
+#pragma unroll
+        for (int v = 0; v < kV; ++v) {
+          if (lane + v * kG < p.d) channel(v * kG, g_lane[v]);
+        }
+        for (int dd = kV * kG; lane + dd < p.d; dd += kG) channel(dd, __ldg(gout + lane + dd));
       }
       if (++pt == p.p) pt = 0, ++l;
       // Merge cur up the tree for every trailing 1 bit of k (k is a
@@ -423,15 +436,15 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
 }
 
 // Chunks of kK points, fewer for groups of fewer lanes.
-template <typename T, int kK, bool kHeads>
+template <typename T, int kK, int kV, bool kHeads>
 __device__ void msdeform_backward_scatter(const MSDeformParams& p) {
   switch (p.group) {
-    case 32: msdeform_backward_scatter_group<T, (kK < 32 ? kK : 32), 32, kHeads>(p); break;
-    case 16: msdeform_backward_scatter_group<T, (kK < 16 ? kK : 16), 16, kHeads>(p); break;
-    case 8: msdeform_backward_scatter_group<T, (kK < 8 ? kK : 8), 8, kHeads>(p); break;
-    case 4: msdeform_backward_scatter_group<T, (kK < 4 ? kK : 4), 4, kHeads>(p); break;
-    case 2: msdeform_backward_scatter_group<T, (kK < 2 ? kK : 2), 2, kHeads>(p); break;
-    default: msdeform_backward_scatter_group<T, 1, 1, kHeads>(p); break;
+    case 32: msdeform_backward_scatter_group<T, (kK < 32 ? kK : 32), kV, 32, kHeads>(p); break;
+    case 16: msdeform_backward_scatter_group<T, (kK < 16 ? kK : 16), kV, 16, kHeads>(p); break;
+    case 8: msdeform_backward_scatter_group<T, (kK < 8 ? kK : 8), kV, 8, kHeads>(p); break;
+    case 4: msdeform_backward_scatter_group<T, (kK < 4 ? kK : 4), kV, 4, kHeads>(p); break;
+    case 2: msdeform_backward_scatter_group<T, (kK < 2 ? kK : 2), kV, 2, kHeads>(p); break;
+    default: msdeform_backward_scatter_group<T, 1, kV, 1, kHeads>(p); break;
   }
 }
 
@@ -612,7 +625,8 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
 // Kernels: _v<V> loads V channels per lane, _u<U> takes U points at a time
 // with every lane computing every point's taps, _s shares each point's taps
 // across the group, _r<K> reduce-scatters the channel sums of K points at a
-// time (msdeform_backward_scatter), _h orders groups heads-fastest
+// time (msdeform_backward_scatter; there _v<V> takes V channels per lane,
+// strided by the group), _h orders groups heads-fastest
 // (queries-fastest otherwise). ops picks forward _s and backward _u1_h (see
 // msDeformKernelFor); forward _v4_u1 and backward _s_h and _r<K>_h are kept
 // to compare against in BenchmarkGPUMSDeformAttnVariants.
@@ -640,14 +654,20 @@ STHENO_FWD_S(msdeform_forward_f64_v2_s, double, 2, false)
 STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)
 }
 
-#define STHENO_BWD_R(name, T, K, H) \
-  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_backward_scatter<T, K, H>(p); }
+#define STHENO_BWD_R(name, T, K, V, H) \
+  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_backward_scatter<T, K, V, H>(p); }
 
 extern "C" {
-STHENO_BWD_R(msdeform_backward_f32_r4_h, float, 4, true)
-STHENO_BWD_R(msdeform_backward_f32_r8_h, float, 8, true)
-STHENO_BWD_R(msdeform_backward_f32_r16_h, float, 16, true)
-STHENO_BWD_R(msdeform_backward_f64_r4_h, double, 4, true)
-STHENO_BWD_R(msdeform_backward_f64_r8_h, double, 8, true)
-STHENO_BWD_R(msdeform_backward_f64_r16_h, double, 16, true)
+STHENO_BWD_R(msdeform_backward_f32_r4_h, float, 4, 1, true)
+STHENO_BWD_R(msdeform_backward_f32_r8_h, float, 8, 1, true)
+STHENO_BWD_R(msdeform_backward_f32_r16_h, float, 16, 1, true)
+STHENO_BWD_R(msdeform_backward_f32_v2_r16_h, float, 16, 2, true)
+STHENO_BWD_R(msdeform_backward_f32_v4_r4_h, float, 4, 4, true)
+STHENO_BWD_R(msdeform_backward_f32_v4_r8_h, float, 8, 4, true)
+STHENO_BWD_R(msdeform_backward_f64_r4_h, double, 4, 1, true)
+STHENO_BWD_R(msdeform_backward_f64_r8_h, double, 8, 1, true)
+STHENO_BWD_R(msdeform_backward_f64_r16_h, double, 16, 1, true)
+STHENO_BWD_R(msdeform_backward_f64_v2_r16_h, double, 16, 2, true)
+STHENO_BWD_R(msdeform_backward_f64_v4_r4_h, double, 4, 4, true)
+STHENO_BWD_R(msdeform_backward_f64_v4_r8_h, double, 8, 4, true)
 }
