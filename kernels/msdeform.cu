@@ -659,10 +659,10 @@ STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)
   __global__ void __launch_bounds__(256, B) name(stheno::MSDeformParams p) { stheno::msdeform_backward_scatter<T, K, V, H>(p); }
 
 extern "C" {
-STHENO_BWD_R(msdeform_backward_f32_r4_h, float, 4, 1, true, 1)
-STHENO_BWD_R(msdeform_backward_f32_r8_h, float, 8, 1, true, 1)
-STHENO_BWD_R(msdeform_backward_f32_r16_h, float, 16, 1, true, 1)
-STHENO_BWD_R(msdeform_backward_f32_v2_r16_h, float, 16, 2, true, 1)
+STHENO_BWD_R(msdeform_backward_f32_r4_h, float, 4, 1, true, 3)
+STHENO_BWD_R(msdeform_backward_f32_r8_h, float, 8, 1, true, 3)
+STHENO_BWD_R(msdeform_backward_f32_r16_h, float, 16, 1, true, 3)
+STHENO_BWD_R(msdeform_backward_f32_v2_r16_h, float, 16, 2, true, 3)
 STHENO_BWD_R(msdeform_backward_f32_v4_r4_h, float, 4, 4, true, 3)
 STHENO_BWD_R(msdeform_backward_f32_v4_r8_h, float, 8, 4, true, 1)
 STHENO_BWD_R(msdeform_backward_f64_r4_h, double, 4, 1, true, 1)
