@@ -362,7 +362,8 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
 #pragma unroll
     for (int k = 0; k < kK; ++k) {
       const int i = i0 + k;
-      if (k == 0 || pt == 0) lv = level_of(p, l);
+      // (Past the last point, l is past the last level: no lookup.)
+      if ((k == 0 || pt == 0) && i < lp) lv = level_of(p, l);
       // This lane's channels' terms of the weight, x and y gradients of
       // point i.
       T cur[3] = {T(0), T(0), T(0)};
