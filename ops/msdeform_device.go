@@ -47,8 +47,9 @@ var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
 // on an H200 against the other variants of msdeform.cu
 // (BenchmarkGPUMSDeformAttnVariants, encoder case): forward v4_s 0.25 ms,
 // v4_u1 0.34, v1_s 0.70; backward u1_h 2.64 ms, s 3.21, s_h 3.44. Backward
-// r4_h, r8_h and r16_h (channel sums reduce-scattered over the group, 4, 8
-// or 16 points at a time) are not timed yet.
+// r4_h, r8_h, r16_h (channel sums reduce-scattered over the group, 4, 8 or
+// 16 points at a time) and v2_r16_h, v4_r4_h, v4_r8_h, v4_r8 (the same with
+// 2 or 4 channels per lane, vec 2 or 4) are not timed yet.
 func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned bool) msDeformKernel {
 	if msDeformKernelOverride != nil {
 		return msDeformKernelOverride(backward, dt)
