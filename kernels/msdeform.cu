@@ -193,6 +193,19 @@ __device__ void msdeform_forward(const MSDeformParams& p) {
   }
 }
 
+// One channel's terms of a point's gradients, added to *dw (of the
+// attention weight: g times the sample) and *dx, *dy (tx and ty times
+// d(sample)/dx and /dy, in pixels, corners outside the map being 0). v holds
+// the four corners' values of the channel, 0 outside.
+template <typename T>
+__device__ __forceinline__ void channel_grads(const Taps<T>& t, const T (&v)[4], T g, T tx, T ty, T* dw, T* dx,
+                                              T* dy) {
+  const T hy = T(1) - t.ly, hx = T(1) - t.lx;
+  *dw += g * (t.w[0] * v[0] + t.w[1] * v[1] + t.w[2] * v[2] + t.w[3] * v[3]);
+  *dx += tx * (hy * (v[1] - v[0]) + t.ly * (v[3] - v[2]));
+  *dy += ty * (hx * (v[2] - v[0]) + t.lx * (v[3] - v[1]));
+}
+
 template <typename T, int U, bool kHeads>
 __device__ void msdeform_backward(const MSDeformParams& p) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -239,12 +252,8 @@ __device__ void msdeform_backward(const MSDeformParams& p) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
           if (!ok[u]) continue;
-          const T hy = T(1) - t[u].ly, hx = T(1) - t[u].lx;
           const T tg = g * a[u];
-          dw[u] += g * (t[u].w[0] * v[u][0] + t[u].w[1] * v[u][1] + t[u].w[2] * v[u][2] + t[u].w[3] * v[u][3]);
-          // d(sample)/dx and /dy of the bilinear form, corners outside being 0.
-          dx[u] += tg * (hy * (v[u][1] - v[u][0]) + t[u].ly * (v[u][3] - v[u][2]));
-          dy[u] += tg * (hx * (v[u][2] - v[u][0]) + t[u].lx * (v[u][3] - v[u][1]));
+          channel_grads(t[u], v[u], g, tg, tg, &dw[u], &dx[u], &dy[u]);
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
             if (t[u].in[c]) atomicAdd(gvalue + base_off + d + t[u].off[c] * pix_stride, t[u].w[c] * tg);
@@ -265,6 +274,178 @@ __device__ void msdeform_backward(const MSDeformParams& p) {
         }
       }
     }
+  }
+}
+
+// Byte offset of pixel pix, rows of bytes bytes apart: both are non-negative
+// ints, so one 32x32->64-bit multiply.
+__device__ __forceinline__ uint64_t pixel_bytes(int pix, int bytes) {
+  return static_cast<uint64_t>(static_cast<uint32_t>(pix)) * static_cast<uint32_t>(bytes);
+}
+
+// The reduce-scatter of msdeform_backward_scatter: a lane's sums of two
+// blocks of points, older and newer, become its share of the sum over the
+// lanes that differ in lane bit o: a lane with that bit set keeps the newer
+// block's sums and sends the older block's to its partner, which keeps the
+// older. Three shuffles, result in newer.
+template <typename T>
+__device__ __forceinline__ void scatter_merge(const T (&older)[3], T (&newer)[3], int lane, int o) {
+  const bool keep_newer = (lane & o) != 0;
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+    const T send = keep_newer ? older[j] : newer[j];
+    const T keep = keep_newer ? newer[j] : older[j];
+    newer[j] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+  }
+}
+
+// Backward with the channel sums reduce-scattered: channels spread over the
+// lanes (coalesced atomics) and per-lane taps as in msdeform_backward, but instead
+// of reducing each point's three channel sums (weight, x and y gradients)
+// over the group with a butterfly (3*log2(kG) shuffles per point), the group
+// reduce-scatters the sums of kK points (kK <= kG) over its lanes: point k
+// ends up with the kG/kK lanes whose index divided by kG/kK is k, and each
+// of those lanes writes it. The scatter is a binary tree over the points,
+// merged as they are computed (scatter_merge: lane bit (kG/kK)<<t decides
+// which of two blocks of 2^t points a lane keeps), so a lane holds the sums
+// of at most log2(kK)+1 blocks, not of all kK points: 3*(kK-1) shuffles for
+// the tree and 3*log2(kG/kK) for the butterfly over the lanes left holding
+// the same point. For kK = 16 and 32 lanes, 48 shuffles per 16 points
+// instead of 240. kG is the group size (p.group).
+//
+// A lane takes kV channels, kG apart (lane, lane+kG, ...; then further
+// passes of kG channels while D has more): each atomic instruction of a
+// group still adds to kG consecutive floats (whole 32-byte sectors from 8
+// lanes up), and the taps, level lookups, loads of the location and weight
+// and the reduce-scatter, the same for every channel, are paid once per kV
+// channels: with D = 32, kV = 4 makes groups of 8 lanes, 4 per warp.
+template <typename T, int kK, int kV, int kG, bool kHeads>
+__device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformParams& p) {
+  static_assert(kK > 0 && (kK & (kK - 1)) == 0 && kK <= kG, "kK: a power of two, at most the group");
+  constexpr int kCopies = kG / kK;  // lanes left holding each point's sums
+  constexpr int kLevels = kK == 1 ? 0 : kK == 2 ? 1 : kK == 4 ? 2 : kK == 8 ? 3 : kK == 16 ? 4 : 5;
+  static_assert(1 << kLevels == kK, "kK up to 32");
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t groups = static_cast<int64_t>(p.n) * p.lq * p.m;
+  // Lanes past the end stay to take part in the shuffles, doing no memory work.
+  const bool valid = tid / kG < groups;
+  const int64_t gid = valid ? tid / kG : groups - 1;
+  const int lane = static_cast<int>(tid % kG);
+  const Query qr = query_of<kHeads>(p, gid);
+  const int lp = p.l * p.p;
+  const T* loc = reinterpret_cast<const T*>(p.loc) + qr.qm * lp * 2;
+  const T* wgt = reinterpret_cast<const T*>(p.weight) + qr.qm * lp;
+  const T* gout = reinterpret_cast<const T*>(p.grad_out) + qr.qm * p.d;
+  T* gloc = reinterpret_cast<T*>(p.grad_loc) + qr.qm * lp * 2;
+  T* gwgt = reinterpret_cast<T*>(p.grad_weight) + qr.qm * lp;
+  // Addresses in bytes, so that a corner's costs one 32x32->64-bit
+  // multiply-add (pixel_bytes): bytes between pixels (ops checks that they
+  // fit an int), and the lane's first channel of pixel 0 of this image and
+  // head, with its output gradient.
+  const int pix_bytes = p.m * p.d * static_cast<int>(sizeof(T));
+  const int64_t head0 = ((static_cast<int64_t>(qr.n) * p.s * p.m + qr.m) * p.d + lane) * static_cast<int64_t>(sizeof(T));
+  const char* value = reinterpret_cast<const char*>(p.value) + head0;
+  char* gvalue = reinterpret_cast<char*>(p.grad_value) + head0;
+  // The output gradients of the lane's first kV channels, read once.
+  T g_lane[kV];
+#pragma unroll
+  for (int v = 0; v < kV; ++v) g_lane[v] = valid && lane + v * kG < p.d ? __ldg(gout + lane + v * kG) : T(0);
+  // Every lane of the warp runs the same chunks and points (lp is the
+  // launch's), so the shuffles below are convergent.
+  for (int i0 = 0; i0 < lp; i0 += kK) {
+    // tree[t]: the lane's share of the sums of the last complete block of
+    // 2^t points, while one is pending.
+    T tree[kLevels > 0 ? kLevels : 1][3];
+    T top[3];  // the whole chunk's, once its last point is in
+    int l = i0 / p.p, pt = i0 - l * p.p;
+    Level lv;
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      const int i = i0 + k;
+      // (Past the last point, l is past the last level: no lookup.)
+      if ((k == 0 || pt == 0) && i < lp) lv = level_of(p, l);
+      // This lane's channels' terms of the weight, x and y gradients of
+      // point i.
+      T cur[3] = {T(0), T(0), T(0)};
+      Taps<T> t;
+      // The same for every lane of the group.
+      if (valid && i < lp && level_taps(loc + 2 * i, lv, &t)) {
+        const T a = __ldg(wgt + i);
+        // x = loc_x*W - 0.5, so d/dloc_x = W * d/dx.
+        const T aw = a * static_cast<T>(lv.w), ah = a * static_cast<T>(lv.h);
+        // Each corner's offset from pixel 0; 0 (pixel 0 of the level, never
+        // read or written) outside the map.
+        uint64_t off[4];
+#pragma unroll
+        for (int c = 0; c < 4; ++c) off[c] = pixel_bytes(lv.start + t.off[c], pix_bytes);
+        // Channel lane + dd, whose output gradient is g.
+        auto channel = [&](int dd, T g) {
+          const char* vd = value + dd * static_cast<int64_t>(sizeof(T));
+          char* gd = gvalue + dd * static_cast<int64_t>(sizeof(T));
+          T v[4];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) v[c] = t.in[c] ? __ldg(reinterpret_cast<const T*>(vd + off[c])) : T(0);
+          channel_grads(t, v, g, g * aw, g * ah, &cur[0], &cur[1], &cur[2]);
+          const T tg = g * a;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            T* dst = reinterpret_cast<T*>(gd + off[c]);
+            if (t.in[c]) atomicAdd(dst, t.w[c] * tg);
+          }
+        };
+#pragma unroll
+        for (int v = 0; v < kV; ++v) {
+          if (lane + v * kG < p.d) channel(v * kG, g_lane[v]);
+        }
+        for (int dd = kV * kG; lane + dd < p.d; dd += kG) channel(dd, __ldg(gout + lane + dd));
+      }
+      if (++pt == p.p) pt = 0, ++l;
+      // Merge cur up the tree for every trailing 1 bit of k (k is a
+      // constant here: the tree indices and lane bits are too).
+      bool placed = false;
+#pragma unroll
+      for (int lvl = 0; lvl < kLevels; ++lvl) {
+        if (!placed) {
+          if ((k >> lvl) & 1) {
+            scatter_merge(tree[lvl], cur, lane, kCopies << lvl);
+          } else {
+#pragma unroll
+            for (int j = 0; j < 3; ++j) tree[lvl][j] = cur[j];
+            placed = true;
+          }
+        }
+      }
+      if (!placed) {
+#pragma unroll
+        for (int j = 0; j < 3; ++j) top[j] = cur[j];
+      }
+    }
+    // The lanes holding the same point's sums add them up.
+#pragma unroll
+    for (int o = kCopies >> 1; o > 0; o >>= 1) {
+#pragma unroll
+      for (int j = 0; j < 3; ++j) top[j] += __shfl_xor_sync(0xffffffffu, top[j], o);
+    }
+    const int i = i0 + lane / kCopies;
+    // Points that sample nothing get 0, like every lane's share of them.
+    if (valid && i < lp) {
+      const int copy = lane % kCopies;
+      if (copy == 0) gwgt[i] = top[0];
+      if (copy == kCopies - 1) gloc[2 * i] = top[1], gloc[2 * i + 1] = top[2];
+    }
+  }
+}
+
+// Chunks of kK points, fewer for groups of fewer lanes.
+template <typename T, int kK, int kV, bool kHeads>
+__device__ void msdeform_backward_scatter(const MSDeformParams& p) {
+  switch (p.group) {
+    case 32: msdeform_backward_scatter_group<T, (kK < 32 ? kK : 32), kV, 32, kHeads>(p); break;
+    case 16: msdeform_backward_scatter_group<T, (kK < 16 ? kK : 16), kV, 16, kHeads>(p); break;
+    case 8: msdeform_backward_scatter_group<T, (kK < 8 ? kK : 8), kV, 8, kHeads>(p); break;
+    case 4: msdeform_backward_scatter_group<T, (kK < 4 ? kK : 4), kV, 4, kHeads>(p); break;
+    case 2: msdeform_backward_scatter_group<T, (kK < 2 ? kK : 2), kV, 2, kHeads>(p); break;
+    default: msdeform_backward_scatter_group<T, 1, kV, 1, kHeads>(p); break;
   }
 }
 
@@ -444,10 +625,12 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
 
 // Kernels: _v<V> loads V channels per lane, _u<U> takes U points at a time
 // with every lane computing every point's taps, _s shares each point's taps
-// across the group, _h orders groups heads-fastest (queries-fastest
-// otherwise). ops picks forward _s and backward _u1_h (see
-// msDeformKernelFor); forward _v4_u1 and backward _s_h are kept to compare
-// against in BenchmarkGPUMSDeformAttnVariants.
+// across the group, _r<K> reduce-scatters the channel sums of K points at a
+// time (msdeform_backward_scatter; there _v<V> takes V channels per lane,
+// strided by the group), _h orders groups heads-fastest
+// (queries-fastest otherwise). ops picks forward _s and backward _u1_h (see
+// msDeformKernelFor); forward _v4_u1 and backward _s_h and _r<K>_h are kept
+// to compare against in BenchmarkGPUMSDeformAttnVariants.
 #define STHENO_FWD(name, T, V, U, H) \
   __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_forward<T, V, U, H>(p); }
 #define STHENO_BWD(name, T, U, H) \
@@ -470,4 +653,25 @@ STHENO_FWD_S(msdeform_forward_f32_v4_s, float, 4, false)
 STHENO_FWD_S(msdeform_forward_f64_v1_s, double, 1, false)
 STHENO_FWD_S(msdeform_forward_f64_v2_s, double, 2, false)
 STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)
+}
+
+// B: blocks of 256 threads per SM that the registers must allow.
+#define STHENO_BWD_R(name, T, K, V, H, B) \
+  __global__ void __launch_bounds__(256, B) name(stheno::MSDeformParams p) { stheno::msdeform_backward_scatter<T, K, V, H>(p); }
+
+extern "C" {
+STHENO_BWD_R(msdeform_backward_f32_r4_h, float, 4, 1, true, 3)
+STHENO_BWD_R(msdeform_backward_f32_r8_h, float, 8, 1, true, 3)
+STHENO_BWD_R(msdeform_backward_f32_r16_h, float, 16, 1, true, 3)
+STHENO_BWD_R(msdeform_backward_f32_v2_r16_h, float, 16, 2, true, 3)
+STHENO_BWD_R(msdeform_backward_f32_v4_r4_h, float, 4, 4, true, 2)
+STHENO_BWD_R(msdeform_backward_f32_v4_r8_h, float, 8, 4, true, 1)
+STHENO_BWD_R(msdeform_backward_f32_v4_r8, float, 8, 4, false, 1)
+STHENO_BWD_R(msdeform_backward_f64_r4_h, double, 4, 1, true, 1)
+STHENO_BWD_R(msdeform_backward_f64_r8_h, double, 8, 1, true, 1)
+STHENO_BWD_R(msdeform_backward_f64_r16_h, double, 16, 1, true, 1)
+STHENO_BWD_R(msdeform_backward_f64_v2_r16_h, double, 16, 2, true, 1)
+STHENO_BWD_R(msdeform_backward_f64_v4_r4_h, double, 4, 4, true, 1)
+STHENO_BWD_R(msdeform_backward_f64_v4_r8_h, double, 8, 4, true, 1)
+STHENO_BWD_R(msdeform_backward_f64_v4_r8, double, 8, 4, false, 1)
 }

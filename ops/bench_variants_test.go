@@ -30,10 +30,10 @@ func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 			runCase(b, "cuda", &msDeformAttnOp{sh}, []*tensor.Dense{value, loc, weight}, vb+lb+ob)
 		})
 	}
-	for _, u := range []string{"u1_h", "s_h"} {
-		name := "msdeform_backward_f32_" + u
-		msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return msDeformKernel{name, 1} }
-		b.Run("impl=cuda/case=detr_encoder/kernel="+name, func(b *testing.B) {
+	for _, v := range msDeformBackwardVariants[dt] {
+		k := v.kernel(dt)
+		msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return k }
+		b.Run("impl=cuda/case=detr_encoder/kernel="+k.name, func(b *testing.B) {
 			runCase(b, "cuda", &msDeformAttnGradOp{sh}, []*tensor.Dense{value, loc, weight, gy}, 2*(vb+lb)+ob)
 		})
 	}

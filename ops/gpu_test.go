@@ -263,46 +263,56 @@ func TestGPUMixedPlacementIsAnError(t *testing.T) {
 	}
 }
 
+// msDeformParityCase is one shape of the MSDeformAttn parity tests.
+type msDeformParityCase struct {
+	name         string
+	n, lq, m, d  int
+	levels       []Level
+	p            int
+	lo, hi       float64 // range of the sampling locations
+	nanLocations bool
+}
+
+var msDeformParityCases = []msDeformParityCase{
+	{"decoder-like", 2, 30, 8, 32, []Level{{10, 17}, {5, 9}, {3, 5}, {2, 3}}, 4, -0.1, 1.1, false},
+	{"D=5 (groups of 8 lanes)", 1, 7, 3, 5, []Level{{6, 4}}, 3, 0, 1, false},
+	{"D=48 (two channel passes)", 1, 5, 2, 48, []Level{{4, 4}, {2, 3}}, 2, -0.5, 1.5, false},
+	{"D=1", 2, 3, 1, 1, []Level{{3, 3}}, 1, 0, 1, false},
+	{"NaN locations", 1, 9, 2, 8, []Level{{5, 5}, {3, 2}}, 2, -0.2, 1.2, true},
+	// More levels than travel with the launch: the table is uploaded.
+	{"17 levels", 1, 4, 2, 4, manyLevels(msDeformInlineLevels + 1), 2, 0, 1, false},
+}
+
+// inputs draws the case's shape and its value, sampling locations, attention
+// weights and output gradient from rng.
+func (c msDeformParityCase) inputs(t *testing.T, rng *rand.Rand, dt tensor.Dtype) (sh msDeformShape, value, loc, weight, gy *tensor.Dense) {
+	s := 0
+	for _, lv := range c.levels {
+		s += lv.H * lv.W
+	}
+	l := len(c.levels)
+	sh = msDeformShape{n: c.n, s: s, m: c.m, d: c.d, lq: c.lq, l: l, p: c.p, levels: c.levels, dt: dt}
+	value = randTensor(rng, dt, -1, 1, c.n, s, c.m, c.d)
+	loc = randTensor(rng, dt, c.lo, c.hi, c.n, c.lq, c.m, l, c.p, 2)
+	if c.nanLocations {
+		v := toFloat64s(t, loc)
+		for j := 0; j < len(v); j += 7 {
+			v[j] = math.NaN()
+		}
+		loc = fromFloat64s(dt, v, loc.Shape()...)
+	}
+	weight = randTensor(rng, dt, 0, 1, c.n, c.lq, c.m, l, c.p)
+	gy = randTensor(rng, dt, -1, 1, c.n, c.lq, c.m*c.d)
+	return sh, value, loc, weight, gy
+}
+
 func TestGPUMSDeformAttnParity(t *testing.T) {
 	dev := gpu(t)
-	cases := []struct {
-		name         string
-		n, lq, m, d  int
-		levels       []Level
-		p            int
-		lo, hi       float64 // range of the sampling locations
-		nanLocations bool
-	}{
-		{"decoder-like", 2, 30, 8, 32, []Level{{10, 17}, {5, 9}, {3, 5}, {2, 3}}, 4, -0.1, 1.1, false},
-		{"D=5 (groups of 8 lanes)", 1, 7, 3, 5, []Level{{6, 4}}, 3, 0, 1, false},
-		{"D=48 (two channel passes)", 1, 5, 2, 48, []Level{{4, 4}, {2, 3}}, 2, -0.5, 1.5, false},
-		{"D=1", 2, 3, 1, 1, []Level{{3, 3}}, 1, 0, 1, false},
-		{"NaN locations", 1, 9, 2, 8, []Level{{5, 5}, {3, 2}}, 2, -0.2, 1.2, true},
-		// More levels than travel with the launch: the table is uploaded.
-		{"17 levels", 1, 4, 2, 4, manyLevels(msDeformInlineLevels + 1), 2, 0, 1, false},
-	}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
-		for i, c := range cases {
+		for i, c := range msDeformParityCases {
 			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(uint64(i), 4))
-				s := 0
-				for _, lv := range c.levels {
-					s += lv.H * lv.W
-				}
-				l := len(c.levels)
-				sh := msDeformShape{n: c.n, s: s, m: c.m, d: c.d, lq: c.lq, l: l, p: c.p, levels: c.levels, dt: dt}
-				value := randTensor(rng, dt, -1, 1, c.n, s, c.m, c.d)
-				loc := randTensor(rng, dt, c.lo, c.hi, c.n, c.lq, c.m, l, c.p, 2)
-				if c.nanLocations {
-					v := toFloat64s(t, loc)
-					for j := 0; j < len(v); j += 7 {
-						v[j] = math.NaN()
-					}
-					loc = fromFloat64s(dt, v, loc.Shape()...)
-				}
-				weight := randTensor(rng, dt, 0, 1, c.n, c.lq, c.m, l, c.p)
+				sh, value, loc, weight, gy := c.inputs(t, rand.New(rand.NewPCG(uint64(i), 4)), dt)
 				parity(t, dev, &msDeformAttnOp{sh}, dt, value, loc, weight)
-				gy := randTensor(rng, dt, -1, 1, c.n, c.lq, c.m*c.d)
 				parity(t, dev, &msDeformAttnGradOp{sh}, dt, value, loc, weight, gy)
 			})
 		}

@@ -46,7 +46,10 @@ var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
 // lane, heads fastest (concurrent atomics hit different addresses). Chosen
 // on an H200 against the other variants of msdeform.cu
 // (BenchmarkGPUMSDeformAttnVariants, encoder case): forward v4_s 0.25 ms,
-// v4_u1 0.34, v1_s 0.70; backward u1_h 2.64 ms, s 3.21, s_h 3.44.
+// v4_u1 0.34, v1_s 0.70; backward u1_h 2.64 ms, s 3.21, s_h 3.44. Backward
+// r4_h, r8_h, r16_h (channel sums reduce-scattered over the group, 4, 8 or
+// 16 points at a time) and v2_r16_h, v4_r4_h, v4_r8_h, v4_r8 (the same with
+// 2 or 4 channels per lane, vec 2 or 4) are not timed yet.
 func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned bool) msDeformKernel {
 	if msDeformKernelOverride != nil {
 		return msDeformKernelOverride(backward, dt)
@@ -99,7 +102,10 @@ func (s msDeformShape) deviceLevels(op string, dev *backend.Device) (*tensor.Den
 // launch runs msdeform_{forward,backward}_{f32,f64} with args' pointers
 // filled in by the caller.
 func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, args msDeformArgs) error {
-	if err := fitsInt32(op, map[string]int{"N": s.n, "S": s.s, "M": s.m, "D": s.d, "Lq": s.lq, "L": s.l, "P": s.p}); err != nil {
+	if err := fitsInt32(op, map[string]int{"N": s.n, "S": s.s, "M": s.m, "D": s.d, "Lq": s.lq, "L": s.l, "P": s.p,
+		// The bytes between two pixels of value (the r kernels address
+		// pixels with 32x32-bit multiplies).
+		"M*D*size": s.m * s.d * int(s.dt.Size())}); err != nil {
 		return err
 	}
 	// Vector loads need 16-byte aligned value and output rows.

@@ -1,0 +1,56 @@
+package ops
+
+// Every backward kernel variant of msdeform.cu against the CPU twin, not just
+// the one msDeformKernelFor picks: the benchmarks time them all, and any of
+// them may become the default. Like gpu_test.go, it needs a binary built
+// with -tags stheno_cuda and a GPU, and skips visibly anywhere else.
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"gorgonia.org/tensor"
+)
+
+// msDeformBackwardVariant is a backward kernel of msdeform.cu,
+// msdeform_backward_<f32|f64>_<suffix>, taking vec channels per lane.
+type msDeformBackwardVariant struct {
+	suffix string
+	vec    int
+}
+
+func (v msDeformBackwardVariant) kernel(dt tensor.Dtype) msDeformKernel {
+	return msDeformKernel{"msdeform_backward_" + dtypeSuffix(dt) + "_" + v.suffix, v.vec}
+}
+
+// msDeformBackwardVariants lists the backward kernels of msdeform.cu for
+// each dtype.
+var msDeformBackwardVariants = map[tensor.Dtype][]msDeformBackwardVariant{
+	tensor.Float32: {{"u1_h", 1}, {"s_h", 1}, {"r4_h", 1}, {"r8_h", 1}, {"r16_h", 1}, {"v2_r16_h", 2}, {"v4_r4_h", 4}, {"v4_r8_h", 4}, {"v4_r8", 4}},
+	tensor.Float64: {{"u1_h", 1}, {"r4_h", 1}, {"r8_h", 1}, {"r16_h", 1}, {"v2_r16_h", 2}, {"v4_r4_h", 4}, {"v4_r8_h", 4}, {"v4_r8", 4}},
+}
+
+func TestGPUMSDeformAttnBackwardVariants(t *testing.T) {
+	dev := gpu(t)
+	defer func() { msDeformKernelOverride = nil }()
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		for _, v := range msDeformBackwardVariants[dt] {
+			k := v.kernel(dt)
+			msDeformKernelOverride = func(backward bool, dt tensor.Dtype) msDeformKernel {
+				if !backward {
+					// Only the backward op runs here; this forward kernel
+					// takes any D and alignment.
+					return msDeformKernel{"msdeform_forward_" + dtypeSuffix(dt) + "_v1_s", 1}
+				}
+				return k
+			}
+			for i, c := range msDeformParityCases {
+				t.Run(fmt.Sprintf("kernel=%s/%s", k.name, c.name), func(t *testing.T) {
+					sh, value, loc, weight, gy := c.inputs(t, rand.New(rand.NewPCG(uint64(i), 4)), dt)
+					parity(t, dev, &msDeformAttnGradOp{sh}, dt, value, loc, weight, gy)
+				})
+			}
+		}
+	}
+}
