@@ -871,7 +871,7 @@ struct APipe {
 // taps, and 1x1 filters of stride 1 without padding over images of a
 // multiple of 4 pixels, 16-byte aligned (pointwise: col(x) is x itself,
 // image by image, and likewise dgrad's gather of dy).
-enum FpropGather : int { kGatherCompare = 0, kGatherMask = 1, kGatherPointwise = 2 };
+enum PipeGather : int { kGatherCompare = 0, kGatherMask = 1, kGatherPointwise = 2 };
 
 // The geometry of the gathers along output pixels. B element (k, j) of
 // fprop is x[img][ci][r*stride_h + kh*dil_h - pad_h][c*stride_w + ...] with

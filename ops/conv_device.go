@@ -137,7 +137,7 @@ func (t convTile) smemBytes(mode int) int {
 }
 
 // The float32 forward kernels of conv.cu: conv_gemm's register-staged loop
-// (v1), and the cp.async pipelines of conv_fprop_pipe: v2 (v1's 128x128
+// (v1), and the cp.async pipelines of conv_pipe: v2 (v1's 128x128
 // tile and warps of 64x32, two blocks per SM), v3 (256x128, warps of
 // 64x64, one block per SM) and v4 (128x128, four warps of 64x64, two blocks
 // per SM). All four compute the same results, bit for bit; convKernel
