@@ -22,10 +22,11 @@
 // on the tensor cores in TF32 (operands rounded once, as they are staged;
 // FP32 accumulation); float64, used for gradient checks, on the CUDA cores.
 //
-// The float32 forward GEMM has faster kernels of its own, conv_fprop_pipe
-// (conv_fprop_f32_v2, _v3, _v4): cp.async pipelines that compute the same
-// results; conv_fprop_f32 stays for comparison and for tensors too large
-// for their 32-bit offsets.
+// The float32 GEMMs have faster kernels of their own, conv_pipe
+// (conv_fprop_f32_v2, _v3, _v4, conv_dgrad_f32_v2, conv_wgrad_f32_v2):
+// cp.async pipelines that compute the same results; the conv_gemm kernels
+// stay for comparison, for strided dgrad and for tensors too large for
+// their 32-bit offsets.
 //
 // The epilogue stages the accumulator tile in shared memory and writes it
 // out row by row, 32 consecutive pixels per warp instruction, applying the
@@ -489,7 +490,7 @@ struct WarpMath<double, kMode> {
 // takes rows w, w+8, ...; lane l columns l, l+32, ...
 
 // The tile S (BM, BN, NT threads, C rows of LDC) is conv_gemm's, or that
-// of a conv_fprop_pipe kernel.
+// of a conv_pipe kernel.
 template <typename T, int kMode, typename S = GemmShape<T, kMode>>
 __device__ __forceinline__ void epilogue(const ConvGemmParams& p, const T* sc, int m0, int n0, int tile_n, int split) {
   constexpr int kCols = S::BN / 32, kWarps = S::NT / 32;
@@ -636,12 +637,12 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
 }
 
 // ---------------------------------------------------------------------------
-// conv_fprop_pipe: the float32 forward GEMM fed by cp.async through a ring
-// of kStages shared-memory stages, with conv_gemm's epilogue. conv_gemm's
-// register staging holds a k-tile's 32 values per thread between their
-// loads and stores and covers one k-tile of latency; here the copies bypass
+// conv_pipe: the float32 GEMMs fed by cp.async through a ring of kStages
+// shared-memory stages, with conv_gemm's epilogue. conv_gemm's register
+// staging holds a k-tile's 32 values per thread between their loads and
+// stores and covers one k-tile of latency; here the copies bypass
 // registers and kStages-1 k-tiles are in flight while one is multiplied.
-// Three tiles (FpropPipe):
+// The forward GEMM has three tiles (FpropPipe):
 //
 //   conv_fprop_f32_v2: conv_gemm's 128x128 tile and 8 warps of 64x32, MMAs
 //     in the same order, so the same results bit for bit. It fits in 128
@@ -660,6 +661,32 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
 //     threads), and three stages: two blocks per SM, as many blocks as v2,
 //     v3's fragment traffic.
 //
+// The backward GEMMs run on v2's tile, the same pipeline and the same warps:
+//
+//   conv_dgrad_f32_v2, for stride 1 only: there, dgrad is a convolution of
+//     dy with the transposed, flipped weights, and its B gather is fprop's
+//     over dy instead of x, with source row ih + pad - kh*dil instead of
+//     oh*stride - pad + kh*dil (PixelGather). With a stride, most taps of
+//     an input pixel meet no output pixel; the gather would have to skip
+//     them to gain anything, so strided layers keep conv_dgrad_f32.
+//   conv_wgrad_f32_v2: A is dy, read along pixels (16-byte copies when
+//     OutH*OutW % 4 == 0: a chunk of 4 then never straddles two images); B
+//     is col(x)^T, staged n-major as conv_gemm does, gathered along the
+//     reduction by 4-byte copies (16-byte ones for pointwise filters), its
+//     columns' taps in a table built once per block from fprop's row
+//     tables. Split-K as conv_wgrad_f32: each split writes its partial tile
+//     and conv_splitk_reduce sums them in order. The bias gradient is
+//     summed by each thread over the A values it copied, as it rounds them.
+//
+// Neither backward kernel applies the ReLU mask of dy: cp.async copies
+// without looking at the data. ops/conv_device.go masks dy into scratch
+// memory first (relu_mask_f32), which costs a read of dy and y and a write
+// of dy' once per backward op, a few percent of the GEMMs' time; masking at
+// fragment load would have to stage y beside dy through the pipeline, which
+// doubles B's shared memory (dgrad: a third stage would no longer fit two
+// blocks per SM) and its copies on every k-tile, and dgrad gathers each
+// element of dy KH*KW times.
+//
 // The operands reach the MMAs rounded to TF32 as in conv_gemm, rounded
 // where it costs least. B always as its fragments are loaded. A, in v2,
 // in shared memory, each thread rounding the values it copied once they
@@ -667,18 +694,23 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
 // extra barrier), with 128-bit loads and stores, rather than four times,
 // once per warp that reads it; in v3, whose shared memory is the tighter
 // resource (and in v4), as its fragments are loaded.
-template <int kBM, int kWarpsM, int kWarpsN, int kNumStages, bool kRoundAInSmem>
+template <int kBM, int kWarpsM, int kWarpsN, int kNumStages, bool kRoundAInSmem, bool kBNMajor = false>
 struct FpropPipe {
   static constexpr int BM = kBM, BN = 128, BK = 32, NT = 32 * kWarpsM * kWarpsN;
   static constexpr int kStages = kNumStages;
   static constexpr bool kRoundA = kRoundAInSmem;
+  // B k-major (Bs[k][n]) when gathered along output pixels (fprop, dgrad),
+  // n-major (Bt[n][k]) when gathered along the reduction (wgrad), as in
+  // GemmShape: consecutive lanes copy consecutive addresses.
+  static constexpr bool kNMajorB = kBNMajor;
   // Rows padded as in ConvTile<float>: conflict-free fragment loads.
-  static constexpr int LDA = BK + 4, LDB = BN + 8, LDC = BN + 8;
-  static constexpr int kAElems = BM * LDA, kBElems = BK * LDB;
+  static constexpr int LDA = BK + 4, LDB = kNMajorB ? BK + 4 : BN + 8, LDC = BN + 8;
+  static constexpr int kAElems = BM * LDA, kBElems = kNMajorB ? BN * LDB : BK * LDB;
   static constexpr int kStageElems = kAElems + kBElems;
   static constexpr int kPipeBytes = kStages * kStageElems * 4;
   static constexpr int kCBytes = BM * LDC * 4;
-  // The row table of the B gather (BFpropPipe): a ring of kTabSlots k-tiles.
+  // The row tables of the B gather (BPixelPipe): a ring of kTabSlots
+  // k-tiles; wgrad's column table (BWgradPipe) in the same place.
   static constexpr int kTabSlots = 4;
   static constexpr int kMainBytes = kPipeBytes > kCBytes ? kPipeBytes : kCBytes;
   static constexpr int kSmemBytes = kMainBytes + kTabSlots * BK * 16;
@@ -690,82 +722,121 @@ struct FpropPipe {
   // 4-byte copies, lanes along k, rows tid/32 + 8*i.
   static constexpr int kAVecRows = NT / 8, kAVecPer = BM / kAVecRows;
   static constexpr int kARows = NT / BK, kAPer = BM / kARows;
-  // B: lanes along n (columns lane + 32*b), k rows warp + 8*a.
+  // k-major B: lanes along n (columns lane + 32*b), k rows warp + 8*a.
   static constexpr int kBRows = NT / 32, kBKPer = BK / kBRows, kBNPer = BN / 32;
+  // n-major B, as A: lanes along k, n rows tid/32 + 8*a, or by 16-byte
+  // copies, n rows tid/8 + 32*a.
+  static constexpr int kBTRows = NT / BK, kBTPer = BN / kBTRows;
+  static constexpr int kBTVecRows = NT / 8, kBTVecPer = BN / kBTVecRows;
   // Filters of at most kMaskTaps taps test bounds with per-column masks.
   static constexpr int kMaskTaps = 32;
   static_assert(kWarpsM * kWarpsN * 32 == NT && kWM % 16 == 0 && kWN % 8 == 0, "one warp per warp tile");
-  static_assert(LDA % 4 == 0 && kAElems % 4 == 0 && kStageElems % 4 == 0, "16-byte aligned A rows");
+  static_assert(LDA % 4 == 0 && LDB % 4 == 0 && kAElems % 4 == 0 && kStageElems % 4 == 0, "16-byte aligned rows");
   static_assert(BM % kAVecRows == 0 && BM % kARows == 0 && BK % kBRows == 0, "the loaders' lanes");
+  static_assert(BN % kBTRows == 0 && BN % kBTVecRows == 0, "the n-major loaders' lanes");
   static_assert(kTabSlots >= kStages && (kTabSlots & (kTabSlots - 1)) == 0, "a table per k-tile in flight");
+  static_assert(!kNMajorB || (kTabSlots * BK >= BN && NT / 32 >= BN / 32), "wgrad's column table, a warp per 32 columns");
   static_assert(NT / 32 >= kStages, "the prologue builds kStages tables, one per warp");
   static_assert(((NT / 32) & (NT / 32 - 1)) == 0, "the warps build the tables in turn");
 };
 using FpropV2 = FpropPipe<128, 2, 4, 3, true>;
 using FpropV3 = FpropPipe<256, 4, 2, 4, false>;
 using FpropV4 = FpropPipe<128, 2, 2, 3, false>;
+// dgrad is fprop's GEMM shape over other tensors; wgrad stages B n-major.
+using DgradV2 = FpropV2;
+using WgradV2 = FpropPipe<128, 2, 4, 3, true, true>;
 // v2 is conv_gemm's tile, so that the two agree bit for bit and share the
-// statistics' column tiles; v3 shares the column tiles too.
+// statistics' column tiles; v3 shares the column tiles too. The backward
+// v2 kernels have conv_gemm's tiles, warps and MMA order as well: dgrad
+// agrees with conv_dgrad_f32 bit for bit, wgrad's dw with conv_wgrad_f32's
+// for the same splits (its bias gradient is summed in another order).
 static_assert(FpropV2::BM == GemmShape<float, kFprop>::BM && FpropV2::BN == GemmShape<float, kFprop>::BN &&
                   FpropV2::BK == GemmShape<float, kFprop>::BK && FpropV2::LDA == GemmShape<float, kFprop>::LDA &&
                   FpropV2::LDB == GemmShape<float, kFprop>::LDB && FpropV2::kWM == WarpMath<float, kFprop>::kWM &&
                   FpropV2::kWN == WarpMath<float, kFprop>::kWN && FpropV3::BN == FpropV2::BN &&
                   FpropV4::BN == FpropV2::BN,
               "v2 has conv_gemm's tile");
+static_assert(WgradV2::BM == GemmShape<float, kWgrad>::BM && WgradV2::BN == GemmShape<float, kWgrad>::BN &&
+                  WgradV2::BK == GemmShape<float, kWgrad>::BK && WgradV2::LDB == GemmShape<float, kWgrad>::LDB &&
+                  WgradV2::kWM == WarpMath<float, kWgrad>::kWM && WgradV2::kWN == WarpMath<float, kWgrad>::kWN,
+              "wgrad v2 has conv_gemm's tile");
 static_assert(FpropV2::kSmemBytes == 109568, "ops/conv_device.go mirrors the f32 fprop v2 smem size");
 static_assert(FpropV3::kSmemBytes == 219136, "ops/conv_device.go mirrors the f32 fprop v3 smem size");
 static_assert(FpropV4::kSmemBytes == 109568 && FpropV4::NT == 128, "ops/conv_device.go mirrors the f32 fprop v4 smem size and threads");
+static_assert(DgradV2::kSmemBytes == 109568, "ops/conv_device.go mirrors the f32 dgrad v2 smem size");
+static_assert(WgradV2::kSmemBytes == 112640, "ops/conv_device.go mirrors the f32 wgrad v2 smem size");
 
-// A of the pipelined forward: the weights w [Cout][K], rows m0.., along k.
-// When K is a multiple of 4 and w 16-byte aligned, a thread copies 16
-// bytes of BM/32 rows; else 4 bytes of BM/8 rows (the A staging of
-// conv_gemm). A copy past the last row or past K reads nothing and writes
-// zeros.
-template <typename C>
-struct AFpropPipe {
-  const float* a;  // w at this thread's first row and column
+// A of the pipelined GEMMs, rows m0.., read along k: fprop the weights w
+// [Cout][K]; dgrad the transposed weights [Cin][Cout*KH*KW]; wgrad dy
+// [N][Cout][P] as Cout x (N*P), whose element (m, k) with k = n*P + pixel
+// sits at n*Cout*P + m*P + pixel = m*P + k + n*(Cout-1)*P. A thread copies
+// 16 bytes of BM/32 rows when rows are a multiple of 4 long (fprop, dgrad:
+// K; wgrad: P) and A is 16-byte aligned, else 4 bytes of BM/8 rows (the A
+// staging of conv_gemm). kVec fixes that choice at compile time (wgrad,
+// whose bias sums take a register per row), or leaves it to run time (-1).
+// A copy past the last row or past K reads nothing and writes zeros.
+template <typename C, int kMode, int kVec = -1>
+struct APipe {
+  static constexpr int kSums = kMode != kWgrad ? 1 : kVec == 1 ? C::kAVecPer : C::kAPer;
+  const float* a;  // A at this thread's first row and column
   int64_t step;    // elements between this thread's rows
   int rows_left;   // this thread's row i exists when rows*i < rows_left
   int kc;          // column of this thread in the k-tile
   int soff;        // its offset in a stage
-  bool vec;
+  bool vec_;
+  float bsum[kSums];  // wgrad: this thread's share of its rows' sums (the bias gradient)
+
+  __device__ __forceinline__ bool vec() const { return kVec == -1 ? vec_ : kVec == 1; }
 
   __device__ __forceinline__ void init(const ConvGemmParams& p, int tid, int m0) {
-    vec = p.k % 4 == 0 && p.a % 16 == 0;
-    const int row = vec ? tid / 8 : tid / C::BK;
-    kc = vec ? 4 * (tid % 8) : tid % C::BK;
-    step = static_cast<int64_t>(vec ? C::kAVecRows : C::kARows) * p.k;
+    const int64_t ld = kMode == kWgrad ? static_cast<int64_t>(p.div_q.d) : static_cast<int64_t>(p.k);
+    vec_ = ld % 4 == 0 && p.a % 16 == 0;
+    const int row = vec() ? tid / 8 : tid / C::BK;
+    kc = vec() ? 4 * (tid % 8) : tid % C::BK;
+    step = (vec() ? C::kAVecRows : C::kARows) * ld;
     rows_left = p.m - m0 - row;
-    a = reinterpret_cast<const float*>(p.a) + static_cast<int64_t>(m0 + row) * p.k + kc;
+    a = reinterpret_cast<const float*>(p.a) + static_cast<int64_t>(m0 + row) * ld + kc;
     soff = row * C::LDA + kc;
+#pragma unroll
+    for (int i = 0; i < kSums; ++i) bsum[i] = 0.0f;
   }
 
   // The address of a copy that reads nothing (src_bytes 0) is not used:
   // it is left as computed, past the end or not.
   __device__ __forceinline__ void load(const ConvGemmParams& p, int k0, float* sa) const {
     const bool kv = k0 + kc < p.k;  // vec: the whole chunk, as K % 4 == 0
-    if (vec) {
+    int64_t col = k0;
+    if constexpr (kMode == kWgrad) {
+      const int n = fdiv(kv ? k0 + kc : 0, p.div_q);
+      col += static_cast<int64_t>(n) * (p.cout - 1) * p.div_q.d;
+    }
+    if (vec()) {
 #pragma unroll
       for (int i = 0; i < C::kAVecPer; ++i) {
         const bool v = kv && C::kAVecRows * i < rows_left;
-        cp_async16(sa + soff + C::kAVecRows * i * C::LDA, a + (i * step + k0), v ? 16 : 0);
+        cp_async16(sa + soff + C::kAVecRows * i * C::LDA, a + (i * step + col), v ? 16 : 0);
       }
     } else {
 #pragma unroll
       for (int i = 0; i < C::kAPer; ++i) {
         const bool v = kv && C::kARows * i < rows_left;
-        cp_async4(sa + soff + C::kARows * i * C::LDA, a + (i * step + k0), v ? 4 : 0);
+        cp_async4(sa + soff + C::kARows * i * C::LDA, a + (i * step + col), v ? 4 : 0);
       }
     }
   }
 
-  // Rounds the values this thread copied, once they have landed.
-  __device__ __forceinline__ void round(float* sa) const {
-    if (vec) {
+  // Rounds the values this thread copied, once they have landed; wgrad
+  // with sum_bias first adds them to its rows' sums (copies that read
+  // nothing landed zeros).
+  __device__ __forceinline__ void round(float* sa, bool sum_bias) {
+    if (vec()) {
 #pragma unroll
       for (int i = 0; i < C::kAVecPer; ++i) {
         float4* q = reinterpret_cast<float4*>(sa + soff + C::kAVecRows * i * C::LDA);
         const float4 v = *q;
+        if constexpr (kMode == kWgrad && kVec == 1) {
+          if (sum_bias) bsum[i] += (v.x + v.y) + (v.z + v.w);
+        }
         *q = make_float4(bits_to_float(to_tf32_for_mma(v.x)), bits_to_float(to_tf32_for_mma(v.y)),
                          bits_to_float(to_tf32_for_mma(v.z)), bits_to_float(to_tf32_for_mma(v.w)));
       }
@@ -773,44 +844,97 @@ struct AFpropPipe {
 #pragma unroll
       for (int i = 0; i < C::kAPer; ++i) {
         float* q = sa + soff + C::kARows * i * C::LDA;
+        if constexpr (kMode == kWgrad && kVec == 0) {
+          if (sum_bias) bsum[i] += *q;
+        }
         *q = bits_to_float(to_tf32_for_mma(*q));
       }
     }
   }
+
+  // wgrad: writes this block's bias-gradient partial sums, those of split
+  // `split`. The lanes that share a row (8 or 32 consecutive ones) add
+  // theirs in a fixed order. Every thread of the block calls it.
+  __device__ __forceinline__ void flush_bias(const ConvGemmParams& p, int split) const {
+    static_assert(kMode == kWgrad && kVec != -1, "wgrad fixes its A copies");
+    float* out = reinterpret_cast<float*>(p.bias_grad) + static_cast<int64_t>(split) * p.m;
+    constexpr int kRows = kVec == 1 ? C::kAVecRows : C::kARows;
+#pragma unroll
+    for (int i = 0; i < kSums; ++i) {
+      const float s = group_sum(bsum[i], kVec == 1 ? 8 : 32);
+      if (kc == 0 && kRows * i < rows_left) out[p.m - rows_left + kRows * i] = s;  // row m0 + row + kRows*i
+    }
+  }
 };
 
-// How BFpropPipe gathers: the general case, filters of at most kMaskTaps
+// How the B gathers go: the general case, filters of at most kMaskTaps
 // taps, and 1x1 filters of stride 1 without padding over images of a
 // multiple of 4 pixels, 16-byte aligned (pointwise: col(x) is x itself,
-// image by image).
-enum FpropGather : int { kGatherCompare = 0, kGatherMask = 1, kGatherPointwise = 2 };
+// image by image, and likewise dgrad's gather of dy).
+enum PipeGather : int { kGatherCompare = 0, kGatherMask = 1, kGatherPointwise = 2 };
 
-// B of the pipelined forward, col(x), gathered as BLoaderK<float, kFprop>
+// The geometry of the gathers along output pixels. B element (k, j) of
+// fprop is x[img][ci][r*stride_h + kh*dil_h - pad_h][c*stride_w + ...] with
+// (img, r, c) column j's pixel of the output and (ci, kh, kw) = k's tap; of
+// dgrad at stride 1, dy[img][co][r + pad_h - kh*dil_h][c + pad_w - ...]
+// with (img, r, c) j's pixel of the input. Both split into a column part,
+// source row h0 = r*stride_h or r + pad_h (w0 likewise), and a tap's
+// displacement dh = kh*dil_h - pad_h or -kh*dil_h (dw likewise), over a
+// source of chans() x rows() x cols().
+template <int kMode>
+struct PixelGather {
+  static_assert(kMode == kFprop || kMode == kDgrad, "gathers along output pixels");
+  static constexpr bool kD = kMode == kDgrad;
+  __device__ __forceinline__ static int chans(const ConvGemmParams& p) { return kD ? p.cout : p.cin; }
+  __device__ __forceinline__ static int rows(const ConvGemmParams& p) { return kD ? p.out_h : p.h; }
+  __device__ __forceinline__ static int cols(const ConvGemmParams& p) { return kD ? p.out_w : p.w; }
+  __device__ __forceinline__ static int dh(const ConvGemmParams& p, int kh) {
+    return kD ? -kh * p.dil_h : kh * p.dil_h - p.pad_h;
+  }
+  __device__ __forceinline__ static int dw(const ConvGemmParams& p, int kw) {
+    return kD ? -kw * p.dil_w : kw * p.dil_w - p.pad_w;
+  }
+  // The column part of the offset of pixel j (j < the pixels of the
+  // images), with its h0 and w0; div_img and div_row divide by the pixels
+  // of an image and of a row (wgrad passes its own).
+  __device__ __forceinline__ static int column(const ConvGemmParams& p, int j, const FastDiv& div_img,
+                                               const FastDiv& div_row, int& h0, int& w0) {
+    const int img = fdiv(j, div_img);
+    const int pix = j - img * div_img.d;
+    const int r = fdiv(pix, div_row);
+    const int c = pix - r * div_row.d;
+    h0 = kD ? r + p.pad_h : r * p.stride_h;
+    w0 = kD ? c + p.pad_w : c * p.stride_w;
+    return img * (chans(p) * rows(p) * cols(p)) + h0 * cols(p) + w0;
+  }
+};
+
+// B of the pipelined fprop and dgrad (stride 1), gathered as BLoaderK
 // does (rows warp + 8*a, columns lane + 32*b) but by 4-byte copies. The
-// offset of element (k, j) in x splits into a column part, img*Cin*H*W +
-// oh*stride_h*W + ow*stride_w, fixed per thread and kept, and a row part,
-// ci*H*W + dh*W + dw with dh = kh*dil_h - pad_h (likewise dw). The row
-// parts of a k-tile are found once per block, by one warp, into a small
-// table in shared memory (a ring of k-tiles, written a k-tile ahead of its
-// use, so that the loop's one barrier orders the two). The sum stays below
-// (N+1)*Cin*H*W, which ops/conv_device.go keeps under 2^31 for these
-// kernels.
+// offset of element (k, j) splits into PixelGather's column part, fixed
+// per thread and kept, and a row part, ch*rows*cols + dh*cols + dw. The
+// row parts of a k-tile are found once per block, by one warp, into a
+// small table in shared memory (a ring of k-tiles, written a k-tile ahead
+// of its use, so that the loop's one barrier orders the two). The sum
+// stays below (N+1)*chans*rows*cols, which ops/conv_device.go keeps under
+// 2^31 for these kernels.
 //
-// Whether tap (kh, kw) of column j falls inside the image depends on the
-// tap and on j's output pixel only, not on the channel: with kGatherMask
-// each column keeps a mask of its taps inside the image, built once, and
-// each table row the bit of its tap (none past K), so that an element's
-// bounds test is an AND; kGatherCompare's rows carry (dh, dw) and each
-// element tests ih and iw, two adds and two compares. kGatherPointwise
+// Whether tap (kh, kw) of column j falls inside the source depends on the
+// tap and on j's pixel only, not on the channel: with kGatherMask each
+// column keeps a mask of its taps inside, built once, and each table row
+// the bit of its tap (none past K), so that an element's bounds test is an
+// AND; kGatherCompare's rows carry (dh, dw) and each element tests the
+// source row and column, two adds and two compares. kGatherPointwise
 // copies 16 bytes, 4 columns of a row, lanes along n (columns 4*lane..):
 // its columns are consecutive pixels of one image (an image's first pixel
 // is a multiple of 4), all inside it.
-template <typename C, int kGather>
-struct BFpropPipe {
+template <typename C, int kMode, int kGather>
+struct BPixelPipe {
+  using G = PixelGather<kMode>;
   static constexpr bool kMask = kGather == kGatherMask, kPoint = kGather == kGatherPointwise;
   static constexpr int kCols = kPoint ? 1 : C::kBNPer;  // column parts kept per thread
   int coff[kCols];                                      // column part of the offset
-  int ch[kMask || kPoint ? 1 : kCols], cw[kMask || kPoint ? 1 : kCols];  // oh*stride_h, ow*stride_w; -kFar past the end
+  int ch[kMask || kPoint ? 1 : kCols], cw[kMask || kPoint ? 1 : kCols];  // h0, w0; -kFar past the end
   uint32_t taps[kMask || kPoint ? kCols : 1];  // bit kh*KW+kw when that tap is inside (pointwise: bit 0)
   int krow, soff;
 
@@ -822,25 +946,17 @@ struct BFpropPipe {
     for (int b = 0; b < kCols; ++b) {
       const int j = n0 + (kPoint ? 4 * lane : lane + 32 * b);
       int h0 = -kFar, w0 = 0;
-      coff[b] = 0;
-      if (j < p.ncols) {
-        const int img = fdiv(j, p.div_img);
-        const int pix = j - img * p.div_img.d;
-        const int r = fdiv(pix, p.div_row);
-        h0 = r * p.stride_h;
-        w0 = (pix - r * p.div_row.d) * p.stride_w;
-        coff[b] = img * (p.cin * p.h * p.w) + h0 * p.w + w0;
-      }
+      coff[b] = j < p.ncols ? G::column(p, j, p.div_img, p.div_row, h0, w0) : 0;
       if constexpr (kPoint) {
         taps[b] = j < p.ncols ? 1u : 0u;
       } else if constexpr (kMask) {
         uint32_t m = 0;
         for (int kh = 0; kh < p.kh; ++kh) {
-          const int ih = h0 + kh * p.dil_h - p.pad_h;
-          if (static_cast<unsigned>(ih) >= static_cast<unsigned>(p.h)) continue;
+          const int ih = h0 + G::dh(p, kh);
+          if (static_cast<unsigned>(ih) >= static_cast<unsigned>(G::rows(p))) continue;
           for (int kw = 0; kw < p.kw; ++kw) {
-            const int iw = w0 + kw * p.dil_w - p.pad_w;
-            if (static_cast<unsigned>(iw) < static_cast<unsigned>(p.w)) m |= 1u << (kh * p.kw + kw);
+            const int iw = w0 + G::dw(p, kw);
+            if (static_cast<unsigned>(iw) < static_cast<unsigned>(G::cols(p))) m |= 1u << (kh * p.kw + kw);
           }
         }
         taps[b] = m;
@@ -851,19 +967,20 @@ struct BFpropPipe {
     }
   }
 
-  // tab[r] = {row part of the offset, dh, dw, tap bit} of row k0 + r, for
-  // the calling warp's lane r. A row past K gets no tap bit and a dh that
-  // fails every bounds check.
-  __device__ __forceinline__ static void build_rows(const ConvGemmParams& p, int k0, int4* tab) {
+  // tab[r] = {row part of the offset, dh, dw, tap bit} of row k0 + r < end,
+  // for the calling warp's lane r. A row past the end gets no tap bit and a
+  // dh that fails every bounds check. (wgrad's column table is fprop's.)
+  __device__ __forceinline__ static void build_rows(const ConvGemmParams& p, int k0, int end, int4* tab) {
     const int r = threadIdx.x & 31, k = k0 + r;
     int4 e = make_int4(0, -kFar, 0, 0);
-    if (k < p.k) {
+    if (k < end) {
       const int ci = fdiv(k, p.div_kk);
       const int t = k - ci * p.div_kk.d;
       const int kh = fdiv(t, p.div_kw);
-      const int dh = kh * p.dil_h - p.pad_h;
-      const int dw = (t - kh * p.kw) * p.dil_w - p.pad_w;
-      e = make_int4(ci * (p.h * p.w) + dh * p.w + dw, dh, dw, kMask || kPoint ? static_cast<int>(1u << t) : 0);
+      const int dh = G::dh(p, kh);
+      const int dw = G::dw(p, t - kh * p.kw);
+      e = make_int4(ci * (G::rows(p) * G::cols(p)) + dh * G::cols(p) + dw, dh, dw,
+                    kMask || kPoint ? static_cast<int>(1u << t) : 0);
     }
     tab[r] = e;
   }
@@ -880,8 +997,8 @@ struct BFpropPipe {
         if constexpr (kMask || kPoint) {
           ok = (taps[b] & static_cast<uint32_t>(e.w)) != 0;
         } else {
-          ok = static_cast<unsigned>(ch[b] + e.y) < static_cast<unsigned>(p.h) &&
-               static_cast<unsigned>(cw[b] + e.z) < static_cast<unsigned>(p.w);
+          ok = static_cast<unsigned>(ch[b] + e.y) < static_cast<unsigned>(G::rows(p)) &&
+               static_cast<unsigned>(cw[b] + e.z) < static_cast<unsigned>(G::cols(p));
         }
         // Unsigned: a valid offset is non-negative, and then needs no sign
         // extension.
@@ -897,7 +1014,55 @@ struct BFpropPipe {
   }
 };
 
-// The warps' math: WarpMath<float, kFprop>'s layout and MMA order, with A's
+// B of the pipelined wgrad, n-major: col(x)^T[(n,oh,ow)][(ci,kh,kw)], the
+// transpose of fprop's B. Its columns are fprop's rows: their table
+// (offset ci*H*W + dh*W + dw, dh, dw), built once per block by
+// BPixelPipe<fprop>::build_rows, a warp per 32 columns; its rows are
+// fprop's columns, of which a thread decomposes one per k-tile
+// (PixelGather's column part, by OutH*OutW and OutW). Lanes run along the
+// reduction, consecutive pixels, as in BLoaderN; pointwise filters (as
+// kGatherPointwise, and OutH*OutW % 4 == 0) copy 16 bytes, 4 pixels of
+// one image. Bounds are compared per element: a per-pixel tap mask would
+// have to be rebuilt every k-tile.
+template <typename C, bool kPoint>
+struct BWgradPipe {
+  using G = PixelGather<kFprop>;
+  static constexpr int kRows = kPoint ? C::kBTVecRows : C::kBTRows, kPer = kPoint ? C::kBTVecPer : C::kBTPer;
+  int kq, nrow, soff;
+
+  __device__ __forceinline__ void init(const ConvGemmParams&, int tid, int) {
+    kq = kPoint ? 4 * (tid % 8) : tid % C::BK;
+    nrow = kPoint ? tid / 8 : tid / C::BK;
+    soff = nrow * C::LDB + kq;
+  }
+
+  __device__ __forceinline__ static void build_table(const ConvGemmParams& p, int n0, int4* tab) {
+    const int warp = threadIdx.x >> 5;
+    if (warp < C::BN / 32) BPixelPipe<C, kFprop, kGatherCompare>::build_rows(p, n0 + 32 * warp, p.ncols, tab + 32 * warp);
+  }
+
+  __device__ __forceinline__ void load(const ConvGemmParams& p, int k0, const int4* tab, float* sb) const {
+    const float* __restrict__ x = reinterpret_cast<const float*>(p.b);
+    const int q = k0 + kq;
+    int h0 = -kFar, w0 = 0, coff = 0;
+    if (q < p.k) coff = G::column(p, q, p.div_q, p.div_qw, h0, w0);
+#pragma unroll
+    for (int a = 0; a < kPer; ++a) {
+      const int4 e = tab[nrow + kRows * a];
+      const bool ok = static_cast<unsigned>(h0 + e.y) < static_cast<unsigned>(p.h) &&
+                      static_cast<unsigned>(w0 + e.z) < static_cast<unsigned>(p.w);
+      const float* src = x + static_cast<unsigned>(coff + e.x);
+      float* dst = sb + soff + kRows * a * C::LDB;
+      if constexpr (kPoint) {
+        cp_async16(dst, src, ok ? 16 : 0);
+      } else {
+        cp_async4(dst, src, ok ? 4 : 0);
+      }
+    }
+  }
+};
+
+// The warps' math: WarpMath<float, .>'s layout and MMA order, with A's
 // fragments by ldmatrix (one instruction instead of four loads) and the
 // rounding of FpropPipe.
 template <typename C>
@@ -936,9 +1101,15 @@ struct FpropWarps {
       }
 #pragma unroll
       for (int ni = 0; ni < C::kNI; ++ni) {
-        const float* q = sb + (ks + t4) * C::LDB + col0 + ni * 8 + g;
-        b[ni][0] = to_tf32_for_mma(q[0]);
-        b[ni][1] = to_tf32_for_mma(q[4 * C::LDB]);
+        if constexpr (C::kNMajorB) {
+          const float* q = sb + (col0 + ni * 8 + g) * C::LDB + ks + t4;
+          b[ni][0] = to_tf32_for_mma(q[0]);
+          b[ni][1] = to_tf32_for_mma(q[4]);
+        } else {
+          const float* q = sb + (ks + t4) * C::LDB + col0 + ni * 8 + g;
+          b[ni][0] = to_tf32_for_mma(q[0]);
+          b[ni][1] = to_tf32_for_mma(q[4 * C::LDB]);
+        }
       }
 #pragma unroll
       for (int mi = 0; mi < C::kMI; ++mi)
@@ -959,8 +1130,22 @@ struct FpropWarps {
   }
 };
 
+// The B loader of a pipelined GEMM.
+template <typename C, int kMode, int kGather>
+struct BPipeFor {
+  using type = BPixelPipe<C, kMode, kGather>;
+};
 template <typename C, int kGather>
-__device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
+struct BPipeFor<C, kWgrad, kGather> {
+  using type = BWgradPipe<C, kGather == kGatherPointwise>;
+};
+
+// One GEMM of tile C through the pipeline: blockIdx.x the output tile,
+// blockIdx.z (wgrad) the split of the k-tiles.
+template <typename C, int kMode, int kGather, int kVecA>
+__device__ __forceinline__ void conv_pipe(const ConvGemmParams& p) {
+  constexpr bool kW = kMode == kWgrad;
+  using BL = typename BPipeFor<C, kMode, kGather>::type;
   float* smem = reinterpret_cast<float*>(dynamic_smem());
   int4* tabs = reinterpret_cast<int4*>(dynamic_smem() + C::kMainBytes);
   const int tid = threadIdx.x, warp = tid >> 5;
@@ -969,49 +1154,61 @@ __device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
   const int tile_n = static_cast<int>(blockIdx.x / tiles_m);
   const int m0 = tile_m * C::BM, n0 = tile_n * C::BN;
   const int k_tiles = (p.k + C::BK - 1) / C::BK;
+  const int split = kW ? static_cast<int>(blockIdx.z) : 0;
+  const int kt0 = kW ? split * p.k_tiles_per_split : 0;
+  const int kt1 = kW ? min(kt0 + p.k_tiles_per_split, k_tiles) : k_tiles;
+  // Only the first column tile of a split sums the bias gradient: every
+  // column tile stages the same rows of dy.
+  const bool sum_bias = kW && p.bias_grad != 0 && tile_n == 0;
   auto stage = [&](int s) { return smem + s * C::kStageElems; };
   auto tab = [&](int kt) { return tabs + (kt & (C::kTabSlots - 1)) * C::BK; };
 
-  AFpropPipe<C> al;
+  APipe<C, kMode, kVecA> al;
   al.init(p, tid, m0);
-  BFpropPipe<C, kGather> bl;
+  BL bl;
   bl.init(p, tid, n0);
   FpropWarps<C> mm;
   mm.init(tid);
+  auto load = [&](int kt, float* st) {
+    al.load(p, kt * C::BK, st);
+    if constexpr (kW) {
+      bl.load(p, kt * C::BK, tabs, st + C::kAElems);
+    } else {
+      bl.load(p, tab(kt), st + C::kAElems);
+    }
+  };
 
   // Prologue: the row tables of the first kStages k-tiles (warp s builds
-  // k-tile s's), then the first kStages-1 k-tiles in flight. Every slot
-  // commits a group, empty or not, so that "k-tile kt has landed" is
-  // always "at most kStages-2 groups pending" below.
-  if (warp < C::kStages) BFpropPipe<C, kGather>::build_rows(p, warp * C::BK, tab(warp));
+  // k-tile s's), or wgrad's column table, then the first kStages-1 k-tiles
+  // in flight. Every slot commits a group, empty or not, so that "k-tile
+  // kt has landed" is always "at most kStages-2 groups pending" below.
+  if constexpr (kW) {
+    BL::build_table(p, n0, tabs);
+  } else if (warp < C::kStages) {
+    BL::build_rows(p, warp * C::BK, p.k, tab(warp));
+  }
   __syncthreads();
 #pragma unroll
   for (int s = 0; s < C::kStages - 1; ++s) {
-    if (s < k_tiles) {
-      al.load(p, s * C::BK, stage(s));
-      bl.load(p, tab(s), stage(s) + C::kAElems);
-    }
+    if (kt0 + s < kt1) load(kt0 + s, stage(s));
     cp_async_commit();
   }
   int read = 0, write = C::kStages - 1;  // stages of k-tiles kt and kt+kStages-1
-  for (int kt = 0; kt < k_tiles; ++kt) {
+  for (int kt = kt0; kt < kt1; ++kt) {
     cp_async_wait<C::kStages - 2>();
-    if constexpr (C::kRoundA) al.round(stage(read));
+    if constexpr (C::kRoundA) al.round(stage(read), sum_bias);
     // After it, k-tile kt is in shared memory (A rounded, with kRoundA);
     // every warp is done with the math of k-tile kt-1, whose stage is
     // refilled next; and the row table of k-tile kt+kStages-1, built in
     // the previous iteration, is complete.
     __syncthreads();
     const int next = kt + C::kStages - 1;
-    if (next < k_tiles) {
-      al.load(p, next * C::BK, stage(write));
-      bl.load(p, tab(next), stage(write) + C::kAElems);
-    }
+    if (next < kt1) load(next, stage(write));
     cp_async_commit();
     // The table of k-tile kt+kStages, by each warp in turn. Its slot last
     // held that of k-tile kt+kStages-kTabSlots, gathered iterations ago.
-    if (warp == (kt & (C::NT / 32 - 1)) && next + 1 < k_tiles) {
-      BFpropPipe<C, kGather>::build_rows(p, (next + 1) * C::BK, tab(next + 1));
+    if constexpr (!kW) {
+      if (warp == (kt & (C::NT / 32 - 1)) && next + 1 < kt1) BL::build_rows(p, (next + 1) * C::BK, p.k, tab(next + 1));
     }
     mm.step(stage(read), stage(read) + C::kAElems);
     read = read == C::kStages - 1 ? 0 : read + 1;
@@ -1022,21 +1219,40 @@ __device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
   cp_async_wait<0>();
   __syncthreads();
   mm.store(smem);
+  if constexpr (kW) {
+    if (sum_bias) al.flush_bias(p, split);
+  }
   __syncthreads();
-  epilogue<float, kFprop, C>(p, smem, m0, n0, tile_n, 0);
+  epilogue<float, kMode, C>(p, smem, m0, n0, tile_n, split);
 }
 
-template <typename C>
-__device__ __forceinline__ void conv_fprop_pipe(const ConvGemmParams& p) {
-  if (p.kh == 1 && p.kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0 &&
-      p.div_img.d % 4 == 0 && p.b % 16 == 0) {
-    conv_fprop_pipe<C, kGatherPointwise>(p);
+// 1x1 filters of stride 1 without padding: every column of col(x) is a
+// pixel of x (or of dy).
+__device__ __forceinline__ bool pointwise(const ConvGemmParams& p) {
+  return p.kh == 1 && p.kw == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0;
+}
+
+// Chooses the gather at run time. dgrad must have stride 1, wgrad
+// OutH*OutW % 4 == 0 and dy 16-byte aligned (16-byte A copies):
+// ops/conv_device.go sends other layers to conv_gemm. (wgrad's 4-byte A
+// copies would need a bias sum per row, 16 per thread: they spilled.)
+template <typename C, int kMode>
+__device__ __forceinline__ void conv_pipe(const ConvGemmParams& p) {
+  if constexpr (kMode == kWgrad) {
+    if (pointwise(p) && p.b % 16 == 0) {
+      conv_pipe<C, kMode, kGatherPointwise, 1>(p);
+    } else {
+      conv_pipe<C, kMode, kGatherCompare, 1>(p);
+    }
+  } else if (pointwise(p) && p.div_img.d % 4 == 0 && p.b % 16 == 0) {
+    conv_pipe<C, kMode, kGatherPointwise, -1>(p);
   } else if (p.kh * p.kw <= C::kMaskTaps) {
-    conv_fprop_pipe<C, kGatherMask>(p);
+    conv_pipe<C, kMode, kGatherMask, -1>(p);
   } else {
-    conv_fprop_pipe<C, kGatherCompare>(p);
+    conv_pipe<C, kMode, kGatherCompare, -1>(p);
   }
 }
+
 
 // Sums the split-K partial tiles of wgrad in split order (deterministic):
 // out[i] = sum_s ws[s][i] for i < n, and bias_out[i] = sum_s bias_ws[s][i]
@@ -1100,21 +1316,29 @@ __global__ void __launch_bounds__(256, 1) conv_fprop_f32(stheno::ConvGemmParams 
 }
 // Two blocks per SM: at most 128 registers.
 __global__ void __launch_bounds__(256, 2) conv_fprop_f32_v2(stheno::ConvGemmParams p) {
-  stheno::conv_fprop_pipe<stheno::FpropV2>(p);
+  stheno::conv_pipe<stheno::FpropV2, stheno::kFprop>(p);
 }
 // One block per SM: up to 255 registers, 128 of them accumulators.
 __global__ void __launch_bounds__(256, 1) conv_fprop_f32_v3(stheno::ConvGemmParams p) {
-  stheno::conv_fprop_pipe<stheno::FpropV3>(p);
+  stheno::conv_pipe<stheno::FpropV3, stheno::kFprop>(p);
 }
 // 128 threads, two blocks per SM: up to 255 registers.
 __global__ void __launch_bounds__(128, 2) conv_fprop_f32_v4(stheno::ConvGemmParams p) {
-  stheno::conv_fprop_pipe<stheno::FpropV4>(p);
+  stheno::conv_pipe<stheno::FpropV4, stheno::kFprop>(p);
 }
 __global__ void __launch_bounds__(256, 1) conv_dgrad_f32(stheno::ConvGemmParams p) {
   stheno::conv_gemm<float, stheno::kDgrad>(p);
 }
+// Stride 1 only; dy already masked. Two blocks per SM, as fprop v2.
+__global__ void __launch_bounds__(256, 2) conv_dgrad_f32_v2(stheno::ConvGemmParams p) {
+  stheno::conv_pipe<stheno::DgradV2, stheno::kDgrad>(p);
+}
 __global__ void __launch_bounds__(256, 1) conv_wgrad_f32(stheno::ConvGemmParams p) {
   stheno::conv_gemm<float, stheno::kWgrad>(p);
+}
+// dy already masked. Two blocks per SM where shared memory allows (sm_90).
+__global__ void __launch_bounds__(256, 2) conv_wgrad_f32_v2(stheno::ConvGemmParams p) {
+  stheno::conv_pipe<stheno::WgradV2, stheno::kWgrad>(p);
 }
 __global__ void __launch_bounds__(256) conv_fprop_f64(stheno::ConvGemmParams p) {
   stheno::conv_gemm<double, stheno::kFprop>(p);

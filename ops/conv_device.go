@@ -16,7 +16,8 @@ import (
 // implicit-GEMM kernel template for the forward pass (bias or BatchNorm
 // scale/shift, residual and ReLU in its epilogue, and for ConvBN in training
 // the batch statistics), the data gradient and the weight gradient (split
-// along its long reduction when the GEMM has too few tiles to fill the GPU).
+// along its long reduction when the GEMM has too few tiles to fill the GPU),
+// and for float32 the cp.async pipelines of conv_pipe for all three.
 
 // fastDivArgs mirrors FastDiv in kernels/conv.cuh: division of a
 // non-negative int32 by d as a multiply-high and a shift.
@@ -136,7 +137,7 @@ func (t convTile) smemBytes(mode int) int {
 }
 
 // The float32 forward kernels of conv.cu: conv_gemm's register-staged loop
-// (v1), and the cp.async pipelines of conv_fprop_pipe: v2 (v1's 128x128
+// (v1), and the cp.async pipelines of conv_pipe: v2 (v1's 128x128
 // tile and warps of 64x32, two blocks per SM), v3 (256x128, warps of
 // 64x64, one block per SM) and v4 (128x128, four warps of 64x64, two blocks
 // per SM). All four compute the same results, bit for bit; convKernel
@@ -152,28 +153,81 @@ const (
 // them), names the float32 forward kernel; it must fit the launch.
 var convFpropKernelOverride string
 
+// The float32 backward kernels: conv_gemm's (v1) and the cp.async
+// pipelines of conv_pipe (v2, v1's 128x128 tile and warps, two blocks per
+// SM). dgrad v2 runs stride-1 layers only; wgrad v2 needs OutH*OutW % 4 ==
+// 0 and dy 16-byte aligned (its 16-byte copies of dy). Neither applies the
+// ReLU mask of dy as it copies: dgrad and wgrad mask dy into scratch memory
+// first (maskedGrad). dgrad v2 agrees with v1 bit for bit; so does wgrad
+// v2's dw for the same splits (its bias gradient adds in another order).
+const (
+	convDgradF32V1 = "conv_dgrad_f32"
+	convDgradF32V2 = "conv_dgrad_f32_v2"
+	convWgradF32V1 = "conv_wgrad_f32"
+	convWgradF32V2 = "conv_wgrad_f32_v2"
+)
+
+// convDgradKernelOverride and convWgradKernelOverride, when set (by tests
+// and benchmarks that compare them), name the float32 backward kernels;
+// they must fit the launch.
+var convDgradKernelOverride, convWgradKernelOverride string
+
 // The shared memory of the pipelined kernels, FpropPipe::kSmemBytes in
 // conv.cu (which pins them): stages of the A and B tiles (or the C tile
-// over them), then a ring of four k-tiles' row tables of 16 bytes a row. B
-// and C rows are convTileF32's; A's rows are bm.
-func convFpropPipeSmemBytes(bm, stages int) int {
+// over them), then a ring of four k-tiles' row tables of 16 bytes a row
+// (wgrad: its column table, as large). B rows are convTileF32's, k-major
+// (BK rows of BN+padB) or, for wgrad, n-major (BN rows of BK+padA); C rows
+// are convTileF32's; A's rows are bm.
+func convPipeSmemBytes(bm, stages int, nMajorB bool) int {
 	t := convTileF32
-	pipe := stages * (bm*(t.bk+t.padA) + t.bk*(t.bn+t.padB)) * t.elem
+	b := t.bk * (t.bn + t.padB)
+	if nMajorB {
+		b = t.bn * (t.bk + t.padA)
+	}
+	pipe := stages * (bm*(t.bk+t.padA) + b) * t.elem
 	c := bm * (t.bn + t.padC) * t.elem
 	return (max(pipe, c)+15)/16*16 + 4*t.bk*16
 }
 
 var (
-	convFpropV2Smem = convFpropPipeSmemBytes(128, 3)
-	convFpropV3Smem = convFpropPipeSmemBytes(256, 4)
-	convFpropV4Smem = convFpropPipeSmemBytes(128, 3)
+	convFpropV2Smem = convPipeSmemBytes(128, 3, false)
+	convFpropV3Smem = convPipeSmemBytes(256, 4, false)
+	convFpropV4Smem = convPipeSmemBytes(128, 3, false)
+	convDgradV2Smem = convPipeSmemBytes(128, 3, false)
+	convWgradV2Smem = convPipeSmemBytes(128, 3, true)
 )
 
 // convFpropPipeFits reports whether the pipelined kernels can run the
 // forward GEMM of args: they add their offsets into x in 32-bit ints,
 // whose sums, column part plus row part, stay below (N+1)*Cin*H*W.
+// wgrad v2 gathers x the same way.
 func convFpropPipeFits(args convGemmArgs) bool {
 	return int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W) <= math.MaxInt32
+}
+
+// convBackwardPipeFits reports whether the v2 kernel of a backward GEMM can
+// run args, and if not why. dgrad v2: stride 1, and its offsets into dy,
+// a column part (an image's offset plus (ih+PadH)*OutW + iw+PadW) plus a
+// row part (co*OutH*OutW - kh*DilH*OutW - kw*DilW), within 32 bits.
+// wgrad v2: fprop's offsets into x, and 16-byte copies of dy's rows.
+func convBackwardPipeFits(mode int, args convGemmArgs) (bool, string) {
+	if mode == convDgrad {
+		if args.StrideH != 1 || args.StrideW != 1 {
+			return false, "strided dgrad"
+		}
+		if int64(args.N+1)*int64(args.Cout)*int64(args.OutH)*int64(args.OutW)+
+			int64(args.H+args.PadH+1)*int64(args.W+args.PadW+1) > math.MaxInt32 {
+			return false, "dy exceeds its 32-bit offsets"
+		}
+		return true, ""
+	}
+	if !convFpropPipeFits(args) {
+		return false, "x exceeds its 32-bit offsets"
+	}
+	if int64(args.OutH)*int64(args.OutW)%4 != 0 || args.A%16 != 0 {
+		return false, "OutH*OutW % 4 != 0 or dy not 16-byte aligned"
+	}
+	return true, ""
 }
 
 // convKernelChoice is a GEMM's kernel, its dynamic shared memory, the rows
@@ -191,12 +245,15 @@ type convKernelChoice struct {
 // 0.048 ms on resnet_c3_3x3 / fpn_p2_3x3 / resnet_c4_1x1; v4, whose warp
 // tiles read a third less shared memory per MMA, 0.096 / 1.332 / 0.055;
 // v3 0.168 / 1.338 / 0.078; v1 0.214 / 3.260 / 0.098. v3 and v4 only by
-// override.
+// override. For float32 dgrad and wgrad, convBackwardKernel.
 func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, optIn int) (convKernelChoice, error) {
 	t := convTileFor(dt)
 	generic := convKernelChoice{"conv_" + convModeNames[mode] + "_" + dtypeSuffix(dt), t.smemBytes(mode), t.bm, t.threads}
-	if dt != tensor.Float32 || mode != convFprop {
+	if dt != tensor.Float32 {
 		return generic, nil
+	}
+	if mode != convFprop {
+		return convBackwardKernel(mode, args, optIn, generic)
 	}
 	v2 := convKernelChoice{convFpropF32V2, convFpropV2Smem, 128, 256}
 	v3 := convKernelChoice{convFpropF32V3, convFpropV3Smem, 256, 256}
@@ -228,6 +285,75 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, optIn int) (convKe
 		return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", want.name, want.smem, optIn)
 	}
 	return want, nil
+}
+
+// convBackwardKernel chooses the float32 dgrad or wgrad kernel: v2 where
+// it applies (convBackwardPipeFits) and the GPU gives a block its shared
+// memory, else v1 (generic); the overrides pick one. Not yet measured on a
+// GPU: BenchmarkGPUConvBackwardVariants compares them.
+func convBackwardKernel(mode int, args convGemmArgs, optIn int, generic convKernelChoice) (convKernelChoice, error) {
+	override, v1, v2 := convDgradKernelOverride, convDgradF32V1, convKernelChoice{convDgradF32V2, convDgradV2Smem, 128, 256}
+	if mode == convWgrad {
+		override, v1, v2 = convWgradKernelOverride, convWgradF32V1, convKernelChoice{convWgradF32V2, convWgradV2Smem, 128, 256}
+	}
+	fits, why := convBackwardPipeFits(mode, args)
+	switch override {
+	case "":
+		if !fits || v2.smem > optIn {
+			return generic, nil
+		}
+		return v2, nil
+	case v1:
+		return generic, nil
+	case v2.name:
+	default:
+		return convKernelChoice{}, fmt.Errorf("no float32 %s kernel %q", convModeNames[mode], override)
+	}
+	if !fits {
+		return convKernelChoice{}, fmt.Errorf("%s: %s", v2.name, why)
+	}
+	if v2.smem > optIn {
+		return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", v2.name, v2.smem, optIn)
+	}
+	return v2, nil
+}
+
+// convUnmasked reports whether a kernel leaves dy's ReLU mask to the
+// caller (the cp.async backward kernels).
+func convUnmasked(name string) bool { return name == convDgradF32V2 || name == convWgradF32V2 }
+
+// convBlocksPerSM is how many blocks of choice share an SM, by shared
+// memory (each block also takes 1 KiB of the SM's for the system; an SM
+// has optIn + 1 KiB): the v2 kernels are built for two.
+func convBlocksPerSM(choice convKernelChoice, optIn int) int {
+	if choice.name == convWgradF32V2 || choice.name == convDgradF32V2 {
+		return max(1, min(2, (optIn+1024)/(choice.smem+1024)))
+	}
+	return 1
+}
+
+// maskedGrad returns dy masked by y > 0 in scratch memory (relu_mask of
+// conv_bn.cu) for the kernels that do not mask as they copy, and a func to
+// free it after the launches that read it are queued. Costs a pass over dy
+// and y per backward op; conv.cu says why it is cheaper than masking in
+// the kernels.
+func (s convShape) maskedGrad(op string, dev *backend.Device, y, dy backend.DevicePtr) (backend.DevicePtr, func(), error) {
+	n := int64(s.p.N) * int64(s.p.Cout) * int64(s.p.OutH) * int64(s.p.OutW)
+	buf, err := dev.Alloc(n * int64(s.dt.Size()))
+	if err != nil {
+		return 0, nil, fmt.Errorf("ops: %s: masked gradient: %w", op, err)
+	}
+	free := func() { dev.Free(buf) }
+	k, err := dev.Kernel("conv_bn", "relu_mask_"+dtypeSuffix(s.dt))
+	if err != nil {
+		free()
+		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
+	}
+	if err := backend.Launch(k, dev.GridStride(n, bnThreads), maskArgs{Y: y, DY: dy, DX: buf, N: n}); err != nil {
+		free()
+		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
+	}
+	return buf, free, nil
 }
 
 // gemmArgs fills the geometry of the convolution; the caller sets the
@@ -274,7 +400,8 @@ func (s convShape) checkDeviceSizes(op string) error {
 }
 
 // launchConvGemm queues the kernel convKernel chooses (conv_<mode>_<dtype>,
-// or for float32 forward GEMMs conv_fprop_f32_v2, _v3 or _v4) for args
+// or for float32 GEMMs conv_fprop_f32_v2, _v3 or _v4, conv_dgrad_f32_v2,
+// conv_wgrad_f32_v2, which need args.Mask == 0) for args
 // (operands, GEMM sizes and divisors set) in splits splits of the
 // reduction (1 but for wgrad).
 func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, args convGemmArgs, splits int) error {
@@ -283,6 +410,9 @@ func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, a
 	choice, err := convKernel(dt, mode, args, optIn)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	if args.Mask != 0 && convUnmasked(choice.name) {
+		return fmt.Errorf("ops: %s: %s needs dy masked beforehand", op, choice.name)
 	}
 	k, err := dev.Kernel("conv", choice.name)
 	if err != nil {
@@ -436,6 +566,15 @@ func (s convShape) dgrad(op string, dev *backend.Device, w, y, dy, dx backend.De
 	args.A, args.B, args.Mask, args.Out = wt, dy, y, dx
 	args.M, args.NCols, args.K = int32(p.Cin), int32(p.N*p.H*p.W), int32(p.Cout*kk)
 	args.DivImg, args.DivRow = fastDiv(p.H*p.W), fastDiv(p.W)
+	_, optIn := dev.MaxSharedMemory()
+	if choice, err := convKernel(s.dt, convDgrad, args, optIn); err == nil && y != 0 && convUnmasked(choice.name) {
+		masked, free, err := s.maskedGrad(op, dev, y, dy)
+		if err != nil {
+			return err
+		}
+		defer free()
+		args.B, args.Mask = masked, 0
+	}
 	return launchConvGemm(op, dev, s.dt, convDgrad, args, 1)
 }
 
@@ -481,7 +620,7 @@ func (op *convWgradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Va
 // about one more for its prologue and epilogue; plus the pass that sums the
 // partial tiles (at about 3 TB/s). More splits must win by 5%: they cost
 // workspace memory the model does not price.
-func wgradSplits(tiles, kTiles, sms, outBytes int) int {
+func wgradSplits(tiles, kTiles, slots, outBytes int) int {
 	best, bestCost := 1, math.Inf(1)
 	for s := 1; s <= min(kTiles, 64); s++ {
 		kps := ceilDiv(kTiles, s)
@@ -491,7 +630,7 @@ func wgradSplits(tiles, kTiles, sms, outBytes int) int {
 		if s > 1 && int64(s)*int64(outBytes) > 1<<30 {
 			break
 		}
-		waves := ceilDiv(tiles*s, max(sms, 1))
+		waves := ceilDiv(tiles*s, max(slots, 1))
 		cost := float64(waves * (kps + 1))
 		if s > 1 {
 			cost += float64((s+1)*outBytes) / 3e6
@@ -516,7 +655,20 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 	elem := int64(s.dt.Size())
 	nw := int64(p.Cout) * int64(args.NCols)
 	tiles := ceilDiv(p.Cout, t.bm) * ceilDiv(int(args.NCols), t.bn)
-	splits := wgradSplits(tiles, ceilDiv(int(args.K), t.bk), dev.SMCount(), int(nw*elem))
+	slots := dev.SMCount()
+	_, optIn := dev.MaxSharedMemory()
+	if choice, err := convKernel(s.dt, convWgrad, args, optIn); err == nil {
+		slots *= convBlocksPerSM(choice, optIn)
+		if y != 0 && convUnmasked(choice.name) {
+			masked, free, err := s.maskedGrad(op, dev, y, dy)
+			if err != nil {
+				return err
+			}
+			defer free()
+			args.A, args.Mask = masked, 0
+		}
+	}
+	splits := wgradSplits(tiles, ceilDiv(int(args.K), t.bk), slots, int(nw*elem))
 	if splits == 1 {
 		args.Out, args.BiasGrad = dw, db
 		return launchConvGemm(op, dev, s.dt, convWgrad, args, 1)

@@ -215,3 +215,65 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGPUConvBackwardVariants times the float32 backward kernels
+// (convDgradKernelOverride, convWgradKernelOverride: v1, v2) on TARGETS.md's
+// shapes: Conv with bias and ReLU, as BenchmarkGPUConv's pass=bwd, but
+// dgrad and wgrad apart (each one GEMM, the forward's FLOPs), timed the
+// same way. v2's time includes the pass that masks dy by the ReLU (and, for
+// wgrad, the split-K reduction, as v1's). Names are benchstat-friendly:
+// .../case=fpn_p2_3x3/pass=dgrad/kernel=v2.
+func BenchmarkGPUConvBackwardVariants(b *testing.B) {
+	dev := gpu(b)
+	dt := tensor.Float32
+	defer func() { convDgradKernelOverride, convWgradKernelOverride = "", "" }()
+	for ci, c := range convTargetCases {
+		rng := rand.New(rand.NewPCG(uint64(ci), 11))
+		conv := convGPUCase{name: c.name, xs: c.xs, ws: c.ws, cfg: c.cfg}
+		s := conv.shape(b, dt, true, true)
+		p := s.p
+		flops := 2 * float64(p.N*p.Cout*p.OutH*p.OutW) * float64(p.Cin*p.KH*p.KW)
+		dev1 := func(lo, hi float64, shape ...int) *tensor.Dense {
+			return toDev(b, dev, randTensor(rng, dt, lo, hi, shape...))
+		}
+		x, w, bias := dev1(-1, 1, s.xShape()...), dev1(-0.05, 0.05, s.wShape()...), dev1(-0.1, 0.1, p.Cout)
+		dy := dev1(-1, 1, s.yShape()...)
+		fwd, dgrad, wgrad := &convOp{s}, &convDgradOp{s}, &convWgradOp{s}
+		y, err := fwd.Do(x, w, bias)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dx, err := dgrad.Do(w, y, dy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dwb, err := wgrad.Do(x, y, dy)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range []struct {
+			pass, short, name string
+			step              func() error
+		}{
+			{"dgrad", "v1", convDgradF32V1, func() error { _, err := dgrad.UsePreallocDo(dx, w, y, dy); return err }},
+			{"dgrad", "v2", convDgradF32V2, func() error { _, err := dgrad.UsePreallocDo(dx, w, y, dy); return err }},
+			{"wgrad", "v1", convWgradF32V1, func() error { _, err := wgrad.UsePreallocDo(dwb, x, y, dy); return err }},
+			{"wgrad", "v2", convWgradF32V2, func() error { _, err := wgrad.UsePreallocDo(dwb, x, y, dy); return err }},
+		} {
+			b.Run(fmt.Sprintf("case=%s/pass=%s/kernel=%s", c.name, k.pass, k.short), func(b *testing.B) {
+				if k.pass == "dgrad" {
+					convDgradKernelOverride = k.name
+				} else {
+					convWgradKernelOverride = k.name
+				}
+				defer func() { convDgradKernelOverride, convWgradKernelOverride = "", "" }()
+				convBenchLoop(b, dev, flops, k.step)
+			})
+		}
+		for _, v := range []G.Value{x, w, bias, dy, y, dx, dwb} {
+			if err := dev.FreeDense(v.(*tensor.Dense)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}

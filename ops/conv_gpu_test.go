@@ -67,17 +67,23 @@ func TestConvSharedMemoryMirrorsKernels(t *testing.T) {
 		t.Errorf("conv_fprop_f32_v2, _v3, _v4: %d, %d, %d bytes; conv.cu has 109568, 219136, 109568",
 			convFpropV2Smem, convFpropV3Smem, convFpropV4Smem)
 	}
+	if convDgradV2Smem != 109568 || convWgradV2Smem != 112640 {
+		t.Errorf("conv_dgrad_f32_v2, conv_wgrad_f32_v2: %d, %d bytes; conv.cu has 109568, 112640",
+			convDgradV2Smem, convWgradV2Smem)
+	}
 }
 
-// convKernel chooses, for float32 forward GEMMs, v4 where its grid gives
-// every SM a block, v2 elsewhere, v1 only where the others' offsets do not
-// fit, unless convFpropKernelOverride says otherwise; and conv_gemm's
-// kernels for everything else.
+// convKernel chooses, for float32 forward GEMMs, v2, v1 only where its
+// offsets do not fit; for float32 dgrad and wgrad, v2 where it applies
+// (stride 1; OutH*OutW % 4 == 0 and dy aligned) and fits, else v1; unless
+// the overrides say otherwise; and conv_gemm's kernels for float64.
 func TestConvKernelChoice(t *testing.T) {
-	defer func() { convFpropKernelOverride = "" }()
+	defer func() { convFpropKernelOverride, convDgradKernelOverride, convWgradKernelOverride = "", "", "" }()
 	const hopper, ampere = 232448, 166912
+	// Stride 1 and an output the size of the input (3x3 pad 1, or 1x1).
 	gemm := func(n, cin, h, w, m, ncols int) convGemmArgs {
-		return convGemmArgs{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), NCols: int32(ncols)}
+		return convGemmArgs{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), NCols: int32(ncols),
+			Cout: int32(m), StrideH: 1, StrideW: 1, OutH: int32(h), OutW: int32(w)}
 	}
 	fpn := gemm(2, 256, 200, 336, 256, 2*200*336)
 	c3 := gemm(8, 128, 56, 56, 128, 8*56*56)
@@ -88,6 +94,15 @@ func TestConvKernelChoice(t *testing.T) {
 	v3 := convKernelChoice{convFpropF32V3, 219136, 256, 256}
 	v4 := convKernelChoice{convFpropF32V4, 109568, 128, 128}
 	f64 := convKernelChoice{"conv_fprop_f64", 34048, 64, 256}
+	dv1 := convKernelChoice{convDgradF32V1, 71680, 128, 256}
+	dv2 := convKernelChoice{convDgradF32V2, 109568, 128, 256}
+	wv1 := convKernelChoice{convWgradF32V1, 75776, 128, 256}
+	wv2 := convKernelChoice{convWgradF32V2, 112640, 128, 256}
+	strided := c3
+	strided.StrideH, strided.OutH, strided.OutW = 2, 28, 56
+	oddOut := gemm(2, 5, 7, 9, 11, 2*7*9) // OutH*OutW = 63
+	unaligned := c3
+	unaligned.A = 4
 	for _, c := range []struct {
 		override string
 		dt       tensor.Dtype
@@ -101,8 +116,30 @@ func TestConvKernelChoice(t *testing.T) {
 		{"", tensor.Float32, convFprop, c3, hopper, v2},
 		{"", tensor.Float32, convFprop, c4, hopper, v2},
 		{"", tensor.Float32, convFprop, huge, hopper, v1},
-		{"", tensor.Float32, convDgrad, fpn, hopper, convKernelChoice{"conv_dgrad_f32", 71680, 128, 256}},
-		{"", tensor.Float32, convWgrad, fpn, hopper, convKernelChoice{"conv_wgrad_f32", 75776, 128, 256}},
+		{"", tensor.Float32, convDgrad, fpn, hopper, dv2},
+		{"", tensor.Float32, convDgrad, fpn, ampere, dv2},
+		{"", tensor.Float32, convDgrad, c3, hopper, dv2},
+		{"", tensor.Float32, convDgrad, c4, hopper, dv2},
+		{"", tensor.Float32, convDgrad, strided, hopper, dv1},
+		{"", tensor.Float32, convWgrad, fpn, hopper, wv2},
+		{"", tensor.Float32, convWgrad, fpn, ampere, wv2},
+		{"", tensor.Float32, convWgrad, c3, hopper, wv2},
+		{"", tensor.Float32, convWgrad, c4, hopper, wv2},
+		{"", tensor.Float32, convWgrad, strided, hopper, wv2}, // wgrad v2 takes strides
+		{"", tensor.Float32, convWgrad, oddOut, hopper, wv1},
+		{"", tensor.Float32, convWgrad, unaligned, hopper, wv1},
+		{"", tensor.Float32, convWgrad, huge, hopper, wv1},
+		{"", tensor.Float32, convWgrad, fpn, 100000, wv1}, // too little shared memory
+		{"", tensor.Float64, convDgrad, fpn, hopper, convKernelChoice{"conv_dgrad_f64", 34048, 64, 256}},
+		{convDgradF32V1, tensor.Float32, convDgrad, fpn, hopper, dv1},
+		{convDgradF32V2, tensor.Float32, convDgrad, fpn, hopper, dv2},
+		{convDgradF32V2, tensor.Float32, convDgrad, strided, hopper, convKernelChoice{}},
+		{"conv_dgrad_f32_v9", tensor.Float32, convDgrad, fpn, hopper, convKernelChoice{}},
+		{convWgradF32V1, tensor.Float32, convWgrad, fpn, hopper, wv1},
+		{convWgradF32V2, tensor.Float32, convWgrad, c4, hopper, wv2},
+		{convWgradF32V2, tensor.Float32, convWgrad, oddOut, hopper, convKernelChoice{}},
+		{convWgradF32V2, tensor.Float32, convWgrad, fpn, 100000, convKernelChoice{}},
+		{convWgradF32V2, tensor.Float64, convWgrad, fpn, hopper, convKernelChoice{"conv_wgrad_f64", 35840, 64, 256}},
 		{"", tensor.Float64, convFprop, fpn, hopper, f64},
 		{convFpropF32V1, tensor.Float32, convFprop, fpn, hopper, v1},
 		{convFpropF32V2, tensor.Float32, convFprop, fpn, hopper, v2},
@@ -114,7 +151,15 @@ func TestConvKernelChoice(t *testing.T) {
 		{convFpropF32V3, tensor.Float32, convFprop, fpn, ampere, convKernelChoice{}},
 		{"conv_fprop_f32_v9", tensor.Float32, convFprop, fpn, hopper, convKernelChoice{}},
 	} {
-		convFpropKernelOverride = c.override
+		convFpropKernelOverride, convDgradKernelOverride, convWgradKernelOverride = "", "", ""
+		switch c.mode {
+		case convFprop:
+			convFpropKernelOverride = c.override
+		case convDgrad:
+			convDgradKernelOverride = c.override
+		default:
+			convWgradKernelOverride = c.override
+		}
 		got, err := convKernel(c.dt, c.mode, c.args, c.optIn)
 		what := fmt.Sprintf("override %q, %v %s, %+v, opt-in %d", c.override, c.dt, convModeNames[c.mode], c.args, c.optIn)
 		if c.want == (convKernelChoice{}) {
@@ -125,6 +170,23 @@ func TestConvKernelChoice(t *testing.T) {
 		}
 		if err != nil || got != c.want {
 			t.Errorf("%s: got %+v, %v; want %+v", what, got, err, c.want)
+		}
+	}
+}
+
+// wgrad v2 runs two blocks per SM where shared memory allows (Hopper),
+// which wgradSplits counts; v1 one.
+func TestConvBlocksPerSM(t *testing.T) {
+	const hopper, ampere = 232448, 166912
+	wv2 := convKernelChoice{convWgradF32V2, convWgradV2Smem, 128, 256}
+	wv1 := convKernelChoice{convWgradF32V1, 75776, 128, 256}
+	for _, c := range []struct {
+		choice convKernelChoice
+		optIn  int
+		want   int
+	}{{wv2, hopper, 2}, {wv2, ampere, 1}, {wv1, hopper, 1}} {
+		if got := convBlocksPerSM(c.choice, c.optIn); got != c.want {
+			t.Errorf("%s, opt-in %d: %d blocks per SM, want %d", c.choice.name, c.optIn, got, c.want)
 		}
 	}
 }
@@ -432,6 +494,167 @@ func TestGPUConvFpropVariants(t *testing.T) {
 			}
 		})
 	}
+}
+
+// convBackwardVariantCases are convFpropVariantCases (several of them with
+// OutH*OutW % 4 == 0, which wgrad v2 needs) and a dgrad of two row tiles.
+var convBackwardVariantCases = append(convFpropVariantCases[:len(convFpropVariantCases):len(convFpropVariantCases)],
+	convGPUCase{"3x3 pad 1, 150 input channels", []int{2, 150, 6, 10}, []int{40, 150, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+)
+
+// setConvBackwardOverride names the float32 kernel of a backward GEMM.
+func setConvBackwardOverride(mode int, kernel string) {
+	if mode == convDgrad {
+		convDgradKernelOverride = kernel
+	} else {
+		convWgradKernelOverride = kernel
+	}
+}
+
+// The float32 backward kernels (convDgradKernelOverride,
+// convWgradKernelOverride): each against the CPU twin through the ops, as
+// TestGPUConvParity does, with bias and ReLU (v2 reads dy masked
+// beforehand) and without; v2 is skipped, visibly, where it does not apply
+// (strided dgrad; wgrad with OutH*OutW % 4 != 0). Then dgrad v2 against v1
+// through the op, and wgrad v2's dw against v1's in one split: the same
+// sums of the same TF32 products in the same order, so bit for bit.
+func TestGPUConvBackwardVariants(t *testing.T) {
+	dev := gpu(t)
+	defer func() { convDgradKernelOverride, convWgradKernelOverride = "", "" }()
+	dt := tensor.Float32
+	for ci, c := range convBackwardVariantCases {
+		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
+		for _, mode := range []int{convDgrad, convWgrad} {
+			kernels := []string{convDgradF32V1, convDgradF32V2}
+			if mode == convWgrad {
+				kernels = []string{convWgradF32V1, convWgradF32V2}
+			}
+			for _, kernel := range kernels {
+				for _, exact := range []bool{false, true} {
+					for _, variant := range []struct {
+						bias, relu bool
+					}{{true, true}, {false, false}} {
+						name := fmt.Sprintf("%s/%s/bias=%t/relu=%t/exact=%t", kernel, c.name, variant.bias, variant.relu, exact)
+						t.Run(name, func(t *testing.T) {
+							s := c.shape(t, dt, variant.bias, variant.relu)
+							if fits, why := convBackwardPipeFits(mode, s.gemmArgs()); kernel == kernels[1] && !fits {
+								t.Skipf("%s does not apply: %s", kernel, why)
+							}
+							setConvBackwardOverride(mode, kernel)
+							defer setConvBackwardOverride(mode, "")
+							rng := rand.New(rand.NewPCG(uint64(ci), 12))
+							draw := func(lo, hi float64, shape ...int) *tensor.Dense {
+								if exact {
+									return intTensor(rng, dt, int(lo*2), int(hi*2), shape...)
+								}
+								return randTensor(rng, dt, lo, hi, shape...)
+							}
+							x := draw(-1, 1, s.xShape()...)
+							w := draw(-0.5, 0.5, s.wShape()...)
+							if bigK && !exact {
+								w = draw(-0.25, 0.25, s.wShape()...) // keep the result's size near 1
+							}
+							in := []*tensor.Dense{x, w}
+							if variant.bias {
+								in = append(in, draw(-0.5, 0.5, s.bShape()...))
+							}
+							// The CPU's y masks dy on both sides alike.
+							y, err := (&convOp{s}).Do(toValues(in)...)
+							if err != nil {
+								t.Fatal(err)
+							}
+							dy := draw(-0.5, 0.5, s.yShape()...)
+							gemm, sums := convTols(dt, exact)
+							if mode == convDgrad {
+								parityBy(t, dev, &convDgradOp{s}, []segment{{tol: gemm}}, w, y.(*tensor.Dense), dy)
+								return
+							}
+							segs := []segment{{tol: gemm}}
+							if variant.bias {
+								segs = []segment{{n: s.wShape().TotalSize(), tol: gemm}, {tol: sums}}
+							}
+							parityBy(t, dev, &convWgradOp{s}, segs, x, y.(*tensor.Dense), dy)
+						})
+					}
+				}
+			}
+		}
+		t.Run("same-bits-as-v1/"+c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(ci), 13))
+			s := c.shape(t, dt, true, true)
+			p := s.p
+			x := toDev(t, dev, randTensor(rng, dt, -1, 1, s.xShape()...))
+			w := toDev(t, dev, randTensor(rng, dt, -0.25, 0.25, s.wShape()...))
+			y := toDev(t, dev, randTensor(rng, dt, -1, 1, s.yShape()...)) // masks about half of dy
+			dy := toDev(t, dev, randTensor(rng, dt, -0.5, 0.5, s.yShape()...))
+			sameBits := func(what string, v1, v2 []float64, n int) {
+				t.Helper()
+				bad := 0
+				for i := range n {
+					if math.Float64bits(v1[i]) != math.Float64bits(v2[i]) || math.IsNaN(v2[i]) {
+						if bad < 5 {
+							t.Errorf("%s[%d]: v2 %v, v1 %v", what, i, v2[i], v1[i])
+						}
+						bad++
+					}
+				}
+				if bad > 0 {
+					t.Errorf("%s: %d of %d values differ between v2 and v1 (or are NaN)", what, bad, n)
+				}
+			}
+			if fits, why := convBackwardPipeFits(convDgrad, s.gemmArgs()); fits {
+				var dx [2][]float64
+				for i, kernel := range []string{convDgradF32V1, convDgradF32V2} {
+					convDgradKernelOverride = kernel
+					got, err := (&convDgradOp{s}).Do(w, y, dy)
+					convDgradKernelOverride = ""
+					if err != nil {
+						t.Fatal(err)
+					}
+					dx[i] = fromDev(t, dev, got)
+				}
+				sameBits("dx", dx[0], dx[1], len(dx[0]))
+			} else {
+				t.Logf("dgrad v2 does not apply: %s", why)
+			}
+			args := s.gemmArgs()
+			args.A, args.B = devPtr(t, dev, dy), devPtr(t, dev, x)
+			args.M, args.NCols, args.K = int32(p.Cout), int32(p.Cin*p.KH*p.KW), int32(p.N*p.OutH*p.OutW)
+			args.DivQ, args.DivQW = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
+			if fits, why := convBackwardPipeFits(convWgrad, args); !fits {
+				t.Logf("wgrad v2 does not apply: %s", why)
+				return
+			}
+			nw := s.wShape().TotalSize()
+			var dwb [2][]float64
+			for i, kernel := range []string{convWgradF32V1, convWgradF32V2} {
+				out := toDev(t, dev, fromFloat64s(dt, filled(nw+p.Cout, math.NaN()), nw+p.Cout))
+				args.Out = devPtr(t, dev, out)
+				args.BiasGrad = args.Out + backend.DevicePtr(4*nw)
+				convWgradKernelOverride = kernel
+				err := launchConvGemm("test", dev, dt, convWgrad, args, 1)
+				convWgradKernelOverride = ""
+				if err != nil {
+					t.Fatal(err)
+				}
+				dwb[i] = fromDev(t, dev, out)
+			}
+			sameBits("dw", dwb[0], dwb[1], nw)
+			if err := autograd.TolParity32.Compare(dwb[1][nw:], dwb[0][nw:]); err != nil {
+				t.Errorf("bias gradient, v2 vs v1: %v", err)
+			}
+		})
+	}
+}
+
+// devPtr is d's device pointer.
+func devPtr(t *testing.T, dev *backend.Device, d *tensor.Dense) backend.DevicePtr {
+	t.Helper()
+	p, err := dev.Ptr(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func toValues(ds []*tensor.Dense) []G.Value {
