@@ -41,22 +41,23 @@ var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
 
 // msDeformKernelFor picks the kernel variant. Forward kernels load 16 bytes
 // of channels per lane when D and the addresses allow it, and share each
-// point's taps across the group with shuffles (_s), queries fastest; backward
-// kernels take one channel per lane (coalesced atomics), compute taps per
-// lane, heads fastest (concurrent atomics hit different addresses). Chosen
-// on an H200 against the other variants of msdeform.cu
+// point's taps across the group with shuffles (_s), queries fastest.
+// Backward kernels take 4 channels per lane, G apart (so a group's atomics
+// still cover G consecutive floats), and reduce-scatter the location and
+// weight sums of 4 points at a time across the group (about 3 shuffles per
+// point instead of 15), heads fastest (concurrent atomics hit different
+// addresses). Chosen on an H200 against the other variants of msdeform.cu
 // (BenchmarkGPUMSDeformAttnVariants, encoder case): forward v4_s 0.25 ms,
-// v4_u1 0.34, v1_s 0.70; backward u1_h 2.64 ms, s 3.21, s_h 3.44. Backward
-// r4_h, r8_h, r16_h (channel sums reduce-scattered over the group, 4, 8 or
-// 16 points at a time) and v2_r16_h, v4_r4_h, v4_r8_h, v4_r8 (the same with
-// 2 or 4 channels per lane, vec 2 or 4) are not timed yet.
+// v4_u1 0.35, v1_s 0.71; backward v4_r4_h 1.40-1.50 ms, v4_r8_h 1.51,
+// v4_r8 1.52, v2_r16_h 1.49-1.56, r8_h 1.70, r4_h 1.71, r16_h 1.82-1.93,
+// u1_h (one channel per lane, 15 shuffles per point) 2.65, s_h 3.43.
 func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned bool) msDeformKernel {
 	if msDeformKernelOverride != nil {
 		return msDeformKernelOverride(backward, dt)
 	}
 	sfx := dtypeSuffix(dt)
 	if backward {
-		return msDeformKernel{"msdeform_backward_" + sfx + "_u1_h", 1}
+		return msDeformKernel{"msdeform_backward_" + sfx + "_v4_r4_h", 4}
 	}
 	vec := 16 / int(dt.Size())
 	if d%vec != 0 || !aligned {
