@@ -241,11 +241,24 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 	if len(inputs) != op.Arity() {
 		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(inputs))
 	}
-	dx, err := G.ApplyOp(&convDgradOp{op.convShape}, inputs[1], output, grad)
+	// With a ReLU, mask dy once here for both gradient ops rather than in
+	// each of them: the fast GPU kernels copy dy with cp.async and cannot
+	// mask as they copy, so each op would otherwise make its own masked
+	// copy (a pass over dy and y apiece).
+	back := op.convShape
+	if back.p.ReLU {
+		masked, err := G.ApplyOp(&reluMaskOp{shape: op.yShape(), dt: op.dt}, output, grad)
+		if err != nil {
+			return nil, fmt.Errorf("ops: Conv backward: %w", err)
+		}
+		grad = masked
+		back.p.ReLU = false
+	}
+	dx, err := G.ApplyOp(&convDgradOp{back}, inputs[1], output, grad)
 	if err != nil {
 		return nil, fmt.Errorf("ops: Conv backward: %w", err)
 	}
-	dw, err := G.ApplyOp(&convWgradOp{op.convShape}, inputs[0], output, grad)
+	dw, err := G.ApplyOp(&convWgradOp{back}, inputs[0], output, grad)
 	if err != nil {
 		return nil, fmt.Errorf("ops: Conv backward: %w", err)
 	}

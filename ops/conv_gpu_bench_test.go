@@ -55,8 +55,9 @@ func convBenchLoop(b *testing.B, dev *backend.Device, flops float64, step func()
 }
 
 // BenchmarkGPUConv times, on TARGETS.md's shapes in float32 (TF32 tensor
-// cores): Conv with bias and ReLU forward (pass=fwd) and backward (its
-// dgrad and wgrad with the bias gradient, pass=bwd); and a ConvBN layer
+// cores): Conv with bias and ReLU forward (pass=fwd) and backward (dy
+// masked by the ReLU once, then dgrad and wgrad with the bias gradient, as
+// Conv's SymDiff builds it, pass=bwd); and a ConvBN layer
 // with ReLU in training, forward (convolution with the statistics in its
 // epilogue, then BatchNorm+ReLU, pass=convbn_fwd) and backward (BatchNorm
 // backward, dgrad, wgrad, pass=convbn_bwd). Backward counts the FLOPs of
@@ -75,16 +76,24 @@ func BenchmarkGPUConv(b *testing.B) {
 		}
 		x, w, bias := dev1(-1, 1, s.xShape()...), dev1(-0.05, 0.05, s.wShape()...), dev1(-0.1, 0.1, p.Cout)
 		dy := dev1(-1, 1, s.yShape()...)
-		fwd, dgrad, wgrad := &convOp{s}, &convDgradOp{s}, &convWgradOp{s}
+		// Backward as Conv's SymDiff builds it: dy masked once by the
+		// ReLU, then dgrad and wgrad of the unmasked shape.
+		back := s
+		back.p.ReLU = false
+		fwd, mask, dgrad, wgrad := &convOp{s}, &reluMaskOp{shape: s.yShape(), dt: dt}, &convDgradOp{back}, &convWgradOp{back}
 		y, err := fwd.Do(x, w, bias)
 		if err != nil {
 			b.Fatal(err)
 		}
-		dx, err := dgrad.Do(w, y, dy)
+		dym, err := mask.Do(y, dy)
 		if err != nil {
 			b.Fatal(err)
 		}
-		dwb, err := wgrad.Do(x, y, dy)
+		dx, err := dgrad.Do(w, y, dym)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dwb, err := wgrad.Do(x, y, dym)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -97,10 +106,13 @@ func BenchmarkGPUConv(b *testing.B) {
 		})
 		b.Run(name+"bwd", func(b *testing.B) {
 			convBenchLoop(b, dev, 2*flops, func() error {
-				if _, err := dgrad.UsePreallocDo(dx, w, y, dy); err != nil {
+				if _, err := mask.UsePreallocDo(dym, y, dy); err != nil {
 					return err
 				}
-				_, err := wgrad.UsePreallocDo(dwb, x, y, dy)
+				if _, err := dgrad.UsePreallocDo(dx, w, y, dym); err != nil {
+					return err
+				}
+				_, err := wgrad.UsePreallocDo(dwb, x, y, dym)
 				return err
 			})
 		})
