@@ -1,18 +1,27 @@
 // RoIAlign forward and backward, the CUDA twins of kernels/roialign.go.
+// ops picks among these kernels (roiAlignKernelFor, by measurements that
+// BENCHMARKS.md records):
 //
-// The input is NCHW, where the 4 taps of one sample lie in one channel map
-// and a warp that gathers taps for 32 outputs touches up to 32 scattered
-// cache lines per load: that, not arithmetic, is what bounds a
-// one-thread-per-output kernel such as torchvision's. These kernels first
-// transpose the input to channels-last (NHWC) with one coalesced pass; then
-// a warp works on one bin of one RoI with its lanes on 32 consecutive
-// channels, so every tap is one 128-byte load (or atomic) shared by the
-// warp. Outputs are staged in shared memory and written bins-fastest, so
-// writes stay coalesced in the NCHW-like [K,C,PH,PW] output.
+// - roialign_forward_nchw*: straight from the NCHW input. A thread owns a
+//   bin and a few channels, computes each sample's taps once and gathers
+//   them from all its channels' maps. The default forward for a fixed
+//   sampling ratio.
+// - roialign_forward / roialign_backward (channels-last): in NCHW the 4 taps
+//   of a sample lie in one channel map, and a warp gathering taps for 32
+//   channels would touch 32 scattered cache lines per load; so the input
+//   (or the gradient) is transposed to NHWC with one coalesced pass and a
+//   warp works on one bin of one RoI with its lanes on 32 consecutive
+//   channels: every tap is one 128-byte load, or atomic, shared by the
+//   warp. Outputs (or their gradients) are staged in shared memory so that
+//   the [K,C,PH,PW] side stays coalesced. Backward scatters into a zeroed
+//   channels-last gradient that a last pass transposes back to NCHW; it is
+//   the default backward for a fixed sampling ratio.
+// - *_sep: the channels-last kernels with separable sampling (a bin's row
+//   and column weight lists; each pixel of its footprint read or scattered
+//   once): the defaults with adaptive sampling, about one sample per pixel.
 //
-// Backward mirrors it: gradients of the outputs are staged the same way,
-// scattered with coalesced atomicAdds into a zeroed channels-last gradient,
-// which a last pass transposes back to NCHW.
+// The channels-last kernels take the RoIs in spatial order (roi_order) and
+// split a RoI's bins over blocks.
 #include "bilinear.cuh"
 
 namespace stheno {
