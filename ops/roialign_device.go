@@ -178,8 +178,9 @@ type roiOrderArgs struct {
 }
 
 // The RoI counts for which the kernels take the RoIs in spatial order
-// (roi_order in roialign.cu; one block sorts at most kMaxOrder): below
-// roiOrderMin the sort's own launch costs more than it saves.
+// (roi_order in roialign.cu; one block sorts at most kMaxOrder). Below
+// roiOrderMin the blocks fit the GPU at once and there is little for the
+// order to win (a judgment, not measured).
 const (
 	roiOrderMin = 64
 	roiOrderMax = 4096
