@@ -41,6 +41,7 @@ struct RoIAlignParams {
   int32_t aligned;            // bool
   int32_t max_adaptive_grid;  // adaptive samples per bin side above which a RoI is an error
 };
+static_assert(sizeof(RoIAlignParams) == 88, "ops/roialign_device.go mirrors RoIAlignParams");
 
 // A block is one RoI: 8 warps, each on groups of 32 channels (one per lane).
 constexpr int kWarps = 8;
@@ -67,6 +68,7 @@ struct RoIOrderParams {
   double spatial_scale;
   int32_t k, unused;
 };
+static_assert(sizeof(RoIOrderParams) == 32, "ops/roialign_device.go mirrors RoIOrderParams");
 
 // A sort key clamped into [0, 4095]; NaN and negatives give 0.
 template <typename T>
