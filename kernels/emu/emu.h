@@ -17,7 +17,8 @@
 // - cp.async: a thread's copies are queued and land at the latest moment
 //   the PTX allows (the cp.async.wait_group that must see them), or at once
 //   with EMU_CP_EAGER set in the environment: the two extremes of when a
-//   copy may land. Misaligned copies and ldmatrix rows abort;
+//   copy may land. Misaligned copies and ldmatrix rows abort, and so does a
+//   thread that ends with copies not waited for;
 // - dynamic shared memory, filled with 0xff (NaN as floats) at each block's
 //   start so that reads of unwritten shared memory show up; static
 //   __shared__ variables are function statics (blocks run one at a time);
