@@ -269,6 +269,11 @@ int main(int argc, char** argv) {
         failed += !ok;
       }
   }
-  printf("msdeform_emu_test: %d runs, %d failures: %s\n", runs, failed, failed || runs == 0 ? "FAIL" : "ok");
+#ifdef __SANITIZE_ADDRESS__
+  const char* asan = " (AddressSanitizer)";
+#else
+  const char* asan = "";
+#endif
+  printf("msdeform_emu_test%s: %d runs, %d failures: %s\n", asan, runs, failed, failed || runs == 0 ? "FAIL" : "ok");
   return failed || runs == 0 ? 1 : 0;
 }
