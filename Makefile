@@ -22,18 +22,54 @@ CU_HEADERS := $(wildcard kernels/*.cuh)
 # One fatbin (one CUDA module) per .cu file, embedded with go:embed.
 FATBINS    := $(CU_SOURCES:kernels/%.cu=kernels/build/%.fatbin)
 
-.PHONY: all test vet bench demo cuda-toolkit kernels kernels-report gpu-vet gpu-bins clean
+.PHONY: all test vet emu-test bench demo cuda-toolkit kernels kernels-report gpu-vet gpu-bins clean
 
 all: test
 
-## test: vet and run the CPU test suite (what CI runs).
-test: vet
+## test: vet, check the CUDA kernels in the host emulator, and run the CPU
+## test suite (what CI runs).
+test: vet emu-test
 	$(GO) test ./...
 
 vet:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+
+## emu-test: compile the CUDA kernels as plain C++ with kernels/emu/emu.h (a
+## host emulator: one OS thread per CUDA thread) and check them against
+## double-precision references. Needs only g++ (C++20), no GPU and no CUDA
+## toolkit. The conv harness runs twice, with cp.async copies landing as late
+## and as early as the PTX allows; the msdeform one also runs its default
+## kernels under AddressSanitizer.
+EMU_CXX   ?= g++
+EMU_FLAGS := -std=c++20 -O1 -pthread -Wall -Wno-unknown-pragmas -Wno-maybe-uninitialized
+EMU_DIR   := kernels/build/emu
+EMU_DEPS  := kernels/emu/emu.h $(CU_SOURCES) $(CU_HEADERS) Makefile
+EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_DIR)/roialign_emu_test $(EMU_DIR)/msdeform_emu_test \
+	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/elementwise_emu_test
+
+emu-test: $(EMU_BINS)
+	$(EMU_DIR)/conv_emu_test > $(EMU_DIR)/conv.log || { cat $(EMU_DIR)/conv.log; exit 1; }
+	@tail -n 1 $(EMU_DIR)/conv.log
+	EMU_CP_EAGER=1 $(EMU_DIR)/conv_emu_test quick > $(EMU_DIR)/conv_eager.log || { cat $(EMU_DIR)/conv_eager.log; exit 1; }
+	@tail -n 1 $(EMU_DIR)/conv_eager.log
+	$(EMU_DIR)/roialign_emu_test > $(EMU_DIR)/roialign.log || { cat $(EMU_DIR)/roialign.log; exit 1; }
+	@tail -n 1 $(EMU_DIR)/roialign.log
+	$(EMU_DIR)/msdeform_emu_test > $(EMU_DIR)/msdeform.log || { cat $(EMU_DIR)/msdeform.log; exit 1; }
+	@tail -n 1 $(EMU_DIR)/msdeform.log
+	$(EMU_DIR)/msdeform_emu_test_asan _v4_r4_h _v4_s _v2_s > $(EMU_DIR)/msdeform_asan.log 2>&1 || { cat $(EMU_DIR)/msdeform_asan.log; exit 1; }
+	@tail -n 1 $(EMU_DIR)/msdeform_asan.log
+	$(EMU_DIR)/elementwise_emu_test > $(EMU_DIR)/elementwise.log || { cat $(EMU_DIR)/elementwise.log; exit 1; }
+	@tail -n 1 $(EMU_DIR)/elementwise.log
+
+$(EMU_DIR)/%_emu_test: kernels/emu/%_emu_test.cpp $(EMU_DEPS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_FLAGS) -o $@ $<
+
+$(EMU_DIR)/%_emu_test_asan: kernels/emu/%_emu_test.cpp $(EMU_DEPS)
+	@mkdir -p $(dir $@)
+	$(EMU_CXX) $(EMU_FLAGS) -g -fsanitize=address -fno-omit-frame-pointer -o $@ $<
 
 ## bench: CPU benchmarks: the suite on TARGETS.md's cases (BENCHMARKS.md says
 ## how to run it on a GPU, and how to size cases with STHENO_BENCH_*), then the

@@ -1,0 +1,547 @@
+// Emulated runs of kernels/conv.cu and conv_bn.cu (see emu.h) against double
+// references, with the tolerances of autograd/tolerance.go: the TF32 kernels
+// TolTF32, the float64 ones TolForward64, BatchNorm and the other float32
+// sums TolForward32 or, where the GPU tests compare with the CPU twin,
+// TolParity32. The variants (fprop v2-v4, dgrad and wgrad v2) are also
+// compared bit for bit with v1, which does the same MMAs in the same order.
+// `conv_emu_test quick` runs a few cases only. Exits non-zero on a failure.
+#include "emu.h"
+// clang-format off
+#include "../conv.cu"
+#include "../conv_bn.cu"
+// clang-format on
+#include <chrono>
+#include <random>
+#include <type_traits>
+
+using stheno::ConvGemmParams;
+using stheno::FastDiv;
+
+static FastDiv fastdiv(int d) {
+  FastDiv f{d, 0, 0, 0};
+  if (d == 1) return f;
+  int l = 0;
+  while ((1ll << l) < d) ++l;
+  const int p = 31 + l;
+  const uint64_t m = ((1ull << p) + d - 1) / d;
+  f.mul = static_cast<uint32_t>(m);
+  f.shr = p - 32;
+  return f;
+}
+
+struct Geom {
+  int n, cin, h, w, cout, kh, kw, sh, sw, ph, pw, dh, dw;
+  int oh() const { return (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1; }
+  int ow() const { return (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1; }
+};
+
+static std::mt19937_64 rng(7);
+template <class T>
+std::vector<T> randv(size_t n, double lo = -1, double hi = 1) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(u(rng));
+  return v;
+}
+
+template <class T>
+uint64_t ptr(const std::vector<T>& v) {
+  return v.empty() ? 0 : reinterpret_cast<uint64_t>(v.data());
+}
+
+static ConvGemmParams common(const Geom& g) {
+  ConvGemmParams p;
+  memset(&p, 0, sizeof p);
+  p.n = g.n, p.cin = g.cin, p.h = g.h, p.w = g.w, p.cout = g.cout, p.kh = g.kh, p.kw = g.kw;
+  p.stride_h = g.sh, p.stride_w = g.sw, p.pad_h = g.ph, p.pad_w = g.pw, p.dil_h = g.dh, p.dil_w = g.dw;
+  p.out_h = g.oh(), p.out_w = g.ow();
+  p.div_kk = fastdiv(g.kh * g.kw);
+  p.div_kw = fastdiv(g.kw);
+  p.div_sh = fastdiv(g.sh);
+  p.div_sw = fastdiv(g.sw);
+  p.div_img = fastdiv(1);
+  p.div_row = fastdiv(1);
+  p.div_q = fastdiv(1);
+  p.div_qw = fastdiv(1);
+  return p;
+}
+
+template <class T, int kMode>
+void run(ConvGemmParams p, int splits_wanted, int fprop = 1) {
+  using S = stheno::GemmShape<T, kMode>;
+  const int tiles_m = (p.m + S::BM - 1) / S::BM, tiles_n = (p.ncols + S::BN - 1) / S::BN;
+  const int kt = (p.k + S::BK - 1) / S::BK;
+  const int kps = (kt + splits_wanted - 1) / splits_wanted;
+  const int splits = (kt + kps - 1) / kps;
+  p.tiles_m = tiles_m;
+  p.k_tiles_per_split = kps;
+  void (*k)(ConvGemmParams);
+  if (std::is_same<T, float>::value)
+    k = kMode == stheno::kFprop ? conv_fprop_f32 : kMode == stheno::kDgrad ? conv_dgrad_f32 : conv_wgrad_f32;
+  else
+    k = kMode == stheno::kFprop ? conv_fprop_f64 : kMode == stheno::kDgrad ? conv_dgrad_f64 : conv_wgrad_f64;
+  if (splits != splits_wanted) printf("  (splits %d -> %d)\n", splits_wanted, splits);
+  if (fprop == 2) {
+    emu::launch(conv_fprop_f32_v2, dim3(tiles_m * tiles_n, 1, splits), dim3(S::NT), stheno::FpropV2::kSmemBytes, p);
+    return;
+  }
+  if (fprop == 3) {
+    using V = stheno::FpropV3;
+    const int tm = (p.m + V::BM - 1) / V::BM, tn = (p.ncols + V::BN - 1) / V::BN;
+    p.tiles_m = tm;
+    emu::launch(conv_fprop_f32_v3, dim3(tm * tn), dim3(V::NT), V::kSmemBytes, p);
+    return;
+  }
+  if (fprop == 4) {
+    using V = stheno::FpropV4;
+    const int tm = (p.m + V::BM - 1) / V::BM, tn = (p.ncols + V::BN - 1) / V::BN;
+    p.tiles_m = tm;
+    emu::launch(conv_fprop_f32_v4, dim3(tm * tn), dim3(V::NT), V::kSmemBytes, p);
+    return;
+  }
+  emu::launch(k, dim3(tiles_m * tiles_n, 1, splits), dim3(S::NT), S::kSmemBytes, p);
+}
+
+// autograd.Tolerance: |got - want| <= Abs + Rel*|want|, element by element.
+struct Tol {
+  double abs, rel;
+};
+constexpr Tol kTolForward64{1e-12, 1e-10}, kTolForward32{1e-6, 1e-5}, kTolParity32{1e-5, 1e-4},
+    kTolParity64{1e-12, 1e-10}, kTolTF32{1e-2, 1e-3};
+
+static int failures = 0, checks = 0;
+template <class T>
+void check(const char* what, const std::vector<double>& ref, const std::vector<T>& got, Tol tol) {
+  double worst = 0, e = 0, scale = 0;
+  bool ok = ref.size() == got.size();
+  for (size_t i = 0; ok && i < ref.size(); ++i) {
+    const double g = got[i], w = ref[i];
+    if (std::isnan(g) || std::isnan(w)) {
+      if (std::isnan(g) != std::isnan(w)) ok = false;
+      continue;
+    }
+    const double d = fabs(g - w);
+    e = std::max(e, d);
+    scale = std::max(scale, fabs(w));
+    worst = std::max(worst, d / (tol.abs + tol.rel * fabs(w)));
+  }
+  ok = ok && worst <= 1;
+  ++checks;
+  printf("  %-28s max|err| %.3g (scale %.3g, worst/tol %.3f) %s\n", what, e, scale, worst, ok ? "ok" : "FAIL");
+  if (!ok) ++failures;
+}
+
+// conv_fprop_f32_v2 against the reference and, bit for bit, against
+// conv_fprop_f32 (same MMAs in the same order): with the launch p of the
+// v1 run (bias, ReLU, stats), then with scale, shift, residual and ReLU.
+static int bitwise_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += memcmp(&a[i], &b[i], 4) != 0;
+  return bad;
+}
+static int bitwise_mismatches(const std::vector<double>& a, const std::vector<double>& b) {
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) bad += memcmp(&a[i], &b[i], 8) != 0;
+  return bad;
+}
+template <class T>
+void fprop_v2_vs_v1(const Geom& g, ConvGemmParams p, const std::vector<double>& y, const std::vector<T>& y1,
+                    const std::vector<double>& stats1, Tol tol) {
+  auto scale = randv<float>(g.cout, 0.5, 1.5), shift = randv<float>(g.cout, -0.5, 0.5);
+  auto res = randv<float>(y1.size());
+  std::vector<float> y1f(y1.begin(), y1.end());
+  std::vector<float> ya(y1.size(), NAN);
+  std::vector<double> sa(stats1.size(), NAN);
+  ConvGemmParams q = p;
+  q.scale = ptr(scale), q.shift = ptr(shift), q.residual = ptr(res), q.relu = 1;
+  q.out = ptr(ya), q.stats = ptr(sa);
+  run<float, stheno::kFprop>(q, 1, 1);
+  for (int v : {2, 3, 4}) {
+    char what[64];
+    std::vector<float> y2(y1.size(), NAN);
+    std::vector<double> stats2(stats1.size(), NAN);
+    p.out = ptr(y2);
+    p.stats = ptr(stats2);
+    const long c16 = emu_cp16_count;
+    run<float, stheno::kFprop>(p, 1, v);
+    printf("  (v%d: %ld copies of 16 bytes)\n", v, emu_cp16_count - c16);
+    snprintf(what, sizeof what, "fprop v%d", v);
+    check(what, y, y2, tol);
+    int bad = bitwise_mismatches(y1f, y2) + bitwise_mismatches(stats1, stats2);
+    snprintf(what, sizeof what, "fprop v%d == v1 (y, stats)", v);
+    printf("  %-28s %d differ %s\n", what, bad, bad == 0 ? "ok" : "FAIL");
+    ++checks;
+    if (bad) ++failures;
+    // Scale, shift, residual and ReLU.
+    std::vector<float> yb(y1.size(), NAN);
+    std::vector<double> sb(stats1.size(), NAN);
+    q.out = ptr(yb), q.stats = ptr(sb);
+    run<float, stheno::kFprop>(q, 1, v);
+    bad = bitwise_mismatches(ya, yb) + bitwise_mismatches(sa, sb);
+    int nans = 0;
+    for (float x : yb) nans += std::isnan(x);
+    snprintf(what, sizeof what, "v%d == v1 scale/res/relu", v);
+    printf("  %-28s %d differ, %d NaN %s\n", what, bad, nans, bad == 0 && nans == 0 ? "ok" : "FAIL");
+    ++checks;
+    if (bad || nans) ++failures;
+  }
+}
+
+// dy' = dy masked by y > 0, by conv_bn.cu's relu_mask_f32 as ops does for
+// the v2 backward kernels, or dy itself without a ReLU.
+static std::vector<float> masked_dy(const std::vector<float>& dy, const std::vector<float>& y, bool relu) {
+  if (!relu) return dy;
+  std::vector<float> out(dy.size(), NAN);
+  stheno::MaskParams mp{ptr(y), ptr(dy), ptr(out), int64_t(dy.size())};
+  emu::launch(relu_mask_f32, dim3(3), dim3(64), 0, mp);
+  return out;
+}
+
+// Which passes a case runs: the largest cases exist for one side's tiling
+// (and cost most of the emulator's time on the other).
+enum { kFwd = 1, kBwd = 2, kBoth = 3 };
+
+template <class T>
+void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int passes = kBoth) {
+  printf("%s %s\n", name, sizeof(T) == 4 ? "f32" : "f64");
+  struct Timer {
+    std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
+    ~Timer() { printf("  (%.1f s)\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()); }
+  } timer;
+  const int oh = g.oh(), ow = g.ow(), P = oh * ow, KK = g.kh * g.kw, K = g.cin * KK;
+  auto x = randv<T>(size_t(g.n) * g.cin * g.h * g.w);
+  auto w = randv<T>(size_t(g.cout) * K, -0.5, 0.5);
+  auto b = bias ? randv<T>(g.cout, -0.5, 0.5) : std::vector<T>();
+  auto dy = randv<T>(size_t(g.n) * g.cout * P);
+  // Reference forward (double), pre-activation z and y.
+  std::vector<double> z(size_t(g.n) * g.cout * P), y(z.size());
+  auto X = [&](int n, int c, int ih, int iw) -> double {
+    if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) return 0;
+    return x[((size_t(n) * g.cin + c) * g.h + ih) * g.w + iw];
+  };
+  for (int n = 0; n < g.n; ++n)
+    for (int co = 0; co < g.cout; ++co)
+      for (int a = 0; a < oh; ++a)
+        for (int bb = 0; bb < ow; ++bb) {
+          double s = bias ? double(b[co]) : 0;
+          for (int ci = 0; ci < g.cin; ++ci)
+            for (int kh = 0; kh < g.kh; ++kh)
+              for (int kw = 0; kw < g.kw; ++kw)
+                s += double(w[((size_t(co) * g.cin + ci) * g.kh + kh) * g.kw + kw]) *
+                     X(n, ci, a * g.sh - g.ph + kh * g.dh, bb * g.sw - g.pw + kw * g.dw);
+          const size_t i = ((size_t(n) * g.cout + co) * oh + a) * ow + bb;
+          z[i] = s;
+          y[i] = relu && s < 0 ? 0 : s;
+        }
+  const Tol tol = sizeof(T) == 4 ? kTolTF32 : kTolForward64;
+  // fprop
+  std::vector<T> yg(y.size(), T(NAN));
+  std::vector<double> stats;
+  if (passes & kFwd) {
+    ConvGemmParams p = common(g);
+    p.a = ptr(w), p.b = ptr(x), p.out = ptr(yg), p.shift = ptr(b), p.relu = relu;
+    p.m = g.cout, p.ncols = g.n * P, p.k = K;
+    p.div_img = fastdiv(P), p.div_row = fastdiv(ow);
+    const int tiles_n = (p.ncols + stheno::GemmShape<T, 0>::BN - 1) / stheno::GemmShape<T, 0>::BN;
+    stats.assign(size_t(tiles_n) * g.cout * 3, NAN);
+    p.stats = ptr(stats);
+    run<T, stheno::kFprop>(p, 1);
+    check("fprop", y, yg, tol);
+    if (std::is_same<T, float>::value) fprop_v2_vs_v1(g, p, y, yg, stats, tol);
+    // Stats: each (column tile, channel) record holds the count, sum and M2
+    // (about the tile's mean) of the kernel's own outputs, summed in T.
+    using S = stheno::GemmShape<T, stheno::kFprop>;
+    std::vector<double> sref(stats.size()), sgot(stats.begin(), stats.end());
+    for (int t = 0; t < tiles_n; ++t)
+      for (int co = 0; co < g.cout; ++co) {
+        double cnt = 0, sum = 0, m2 = 0;
+        const int c0 = t * S::BN, c1 = std::min(p.ncols, c0 + S::BN);
+        auto at = [&](int c) { return double(yg[(size_t(c / P) * g.cout + co) * P + c % P]); };
+        for (int c = c0; c < c1; ++c) cnt += 1, sum += at(c);
+        for (int c = c0; c < c1; ++c) m2 += (at(c) - sum / cnt) * (at(c) - sum / cnt);
+        double* r = &sref[(size_t(t) * g.cout + co) * 3];
+        r[0] = cnt, r[1] = sum, r[2] = m2;
+      }
+    check("fprop stats (count,sum,M2)", sref, sgot, sizeof(T) == 4 ? kTolParity32 : kTolParity64);
+  }
+  // dgrad with the ReLU mask of y (masked where y <= 0), and wgrad.
+  std::vector<double> dyp(dy.size());
+  for (size_t i = 0; i < dy.size(); ++i) dyp[i] = relu ? (y[i] > 0 ? double(dy[i]) : 0) : double(dy[i]);
+  std::vector<T> ymask(y.begin(), y.end());
+  if (passes & kBwd) {
+    std::vector<double> dx(x.size(), 0);
+    for (int n = 0; n < g.n; ++n)
+      for (int co = 0; co < g.cout; ++co)
+        for (int a = 0; a < oh; ++a)
+          for (int bb = 0; bb < ow; ++bb) {
+            const double d = dyp[((size_t(n) * g.cout + co) * oh + a) * ow + bb];
+            for (int ci = 0; ci < g.cin; ++ci)
+              for (int kh = 0; kh < g.kh; ++kh)
+                for (int kw = 0; kw < g.kw; ++kw) {
+                  const int ih = a * g.sh - g.ph + kh * g.dh, iw = bb * g.sw - g.pw + kw * g.dw;
+                  if (ih < 0 || ih >= g.h || iw < 0 || iw >= g.w) continue;
+                  dx[((size_t(n) * g.cin + ci) * g.h + ih) * g.w + iw] +=
+                      d * double(w[((size_t(co) * g.cin + ci) * g.kh + kh) * g.kw + kw]);
+                }
+          }
+    // Transposed weights, as conv_transpose_weights makes them.
+    std::vector<T> wt(w.size());
+    stheno::WeightTParams tp{ptr(w), ptr(wt), int64_t(w.size()), g.cout, g.cin, KK, 0};
+    emu::launch(std::is_same<T, float>::value ? (void (*)(stheno::WeightTParams))conv_transpose_weights_f32
+                                              : (void (*)(stheno::WeightTParams))conv_transpose_weights_f64,
+                dim3(2), dim3(64), 0, tp);
+    std::vector<T> dxg(x.size(), T(NAN));
+    ConvGemmParams p = common(g);
+    p.a = ptr(wt), p.b = ptr(dy), p.mask = relu ? ptr(ymask) : 0, p.out = ptr(dxg);
+    p.m = g.cin, p.ncols = g.n * g.h * g.w, p.k = g.cout * KK;
+    p.div_img = fastdiv(g.h * g.w), p.div_row = fastdiv(g.w);
+    run<T, stheno::kDgrad>(p, 1);
+    check("dgrad", dx, dxg, tol);
+    if constexpr (std::is_same<T, float>::value) {
+      if (g.sh == 1 && g.sw == 1) {
+        // conv_dgrad_f32_v2 on dy' (no mask): the reference, and v1 bit for bit.
+        auto dym = masked_dy(dy, ymask, relu);
+        std::vector<float> dx2(x.size(), NAN);
+        ConvGemmParams q = p;
+        q.b = ptr(dym), q.mask = 0, q.out = ptr(dx2);
+        using V = stheno::DgradV2;
+        q.tiles_m = (q.m + V::BM - 1) / V::BM;
+        q.k_tiles_per_split = (q.k + V::BK - 1) / V::BK;
+        const long c16 = emu_cp16_count;
+        emu::launch(conv_dgrad_f32_v2, dim3(q.tiles_m * ((q.ncols + V::BN - 1) / V::BN)), dim3(V::NT), V::kSmemBytes, q);
+        printf("  (dgrad v2: %ld copies of 16 bytes)\n", emu_cp16_count - c16);
+        check("dgrad v2", dx, dx2, tol);
+        const int bad = bitwise_mismatches(dxg, dx2);
+        printf("  %-28s %d differ %s\n", "dgrad v2 == v1", bad, bad == 0 ? "ok" : "FAIL");
+        ++checks;
+    if (bad) ++failures;
+      } else {
+        printf("  (dgrad v2: stride, not applicable)\n");
+      }
+    }
+  }
+  if (passes & kBwd) {
+    std::vector<double> dw(w.size(), 0), db(g.cout, 0);
+    for (int n = 0; n < g.n; ++n)
+      for (int co = 0; co < g.cout; ++co)
+        for (int a = 0; a < oh; ++a)
+          for (int bb = 0; bb < ow; ++bb) {
+            const double d = dyp[((size_t(n) * g.cout + co) * oh + a) * ow + bb];
+            db[co] += d;
+            for (int ci = 0; ci < g.cin; ++ci)
+              for (int kh = 0; kh < g.kh; ++kh)
+                for (int kw = 0; kw < g.kw; ++kw)
+                  dw[((size_t(co) * g.cin + ci) * g.kh + kh) * g.kw + kw] +=
+                      d * X(n, ci, a * g.sh - g.ph + kh * g.dh, bb * g.sw - g.pw + kw * g.dw);
+          }
+    using S = stheno::GemmShape<T, stheno::kWgrad>;
+    const int kt = (g.n * P + S::BK - 1) / S::BK;
+    const int kps = (kt + splits - 1) / splits;
+    const int sp = (kt + kps - 1) / kps;
+    std::vector<T> ws(size_t(sp) * dw.size(), T(NAN)), bws(size_t(sp) * g.cout, T(NAN));
+    std::vector<T> out(dw.size() + g.cout, T(NAN));
+    ConvGemmParams p = common(g);
+    p.a = ptr(dy), p.b = ptr(x), p.mask = relu ? ptr(ymask) : 0;
+    p.out = sp > 1 ? ptr(ws) : ptr(out);
+    p.bias_grad = sp > 1 ? ptr(bws) : reinterpret_cast<uint64_t>(out.data() + dw.size());
+    p.m = g.cout, p.ncols = K, p.k = g.n * P;
+    p.div_q = fastdiv(P), p.div_qw = fastdiv(ow);
+    run<T, stheno::kWgrad>(p, splits);
+    if (sp > 1) {
+      stheno::SplitKParams sk{ptr(ws), ptr(out), ptr(bws), reinterpret_cast<uint64_t>(out.data() + dw.size()),
+                              int64_t(dw.size()), g.cout, sp};
+      emu::launch(std::is_same<T, float>::value ? (void (*)(stheno::SplitKParams))conv_splitk_reduce_f32
+                                                : (void (*)(stheno::SplitKParams))conv_splitk_reduce_f64,
+                  dim3(3), dim3(64), 0, sk);
+    }
+    std::vector<T> dwg(out.begin(), out.begin() + dw.size()), dbg(out.begin() + dw.size(), out.end());
+    check("wgrad dw", dw, dwg, tol);
+    check("wgrad db", db, dbg, sizeof(T) == 4 ? kTolForward32 : kTolForward64);
+    if constexpr (std::is_same<T, float>::value) {
+      if (P % 4 == 0) {
+        // conv_wgrad_f32_v2 on dy' (no mask), same splits: the reference,
+        // and dw bit for bit with v1 (the bias sums go in another order).
+        auto dym = masked_dy(dy, ymask, relu);
+        using V = stheno::WgradV2;
+        std::vector<float> ws2(ws.size(), NAN), bws2(bws.size(), NAN), out2(out.size(), NAN);
+        ConvGemmParams q = p;
+        q.a = ptr(dym), q.mask = 0;
+        q.out = sp > 1 ? ptr(ws2) : ptr(out2);
+        q.bias_grad = sp > 1 ? ptr(bws2) : reinterpret_cast<uint64_t>(out2.data() + dw.size());
+        q.tiles_m = (q.m + V::BM - 1) / V::BM;
+        q.k_tiles_per_split = kps;
+        const long c16 = emu_cp16_count;
+        emu::launch(conv_wgrad_f32_v2, dim3(q.tiles_m * ((q.ncols + V::BN - 1) / V::BN), 1, sp), dim3(V::NT),
+                    V::kSmemBytes, q);
+        printf("  (wgrad v2: %d splits, %ld copies of 16 bytes)\n", sp, emu_cp16_count - c16);
+        if (sp > 1) {
+          stheno::SplitKParams sk{ptr(ws2), ptr(out2), ptr(bws2), reinterpret_cast<uint64_t>(out2.data() + dw.size()),
+                                  int64_t(dw.size()), g.cout, sp};
+          emu::launch(conv_splitk_reduce_f32, dim3(3), dim3(64), 0, sk);
+        }
+        std::vector<float> dw2(out2.begin(), out2.begin() + dw.size()), db2(out2.begin() + dw.size(), out2.end());
+        check("wgrad v2 dw", dw, dw2, tol);
+        check("wgrad v2 db", db, db2, kTolForward32);
+        std::vector<float> dw1(dwg.begin(), dwg.end());
+        const int bad = bitwise_mismatches(dw1, dw2);
+        printf("  %-28s %d differ %s\n", "wgrad v2 dw == v1", bad, bad == 0 ? "ok" : "FAIL");
+        ++checks;
+    if (bad) ++failures;
+      } else {
+        printf("  (wgrad v2: OutH*OutW %% 4 != 0, not applicable)\n");
+      }
+    }
+  }
+}
+
+// BatchNorm: training forward through bn_reduce + finalize + apply, and the
+// backward, against double references.
+template <class T>
+void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool training) {
+  printf("bn n=%d c=%d hw=%d chunk=%d relu=%d res=%d train=%d %s\n", n, c, hw, chunk, relu, residual, training,
+         sizeof(T) == 4 ? "f32" : "f64");
+  const size_t total = size_t(n) * c * hw;
+  auto z = randv<T>(total, 2, 4);  // a mean far from zero
+  auto gamma = randv<T>(c, 0.5, 1.5), beta = randv<T>(c, -0.5, 0.5);
+  auto res = residual ? randv<T>(total) : std::vector<T>();
+  auto rm = randv<T>(c, -0.5, 0.5), rv = randv<T>(c, 0.5, 2);
+  auto rm0 = rm, rv0 = rv;
+  const double eps = 1e-3, mom = 0.2;
+  const int chunks = (hw + chunk - 1) / chunk;
+  std::vector<double> part(size_t(n) * chunks * c * 5, NAN);
+  std::vector<T> coef(size_t(c) * 8, T(NAN)), out(total, T(NAN)), bstats(2 * c, T(NAN));
+  stheno::BNParams p;
+  memset(&p, 0, sizeof p);
+  p.z = ptr(z), p.residual = ptr(res), p.out = ptr(out), p.partial = ptr(part), p.gamma = ptr(gamma), p.beta = ptr(beta);
+  p.run_mean = ptr(rm), p.run_var = ptr(rv), p.batch_stats = ptr(bstats), p.coef = ptr(coef);
+  p.eps = eps, p.momentum = mom, p.n = n, p.c = c, p.hw = hw, p.slots = n * chunks, p.rec = 3, p.chunk = chunk;
+  p.training = training, p.relu = relu;
+  const bool f = std::is_same<T, float>::value;
+  if (training) emu::launch(f ? bn_reduce_f32 : bn_reduce_f64, dim3(chunks, n, c), dim3(64), 32 * 3 * 8, p);
+  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), 32 * 3 * 8, p);
+  emu::launch(f ? bn_apply_f32 : bn_apply_f64, dim3(n * c, 2), dim3(32), 0, p);
+  // reference
+  std::vector<double> mean(c), var(c), yref(total);
+  for (int ch = 0; ch < c; ++ch) {
+    double s = 0, m = double(n) * hw;
+    for (int i = 0; i < n; ++i)
+      for (int q = 0; q < hw; ++q) s += z[(size_t(i) * c + ch) * hw + q];
+    mean[ch] = s / m;
+    double ss = 0;
+    for (int i = 0; i < n; ++i)
+      for (int q = 0; q < hw; ++q) ss += pow(z[(size_t(i) * c + ch) * hw + q] - mean[ch], 2);
+    var[ch] = ss / m;
+  }
+  for (int i = 0; i < n; ++i)
+    for (int ch = 0; ch < c; ++ch)
+      for (int q = 0; q < hw; ++q) {
+        const size_t k = (size_t(i) * c + ch) * hw + q;
+        double mu = training ? mean[ch] : double(rm0[ch]), va = training ? var[ch] : double(rv0[ch]);
+        double v = (z[k] - mu) / sqrt(va + eps) * gamma[ch] + beta[ch] + (residual ? double(res[k]) : 0);
+        yref[k] = relu && v < 0 ? 0 : v;
+      }
+  const Tol tol = f ? kTolForward32 : kTolForward64;
+  check("bn forward", yref, out, tol);
+  if constexpr (std::is_same<T, float>::value) {
+    if (hw % 4 == 0) {
+      // The float4 apply that ops picks for aligned planes of whole float4s:
+      // the reference, and bn_apply_f32 bit for bit.
+      std::vector<float> out4(total, NAN);
+      p.out = ptr(out4);
+      emu::launch(bn_apply_f32x4, dim3(n * c, 2), dim3(32), 0, p);
+      p.out = ptr(out);
+      check("bn forward x4", yref, out4, tol);
+      const int bad = bitwise_mismatches(out, out4);
+      printf("  %-28s %d differ %s\n", "bn forward x4 == f32", bad, bad == 0 ? "ok" : "FAIL");
+      ++checks;
+      if (bad) ++failures;
+    }
+  }
+  if (training) {
+    std::vector<double> rmr(c), rvr(c);
+    for (int ch = 0; ch < c; ++ch) {
+      rmr[ch] = (1 - mom) * rm0[ch] + mom * mean[ch];
+      rvr[ch] = (1 - mom) * rv0[ch] + mom * var[ch] * (double(n) * hw) / (double(n) * hw - 1);
+    }
+    check("running mean", rmr, rm, tol);
+    check("running var", rvr, rv, tol);
+  }
+  // Backward.
+  auto dy = randv<T>(total);
+  std::vector<T> ymask(out);
+  std::vector<T> dz(total, T(NAN)), dg(c, T(NAN)), dbt(c, T(NAN));
+  std::fill(part.begin(), part.end(), NAN);
+  p.dy = ptr(dy), p.y = relu ? ptr(ymask) : 0, p.out = ptr(dz), p.rec = 5, p.dgamma = ptr(dg), p.dbeta = ptr(dbt);
+  p.run_mean = ptr(rm0), p.run_var = ptr(rv0), p.batch_stats = 0;
+  emu::launch(f ? bn_reduce_f32 : bn_reduce_f64, dim3(chunks, n, c), dim3(64), 32 * 3 * 8, p);
+  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), 32 * 3 * 8, p);
+  emu::launch(f ? bn_backward_apply_f32 : bn_backward_apply_f64, dim3(n * c, 3), dim3(32), 0, p);
+  std::vector<double> dzr(total), dgr(c), dbr(c);
+  for (int ch = 0; ch < c; ++ch) {
+    const double mu = training ? mean[ch] : double(rm0[ch]);
+    const double is = 1 / sqrt((training ? var[ch] : double(rv0[ch])) + eps), m = double(n) * hw;
+    double sg = 0, sgx = 0;
+    for (int i = 0; i < n; ++i)
+      for (int q = 0; q < hw; ++q) {
+        const size_t k = (size_t(i) * c + ch) * hw + q;
+        const double gg = relu && !(out[k] > 0) ? 0 : double(dy[k]);
+        sg += gg;
+        sgx += gg * (z[k] - mu) * is;
+      }
+    dgr[ch] = sgx, dbr[ch] = sg;
+    for (int i = 0; i < n; ++i)
+      for (int q = 0; q < hw; ++q) {
+        const size_t k = (size_t(i) * c + ch) * hw + q;
+        const double gg = relu && !(out[k] > 0) ? 0 : double(dy[k]);
+        const double xh = (z[k] - mu) * is;
+        dzr[k] = training ? gamma[ch] * is * (gg - sg / m - xh * sgx / m) : gamma[ch] * is * gg;
+      }
+  }
+  check("bn dz", dzr, dz, f ? kTolForward32 : kTolForward64);
+  check("bn dgamma", dgr, dg, f ? kTolForward32 : kTolForward64);
+  check("bn dbeta", dbr, dbt, f ? kTolForward32 : kTolForward64);
+}
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1;
+  // name, geometry {n,cin,h,w,cout,kh,kw,sh,sw,ph,pw,dh,dw}
+  test_conv<double>("3x3 pad 1", Geom{2, 5, 7, 9, 11, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 1);
+  test_conv<float>("3x3 pad 1", Geom{2, 5, 7, 9, 11, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 1);
+  test_conv<float>("3x3 wgrad split 3", Geom{2, 3, 9, 11, 7, 3, 3, 1, 1, 1, 1, 1, 1}, false, true, 3);
+  test_conv<double>("3x3 wgrad split 3", Geom{2, 3, 9, 11, 7, 3, 3, 1, 1, 1, 1, 1, 1}, false, true, 3);
+  test_conv<float>("7x7 stride 2 pad 3", Geom{1, 3, 13, 11, 6, 7, 7, 2, 2, 3, 3, 1, 1}, true, false, 1);
+  test_conv<double>("7x7 stride 2 pad 3", Geom{1, 3, 13, 11, 6, 7, 7, 2, 2, 3, 3, 1, 1}, true, false, 1);
+  if (!quick) {
+    test_conv<float>("2x3 s(2,1) p(0,1) d(1,2)", Geom{2, 2, 6, 7, 3, 2, 3, 2, 1, 0, 1, 1, 2}, false, true, 1);
+    test_conv<double>("2x3 s(2,1) p(0,1) d(1,2)", Geom{2, 2, 6, 7, 3, 2, 3, 2, 1, 0, 1, 1, 2}, false, true, 1);
+    test_conv<float>("1x1 two M tiles", Geom{2, 9, 9, 10, 130, 1, 1, 1, 1, 0, 0, 1, 1}, true, true, 2);
+    test_conv<double>("1x1 two M tiles", Geom{2, 9, 9, 10, 70, 1, 1, 1, 1, 0, 0, 1, 1}, true, true, 2);
+    test_conv<float>("3x3 dil 2 pad 2", Geom{1, 4, 9, 8, 5, 3, 3, 1, 1, 2, 2, 2, 2}, true, true, 1);
+    // K % 4 == 0 (16-byte weight copies in v2), several k-, m- and n-tiles.
+    test_conv<float>("3x3 K=144 2x2 tiles", Geom{2, 16, 10, 9, 130, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 1, kFwd);
+    test_conv<float>("1x1 stride 2 K=64", Geom{3, 64, 11, 13, 40, 1, 1, 2, 2, 0, 0, 1, 1}, true, false, 1);
+    test_conv<float>("5x5 pad 2 K=100 odd", Geom{1, 4, 7, 13, 9, 5, 5, 1, 1, 2, 2, 1, 1}, false, true, 1);
+    // Two M tiles of v3 (256 rows), several n-tiles, 7x7 (no tap masks) with K % 4 == 0.
+    test_conv<float>("3x3 300 channels K=72", Geom{1, 8, 12, 13, 300, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 1, kFwd);
+    test_conv<float>("7x7 s2 p3 K=196", Geom{2, 4, 15, 13, 10, 7, 7, 2, 2, 3, 3, 1, 1}, true, true, 1);
+    // 1x1 stride 1 over images of a multiple of 4 pixels: 16-byte B copies.
+    test_conv<float>("1x1 pointwise K=12", Geom{2, 12, 6, 10, 20, 1, 1, 1, 1, 0, 0, 1, 1}, true, true, 1);
+    test_conv<float>("1x1 pointwise K=9 2 M tiles", Geom{3, 9, 8, 8, 140, 1, 1, 1, 1, 0, 0, 1, 1}, true, false, 1);
+    // Backward v2: OutH*OutW % 4 == 0 over odd sizes, two M tiles of wgrad
+    // (Cout 130) and several of dgrad (Cin 150), split-K, pointwise with splits.
+    test_conv<float>("3x3 odd 7x12 split 3", Geom{3, 5, 7, 12, 130, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 3);
+    test_conv<float>("3x4 p(1,2) d(2,1) split 2", Geom{2, 6, 9, 7, 20, 3, 4, 1, 1, 1, 2, 2, 1}, false, true, 2);
+    test_conv<float>("3x3 Cin 150 Cout 40 split 4", Geom{2, 150, 6, 10, 40, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 4, kBwd);
+    test_conv<float>("1x1 pointwise split 4", Geom{3, 40, 6, 6, 36, 1, 1, 1, 1, 0, 0, 1, 1}, true, true, 4);
+    test_conv<float>("5x5 p2 s1 11x4", Geom{1, 7, 11, 4, 9, 5, 5, 1, 1, 2, 2, 1, 1}, true, false, 2);
+    test_conv<float>("7x7 s2 p3 out 8x8", Geom{2, 3, 16, 16, 10, 7, 7, 2, 2, 3, 3, 1, 1}, true, true, 2);
+  }
+  test_bn<double>(2, 3, 37, 16, true, true, true);
+  test_bn<float>(2, 3, 37, 16, true, true, true);
+  test_bn<double>(2, 3, 37, 64, false, false, false);
+  test_bn<float>(3, 2, 20, 8, true, false, false);
+  test_bn<float>(2, 3, 36, 16, false, true, true);
+  printf("conv_emu_test%s: %d checks, %d failures: %s\n", getenv("EMU_CP_EAGER") ? " (cp.async eager)" : "", checks,
+         failures, failures ? "FAIL" : "ok");
+  return failures != 0;
+}

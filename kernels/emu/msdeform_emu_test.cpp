@@ -1,0 +1,279 @@
+// Emulated runs (see emu.h) of every kernel of kernels/msdeform.cu against
+// double-precision references of MSDeformAttn's forward and backward, as
+// kernels/msdeform.go defines them, on small cases chosen to reach each
+// kernel's edge paths (group sizes 1-32, D not a multiple of the group or
+// of the vector width, several passes over D, more than 16 levels, NaN
+// locations). Tolerances: autograd's TolForward32/64 for the forward,
+// TolParity32/64 for the backward (its float32 atomics add in another order).
+// `msdeform_emu_test NAME...` runs the kernels whose name contains a NAME.
+// Exits non-zero on a failure.
+#include "emu.h"
+// clang-format off
+#include "../msdeform.cu"
+// clang-format on
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+
+using stheno::MSDeformParams;
+
+struct Case {
+  std::string name;
+  int n, lq, m, d;
+  std::vector<std::pair<int, int>> levels;  // (H, W)
+  int p;
+  double lo, hi;
+  bool nan_loc;
+};
+
+static std::mt19937_64 rng(11);
+static std::vector<double> randv(size_t n, double lo, double hi) {
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<double> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// Reference: the backward of grid_sample(bilinear, zeros, align_corners=False)
+// weighted and summed, as kernels/msdeform.go defines it, in double.
+static void reference(const Case& c, int s, const std::vector<int>& start, const std::vector<double>& value,
+                      const std::vector<double>& loc, const std::vector<double>& wgt, const std::vector<double>& gout,
+                      std::vector<double>& gv, std::vector<double>& gl, std::vector<double>& gw) {
+  const int L = c.levels.size(), P = c.p, M = c.m, D = c.d;
+  gv.assign(value.size(), 0);
+  gl.assign(loc.size(), 0);
+  gw.assign(wgt.size(), 0);
+  for (int n = 0; n < c.n; ++n)
+    for (int q = 0; q < c.lq; ++q)
+      for (int m = 0; m < M; ++m)
+        for (int l = 0; l < L; ++l)
+          for (int pt = 0; pt < P; ++pt) {
+            const int h = c.levels[l].first, w = c.levels[l].second;
+            const size_t i = ((((size_t)n * c.lq + q) * M + m) * L + l) * P + pt;
+            const double x = loc[2 * i] * w - 0.5, y = loc[2 * i + 1] * h - 0.5;
+            if (!(y > -1 && y < h && x > -1 && x < w)) continue;
+            const int y0 = (int)std::floor(y), x0 = (int)std::floor(x);
+            const double ly = y - y0, lx = x - x0, hy = 1 - ly, hx = 1 - lx;
+            const double ws[4] = {hy * hx, hy * lx, ly * hx, ly * lx};
+            long off[4];
+            bool in[4];
+            for (int k = 0; k < 4; ++k) {
+              const int yy = y0 + (k >> 1), xx = x0 + (k & 1);
+              in[k] = yy >= 0 && yy < h && xx >= 0 && xx < w;
+              off[k] = (((long)n * s + start[l] + yy * w + xx) * M + m) * D;
+            }
+            const double a = wgt[i];
+            double dw = 0, dx = 0, dy = 0;
+            for (int d = 0; d < D; ++d) {
+              const double g = gout[(((size_t)n * c.lq + q) * M + m) * D + d];
+              double v[4];
+              for (int k = 0; k < 4; ++k) v[k] = in[k] ? value[off[k] + d] : 0;
+              dw += g * (ws[0] * v[0] + ws[1] * v[1] + ws[2] * v[2] + ws[3] * v[3]);
+              dx += g * a * (hy * (v[1] - v[0]) + ly * (v[3] - v[2]));
+              dy += g * a * (hx * (v[2] - v[0]) + lx * (v[3] - v[1]));
+              for (int k = 0; k < 4; ++k)
+                if (in[k]) gv[off[k] + d] += ws[k] * a * g;
+            }
+            gw[i] = dw;
+            gl[2 * i] = dx * w;
+            gl[2 * i + 1] = dy * h;
+          }
+}
+
+// Reference forward: out[n,q,m,:] = sum over levels and points of the
+// attention weight times the bilinear sample (zeros outside the map).
+static void reference_forward(const Case& c, int s, const std::vector<int>& start, const std::vector<double>& value,
+                              const std::vector<double>& loc, const std::vector<double>& wgt, std::vector<double>& out) {
+  const int L = c.levels.size(), P = c.p, M = c.m, D = c.d;
+  out.assign((size_t)c.n * c.lq * M * D, 0);
+  for (int n = 0; n < c.n; ++n)
+    for (int q = 0; q < c.lq; ++q)
+      for (int m = 0; m < M; ++m)
+        for (int l = 0; l < L; ++l)
+          for (int pt = 0; pt < P; ++pt) {
+            const int h = c.levels[l].first, w = c.levels[l].second;
+            const size_t i = ((((size_t)n * c.lq + q) * M + m) * L + l) * P + pt;
+            const double x = loc[2 * i] * w - 0.5, y = loc[2 * i + 1] * h - 0.5;
+            if (!(y > -1 && y < h && x > -1 && x < w)) continue;
+            const int y0 = (int)std::floor(y), x0 = (int)std::floor(x);
+            const double ly = y - y0, lx = x - x0, hy = 1 - ly, hx = 1 - lx;
+            const double ws[4] = {hy * hx, hy * lx, ly * hx, ly * lx};
+            for (int k = 0; k < 4; ++k) {
+              const int yy = y0 + (k >> 1), xx = x0 + (k & 1);
+              if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
+              const long off = (((long)n * s + start[l] + yy * w + xx) * M + m) * D;
+              for (int d = 0; d < D; ++d)
+                out[(((size_t)n * c.lq + q) * M + m) * D + d] += wgt[i] * ws[k] * value[off + d];
+            }
+          }
+}
+
+// Largest error relative to the tolerance Abs + Rel*|want| (autograd's
+// TolParity32/64 form): <= 1 passes. Also returns the largest absolute error.
+struct Err {
+  double worst = 0, abs = 0;
+  long bad = 0;
+};
+template <class T>
+static Err compare(const std::vector<T>& got, const std::vector<double>& want, double tabs, double trel) {
+  Err e;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    if (std::isnan(w) || std::isnan(g)) {
+      if (std::isnan(w) != std::isnan(g)) ++e.bad, e.worst = INFINITY;
+      continue;
+    }
+    const double d = std::fabs(g - w);
+    e.abs = std::max(e.abs, d);
+    const double r = d / (tabs + trel * std::fabs(w));
+    if (r > 1) ++e.bad;
+    e.worst = std::max(e.worst, r);
+  }
+  return e;
+}
+
+template <class T>
+static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParams), int group, bool forward) {
+  const int L = c.levels.size();
+  std::vector<int> start;
+  int s = 0;
+  for (auto& lv : c.levels) start.push_back(s), s += lv.first * lv.second;
+  const size_t nv = (size_t)c.n * s * c.m * c.d, nw = (size_t)c.n * c.lq * c.m * L * c.p,
+               no = (size_t)c.n * c.lq * c.m * c.d;
+  std::mt19937_64 saved = rng;
+  rng.seed(std::hash<std::string>{}(c.name));
+  std::vector<double> value = randv(nv, -1, 1), loc = randv(2 * nw, c.lo, c.hi), wgt = randv(nw, 0, 1),
+                      gout = randv(no, -1, 1);
+  rng = saved;
+  if (c.nan_loc)
+    for (size_t j = 0; j < loc.size(); j += 7) loc[j] = NAN;
+  // Round the inputs to T first, so that the reference sees what the kernel sees.
+  auto cast = [](std::vector<double>& v) {
+    std::vector<T> r(v.size());
+    for (size_t i = 0; i < v.size(); ++i) r[i] = static_cast<T>(v[i]), v[i] = r[i];
+    return r;
+  };
+  std::vector<T> tv = cast(value), tl = cast(loc), tw = cast(wgt), tg = cast(gout);
+  std::vector<double> gv, gl, gw, fo;
+  if (forward)
+    reference_forward(c, s, start, value, loc, wgt, fo);
+  else
+    reference(c, s, start, value, loc, wgt, gout, gv, gl, gw);
+  // Outputs poisoned with NaN except grad_value (zeroed by the caller).
+  std::vector<T> ov(nv, T(0)), ol(2 * nw, T(NAN)), ow(nw, T(NAN)), of(no, T(NAN));
+  std::vector<int> table;
+  for (int l = 0; l < L; ++l) table.insert(table.end(), {c.levels[l].first, c.levels[l].second, start[l]});
+  MSDeformParams p;
+  memset(&p, 0, sizeof p);
+  p.value = (uint64_t)tv.data(), p.loc = (uint64_t)tl.data(), p.weight = (uint64_t)tw.data();
+  p.grad_out = (uint64_t)tg.data(), p.grad_value = (uint64_t)ov.data(), p.grad_loc = (uint64_t)ol.data();
+  p.grad_weight = (uint64_t)ow.data();
+  p.out = (uint64_t)of.data();
+  if (L <= 16) {
+    memcpy(p.inline_levels, table.data(), table.size() * sizeof(int));
+  } else {
+    // An exact-size copy, so that AddressSanitizer sees reads past the table.
+    static std::vector<std::unique_ptr<int[]>> keep;
+    keep.emplace_back(new int[table.size()]);
+    memcpy(keep.back().get(), table.data(), table.size() * sizeof(int));
+    p.levels = (uint64_t)keep.back().get();
+  }
+  p.n = c.n, p.s = s, p.m = c.m, p.d = c.d, p.lq = c.lq, p.l = L, p.p = c.p, p.group = group;
+  const long threads = (long)c.n * c.lq * c.m * group;
+  const unsigned blocks = (threads + 255) / 256;
+  emu::launch(k, dim3(blocks), dim3(256), 0, p);
+  bool ok;
+  if (forward) {
+    const double tabs = sizeof(T) == 4 ? 1e-6 : 1e-12, trel = sizeof(T) == 4 ? 1e-5 : 1e-10;  // TolForward32/64
+    const Err eo = compare(of, fo, tabs, trel);
+    ok = eo.bad == 0;
+    printf("%-4s %-28s %-34s maxabs out %.2e | worst/tol %.3f\n", ok ? "ok" : "FAIL", c.name.c_str(), kname.c_str(),
+           eo.abs, eo.worst);
+  } else {
+    const double tabs = sizeof(T) == 4 ? 1e-5 : 1e-12, trel = sizeof(T) == 4 ? 1e-4 : 1e-10;  // TolParity32/64
+    const Err ev = compare(ov, gv, tabs, trel), el = compare(ol, gl, tabs, trel), ew = compare(ow, gw, tabs, trel);
+    ok = ev.bad + el.bad + ew.bad == 0;
+    printf("%-4s %-28s %-34s maxabs value %.2e loc %.2e weight %.2e | worst/tol %.3f %.3f %.3f\n", ok ? "ok" : "FAIL",
+           c.name.c_str(), kname.c_str(), ev.abs, el.abs, ew.abs, ev.worst, el.worst, ew.worst);
+  }
+  return ok;
+}
+
+int main(int argc, char** argv) {
+  std::vector<Case> cases = {
+      {"encoder-like D32 M8", 1, 3, 8, 32, {{7, 9}, {5, 3}, {3, 5}, {1, 2}}, 4, -0.2, 1.2, false},
+      {"D=64 M2 L4 P4", 1, 3, 2, 64, {{9, 7}, {4, 5}, {3, 3}, {2, 1}}, 4, -0.3, 1.3, false},
+      {"D=48 M2 (two passes)", 1, 5, 2, 48, {{4, 4}, {2, 3}}, 2, -0.5, 1.5, false},
+      {"D=32 M2 P3 L3 (lp 9)", 1, 5, 2, 32, {{5, 6}, {3, 3}, {1, 4}}, 3, -0.2, 1.2, false},
+      {"D=16 M8 L4 P4", 1, 4, 8, 16, {{7, 5}, {3, 4}, {2, 2}, {1, 1}}, 4, -0.2, 1.2, false},
+      {"D=5 (groups of 8)", 1, 7, 3, 5, {{6, 4}}, 3, 0, 1, false},
+      {"D=1", 2, 3, 1, 1, {{3, 3}}, 1, 0, 1, false},
+      {"D=2 M4 L2 P5", 1, 9, 4, 2, {{3, 5}, {2, 2}}, 5, -0.2, 1.2, false},
+      {"D=4 L4 P4", 1, 5, 2, 4, {{3, 5}, {2, 7}, {5, 1}, {2, 2}}, 4, -0.2, 1.2, false},
+      {"NaN locations D8", 1, 9, 2, 8, {{5, 5}, {3, 2}}, 2, -0.2, 1.2, true},
+      {"NaN locations D32", 1, 5, 2, 32, {{5, 5}, {3, 2}, {2, 2}, {1, 3}}, 4, -0.2, 1.2, true},
+      {"17 levels D4", 1, 4, 2, 4, {}, 2, 0, 1, false},
+      {"17 levels D32 P1 (lp 17)", 1, 3, 2, 32, {}, 1, -0.1, 1.1, false},
+      {"lp 34 D32 P2 L17", 1, 2, 2, 32, {}, 2, -0.1, 1.1, false},
+      {"D=256 M2 L2 P3", 1, 3, 2, 256, {{4, 5}, {2, 3}}, 3, -0.2, 1.2, false},
+      {"D=100 M3 L3 P2", 1, 4, 3, 100, {{3, 5}, {2, 3}, {1, 1}}, 2, -0.2, 1.2, false},
+      {"D=3 M5 L2 P4", 2, 5, 5, 3, {{3, 5}, {4, 3}}, 4, -0.2, 1.2, false},
+      {"D=12 M8 L4 P4", 1, 6, 8, 12, {{7, 9}, {5, 3}, {3, 5}, {1, 2}}, 4, -0.2, 1.2, false},
+  };
+  for (auto& c : cases)
+    if (c.levels.empty())
+      for (int i = 0; i < 17; ++i) c.levels.push_back({1 + i % 3, 2 + i % 2});
+  using K = void (*)(MSDeformParams);
+  // name, kernel, channels per lane (the caller guarantees D % V == 0 for the
+  // forward's vector loads), forward.
+  struct Kernel {
+    const char* name;
+    K k;
+    int vec;
+    bool fwd;
+  };
+#define F(name, vec) {#name, name, vec, true}
+#define B(name, vec) {#name, name, vec, false}
+  const std::vector<Kernel> f32 = {
+      F(msdeform_forward_f32_v4_u1, 4),      F(msdeform_forward_f32_v1_s, 1),       F(msdeform_forward_f32_v4_s, 4),
+      B(msdeform_backward_f32_u1_h, 1),      B(msdeform_backward_f32_s_h, 1),       B(msdeform_backward_f32_r4_h, 1),
+      B(msdeform_backward_f32_r8_h, 1),      B(msdeform_backward_f32_r16_h, 1),     B(msdeform_backward_f32_v2_r16_h, 2),
+      B(msdeform_backward_f32_v4_r4_h, 4),   B(msdeform_backward_f32_v4_r8_h, 4),   B(msdeform_backward_f32_v4_r8, 4),
+  };
+  const std::vector<Kernel> f64 = {
+      F(msdeform_forward_f64_v1_s, 1),       F(msdeform_forward_f64_v2_s, 2),       B(msdeform_backward_f64_u1_h, 1),
+      B(msdeform_backward_f64_r4_h, 1),      B(msdeform_backward_f64_r8_h, 1),      B(msdeform_backward_f64_r16_h, 1),
+      B(msdeform_backward_f64_v2_r16_h, 2),  B(msdeform_backward_f64_v4_r4_h, 4),   B(msdeform_backward_f64_v4_r8_h, 4),
+      B(msdeform_backward_f64_v4_r8, 4),
+  };
+#undef F
+#undef B
+  // Arguments: run only the kernels whose name contains one of them.
+  const std::vector<std::string> only(argv + 1, argv + argc);
+  int runs = 0, failed = 0;
+  for (auto& c : cases) {
+    for (const auto* set : {&f32, &f64})
+      for (const auto& kv : *set) {
+        if (!only.empty() && std::none_of(only.begin(), only.end(), [&](const std::string& o) {
+              return std::string(kv.name).find(o) != std::string::npos;
+            }))
+          continue;
+        if (kv.fwd && c.d % kv.vec != 0) continue;  // ops picks _v1_ then
+        // msDeformGroup in ops: vec-channel pieces of D, rounded up to a power of two, at most 32.
+        const int pieces = (c.d + kv.vec - 1) / kv.vec;
+        int group = 1;
+        while (group < pieces && group < 32) group *= 2;
+        const bool ok = set == &f32 ? run<float>(c, kv.name, kv.k, group, kv.fwd) : run<double>(c, kv.name, kv.k, group, kv.fwd);
+        ++runs;
+        failed += !ok;
+      }
+  }
+#ifdef __SANITIZE_ADDRESS__
+  const char* asan = " (AddressSanitizer)";
+#else
+  const char* asan = "";
+#endif
+  printf("msdeform_emu_test%s: %d runs, %d failures: %s\n", asan, runs, failed, failed || runs == 0 ? "FAIL" : "ok");
+  return failed || runs == 0 ? 1 : 0;
+}

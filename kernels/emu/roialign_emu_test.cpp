@@ -1,0 +1,243 @@
+// Emulated runs (see emu.h) of the kernels of kernels/roialign.cu, float32
+// and float64, launched as ops launches them:
+// - every forward (tap by tap channels-last, separable, NCHW with 4 and 8
+//   channels per thread) against a double reference of torchvision's
+//   roi_align, and every variant against the tap-by-tap kernel;
+// - both backwards against the double reference's adjoint, and the
+//   separable one against the tap-by-tap one;
+// - roi_order (a permutation sorted by image) and the kernels that take the
+//   RoIs in its order; transpose (NCHW <-> NHWC) exactly;
+// - the status word for a RoI with a bad batch index.
+// Tolerances (autograd/tolerance.go): TolParity32/64 between kernels and,
+// for float32 against the double reference, TolParity32 (the kernels
+// compute the sample positions in float32, as the CPU twin does);
+// TolForward64 for float64 against it. Exits non-zero on a failure.
+#include "emu.h"
+// clang-format off
+#include "../roialign.cu"
+// clang-format on
+#include <random>
+#include <tuple>
+
+static std::mt19937_64 rng(11);
+static double U(double a, double b) { return std::uniform_real_distribution<double>(a, b)(rng); }
+static int failures = 0, checks = 0;
+
+struct Tol {
+  double abs, rel;
+};
+constexpr Tol kTolParity32{1e-5, 1e-4}, kTolParity64{1e-12, 1e-10}, kTolForward64{1e-12, 1e-10};
+
+template <class T, class R>
+void check(const char* what, const std::vector<R>& want, const std::vector<T>& got, Tol tol) {
+  double e = 0, s = 0, worst = 0;
+  bool ok = want.size() == got.size();
+  for (size_t i = 0; ok && i < want.size(); ++i) {
+    const double w = want[i], g = got[i];
+    if (std::isnan(w) || std::isnan(g)) {
+      ok = std::isnan(w) == std::isnan(g);
+      continue;
+    }
+    e = std::max(e, fabs(g - w));
+    s = std::max(s, fabs(w));
+    worst = std::max(worst, fabs(g - w) / (tol.abs + tol.rel * fabs(w)));
+  }
+  ok = ok && worst <= 1;
+  ++checks;
+  printf("  %-40s max|err| %.3g (scale %.3g, worst/tol %.3f) %s\n", what, e, s, worst, ok ? "ok" : "FAIL");
+  if (!ok) ++failures;
+}
+static void expect(const char* what, bool ok) {
+  ++checks;
+  printf("  %-40s %s\n", what, ok ? "ok" : "FAIL");
+  if (!ok) ++failures;
+}
+
+// torchvision's roi_align in double from the T-valued inputs (x NCHW),
+// forward (out [K,C,PH,PW]) and its adjoint (gx += d out/d x * gy).
+template <class T>
+void reference(const std::vector<T>& x, const std::vector<T>& rois, int n, int c, int h, int w, int k, int ph, int pw,
+               double scale, int sampling, bool aligned, const std::vector<T>& gy, std::vector<double>& out,
+               std::vector<double>& gx) {
+  out.assign(size_t(k) * c * ph * pw, 0);
+  gx.assign(x.size(), 0);
+  for (int r = 0; r < k; ++r) {
+    const T* roi = &rois[r * 5];
+    const double b = roi[0];
+    if (!(b > -1 && b < n)) continue;  // bad RoI: zero outputs
+    const int img = int(b);
+    const double off = aligned ? 0.5 : 0;
+    const double sx = double(roi[1]) * scale - off, sy = double(roi[2]) * scale - off;
+    double rw = double(roi[3]) * scale - off - sx, rh = double(roi[4]) * scale - off - sy;
+    if (!aligned) rw = std::max(rw, 1.0), rh = std::max(rh, 1.0);
+    const double bh = rh / ph, bw = rw / pw;
+    auto grid = [&](double bin) {
+      const double cl = std::ceil(bin);
+      return sampling > 0 ? sampling : (!(cl > 0) || std::isinf(cl)) ? 0 : int(cl);
+    };
+    const int gh = grid(bh), gw = grid(bw);
+    const double count = std::max(gh * gw, 1);
+    for (int a = 0; a < ph; ++a)
+      for (int bb = 0; bb < pw; ++bb)
+        for (int iy = 0; iy < gh; ++iy)
+          for (int ix = 0; ix < gw; ++ix) {
+            double y = sy + a * bh + (iy + 0.5) * bh / gh, xx = sx + bb * bw + (ix + 0.5) * bw / gw;
+            if (!(y >= -1 && y <= h && xx >= -1 && xx <= w)) continue;
+            y = std::min(std::max(y, 0.0), double(h - 1));
+            xx = std::min(std::max(xx, 0.0), double(w - 1));
+            const int y0 = int(std::floor(y)), x0 = int(std::floor(xx));
+            const double ly = y - y0, lx = xx - x0;
+            const double wt[4] = {(1 - ly) * (1 - lx), (1 - ly) * lx, ly * (1 - lx), ly * lx};
+            for (int i = 0; i < 4; ++i) {
+              const int yy = y0 + (i >> 1), xi = x0 + (i & 1);
+              if (yy >= h || xi >= w) continue;
+              for (int ch = 0; ch < c; ++ch) {
+                const size_t xi_ = ((size_t(img) * c + ch) * h + yy) * w + xi;
+                const size_t oi = ((size_t(r) * c + ch) * ph + a) * pw + bb;
+                out[oi] += wt[i] * double(x[xi_]) / count;
+                gx[xi_] += wt[i] * double(gy[oi]) / count;
+              }
+            }
+          }
+  }
+}
+
+template <class T>
+void transpose(const std::vector<T>& in, std::vector<T>& out, int n, int a, int b) {
+  stheno::TransposeParams tp{reinterpret_cast<uint64_t>(in.data()), reinterpret_cast<uint64_t>(out.data()), a, b};
+  const int tb = sizeof(T) == 4 ? 128 : 64;
+  emu::launch(sizeof(T) == 4 ? (void (*)(stheno::TransposeParams))transpose_f32 : transpose_f64,
+              dim3((b + tb - 1) / tb, (a + 31) / 32, n), dim3(32, 8), 0, tp);
+}
+
+template <class T>
+void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int pw, double scale, int sampling,
+              bool aligned, double img, bool bad_roi = false) {
+  const bool f = sizeof(T) == 4;
+  printf("%s %s\n", name, f ? "f32" : "f64");
+  const Tol parity = f ? kTolParity32 : kTolParity64, vs_ref = f ? kTolParity32 : kTolForward64;
+  std::vector<T> x(size_t(n) * c * h * w), rois(k * 5);
+  for (auto& v : x) v = U(-1, 1);
+  for (int i = 0; i < k; ++i) {
+    double x1 = U(-0.1 * img, img), y1 = U(-0.1 * img, img);
+    double s = exp(U(log(0.5), log(img))), a = exp(U(-0.7, 0.7));
+    rois[i * 5] = T(i % n), rois[i * 5 + 1] = x1, rois[i * 5 + 2] = y1;
+    rois[i * 5 + 3] = x1 + s * a, rois[i * 5 + 4] = y1 + s / a;
+    if (i % 5 == 4) std::swap(rois[i * 5 + 1], rois[i * 5 + 3]);  // a negative width (aligned keeps it)
+  }
+  if (bad_roi) rois[5 * (k / 2)] = T(n);  // batch index out of range
+  // NHWC by the kernel, checked against a host transpose; and back.
+  std::vector<T> xt(x.size(), T(NAN)), xt_host(x.size()), back(x.size(), T(NAN));
+  transpose(x, xt, n, c, h * w);
+  for (int i = 0; i < n; ++i)
+    for (int ch = 0; ch < c; ++ch)
+      for (int q = 0; q < h * w; ++q) xt_host[(size_t(i) * h * w + q) * c + ch] = x[(size_t(i) * c + ch) * h * w + q];
+  transpose(xt, back, n, h * w, c);
+  expect("transpose to NHWC and back, exact", xt == xt_host && back == x);
+
+  const size_t outn = size_t(k) * c * ph * pw;
+  std::vector<T> gy(outn);
+  for (auto& v : gy) v = U(-1, 1);
+  std::vector<double> ref, gref;
+  reference(x, rois, n, c, h, w, k, ph, pw, scale, sampling, aligned, gy, ref, gref);
+  std::vector<double> gref_t(gref.size());  // NHWC, as the channels-last backward leaves it
+  for (int i = 0; i < n; ++i)
+    for (int ch = 0; ch < c; ++ch)
+      for (int q = 0; q < h * w; ++q) gref_t[(size_t(i) * h * w + q) * c + ch] = gref[(size_t(i) * c + ch) * h * w + q];
+
+  int status = 0;
+  stheno::RoIAlignParams p{};
+  p.rois = (uint64_t)rois.data(), p.status = (uint64_t)&status, p.spatial_scale = scale;
+  p.n = n, p.c = c, p.h = h, p.w = w, p.k = k, p.pooled_h = ph, p.pooled_w = pw, p.sampling_ratio = sampling;
+  p.aligned = aligned, p.max_adaptive_grid = 1024;
+  const int bins = ph * pw, tile = stheno::tile_bins<T>();
+  const dim3 cl_grid(k, (bins + tile - 1) / tile), cl_block(256);
+  using K = void (*)(stheno::RoIAlignParams);
+  const K fwd = f ? (K)roialign_forward_f32 : (K)roialign_forward_f64;
+  const K fwd_sep = f ? (K)roialign_forward_sep_f32 : (K)roialign_forward_sep_f64;
+  const K bwd = f ? (K)roialign_backward_f32 : (K)roialign_backward_f64;
+  const K bwd_sep = f ? (K)roialign_backward_sep_f32 : (K)roialign_backward_sep_f64;
+  const K nchw4 = f ? (K)roialign_forward_nchw4_f32 : (K)roialign_forward_nchw4_f64;
+  const K nchw8 = f ? (K)roialign_forward_nchw8_f32 : (K)roialign_forward_nchw8_f64;
+  auto forward_nchw = [&](K kern, int cpt, std::vector<T>& out) {
+    const int phases = std::max(1, 256 / bins), threads = std::min((bins * phases + 31) / 32 * 32, 256);
+    p.feat = (uint64_t)x.data(), p.pooled = (uint64_t)out.data();
+    emu::launch(kern, dim3(k, (c + phases * cpt - 1) / (phases * cpt)), dim3(threads), 0, p);
+  };
+
+  std::vector<T> taps(outn, T(NAN)), sep(outn, T(NAN)), n4(outn, T(NAN)), n8(outn, T(NAN));
+  p.feat = (uint64_t)xt.data();
+  p.pooled = (uint64_t)taps.data();
+  emu::launch(fwd, cl_grid, cl_block, 0, p);
+  p.pooled = (uint64_t)sep.data();
+  emu::launch(fwd_sep, cl_grid, cl_block, 0, p);
+  forward_nchw(nchw4, 4, n4);
+  forward_nchw(nchw8, 8, n8);
+  check("forward taps vs reference", ref, taps, vs_ref);
+  check("forward sep vs reference", ref, sep, vs_ref);
+  check("forward nchw4 vs reference", ref, n4, vs_ref);
+  check("forward nchw8 vs reference", ref, n8, vs_ref);
+  check("forward sep vs taps", taps, sep, parity);
+  check("forward nchw4 vs taps", taps, n4, parity);
+  check("forward nchw8 vs taps", taps, n8, parity);
+
+  std::vector<T> g1(x.size(), T(0)), g2(x.size(), T(0));
+  p.pooled = (uint64_t)gy.data();
+  p.feat = (uint64_t)g1.data();
+  emu::launch(bwd, cl_grid, cl_block, 0, p);
+  p.feat = (uint64_t)g2.data();
+  emu::launch(bwd_sep, cl_grid, cl_block, 0, p);
+  check("backward taps vs reference", gref_t, g1, vs_ref);
+  check("backward sep vs reference", gref_t, g2, vs_ref);
+  check("backward sep vs taps", g1, g2, parity);
+
+  // Spatial order: the same results with the blocks permuted.
+  std::vector<int> order(k, -1);
+  stheno::RoIOrderParams op{(uint64_t)rois.data(), (uint64_t)order.data(), scale, k, 0};
+  emu::launch(f ? (void (*)(stheno::RoIOrderParams))roi_order_f32 : roi_order_f64, dim3(1), dim3(1024), 0, op);
+  std::vector<int> seen(k, 0);
+  bool perm = true;
+  for (int i = 0; i < k; ++i)
+    if (order[i] < 0 || order[i] >= k || seen[order[i]]++) perm = false;
+  expect("roi_order is a permutation", perm);
+  bool by_image = perm;
+  for (int i = 0; perm && i + 1 < k; ++i) {
+    auto img_of = [&](int r) { return std::min(255.0, std::max(0.0, double(rois[r * 5]))); };
+    if (int(img_of(order[i])) > int(img_of(order[i + 1]))) by_image = false;
+  }
+  expect("roi_order sorts by image", by_image);
+  if (perm) {
+    p.order = (uint64_t)order.data();
+    std::vector<T> o1(outn, T(NAN)), o2(outn, T(NAN)), g3(x.size(), T(0)), g4(x.size(), T(0));
+    p.feat = (uint64_t)xt.data();
+    p.pooled = (uint64_t)o1.data();
+    emu::launch(fwd, cl_grid, cl_block, 0, p);
+    p.pooled = (uint64_t)o2.data();
+    emu::launch(fwd_sep, cl_grid, cl_block, 0, p);
+    p.pooled = (uint64_t)gy.data();
+    p.feat = (uint64_t)g3.data();
+    emu::launch(bwd, cl_grid, cl_block, 0, p);
+    p.feat = (uint64_t)g4.data();
+    emu::launch(bwd_sep, cl_grid, cl_block, 0, p);
+    expect("ordered forward taps, sep == unordered", o1 == taps && o2 == sep);
+    check("ordered backward taps vs taps", g1, g3, parity);
+    check("ordered backward sep vs taps", g1, g4, parity);
+    p.order = 0;
+  }
+  expect(bad_roi ? "status: bad batch index" : "status: ok", status == (bad_roi ? stheno::kStatusBadBatchIndex : 0));
+}
+
+template <class T>
+void cases() {
+  run_case<T>("sampling 2, 7x7, aligned", 2, 35, 20, 24, 12, 7, 7, 0.25, 2, true, 96);
+  run_case<T>("adaptive, 7x7, legacy, a bad RoI", 2, 33, 17, 13, 10, 7, 7, 0.5, 0, false, 34, true);
+  run_case<T>("adaptive, 3x5, aligned, big boxes", 1, 3, 30, 40, 6, 3, 5, 1.0, 0, true, 45);
+  run_case<T>("sampling 1, 14x14", 1, 5, 9, 11, 5, 14, 14, 0.25, 1, true, 44);
+}
+
+int main() {
+  cases<float>();
+  cases<double>();
+  printf("roialign_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
+  return failures != 0;
+}
