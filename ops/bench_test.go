@@ -364,30 +364,38 @@ func BenchmarkSuiteRoIAlign(b *testing.B) {
 	}
 }
 
+// msDeformBenchInputs makes a case's inputs: float32, with locations as
+// Deformable-DETR produces them (TARGETS.md), the same for every run.
+func msDeformBenchInputs(c msDeformBenchCase) (sh msDeformShape, value, loc, weight, gy *tensor.Dense) {
+	rng := rand.New(rand.NewPCG(2, 2))
+	dt := tensor.Float32
+	s := 0
+	for _, lv := range c.levels {
+		s += lv.H * lv.W
+	}
+	l := len(c.levels)
+	sh = msDeformShape{n: c.n, s: s, m: c.m, d: c.d, lq: c.lq, l: l, p: c.p, levels: c.levels, dt: dt}
+	value = randTensor(rng, dt, -1, 1, c.n, s, c.m, c.d)
+	loc = deformLocations(rng, dt, c.n, c.lq, c.m, c.p, c.levels, c.encoder)
+	weight = softmaxWeights(rng, dt, c.n, c.lq, c.m, l, c.p)
+	gy = randTensor(rng, dt, -1, 1, c.n, c.lq, c.m*c.d)
+	return sh, value, loc, weight, gy
+}
+
 func BenchmarkSuiteMSDeformAttn(b *testing.B) {
 	for _, c := range suiteMSDeformCases(b) {
 		if !selected(c.name) {
 			continue
 		}
-		rng := rand.New(rand.NewPCG(2, 2))
-		dt := tensor.Float32
-		s := 0
-		for _, lv := range c.levels {
-			s += lv.H * lv.W
-		}
-		l := len(c.levels)
-		sh := msDeformShape{n: c.n, s: s, m: c.m, d: c.d, lq: c.lq, l: l, p: c.p, levels: c.levels, dt: dt}
-		value := randTensor(rng, dt, -1, 1, c.n, s, c.m, c.d)
-		loc := deformLocations(rng, dt, c.n, c.lq, c.m, c.p, c.levels, c.encoder)
-		weight := softmaxWeights(rng, dt, c.n, c.lq, c.m, l, c.p)
-		gy := randTensor(rng, dt, -1, 1, c.n, c.lq, c.m*c.d)
+		sh, value, loc, weight, gy := msDeformBenchInputs(c)
+		l := sh.l
 		levels := make([][2]int, l)
 		for i, lv := range c.levels {
 			levels[i] = [2]int{lv.H, lv.W}
 		}
 		dumpInputs(b, "msdeform", c.name, map[string]any{"levels": levels},
 			map[string]*tensor.Dense{"loc": loc, "weight": weight})
-		vb := float64(4 * c.n * s * c.m * c.d)
+		vb := float64(4 * c.n * sh.s * c.m * c.d)
 		lb := float64(4 * c.n * c.lq * c.m * l * c.p * 3) // loc (x, y) and weight
 		ob := float64(4 * c.n * c.lq * c.m * c.d)
 		for _, impl := range []string{"cpu", "cuda"} {

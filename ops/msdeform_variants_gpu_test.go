@@ -54,3 +54,26 @@ func TestGPUMSDeformAttnBackwardVariants(t *testing.T) {
 		}
 	}
 }
+
+// msDeformForwardVariants lists the float32 forward kernels of msdeform.cu
+// that take 4 channels per lane (D % 4 == 0); the v1 kernels run in
+// TestGPUMSDeformAttnParity on the cases that need them.
+var msDeformForwardVariants = []msDeformKernel{{"msdeform_forward_f32_v4_u1", 4}, {"msdeform_forward_f32_v4_s", 4}}
+
+func TestGPUMSDeformAttnForwardVariants(t *testing.T) {
+	dev := gpu(t)
+	defer func() { msDeformKernelOverride = nil }()
+	dt := tensor.Float32
+	for _, k := range msDeformForwardVariants {
+		msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return k }
+		for i, c := range msDeformParityCases {
+			t.Run(fmt.Sprintf("kernel=%s/%s", k.name, c.name), func(t *testing.T) {
+				sh, value, loc, weight, _ := c.inputs(t, rand.New(rand.NewPCG(uint64(i), 4)), dt)
+				if sh.d%4 != 0 {
+					t.Skipf("D = %d: the v4 kernels need D %% 4 == 0", sh.d)
+				}
+				parity(t, dev, &msDeformAttnOp{sh}, dt, value, loc, weight)
+			})
+		}
+	}
+}
