@@ -17,10 +17,16 @@ NVCC_FLAGS := -std=c++17 -O3 --expt-relaxed-constexpr \
 	-gencode arch=compute_90,code=compute_90 \
 	-Werror all-warnings
 
-CU_SOURCES := $(wildcard kernels/*.cu)
+CU_SOURCES := $(filter-out %_sm90a.cu,$(wildcard kernels/*.cu))
 CU_HEADERS := $(wildcard kernels/*.cuh)
 # One fatbin (one CUDA module) per .cu file, embedded with go:embed.
 FATBINS    := $(CU_SOURCES:kernels/%.cu=kernels/build/%.fatbin)
+# Kernels for sm_90a (Hopper's wgmma), which nvcc 11.8's assembler does not
+# know: compiled to compute_90 PTX, retargeted to sm_90a (PTX ISA 8.0), and
+# compiled by the driver when loaded, on compute capability 9.0 GPUs only.
+SM90A_SOURCES := $(wildcard kernels/*_sm90a.cu)
+SM90A_PTX     := $(SM90A_SOURCES:kernels/%.cu=kernels/build/%.ptx)
+SM90A_FLAGS   := -std=c++17 -O3 --expt-relaxed-constexpr -arch=compute_90 -Werror all-warnings
 
 .PHONY: all test vet emu-test bench demo cuda-toolkit kernels kernels-report gpu-vet gpu-bins clean
 
@@ -86,12 +92,22 @@ demo:
 cuda-toolkit:
 	sh .ci/install-cuda-toolkit.sh
 
-## kernels: compile kernels/*.cu into the fatbin embedded by the GPU build.
-kernels: $(FATBINS)
+## kernels: compile kernels/*.cu into the fatbins (and *_sm90a.cu into the
+## PTX) embedded by the GPU build.
+kernels: $(FATBINS) $(SM90A_PTX)
 
 kernels/build/%.fatbin: kernels/%.cu $(CU_HEADERS) Makefile
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -fatbin -o $@ $<
+
+# The retargeting must have happened: a PTX file left at sm_90 would fail
+# to load with wgmma in it.
+kernels/build/%_sm90a.ptx: kernels/%_sm90a.cu $(CU_SOURCES) $(CU_HEADERS) Makefile
+	@mkdir -p $(dir $@)
+	$(NVCC) $(SM90A_FLAGS) -ptx -o $@.tmp $<
+	sed -e 's/^\.target sm_90$$/.target sm_90a/' -e 's/^\.version 7\.[0-9]$$/.version 8.0/' $@.tmp > $@
+	grep -q '^\.target sm_90a$$' $@ && grep -q '^\.version [89]\.' $@ || { rm -f $@; echo "$@: not retargeted to sm_90a"; exit 1; }
+	rm -f $@.tmp
 
 ## kernels-report: registers, shared memory and spills of every kernel.
 kernels-report:

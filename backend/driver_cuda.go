@@ -266,9 +266,17 @@ func moduleImage(module string) ([]byte, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
+	// PTX, which the driver compiles on loading, must end in a NUL.
+	if ptx, err := kernels.Modules.ReadFile(path.Join("build", module+".ptx")); err == nil {
+		return append(append(make([]byte, 0, len(ptx)+1), ptx...), 0), nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
 	names, _ := fs.Glob(kernels.Modules, "build/*.fatbin")
+	ptxs, _ := fs.Glob(kernels.Modules, "build/*.ptx")
+	names = append(names, ptxs...)
 	for i, n := range names {
-		names[i] = strings.TrimSuffix(path.Base(n), ".fatbin")
+		names[i] = strings.TrimSuffix(strings.TrimSuffix(path.Base(n), ".fatbin"), ".ptx")
 	}
 	return nil, fmt.Errorf("no module %q among the embedded ones (%s): is there a kernels/%s.cu, and did `make kernels` run before the build?",
 		module, strings.Join(names, ", "), module)

@@ -1287,11 +1287,15 @@ __device__ __forceinline__ void splitk_reduce(const SplitKParams& p) {
 }
 
 // wt[ci][co][kh][kw] = w[co][ci][kh][kw]: dgrad's A operand, read along its
-// reduction (co, kh, kw) like fprop reads w along (ci, kh, kw).
+// reduction (co, kh, kw) like fprop reads w along (ci, kh, kw). With
+// round_tf32 (float32 only) the values are rounded to TF32 on the way: the
+// kernels that round their A operand as they stage it then find nothing to
+// change, and conv_sm90a.cu's, whose MMAs read the weights straight from
+// shared memory, need it. With cin == 1 it is a copy of [cout][kk].
 struct WeightTParams {
   uint64_t w, wt;
   int64_t n;
-  int32_t cout, cin, kk, unused;
+  int32_t cout, cin, kk, round_tf32;
 };
 static_assert(sizeof(WeightTParams) == 40, "ops/conv_device.go mirrors WeightTParams");
 
@@ -1304,12 +1308,19 @@ __device__ __forceinline__ void transpose_weights(const WeightTParams& p) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t co = i / per_co, r = i - co * per_co;
     const int64_t ci = r / p.kk, t = r - ci * p.kk;
-    wt[(ci * p.cout + co) * p.kk + t] = w[i];
+    T v = w[i];
+    if constexpr (sizeof(T) == 4) {
+      if (p.round_tf32) v = bits_to_float(to_tf32(v));
+    }
+    wt[(ci * p.cout + co) * p.kk + t] = v;
   }
 }
 
 }  // namespace stheno
 
+// conv_sm90a.cu includes this file for its templates and defines
+// STHENO_CONV_TEMPLATES_ONLY, so that its module holds only its own kernels.
+#ifndef STHENO_CONV_TEMPLATES_ONLY
 extern "C" {
 __global__ void __launch_bounds__(256, 1) conv_fprop_f32(stheno::ConvGemmParams p) {
   stheno::conv_gemm<float, stheno::kFprop>(p);
@@ -1354,3 +1365,4 @@ __global__ void conv_splitk_reduce_f64(stheno::SplitKParams p) { stheno::splitk_
 __global__ void conv_transpose_weights_f32(stheno::WeightTParams p) { stheno::transpose_weights<float>(p); }
 __global__ void conv_transpose_weights_f64(stheno::WeightTParams p) { stheno::transpose_weights<double>(p); }
 }
+#endif  // STHENO_CONV_TEMPLATES_ONLY

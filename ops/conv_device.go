@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"sync"
 	"unsafe"
 
 	G "gorgonia.org/gorgonia"
@@ -77,9 +78,9 @@ type splitKArgs struct {
 }
 
 type weightTArgs struct {
-	W, WT                 backend.DevicePtr
-	N                     int64
-	Cout, Cin, KK, Unused int32
+	W, WT                    backend.DevicePtr
+	N                        int64
+	Cout, Cin, KK, RoundTF32 int32
 }
 
 var (
@@ -167,6 +168,67 @@ const (
 	convWgradF32V2 = "conv_wgrad_f32_v2"
 )
 
+// The wgmma kernels of conv_sm90a.cu (module conv_sm90a, PTX the driver
+// compiles for sm_90a): fprop and stride-1 dgrad on conv_pipe's loads and
+// epilogue, with the weights read by the MMAs straight from shared memory.
+// They run on compute capability 9.0 GPUs only, need K % 4 == 0 and the
+// weights 16-byte aligned (16-byte copies of their rows), and, like dgrad
+// v2, dy masked beforehand. WgmmaPipe::kSmemBytes in conv_sm90a.cu pins
+// their shared memory.
+const (
+	convFpropF32V5  = "conv_fprop_f32_v5"
+	convDgradF32V5  = "conv_dgrad_f32_v5"
+	convFpropF32V6  = "conv_fprop_f32_v6"
+	convDgradF32V6  = "conv_dgrad_f32_v6"
+	convWgmmaSmem   = 104448
+	convWgmmaV6Smem = 203776
+)
+
+// convWgmma reports whether name is a kernel of conv_sm90a.cu.
+func convWgmma(name string) bool {
+	switch name {
+	case convFpropF32V5, convDgradF32V5, convFpropF32V6, convDgradF32V6:
+		return true
+	}
+	return false
+}
+
+// convModule is the module (kernels/<module>.cu) of a conv kernel.
+func convModule(name string) string {
+	if convWgmma(name) {
+		return "conv_sm90a"
+	}
+	return "conv"
+}
+
+// convWgmmaState caches, per device, whether conv_sm90a's kernels load.
+var convWgmmaState sync.Map // *backend.Device -> error (nil: they load)
+
+// convSM90a reports whether dev runs conv_sm90a.cu's kernels: compute
+// capability 9.0 (sm_90a code runs on no other) and a driver that compiles
+// their PTX. The first call per device loads the module; when that fails,
+// the error is kept (convWgmmaError) and the float32 GEMMs use conv.cu's
+// kernels, which run everywhere.
+func convSM90a(dev *backend.Device) bool {
+	return convWgmmaError(dev) == nil
+}
+
+// convWgmmaError is why dev does not run conv_sm90a.cu's kernels, or nil.
+func convWgmmaError(dev *backend.Device) error {
+	if v, ok := convWgmmaState.Load(dev); ok {
+		err, _ := v.(error)
+		return err
+	}
+	var err error
+	if major, minor := dev.ComputeCapability(); major != 9 || minor != 0 {
+		err = fmt.Errorf("compute capability %d.%d: sm_90a code runs on 9.0 only", major, minor)
+	} else {
+		_, err = dev.Kernel(convModule(convFpropF32V5), convFpropF32V5)
+	}
+	convWgmmaState.Store(dev, err)
+	return err
+}
+
 // convDgradKernelOverride and convWgradKernelOverride, when set (by tests
 // and benchmarks that compare them), name the float32 backward kernels;
 // they must fit the launch.
@@ -239,23 +301,25 @@ type convKernelChoice struct {
 }
 
 // convKernel chooses the kernel of a GEMM on a GPU that lets a block opt in
-// to optIn bytes of shared memory. For float32 forward GEMMs:
+// to optIn bytes of shared memory, and runs conv_sm90a.cu's kernels when
+// sm90a. For float32 forward GEMMs: v5 where it runs (convWgmmaFits), else
 // v2, and v1 only where v2's offsets do not fit. Measured on an H200
 // (BenchmarkGPUConvFpropVariants, TARGETS.md cases): v2 0.096 / 1.331 /
 // 0.048 ms on resnet_c3_3x3 / fpn_p2_3x3 / resnet_c4_1x1; v4, whose warp
 // tiles read a third less shared memory per MMA, 0.096 / 1.332 / 0.055;
 // v3 0.168 / 1.338 / 0.078; v1 0.214 / 3.260 / 0.098. v3 and v4 only by
 // override. For float32 dgrad and wgrad, convBackwardKernel.
-func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, optIn int) (convKernelChoice, error) {
+func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, optIn int, sm90a bool) (convKernelChoice, error) {
 	t := convTileFor(dt)
 	generic := convKernelChoice{"conv_" + convModeNames[mode] + "_" + dtypeSuffix(dt), t.smemBytes(mode), t.bm, t.threads}
 	if dt != tensor.Float32 {
 		return generic, nil
 	}
 	if mode != convFprop {
-		return convBackwardKernel(mode, args, optIn, generic)
+		return convBackwardKernel(mode, args, optIn, sm90a, generic)
 	}
 	v2 := convKernelChoice{convFpropF32V2, convFpropV2Smem, 128, 256}
+	v5 := convKernelChoice{convFpropF32V5, convWgmmaSmem, 128, 256}
 	v3 := convKernelChoice{convFpropF32V3, convFpropV3Smem, 256, 256}
 	v4 := convKernelChoice{convFpropF32V4, convFpropV4Smem, 128, 128}
 	fits := convFpropPipeFits(args)
@@ -265,7 +329,18 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, optIn int) (convKe
 		if !fits {
 			return generic, nil
 		}
+		if ok, _ := convWgmmaFits(args, optIn, sm90a); ok {
+			return v5, nil
+		}
 		return v2, nil
+	case convFpropF32V5, convFpropF32V6:
+		want = v5
+		if convFpropKernelOverride == convFpropF32V6 {
+			want = convKernelChoice{convFpropF32V6, convWgmmaV6Smem, 256, 256}
+		}
+		if ok, why := convWgmmaFits(args, optIn, sm90a); !ok {
+			return convKernelChoice{}, fmt.Errorf("%s: %s", want.name, why)
+		}
 	case convFpropF32V1:
 		return generic, nil
 	case convFpropF32V2:
@@ -287,22 +362,58 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, optIn int) (convKe
 	return want, nil
 }
 
-// convBackwardKernel chooses the float32 dgrad or wgrad kernel: v2 where
-// it applies (convBackwardPipeFits) and the GPU gives a block its shared
-// memory, else v1 (generic); the overrides pick one. Not yet measured on a
-// GPU: BenchmarkGPUConvBackwardVariants compares them.
-func convBackwardKernel(mode int, args convGemmArgs, optIn int, generic convKernelChoice) (convKernelChoice, error) {
+// convWgmmaFits reports whether conv_sm90a.cu's kernels can run a forward
+// or stride-1 dgrad GEMM (whose other conditions are v2's), and if not why.
+func convWgmmaFits(args convGemmArgs, optIn int, sm90a bool) (bool, string) {
+	switch {
+	case !sm90a:
+		return false, "needs a compute capability 9.0 GPU whose driver compiles the sm_90a PTX"
+	case args.K%4 != 0 || args.A%16 != 0:
+		return false, fmt.Sprintf("K = %d must be a multiple of 4 and the weights 16-byte aligned", args.K)
+	case convWgmmaSmem > optIn:
+		return false, fmt.Sprintf("needs %d bytes of shared memory per block; this GPU allows %d", convWgmmaSmem, optIn)
+	}
+	return true, ""
+}
+
+// convBackwardKernel chooses the float32 dgrad or wgrad kernel: for dgrad,
+// v5 where it runs, then v2 where it applies (convBackwardPipeFits) and the
+// GPU gives a block its shared memory, else v1 (generic); for wgrad, v2 or
+// v1. The overrides pick one.
+func convBackwardKernel(mode int, args convGemmArgs, optIn int, sm90a bool, generic convKernelChoice) (convKernelChoice, error) {
 	override, v1, v2 := convDgradKernelOverride, convDgradF32V1, convKernelChoice{convDgradF32V2, convDgradV2Smem, 128, 256}
 	if mode == convWgrad {
 		override, v1, v2 = convWgradKernelOverride, convWgradF32V1, convKernelChoice{convWgradF32V2, convWgradV2Smem, 128, 256}
 	}
 	fits, why := convBackwardPipeFits(mode, args)
+	v5ok, v5why := convWgmmaFits(args, optIn, sm90a)
+	v5ok = v5ok && mode == convDgrad && fits
 	switch override {
 	case "":
+		if v5ok {
+			return convKernelChoice{convDgradF32V5, convWgmmaSmem, 128, 256}, nil
+		}
 		if !fits || v2.smem > optIn {
 			return generic, nil
 		}
 		return v2, nil
+	case convDgradF32V5, convDgradF32V6:
+		if mode != convDgrad {
+			return convKernelChoice{}, fmt.Errorf("no float32 %s kernel %q", convModeNames[mode], override)
+		}
+		if !fits {
+			return convKernelChoice{}, fmt.Errorf("%s: %s", override, why)
+		}
+		if !v5ok {
+			return convKernelChoice{}, fmt.Errorf("%s: %s", override, v5why)
+		}
+		if override == convDgradF32V6 {
+			if convWgmmaV6Smem > optIn {
+				return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", override, convWgmmaV6Smem, optIn)
+			}
+			return convKernelChoice{convDgradF32V6, convWgmmaV6Smem, 256, 256}, nil
+		}
+		return convKernelChoice{convDgradF32V5, convWgmmaSmem, 128, 256}, nil
 	case v1:
 		return generic, nil
 	case v2.name:
@@ -320,7 +431,9 @@ func convBackwardKernel(mode int, args convGemmArgs, optIn int, generic convKern
 
 // convUnmasked reports whether a kernel leaves dy's ReLU mask to the
 // caller (the cp.async backward kernels).
-func convUnmasked(name string) bool { return name == convDgradF32V2 || name == convWgradF32V2 }
+func convUnmasked(name string) bool {
+	return name == convDgradF32V2 || name == convWgradF32V2 || name == convDgradF32V5 || name == convDgradF32V6
+}
 
 // convBlocksPerSM is how many blocks of choice share an SM, by shared
 // memory (each block also takes 1 KiB of the SM's for the system; an SM
@@ -407,16 +520,37 @@ func (s convShape) checkDeviceSizes(op string) error {
 func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, args convGemmArgs, splits int) error {
 	t := convTileFor(dt)
 	byDefault, optIn := dev.MaxSharedMemory()
-	choice, err := convKernel(dt, mode, args, optIn)
+	choice, err := convKernel(dt, mode, args, optIn, convSM90a(dev))
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	if args.Mask != 0 && convUnmasked(choice.name) {
 		return fmt.Errorf("ops: %s: %s needs dy masked beforehand", op, choice.name)
 	}
-	k, err := dev.Kernel("conv", choice.name)
+	k, err := dev.Kernel(convModule(choice.name), choice.name)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	if mode == convFprop && convWgmma(choice.name) {
+		// The wgmma kernels read the weights rounded to TF32: a rounded
+		// copy ([Cout][K] as [Cout][1][K]), freed once queued work is
+		// done with it (the allocator hands a block out again only to
+		// work queued later).
+		n := int64(args.M) * int64(args.K)
+		wr, err := dev.Alloc(4 * n)
+		if err != nil {
+			return fmt.Errorf("ops: %s: rounded weights: %w", op, err)
+		}
+		defer dev.Free(wr)
+		rk, err := dev.Kernel("conv", "conv_transpose_weights_f32")
+		if err != nil {
+			return fmt.Errorf("ops: %s: %w", op, err)
+		}
+		rargs := weightTArgs{W: args.A, WT: wr, N: n, Cout: args.M, Cin: 1, KK: args.K, RoundTF32: 1}
+		if err := backend.Launch(rk, dev.GridStride(n, 256), rargs); err != nil {
+			return fmt.Errorf("ops: %s: %w", op, err)
+		}
+		args.A = wr
 	}
 	smem := choice.smem
 	if smem > byDefault {
@@ -558,7 +692,10 @@ func (s convShape) dgrad(op string, dev *backend.Device, w, y, dy, dx backend.De
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	targs := weightTArgs{W: w, WT: wt, N: int64(nw), Cout: int32(p.Cout), Cin: int32(p.Cin), KK: int32(kk)}
+	// float32: rounded to TF32 as well, which the wgmma kernels need and
+	// the others do anyway as they stage their operands.
+	targs := weightTArgs{W: w, WT: wt, N: int64(nw), Cout: int32(p.Cout), Cin: int32(p.Cin), KK: int32(kk),
+		RoundTF32: boolInt32(s.dt == tensor.Float32)}
 	if err := backend.Launch(tk, dev.GridStride(int64(nw), 256), targs); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
@@ -567,7 +704,7 @@ func (s convShape) dgrad(op string, dev *backend.Device, w, y, dy, dx backend.De
 	args.M, args.NCols, args.K = int32(p.Cin), int32(p.N*p.H*p.W), int32(p.Cout*kk)
 	args.DivImg, args.DivRow = fastDiv(p.H*p.W), fastDiv(p.W)
 	_, optIn := dev.MaxSharedMemory()
-	if choice, err := convKernel(s.dt, convDgrad, args, optIn); err == nil && y != 0 && convUnmasked(choice.name) {
+	if choice, err := convKernel(s.dt, convDgrad, args, optIn, convSM90a(dev)); err == nil && y != 0 && convUnmasked(choice.name) {
 		masked, free, err := s.maskedGrad(op, dev, y, dy)
 		if err != nil {
 			return err
@@ -657,7 +794,7 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 	tiles := ceilDiv(p.Cout, t.bm) * ceilDiv(int(args.NCols), t.bn)
 	slots := dev.SMCount()
 	_, optIn := dev.MaxSharedMemory()
-	if choice, err := convKernel(s.dt, convWgrad, args, optIn); err == nil {
+	if choice, err := convKernel(s.dt, convWgrad, args, optIn, convSM90a(dev)); err == nil {
 		slots *= convBlocksPerSM(choice, optIn)
 		if y != 0 && convUnmasked(choice.name) {
 			masked, free, err := s.maskedGrad(op, dev, y, dy)

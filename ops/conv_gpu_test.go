@@ -160,7 +160,7 @@ func TestConvKernelChoice(t *testing.T) {
 		default:
 			convWgradKernelOverride = c.override
 		}
-		got, err := convKernel(c.dt, c.mode, c.args, c.optIn)
+		got, err := convKernel(c.dt, c.mode, c.args, c.optIn, false)
 		what := fmt.Sprintf("override %q, %v %s, %+v, opt-in %d", c.override, c.dt, convModeNames[c.mode], c.args, c.optIn)
 		if c.want == (convKernelChoice{}) {
 			if err == nil {
@@ -170,6 +170,86 @@ func TestConvKernelChoice(t *testing.T) {
 		}
 		if err != nil || got != c.want {
 			t.Errorf("%s: got %+v, %v; want %+v", what, got, err, c.want)
+		}
+	}
+}
+
+// On a GPU that runs conv_sm90a.cu (sm90a), forward and stride-1 dgrad
+// GEMMs take the wgmma kernels (v5) when K % 4 == 0 and the weights are
+// 16-byte aligned, and fall back as before otherwise; wgrad is unchanged.
+func TestConvKernelChoiceSM90a(t *testing.T) {
+	defer func() { convFpropKernelOverride, convDgradKernelOverride, convWgradKernelOverride = "", "", "" }()
+	const hopper = 232448
+	gemm := func(n, cin, h, w, m, ncols, k int) convGemmArgs {
+		return convGemmArgs{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), NCols: int32(ncols),
+			K: int32(k), Cout: int32(m), StrideH: 1, StrideW: 1, OutH: int32(h), OutW: int32(w)}
+	}
+	fpn := gemm(2, 256, 200, 336, 256, 2*200*336, 256*9)
+	stem := gemm(2, 3, 224, 224, 64, 2*112*112, 3*49) // K = 147
+	strided := fpn
+	strided.StrideH, strided.OutH = 2, 100
+	unaligned := fpn
+	unaligned.A = 4
+	huge := gemm(64, 256, 400, 400, 64, 64*400*400, 256*9)
+	v5 := convKernelChoice{convFpropF32V5, convWgmmaSmem, 128, 256}
+	dv5 := convKernelChoice{convDgradF32V5, convWgmmaSmem, 128, 256}
+	v2 := convKernelChoice{convFpropF32V2, 109568, 128, 256}
+	dv2 := convKernelChoice{convDgradF32V2, 109568, 128, 256}
+	dv1 := convKernelChoice{convDgradF32V1, 71680, 128, 256}
+	wv2 := convKernelChoice{convWgradF32V2, 112640, 128, 256}
+	for _, c := range []struct {
+		override string
+		mode     int
+		args     convGemmArgs
+		sm90a    bool
+		optIn    int
+		want     convKernelChoice // zero: an error
+	}{
+		{"", convFprop, fpn, true, hopper, v5},
+		{"", convFprop, fpn, false, hopper, v2},
+		{"", convFprop, stem, true, hopper, v2},
+		{"", convFprop, unaligned, true, hopper, v2},
+		{"", convFprop, fpn, true, 100000, v2},
+		{"", convFprop, huge, true, hopper, convKernelChoice{convFpropF32V1, 71680, 128, 256}},
+		{"", convDgrad, fpn, true, hopper, dv5},
+		{"", convDgrad, fpn, false, hopper, dv2},
+		{"", convDgrad, strided, true, hopper, dv1},
+		{"", convWgrad, fpn, true, hopper, wv2},
+		{convFpropF32V5, convFprop, fpn, true, hopper, v5},
+		{convFpropF32V6, convFprop, fpn, true, hopper, convKernelChoice{convFpropF32V6, convWgmmaV6Smem, 256, 256}},
+		{convFpropF32V6, convFprop, fpn, true, 166912, convKernelChoice{}}, // A100's opt-in: too little shared memory
+		{convDgradF32V6, convDgrad, fpn, true, hopper, convKernelChoice{convDgradF32V6, convWgmmaV6Smem, 256, 256}},
+		{convFpropF32V5, convFprop, fpn, false, hopper, convKernelChoice{}},
+		{convFpropF32V5, convFprop, stem, true, hopper, convKernelChoice{}},
+		{convFpropF32V5, convFprop, huge, true, hopper, convKernelChoice{}},
+		{convFpropF32V2, convFprop, fpn, true, hopper, v2},
+		{convDgradF32V5, convDgrad, fpn, true, hopper, dv5},
+		{convDgradF32V5, convDgrad, strided, true, hopper, convKernelChoice{}},
+		{convDgradF32V5, convWgrad, fpn, true, hopper, convKernelChoice{}},
+		{convDgradF32V2, convDgrad, fpn, true, hopper, dv2},
+	} {
+		convFpropKernelOverride, convDgradKernelOverride, convWgradKernelOverride = "", "", ""
+		switch c.mode {
+		case convFprop:
+			convFpropKernelOverride = c.override
+		case convDgrad:
+			convDgradKernelOverride = c.override
+		default:
+			convWgradKernelOverride = c.override
+		}
+		got, err := convKernel(tensor.Float32, c.mode, c.args, c.optIn, c.sm90a)
+		what := fmt.Sprintf("override %q, %s, sm90a %v, opt-in %d, %+v", c.override, convModeNames[c.mode], c.sm90a, c.optIn, c.args)
+		if c.want == (convKernelChoice{}) {
+			if err == nil {
+				t.Errorf("%s: got %+v, want an error", what, got)
+			}
+			continue
+		}
+		if err != nil || got != c.want {
+			t.Errorf("%s: got %+v, %v; want %+v", what, got, err, c.want)
+		}
+		if convModule(got.name) != map[bool]string{true: "conv_sm90a", false: "conv"}[got.name[len(got.name)-3:] == "_v5" || got.name[len(got.name)-3:] == "_v6"] {
+			t.Errorf("%s: module %s for %s", what, convModule(got.name), got.name)
 		}
 	}
 }
@@ -400,9 +480,19 @@ func TestGPUConvFpropVariants(t *testing.T) {
 		t.Logf("%s needs %d bytes of shared memory per block, this GPU allows %d: not tested", convFpropF32V3, convFpropV3Smem, optIn)
 		kernels = kernels[:3]
 	}
+	// v5 (conv_sm90a.cu's wgmma) sums each k-step of 8 inside the MMA, in
+	// an order of its own: it is compared with the CPU, not bit for bit.
+	parityKernels := kernels
+	if err := convWgmmaError(dev); err == nil {
+		parityKernels = append(parityKernels[:len(kernels):len(kernels)], convFpropF32V5, convFpropF32V6)
+	} else if major, minor := dev.ComputeCapability(); major == 9 && minor == 0 {
+		t.Errorf("%s does not load on this compute capability 9.0 GPU: %v", convFpropF32V5, err)
+	} else {
+		t.Logf("%s: not tested: %v", convFpropF32V5, err)
+	}
 	for ci, c := range convFpropVariantCases {
 		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
-		for _, kernel := range kernels {
+		for _, kernel := range parityKernels {
 			for _, exact := range []bool{false, true} {
 				for _, variant := range []struct {
 					bias, relu bool
@@ -412,6 +502,9 @@ func TestGPUConvFpropVariants(t *testing.T) {
 						convFpropKernelOverride = kernel
 						rng := rand.New(rand.NewPCG(uint64(ci), 8))
 						s := c.shape(t, dt, variant.bias, variant.relu)
+						if k := s.p.Cin * s.p.KH * s.p.KW; convWgmma(kernel) && k%4 != 0 {
+							t.Skipf("%s needs K %% 4 == 0, K = %d", kernel, k)
+						}
 						draw := func(lo, hi float64, shape ...int) *tensor.Dense {
 							if exact {
 								return intTensor(rng, dt, int(lo*2), int(hi*2), shape...)
@@ -528,6 +621,10 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 			kernels := []string{convDgradF32V1, convDgradF32V2}
 			if mode == convWgrad {
 				kernels = []string{convWgradF32V1, convWgradF32V2}
+			} else if err := convWgmmaError(dev); err == nil {
+				kernels = append(kernels, convDgradF32V5, convDgradF32V6)
+			} else if ci == 0 {
+				t.Logf("%s: not tested: %v", convDgradF32V5, err)
 			}
 			for _, kernel := range kernels {
 				for _, exact := range []bool{false, true} {
@@ -537,8 +634,11 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 						name := fmt.Sprintf("%s/%s/bias=%t/relu=%t/exact=%t", kernel, c.name, variant.bias, variant.relu, exact)
 						t.Run(name, func(t *testing.T) {
 							s := c.shape(t, dt, variant.bias, variant.relu)
-							if fits, why := convBackwardPipeFits(mode, s.gemmArgs()); kernel == kernels[1] && !fits {
+							if fits, why := convBackwardPipeFits(mode, s.gemmArgs()); kernel != kernels[0] && !fits {
 								t.Skipf("%s does not apply: %s", kernel, why)
+							}
+							if k := s.p.Cout * s.p.KH * s.p.KW; convWgmma(kernel) && k%4 != 0 {
+								t.Skipf("%s needs K %% 4 == 0, K = %d", kernel, k)
 							}
 							setConvBackwardOverride(mode, kernel)
 							defer setConvBackwardOverride(mode, "")
