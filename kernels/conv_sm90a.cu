@@ -116,10 +116,18 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[128], const uint32_t (&a)[
 // The block tile and shared memory: kBM output channels (the MMAs' N, 128
 // or 256) x 128 pixels, kStages stages. BPixelPipe reads BK, LDB, kBRows,
 // kBKPer, kBNPer and kMaskTaps; the epilogue BM, BN, NT and LDC.
-template <int kBM, int kNumStages>
+template <int kBM, int kNumStages, bool kDeferWait>
 struct WgmmaPipe {
   static constexpr int BM = kBM, BN = 128, BK = 32, NT = 256;
   static constexpr int kStages = kNumStages;
+  // kDefer: a k-tile's MMAs are left running while the warps go on to the
+  // next k-tile's barrier and copies, and waited for just before the next
+  // k-tile's fragments are loaded (the MMAs read their register operand
+  // asynchronously: overwriting it sooner is undefined, and measured
+  // wrong); the copies then run kStages-2 k-tiles ahead instead of
+  // kStages-1, so that no stage is refilled while MMAs may read it.
+  static constexpr bool kDefer = kDeferWait;
+  static constexpr int kAhead = kDefer ? kStages - 2 : kStages - 1;
   static constexpr int kAcc = BM / 2;  // accumulators per thread: 64 x BM over 128 threads
   static constexpr int LDB = BN + 8, LDC = BN + 8;
   static constexpr int kABytes = BM * BK * 4;   // the swizzled weight tile
@@ -136,13 +144,16 @@ struct WgmmaPipe {
   static_assert(BM == 128 || BM == 256, "wgmma's N");
   static_assert(BK * 4 == 128, "a weight row is one 128-byte swizzle row");
   static_assert(kABytes % 1024 == 0 && kStageBytes % 1024 == 0, "every stage's weight tile on a 1024-byte boundary");
-  static_assert(kTabSlots >= kStages && NT / 32 >= kStages, "a row table per k-tile in flight, one warp each");
+  static_assert(kTabSlots >= kAhead + 1 && NT / 32 >= kAhead + 1, "a row table per k-tile in flight, one warp each");
+  static_assert(kAhead >= 1, "copies in flight");
 };
 // v5: 128 channels, three stages, two blocks per SM. v6: 256 channels (each
-// gathered pixel feeds twice the MMAs), four stages, one block per SM.
-using WgmmaV5 = WgmmaPipe<128, 3>;
-using WgmmaV6 = WgmmaPipe<256, 4>;
-static_assert(WgmmaV5::kSmemBytes == 104448 && WgmmaV6::kSmemBytes == 203776,
+// gathered pixel feeds twice the MMAs), four stages, one block per SM,
+// MMAs waited for a k-tile late. v7: v5's tile with v6's pipeline.
+using WgmmaV5 = WgmmaPipe<128, 3, false>;
+using WgmmaV6 = WgmmaPipe<256, 4, true>;
+using WgmmaV7 = WgmmaPipe<128, 4, true>;
+static_assert(WgmmaV5::kSmemBytes == 104448 && WgmmaV6::kSmemBytes == 203776 && WgmmaV7::kSmemBytes == 138240,
               "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
 
 // The weights (fprop: w [Cout][K]; dgrad: the transposed weights
@@ -213,6 +224,13 @@ struct WgmmaWarps {
 #pragma unroll
     for (int ks = 0; ks < C::BK / 8; ++ks) wgmma_tf32(acc, a[ks], desc_sw128(w + ks * 32));
     wgmma_commit();
+    if constexpr (!C::kDefer) finish();
+  }
+
+  // Waits for the MMAs issued so far: before the accumulators are read,
+  // and with kDefer before the next step, whose fragment loads would
+  // otherwise overwrite registers the running MMAs still read.
+  __device__ __forceinline__ void finish() {
     wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) fence_operand(acc[i]);
@@ -258,32 +276,35 @@ __device__ __forceinline__ void conv_wgmma(const ConvGemmParams& p) {
     bl.load(p, tab(kt), reinterpret_cast<float*>(st + C::kABytes));
   };
 
-  // As conv_pipe: the first kStages row tables, then kStages-1 k-tiles in
-  // flight, a commit group per slot, empty or not.
-  if (warp < C::kStages) BL::build_rows(p, warp * C::BK, p.k, tab(warp));
+  // As conv_pipe: the first kAhead+1 row tables, then kAhead k-tiles in
+  // flight, a commit group per slot, empty or not (so that "k-tile kt has
+  // landed" is always "at most kAhead-1 groups pending").
+  if (warp <= C::kAhead) BL::build_rows(p, warp * C::BK, p.k, tab(warp));
   __syncthreads();
 #pragma unroll
-  for (int s = 0; s < C::kStages - 1; ++s) {
+  for (int s = 0; s < C::kAhead; ++s) {
     if (s < k_tiles) load(s, stage(s));
     cp_async_commit();
   }
-  int read = 0, write = C::kStages - 1;
+  int read = 0, write = C::kAhead;  // stages of k-tiles kt and kt+kAhead
   for (int kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<C::kStages - 2>();
+    cp_async_wait<C::kAhead - 1>();
     fence_proxy_async();
-    // After it k-tile kt is in shared memory, its weights visible to
-    // wgmma; the MMAs of k-tile kt-1 are done (each warpgroup waited for
-    // its own), so its stage may be refilled; and the row table of k-tile
-    // kt+kStages-1 is complete.
+    // After it k-tile kt is in shared memory, visible to wgmma; the MMAs
+    // that read the stage refilled next are done (each warpgroup waited
+    // for its own: kt-1's, or with kDefer kt-2's, before it issued kt-1's);
+    // and the row table of k-tile kt+kAhead is complete.
     __syncthreads();
-    const int next = kt + C::kStages - 1;
+    const int next = kt + C::kAhead;
     if (next < k_tiles) load(next, stage(write));
     cp_async_commit();
     if (warp == (kt & (C::NT / 32 - 1)) && next + 1 < k_tiles) BL::build_rows(p, (next + 1) * C::BK, p.k, tab(next + 1));
+    if constexpr (C::kDefer) mm.finish();
     mm.step(stage(read));
     read = read == C::kStages - 1 ? 0 : read + 1;
     write = write == C::kStages - 1 ? 0 : write + 1;
   }
+  mm.finish();
   cp_async_wait<0>();
   __syncthreads();
   float* sc = reinterpret_cast<float*>(smem);
@@ -315,11 +336,17 @@ __global__ void __launch_bounds__(256, 2) conv_fprop_f32_v5(stheno::ConvGemmPara
 __global__ void __launch_bounds__(256, 1) conv_fprop_f32_v6(stheno::ConvGemmParams p) {
   stheno::conv_wgmma<stheno::WgmmaV6, stheno::kFprop>(p);
 }
+__global__ void __launch_bounds__(256, 1) conv_fprop_f32_v7(stheno::ConvGemmParams p) {
+  stheno::conv_wgmma<stheno::WgmmaV7, stheno::kFprop>(p);
+}
 // Stride 1 only; dy already masked (as conv_dgrad_f32_v2).
 __global__ void __launch_bounds__(256, 2) conv_dgrad_f32_v5(stheno::ConvGemmParams p) {
   stheno::conv_wgmma<stheno::WgmmaV5, stheno::kDgrad>(p);
 }
 __global__ void __launch_bounds__(256, 1) conv_dgrad_f32_v6(stheno::ConvGemmParams p) {
   stheno::conv_wgmma<stheno::WgmmaV6, stheno::kDgrad>(p);
+}
+__global__ void __launch_bounds__(256, 1) conv_dgrad_f32_v7(stheno::ConvGemmParams p) {
+  stheno::conv_wgmma<stheno::WgmmaV7, stheno::kDgrad>(p);
 }
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -180,14 +181,17 @@ const (
 	convDgradF32V5  = "conv_dgrad_f32_v5"
 	convFpropF32V6  = "conv_fprop_f32_v6"
 	convDgradF32V6  = "conv_dgrad_f32_v6"
+	convFpropF32V7  = "conv_fprop_f32_v7"
+	convDgradF32V7  = "conv_dgrad_f32_v7"
 	convWgmmaSmem   = 104448
 	convWgmmaV6Smem = 203776
+	convWgmmaV7Smem = 138240
 )
 
 // convWgmma reports whether name is a kernel of conv_sm90a.cu.
 func convWgmma(name string) bool {
 	switch name {
-	case convFpropF32V5, convDgradF32V5, convFpropF32V6, convDgradF32V6:
+	case convFpropF32V5, convDgradF32V5, convFpropF32V6, convDgradF32V6, convFpropF32V7, convDgradF32V7:
 		return true
 	}
 	return false
@@ -309,14 +313,15 @@ type convKernelChoice struct {
 // tiles read a third less shared memory per MMA, 0.096 / 1.332 / 0.055;
 // v3 0.168 / 1.338 / 0.078; v1 0.214 / 3.260 / 0.098. v3 and v4 only by
 // override. For float32 dgrad and wgrad, convBackwardKernel.
-func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, optIn int, sm90a bool) (convKernelChoice, error) {
+func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, gpu convGPU) (convKernelChoice, error) {
+	optIn, sm90a := gpu.optIn, gpu.sm90a
 	t := convTileFor(dt)
 	generic := convKernelChoice{"conv_" + convModeNames[mode] + "_" + dtypeSuffix(dt), t.smemBytes(mode), t.bm, t.threads}
 	if dt != tensor.Float32 {
 		return generic, nil
 	}
 	if mode != convFprop {
-		return convBackwardKernel(mode, args, optIn, sm90a, generic)
+		return convBackwardKernel(mode, args, gpu, generic)
 	}
 	v2 := convKernelChoice{convFpropF32V2, convFpropV2Smem, 128, 256}
 	v5 := convKernelChoice{convFpropF32V5, convWgmmaSmem, 128, 256}
@@ -330,13 +335,16 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, optIn int, sm90a b
 			return generic, nil
 		}
 		if ok, _ := convWgmmaFits(args, optIn, sm90a); ok {
-			return v5, nil
+			return convWgmmaPick(mode, args, gpu), nil
 		}
 		return v2, nil
-	case convFpropF32V5, convFpropF32V6:
+	case convFpropF32V5, convFpropF32V6, convFpropF32V7:
 		want = v5
-		if convFpropKernelOverride == convFpropF32V6 {
+		switch convFpropKernelOverride {
+		case convFpropF32V6:
 			want = convKernelChoice{convFpropF32V6, convWgmmaV6Smem, 256, 256}
+		case convFpropF32V7:
+			want = convKernelChoice{convFpropF32V7, convWgmmaV7Smem, 128, 256}
 		}
 		if ok, why := convWgmmaFits(args, optIn, sm90a); !ok {
 			return convKernelChoice{}, fmt.Errorf("%s: %s", want.name, why)
@@ -362,6 +370,43 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, optIn int, sm90a b
 	return want, nil
 }
 
+// convGPU is what the choice of a conv kernel needs to know of the GPU.
+type convGPU struct {
+	optIn int  // shared memory a block may opt in to
+	sms   int  // streaming multiprocessors
+	sm90a bool // runs conv_sm90a.cu's kernels (convSM90a)
+}
+
+func convGPUOf(dev *backend.Device) convGPU {
+	_, optIn := dev.MaxSharedMemory()
+	return convGPU{optIn: optIn, sms: dev.SMCount(), sm90a: convSM90a(dev)}
+}
+
+// convWgmmaPick chooses among conv_sm90a.cu's kernels for a forward or
+// dgrad GEMM that they run (convWgmmaFits): v6 (256 channels a tile, one
+// block per SM) for GEMMs of more than 128 rows with at least four waves
+// of its tiles; v7 (128 channels, one block per SM, MMAs overlapping the
+// next k-tile's barrier) when v5's tiles fill at most one wave; else v5
+// (128 channels, two blocks per SM). Measured on an H200
+// (BenchmarkGPUConv*Variants), forward / dgrad ms: resnet_c3_3x3 v5
+// 0.068 / 0.080, v6 0.101 / 0.106, v7 0.079 / 0.086; fpn_p2_3x3 v5 0.883 /
+// 0.972, v6 0.743 / 0.771, v7 1.027 / 1.069; resnet_c4_1x1 v5 0.038 /
+// 0.046, v6 0.049 / 0.043, v7 0.034 / 0.045.
+func convWgmmaPick(mode int, args convGemmArgs, gpu convGPU) convKernelChoice {
+	tiles := func(bm int) int { return ceilDiv(int(args.M), bm) * ceilDiv(int(args.NCols), convTileF32.bn) }
+	v5, v6, v7 := convFpropF32V5, convFpropF32V6, convFpropF32V7
+	if mode == convDgrad {
+		v5, v6, v7 = convDgradF32V5, convDgradF32V6, convDgradF32V7
+	}
+	switch {
+	case args.M > 128 && tiles(256) >= 4*gpu.sms && convWgmmaV6Smem <= gpu.optIn:
+		return convKernelChoice{v6, convWgmmaV6Smem, 256, 256}
+	case tiles(128) <= gpu.sms && convWgmmaV7Smem <= gpu.optIn:
+		return convKernelChoice{v7, convWgmmaV7Smem, 128, 256}
+	}
+	return convKernelChoice{v5, convWgmmaSmem, 128, 256}
+}
+
 // convWgmmaFits reports whether conv_sm90a.cu's kernels can run a forward
 // or stride-1 dgrad GEMM (whose other conditions are v2's), and if not why.
 func convWgmmaFits(args convGemmArgs, optIn int, sm90a bool) (bool, string) {
@@ -380,7 +425,8 @@ func convWgmmaFits(args convGemmArgs, optIn int, sm90a bool) (bool, string) {
 // v5 where it runs, then v2 where it applies (convBackwardPipeFits) and the
 // GPU gives a block its shared memory, else v1 (generic); for wgrad, v2 or
 // v1. The overrides pick one.
-func convBackwardKernel(mode int, args convGemmArgs, optIn int, sm90a bool, generic convKernelChoice) (convKernelChoice, error) {
+func convBackwardKernel(mode int, args convGemmArgs, gpu convGPU, generic convKernelChoice) (convKernelChoice, error) {
+	optIn, sm90a := gpu.optIn, gpu.sm90a
 	override, v1, v2 := convDgradKernelOverride, convDgradF32V1, convKernelChoice{convDgradF32V2, convDgradV2Smem, 128, 256}
 	if mode == convWgrad {
 		override, v1, v2 = convWgradKernelOverride, convWgradF32V1, convKernelChoice{convWgradF32V2, convWgradV2Smem, 128, 256}
@@ -391,13 +437,13 @@ func convBackwardKernel(mode int, args convGemmArgs, optIn int, sm90a bool, gene
 	switch override {
 	case "":
 		if v5ok {
-			return convKernelChoice{convDgradF32V5, convWgmmaSmem, 128, 256}, nil
+			return convWgmmaPick(mode, args, gpu), nil
 		}
 		if !fits || v2.smem > optIn {
 			return generic, nil
 		}
 		return v2, nil
-	case convDgradF32V5, convDgradF32V6:
+	case convDgradF32V5, convDgradF32V6, convDgradF32V7:
 		if mode != convDgrad {
 			return convKernelChoice{}, fmt.Errorf("no float32 %s kernel %q", convModeNames[mode], override)
 		}
@@ -407,11 +453,15 @@ func convBackwardKernel(mode int, args convGemmArgs, optIn int, sm90a bool, gene
 		if !v5ok {
 			return convKernelChoice{}, fmt.Errorf("%s: %s", override, v5why)
 		}
-		if override == convDgradF32V6 {
-			if convWgmmaV6Smem > optIn {
-				return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", override, convWgmmaV6Smem, optIn)
+		if override != convDgradF32V5 {
+			c := convKernelChoice{convDgradF32V6, convWgmmaV6Smem, 256, 256}
+			if override == convDgradF32V7 {
+				c = convKernelChoice{convDgradF32V7, convWgmmaV7Smem, 128, 256}
 			}
-			return convKernelChoice{convDgradF32V6, convWgmmaV6Smem, 256, 256}, nil
+			if c.smem > optIn {
+				return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", override, c.smem, optIn)
+			}
+			return c, nil
 		}
 		return convKernelChoice{convDgradF32V5, convWgmmaSmem, 128, 256}, nil
 	case v1:
@@ -432,7 +482,7 @@ func convBackwardKernel(mode int, args convGemmArgs, optIn int, sm90a bool, gene
 // convUnmasked reports whether a kernel leaves dy's ReLU mask to the
 // caller (the cp.async backward kernels).
 func convUnmasked(name string) bool {
-	return name == convDgradF32V2 || name == convWgradF32V2 || name == convDgradF32V5 || name == convDgradF32V6
+	return name == convDgradF32V2 || name == convWgradF32V2 || (convWgmma(name) && strings.HasPrefix(name, "conv_dgrad"))
 }
 
 // convBlocksPerSM is how many blocks of choice share an SM, by shared
@@ -519,8 +569,8 @@ func (s convShape) checkDeviceSizes(op string) error {
 // reduction (1 but for wgrad).
 func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, args convGemmArgs, splits int) error {
 	t := convTileFor(dt)
-	byDefault, optIn := dev.MaxSharedMemory()
-	choice, err := convKernel(dt, mode, args, optIn, convSM90a(dev))
+	byDefault, _ := dev.MaxSharedMemory()
+	choice, err := convKernel(dt, mode, args, convGPUOf(dev))
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
@@ -703,8 +753,7 @@ func (s convShape) dgrad(op string, dev *backend.Device, w, y, dy, dx backend.De
 	args.A, args.B, args.Mask, args.Out = wt, dy, y, dx
 	args.M, args.NCols, args.K = int32(p.Cin), int32(p.N*p.H*p.W), int32(p.Cout*kk)
 	args.DivImg, args.DivRow = fastDiv(p.H*p.W), fastDiv(p.W)
-	_, optIn := dev.MaxSharedMemory()
-	if choice, err := convKernel(s.dt, convDgrad, args, optIn, convSM90a(dev)); err == nil && y != 0 && convUnmasked(choice.name) {
+	if choice, err := convKernel(s.dt, convDgrad, args, convGPUOf(dev)); err == nil && y != 0 && convUnmasked(choice.name) {
 		masked, free, err := s.maskedGrad(op, dev, y, dy)
 		if err != nil {
 			return err
@@ -793,9 +842,9 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 	nw := int64(p.Cout) * int64(args.NCols)
 	tiles := ceilDiv(p.Cout, t.bm) * ceilDiv(int(args.NCols), t.bn)
 	slots := dev.SMCount()
-	_, optIn := dev.MaxSharedMemory()
-	if choice, err := convKernel(s.dt, convWgrad, args, optIn, convSM90a(dev)); err == nil {
-		slots *= convBlocksPerSM(choice, optIn)
+	gpu := convGPUOf(dev)
+	if choice, err := convKernel(s.dt, convWgrad, args, gpu); err == nil {
+		slots *= convBlocksPerSM(choice, gpu.optIn)
 		if y != 0 && convUnmasked(choice.name) {
 			masked, free, err := s.maskedGrad(op, dev, y, dy)
 			if err != nil {

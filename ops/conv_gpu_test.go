@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -160,7 +161,7 @@ func TestConvKernelChoice(t *testing.T) {
 		default:
 			convWgradKernelOverride = c.override
 		}
-		got, err := convKernel(c.dt, c.mode, c.args, c.optIn, false)
+		got, err := convKernel(c.dt, c.mode, c.args, convGPU{optIn: c.optIn, sms: 132})
 		what := fmt.Sprintf("override %q, %v %s, %+v, opt-in %d", c.override, c.dt, convModeNames[c.mode], c.args, c.optIn)
 		if c.want == (convKernelChoice{}) {
 			if err == nil {
@@ -175,8 +176,9 @@ func TestConvKernelChoice(t *testing.T) {
 }
 
 // On a GPU that runs conv_sm90a.cu (sm90a), forward and stride-1 dgrad
-// GEMMs take the wgmma kernels (v5) when K % 4 == 0 and the weights are
-// 16-byte aligned, and fall back as before otherwise; wgrad is unchanged.
+// GEMMs take the wgmma kernels (v5, v6 or v7 by convWgmmaPick) when
+// K % 4 == 0 and the weights are 16-byte aligned, and fall back as before
+// otherwise; wgrad is unchanged.
 func TestConvKernelChoiceSM90a(t *testing.T) {
 	defer func() { convFpropKernelOverride, convDgradKernelOverride, convWgradKernelOverride = "", "", "" }()
 	const hopper = 232448
@@ -185,6 +187,8 @@ func TestConvKernelChoiceSM90a(t *testing.T) {
 			K: int32(k), Cout: int32(m), StrideH: 1, StrideW: 1, OutH: int32(h), OutW: int32(w)}
 	}
 	fpn := gemm(2, 256, 200, 336, 256, 2*200*336, 256*9)
+	c3 := gemm(8, 128, 56, 56, 128, 8*56*56, 128*9)
+	c4 := gemm(8, 1024, 28, 28, 256, 8*28*28, 1024)
 	stem := gemm(2, 3, 224, 224, 64, 2*112*112, 3*49) // K = 147
 	strided := fpn
 	strided.StrideH, strided.OutH = 2, 100
@@ -192,6 +196,8 @@ func TestConvKernelChoiceSM90a(t *testing.T) {
 	unaligned.A = 4
 	huge := gemm(64, 256, 400, 400, 64, 64*400*400, 256*9)
 	v5 := convKernelChoice{convFpropF32V5, convWgmmaSmem, 128, 256}
+	v6 := convKernelChoice{convFpropF32V6, convWgmmaV6Smem, 256, 256}
+	v7 := convKernelChoice{convFpropF32V7, convWgmmaV7Smem, 128, 256}
 	dv5 := convKernelChoice{convDgradF32V5, convWgmmaSmem, 128, 256}
 	v2 := convKernelChoice{convFpropF32V2, 109568, 128, 256}
 	dv2 := convKernelChoice{convDgradF32V2, 109568, 128, 256}
@@ -205,13 +211,17 @@ func TestConvKernelChoiceSM90a(t *testing.T) {
 		optIn    int
 		want     convKernelChoice // zero: an error
 	}{
-		{"", convFprop, fpn, true, hopper, v5},
+		{"", convFprop, fpn, true, hopper, v6},
+		{"", convFprop, c3, true, hopper, v5},
+		{"", convFprop, c4, true, hopper, v7},
+		{"", convFprop, fpn, true, 150000, v5}, // v6 does not fit
 		{"", convFprop, fpn, false, hopper, v2},
 		{"", convFprop, stem, true, hopper, v2},
 		{"", convFprop, unaligned, true, hopper, v2},
 		{"", convFprop, fpn, true, 100000, v2},
 		{"", convFprop, huge, true, hopper, convKernelChoice{convFpropF32V1, 71680, 128, 256}},
-		{"", convDgrad, fpn, true, hopper, dv5},
+		{"", convDgrad, fpn, true, hopper, convKernelChoice{convDgradF32V6, convWgmmaV6Smem, 256, 256}},
+		{"", convDgrad, c3, true, hopper, dv5},
 		{"", convDgrad, fpn, false, hopper, dv2},
 		{"", convDgrad, strided, true, hopper, dv1},
 		{"", convWgrad, fpn, true, hopper, wv2},
@@ -237,7 +247,7 @@ func TestConvKernelChoiceSM90a(t *testing.T) {
 		default:
 			convWgradKernelOverride = c.override
 		}
-		got, err := convKernel(tensor.Float32, c.mode, c.args, c.optIn, c.sm90a)
+		got, err := convKernel(tensor.Float32, c.mode, c.args, convGPU{optIn: c.optIn, sms: 132, sm90a: c.sm90a})
 		what := fmt.Sprintf("override %q, %s, sm90a %v, opt-in %d, %+v", c.override, convModeNames[c.mode], c.sm90a, c.optIn, c.args)
 		if c.want == (convKernelChoice{}) {
 			if err == nil {
@@ -248,7 +258,7 @@ func TestConvKernelChoiceSM90a(t *testing.T) {
 		if err != nil || got != c.want {
 			t.Errorf("%s: got %+v, %v; want %+v", what, got, err, c.want)
 		}
-		if convModule(got.name) != map[bool]string{true: "conv_sm90a", false: "conv"}[got.name[len(got.name)-3:] == "_v5" || got.name[len(got.name)-3:] == "_v6"] {
+		if convModule(got.name) != map[bool]string{true: "conv_sm90a", false: "conv"}[strings.HasSuffix(got.name, "_v5") || strings.HasSuffix(got.name, "_v6") || strings.HasSuffix(got.name, "_v7")] {
 			t.Errorf("%s: module %s for %s", what, convModule(got.name), got.name)
 		}
 	}
@@ -484,7 +494,7 @@ func TestGPUConvFpropVariants(t *testing.T) {
 	// an order of its own: it is compared with the CPU, not bit for bit.
 	parityKernels := kernels
 	if err := convWgmmaError(dev); err == nil {
-		parityKernels = append(parityKernels[:len(kernels):len(kernels)], convFpropF32V5, convFpropF32V6)
+		parityKernels = append(parityKernels[:len(kernels):len(kernels)], convFpropF32V5, convFpropF32V6, convFpropF32V7)
 	} else if major, minor := dev.ComputeCapability(); major == 9 && minor == 0 {
 		t.Errorf("%s does not load on this compute capability 9.0 GPU: %v", convFpropF32V5, err)
 	} else {
@@ -622,7 +632,7 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 			if mode == convWgrad {
 				kernels = []string{convWgradF32V1, convWgradF32V2}
 			} else if err := convWgmmaError(dev); err == nil {
-				kernels = append(kernels, convDgradF32V5, convDgradF32V6)
+				kernels = append(kernels, convDgradF32V5, convDgradF32V6, convDgradF32V7)
 			} else if ci == 0 {
 				t.Logf("%s: not tested: %v", convDgradF32V5, err)
 			}
