@@ -309,6 +309,42 @@ __device__ __forceinline__ void relu_mask(const MaskParams& p) {
   }
 }
 
+// dx = dy where y > 0, else 0 (no mask when y == 0), rounded to TF32: the
+// dy operand of conv_sm90a.cu's wgrad, whose MMAs read it from shared
+// memory as it is. With partial != 0 it also sums the unrounded values of
+// each plane (n, c) chunk by chunk, for the bias gradient: block b takes
+// chunk b % chunks of plane b / chunks and writes its sum to
+// partial[(n*chunks + k)*C + c], so that conv_splitk_reduce over N*chunks
+// "splits" of C values adds them per channel, in a fixed order.
+struct MaskTF32Params {
+  uint64_t y, dy, dx, partial;
+  int32_t c, plane, chunk, chunks;
+};
+static_assert(sizeof(MaskTF32Params) == 48, "ops/conv_device.go mirrors MaskTF32Params");
+
+__device__ __forceinline__ void relu_mask_tf32(const MaskTF32Params& p) {
+  const int64_t b = blockIdx.x;
+  const int64_t row = b / p.chunks;  // n*C + c
+  const int k = static_cast<int>(b - row * p.chunks);
+  const int lo = k * p.chunk, hi = min(lo + p.chunk, p.plane);
+  const int64_t off = row * p.plane;
+  const float* __restrict__ dy = reinterpret_cast<const float*>(p.dy) + off;
+  const float* __restrict__ y = p.y != 0 ? reinterpret_cast<const float*>(p.y) + off : nullptr;
+  float* __restrict__ dx = reinterpret_cast<float*>(p.dx) + off;
+  double s[1] = {0.0};
+  for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+    const float g = masked_grad(dy, y, i);
+    dx[i] = bits_to_float(to_tf32(g));
+    s[0] += static_cast<double>(g);
+  }
+  if (p.partial == 0) return;  // the same for the whole block
+  block_sum(s, reinterpret_cast<double*>(dynamic_smem()));
+  if (threadIdx.x == 0) {
+    const int64_t n = row / p.c, c = row - n * p.c;
+    reinterpret_cast<float*>(p.partial)[(n * p.chunks + k) * p.c + c] = static_cast<float>(s[0]);
+  }
+}
+
 }  // namespace stheno
 
 extern "C" {
@@ -323,4 +359,5 @@ __global__ void bn_backward_apply_f32(stheno::BNParams p) { stheno::bn_backward_
 __global__ void bn_backward_apply_f64(stheno::BNParams p) { stheno::bn_backward_apply<double>(p); }
 __global__ void relu_mask_f32(stheno::MaskParams p) { stheno::relu_mask<float>(p); }
 __global__ void relu_mask_f64(stheno::MaskParams p) { stheno::relu_mask<double>(p); }
+__global__ void relu_mask_tf32_f32(stheno::MaskTF32Params p) { stheno::relu_mask_tf32(p); }
 }

@@ -116,10 +116,13 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[128], const uint32_t (&a)[
 // The block tile and shared memory: kBM output channels (the MMAs' N, 128
 // or 256) x 128 pixels, kStages stages. BPixelPipe reads BK, LDB, kBRows,
 // kBKPer, kBNPer and kMaskTaps; the epilogue BM, BN, NT and LDC.
-template <int kBM, int kNumStages, bool kDeferWait>
+template <int kBM, int kNumStages, bool kDeferWait, bool kWgrad = false>
 struct WgmmaPipe {
   static constexpr int BM = kBM, BN = 128, BK = 32, NT = 256;
   static constexpr int kStages = kNumStages;
+  // wgrad: the gathered tile is col(x)^T, n-major (rows of 32 pixels), as
+  // conv.cu's BWgradPipe stages it.
+  static constexpr bool kNMajorB = kWgrad;
   // kDefer: a k-tile's MMAs are left running while the warps go on to the
   // next k-tile's barrier and copies, and waited for just before the next
   // k-tile's fragments are loaded (the MMAs read their register operand
@@ -129,9 +132,9 @@ struct WgmmaPipe {
   static constexpr bool kDefer = kDeferWait;
   static constexpr int kAhead = kDefer ? kStages - 2 : kStages - 1;
   static constexpr int kAcc = BM / 2;  // accumulators per thread: 64 x BM over 128 threads
-  static constexpr int LDB = BN + 8, LDC = BN + 8;
-  static constexpr int kABytes = BM * BK * 4;   // the swizzled weight tile
-  static constexpr int kBBytes = BK * LDB * 4;  // the gathered tile, k-major
+  static constexpr int LDB = kNMajorB ? BK + 4 : BN + 8, LDC = BN + 8;
+  static constexpr int kABytes = BM * BK * 4;                        // the swizzled weight (or dy) tile
+  static constexpr int kBBytes = (kNMajorB ? BN : BK) * LDB * 4;  // the gathered tile
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kCBytes = BM * LDC * 4;
@@ -140,6 +143,10 @@ struct WgmmaPipe {
   // 1024 bytes of slack to put the stages on a 1024-byte boundary.
   static constexpr int kSmemBytes = 1024 + kMainBytes + kTabSlots * BK * 16;
   static constexpr int kBRows = NT / 32, kBKPer = BK / kBRows, kBNPer = BN / 32;
+  // BWgradPipe's lanes: along k, n rows tid/32 + 8*a, or by 16-byte copies
+  // n rows tid/8 + 32*a.
+  static constexpr int kBTRows = NT / BK, kBTPer = BN / kBTRows;
+  static constexpr int kBTVecRows = NT / 8, kBTVecPer = BN / kBTVecRows;
   static constexpr int kMaskTaps = 32;
   static_assert(BM == 128 || BM == 256, "wgmma's N");
   static_assert(BK * 4 == 128, "a weight row is one 128-byte swizzle row");
@@ -153,7 +160,11 @@ struct WgmmaPipe {
 using WgmmaV5 = WgmmaPipe<128, 3, false>;
 using WgmmaV6 = WgmmaPipe<256, 4, true>;
 using WgmmaV7 = WgmmaPipe<128, 4, true>;
-static_assert(WgmmaV5::kSmemBytes == 104448 && WgmmaV6::kSmemBytes == 203776 && WgmmaV7::kSmemBytes == 138240,
+// wgrad: 128 (v5) or 256 (v6) output channels x 128 taps, pixels reduced.
+using WgradV5 = WgmmaPipe<128, 3, false, true>;
+using WgradV6 = WgmmaPipe<256, 4, true, true>;
+static_assert(WgmmaV5::kSmemBytes == 104448 && WgmmaV6::kSmemBytes == 203776 && WgmmaV7::kSmemBytes == 138240 &&
+                  WgradV5::kSmemBytes == 107520 && WgradV6::kSmemBytes == 207872,
               "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
 
 // The weights (fprop: w [Cout][K]; dgrad: the transposed weights
@@ -188,20 +199,59 @@ struct WeightPipe {
   }
 };
 
+// wgrad's dy' (masked, rounded to TF32: ops' relu_mask_tf32 pass, which
+// also sums the bias gradient from the unrounded values), [N][Cout][P] as
+// the Cout x (N*P) matrix whose element (m, k) with k = n*P + pixel sits at
+// m*P + k + n*(Cout-1)*P (as conv.cu's APipe), into the swizzled tile as
+// WeightPipe copies the weights: 16-byte copies, so P % 4 == 0 (a chunk
+// never straddles two images) and dy' 16-byte aligned (ops checks).
+template <typename C>
+struct DyPipe {
+  static constexpr int kRowsPer = C::NT / 8, kPer = C::BM / kRowsPer;
+  const float* a;
+  int rows_left, kc;
+  uint32_t soff;
+
+  __device__ __forceinline__ void init(const ConvGemmParams& p, int tid, int m0) {
+    const int row = tid / 8, c = tid % 8;
+    kc = 4 * c;
+    rows_left = p.m - m0 - row;
+    a = reinterpret_cast<const float*>(p.a) + static_cast<int64_t>(m0 + row) * p.div_q.d + kc;
+    soff = row * 128 + ((c ^ (row & 7)) << 4);
+  }
+
+  __device__ __forceinline__ void load(const ConvGemmParams& p, int k0, unsigned char* st) const {
+    const bool kv = k0 + kc < p.k;
+    const int n = fdiv(kv ? k0 + kc : 0, p.div_q);
+    const int64_t col = k0 + static_cast<int64_t>(n) * (p.cout - 1) * p.div_q.d;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const bool v = kv && kRowsPer * i < rows_left;
+      cp_async16(st + soff + i * kRowsPer * 128, a + (static_cast<int64_t>(i) * kRowsPer * p.div_q.d + col), v ? 16 : 0);
+    }
+  }
+};
+
 // A warpgroup's 64 pixels x BM channels. Warp w (of the block) holds
 // pixels 16w + g and 16w + g + 8 of the tile.
+// The gathered tile is k-major (rows of k, fprop and dgrad) or, with
+// C::kNMajorB, m-major (rows of 32 k, wgrad's col(x)^T); both are read
+// without bank conflicts.
 template <typename C>
 struct WgmmaWarps {
   float acc[C::kAcc];
   int frag;  // offset of this lane's fragment in the gathered tile
   int g, t4, warp;
+  // Offsets of a fragment's rows +8 and columns +4, and of k-step ks.
+  static constexpr int kRow8 = C::kNMajorB ? 8 * C::LDB : 8, kCol4 = C::kNMajorB ? 4 : 4 * C::LDB;
+  static constexpr int kStep = C::kNMajorB ? 8 : 8 * C::LDB;
 
   __device__ __forceinline__ void init(int tid) {
     warp = tid >> 5;
     const int lane = tid & 31;
     g = lane >> 2;
     t4 = lane & 3;
-    frag = t4 * C::LDB + 16 * warp + g;
+    frag = C::kNMajorB ? (16 * warp + g) * C::LDB + t4 : t4 * C::LDB + 16 * warp + g;
 #pragma unroll
     for (int i = 0; i < C::kAcc; ++i) acc[i] = 0.0f;
   }
@@ -211,11 +261,11 @@ struct WgmmaWarps {
     uint32_t a[C::BK / 8][4];
 #pragma unroll
     for (int ks = 0; ks < C::BK / 8; ++ks) {
-      const float* q = sb + ks * 8 * C::LDB + frag;
+      const float* q = sb + ks * kStep + frag;
       a[ks][0] = to_tf32_for_mma(q[0]);
-      a[ks][1] = to_tf32_for_mma(q[8]);
-      a[ks][2] = to_tf32_for_mma(q[4 * C::LDB]);
-      a[ks][3] = to_tf32_for_mma(q[4 * C::LDB + 8]);
+      a[ks][1] = to_tf32_for_mma(q[kRow8]);
+      a[ks][2] = to_tf32_for_mma(q[kCol4]);
+      a[ks][3] = to_tf32_for_mma(q[kRow8 + kCol4]);
     }
     const uint32_t w = smem_u32(st);
 #pragma unroll
@@ -313,6 +363,71 @@ __device__ __forceinline__ void conv_wgmma(const ConvGemmParams& p) {
   epilogue<float, kMode, C>(p, sc, m0, n0, tile_n, 0);
 }
 
+// wgrad: dw (or split `split`'s partial tile of it) = dy' * col(x)^T over
+// the pixels of k-tiles [kt0, kt1), as conv_pipe's wgrad: dy' the
+// shared-memory operand (rows of channels, as the weights of fprop), the
+// gathered col(x)^T the register operand (its taps the MMAs' M). The bias
+// gradient is not summed here (p.bias_grad must be 0): the values the
+// MMAs read are rounded, and the bias gradient is a sum of the unrounded
+// ones, which the pass that rounds them takes.
+template <typename C, bool kPoint>
+__device__ __forceinline__ void conv_wgmma_wgrad(const ConvGemmParams& p) {
+  using BL = BWgradPipe<C, kPoint>;
+  unsigned char* raw = dynamic_smem();
+  unsigned char* smem = raw + ((1024 - (smem_u32(raw) & 1023)) & 1023);
+  int4* tabs = reinterpret_cast<int4*>(smem + C::kMainBytes);
+  const int tid = threadIdx.x;
+  const unsigned tiles_m = static_cast<unsigned>(p.tiles_m);
+  const int tile_m = static_cast<int>(blockIdx.x % tiles_m);
+  const int tile_n = static_cast<int>(blockIdx.x / tiles_m);
+  const int m0 = tile_m * C::BM, n0 = tile_n * C::BN;
+  const int k_tiles = (p.k + C::BK - 1) / C::BK;
+  const int split = static_cast<int>(blockIdx.z);
+  const int kt0 = split * p.k_tiles_per_split;
+  const int kt1 = min(kt0 + p.k_tiles_per_split, k_tiles);
+  auto stage = [&](int s) { return smem + s * C::kStageBytes; };
+
+  DyPipe<C> al;
+  al.init(p, tid, m0);
+  BL bl;
+  bl.init(p, tid, n0);
+  WgmmaWarps<C> mm;
+  mm.init(tid);
+  auto load = [&](int kt, unsigned char* st) {
+    al.load(p, kt * C::BK, st);
+    bl.load(p, kt * C::BK, tabs, reinterpret_cast<float*>(st + C::kABytes));
+  };
+
+  BL::build_table(p, n0, tabs);
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < C::kAhead; ++s) {
+    if (kt0 + s < kt1) load(kt0 + s, stage(s));
+    cp_async_commit();
+  }
+  int read = 0, write = C::kAhead;
+  for (int kt = kt0; kt < kt1; ++kt) {
+    cp_async_wait<C::kAhead - 1>();
+    fence_proxy_async();
+    // As conv_wgmma's loop.
+    __syncthreads();
+    const int next = kt + C::kAhead;
+    if (next < kt1) load(next, stage(write));
+    cp_async_commit();
+    if constexpr (C::kDefer) mm.finish();
+    mm.step(stage(read));
+    read = read == C::kStages - 1 ? 0 : read + 1;
+    write = write == C::kStages - 1 ? 0 : write + 1;
+  }
+  mm.finish();
+  cp_async_wait<0>();
+  __syncthreads();
+  float* sc = reinterpret_cast<float*>(smem);
+  mm.store(sc);
+  __syncthreads();
+  epilogue<float, kWgrad, C>(p, sc, m0, n0, tile_n, split);
+}
+
 // The gather, chosen at run time as conv_pipe's.
 template <typename C, int kMode>
 __device__ __forceinline__ void conv_wgmma(const ConvGemmParams& p) {
@@ -348,5 +463,22 @@ __global__ void __launch_bounds__(256, 1) conv_dgrad_f32_v6(stheno::ConvGemmPara
 }
 __global__ void __launch_bounds__(256, 1) conv_dgrad_f32_v7(stheno::ConvGemmParams p) {
   stheno::conv_wgmma<stheno::WgmmaV7, stheno::kDgrad>(p);
+}
+// dy' masked and rounded to TF32 beforehand, OutH*OutW % 4 == 0, dy'
+// 16-byte aligned (as conv_wgrad_f32_v2's 16-byte copies of dy); no bias
+// gradient.
+__global__ void __launch_bounds__(256, 2) conv_wgrad_f32_v5(stheno::ConvGemmParams p) {
+  if (stheno::pointwise(p) && p.b % 16 == 0) {
+    stheno::conv_wgmma_wgrad<stheno::WgradV5, true>(p);
+  } else {
+    stheno::conv_wgmma_wgrad<stheno::WgradV5, false>(p);
+  }
+}
+__global__ void __launch_bounds__(256, 1) conv_wgrad_f32_v6(stheno::ConvGemmParams p) {
+  if (stheno::pointwise(p) && p.b % 16 == 0) {
+    stheno::conv_wgmma_wgrad<stheno::WgradV6, true>(p);
+  } else {
+    stheno::conv_wgmma_wgrad<stheno::WgradV6, false>(p);
+  }
 }
 }

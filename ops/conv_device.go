@@ -183,15 +183,20 @@ const (
 	convDgradF32V6  = "conv_dgrad_f32_v6"
 	convFpropF32V7  = "conv_fprop_f32_v7"
 	convDgradF32V7  = "conv_dgrad_f32_v7"
+	convWgradF32V5  = "conv_wgrad_f32_v5"
+	convWgradF32V6  = "conv_wgrad_f32_v6"
 	convWgmmaSmem   = 104448
 	convWgmmaV6Smem = 203776
 	convWgmmaV7Smem = 138240
+	convWgradV5Smem = 107520
+	convWgradV6Smem = 207872
 )
 
 // convWgmma reports whether name is a kernel of conv_sm90a.cu.
 func convWgmma(name string) bool {
 	switch name {
-	case convFpropF32V5, convDgradF32V5, convFpropF32V6, convDgradF32V6, convFpropF32V7, convDgradF32V7:
+	case convFpropF32V5, convDgradF32V5, convFpropF32V6, convDgradF32V6, convFpropF32V7, convDgradF32V7,
+		convWgradF32V5, convWgradF32V6:
 		return true
 	}
 	return false
@@ -433,16 +438,48 @@ func convBackwardKernel(mode int, args convGemmArgs, gpu convGPU, generic convKe
 	}
 	fits, why := convBackwardPipeFits(mode, args)
 	v5ok, v5why := convWgmmaFits(args, optIn, sm90a)
-	v5ok = v5ok && mode == convDgrad && fits
+	if mode == convWgrad {
+		// wgrad's A is dy', a rounded copy in scratch memory (aligned),
+		// with rows of P = OutH*OutW % 4 == 0 (fits).
+		v5ok, v5why = sm90a, "needs a compute capability 9.0 GPU whose driver compiles the sm_90a PTX"
+	}
+	v5ok = v5ok && fits
+	wv5 := convKernelChoice{convWgradF32V5, convWgradV5Smem, 128, 256}
+	wv6 := convKernelChoice{convWgradF32V6, convWgradV6Smem, 256, 256}
 	switch override {
 	case "":
-		if v5ok {
+		if v5ok && mode == convWgrad {
+			if args.M > 128 && wv6.smem <= optIn {
+				return wv6, nil
+			}
+			if wv5.smem <= optIn {
+				return wv5, nil
+			}
+		} else if v5ok {
 			return convWgmmaPick(mode, args, gpu), nil
 		}
 		if !fits || v2.smem > optIn {
 			return generic, nil
 		}
 		return v2, nil
+	case convWgradF32V5, convWgradF32V6:
+		if mode != convWgrad {
+			return convKernelChoice{}, fmt.Errorf("no float32 %s kernel %q", convModeNames[mode], override)
+		}
+		if !fits {
+			return convKernelChoice{}, fmt.Errorf("%s: %s", override, why)
+		}
+		if !v5ok {
+			return convKernelChoice{}, fmt.Errorf("%s: %s", override, v5why)
+		}
+		c := wv5
+		if override == convWgradF32V6 {
+			c = wv6
+		}
+		if c.smem > optIn {
+			return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", override, c.smem, optIn)
+		}
+		return c, nil
 	case convDgradF32V5, convDgradF32V6, convDgradF32V7:
 		if mode != convDgrad {
 			return convKernelChoice{}, fmt.Errorf("no float32 %s kernel %q", convModeNames[mode], override)
@@ -482,14 +519,15 @@ func convBackwardKernel(mode int, args convGemmArgs, gpu convGPU, generic convKe
 // convUnmasked reports whether a kernel leaves dy's ReLU mask to the
 // caller (the cp.async backward kernels).
 func convUnmasked(name string) bool {
-	return name == convDgradF32V2 || name == convWgradF32V2 || (convWgmma(name) && strings.HasPrefix(name, "conv_dgrad"))
+	return name == convDgradF32V2 || name == convWgradF32V2 ||
+		(convWgmma(name) && (strings.HasPrefix(name, "conv_dgrad") || strings.HasPrefix(name, "conv_wgrad")))
 }
 
 // convBlocksPerSM is how many blocks of choice share an SM, by shared
 // memory (each block also takes 1 KiB of the SM's for the system; an SM
 // has optIn + 1 KiB): the v2 kernels are built for two.
 func convBlocksPerSM(choice convKernelChoice, optIn int) int {
-	if choice.name == convWgradF32V2 || choice.name == convDgradF32V2 {
+	if choice.name == convWgradF32V2 || choice.name == convDgradF32V2 || convWgmma(choice.name) {
 		return max(1, min(2, (optIn+1024)/(choice.smem+1024)))
 	}
 	return 1
@@ -830,7 +868,9 @@ func wgradSplits(tiles, kTiles, slots, outBytes int) int {
 
 // wgrad queues dw (and db, when db != 0) from x and dy masked by y > 0
 // when y != 0. With more than one split, the partial tiles go to scratch
-// memory and a second kernel sums them in split order.
+// memory and a second kernel sums them in split order. conv_sm90a.cu's
+// kernels read dy' masked and rounded to TF32 from scratch memory
+// (maskedGradTF32), which pass also sums db.
 func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backend.DevicePtr) error {
 	p := s.p
 	t := convTileFor(s.dt)
@@ -840,12 +880,22 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 	args.DivQ, args.DivQW = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
 	elem := int64(s.dt.Size())
 	nw := int64(p.Cout) * int64(args.NCols)
-	tiles := ceilDiv(p.Cout, t.bm) * ceilDiv(int(args.NCols), t.bn)
+	bm := t.bm
 	slots := dev.SMCount()
 	gpu := convGPUOf(dev)
+	gemmDB := db // the bias gradient the GEMM sums, if any
 	if choice, err := convKernel(s.dt, convWgrad, args, gpu); err == nil {
+		bm = choice.bm
 		slots *= convBlocksPerSM(choice, gpu.optIn)
-		if y != 0 && convUnmasked(choice.name) {
+		switch {
+		case convWgmma(choice.name):
+			masked, free, err := s.maskedGradTF32(op, dev, y, dy, db)
+			if err != nil {
+				return err
+			}
+			defer free()
+			args.A, args.Mask, gemmDB = masked, 0, 0
+		case y != 0 && convUnmasked(choice.name):
 			masked, free, err := s.maskedGrad(op, dev, y, dy)
 			if err != nil {
 				return err
@@ -854,9 +904,10 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 			args.A, args.Mask = masked, 0
 		}
 	}
+	tiles := ceilDiv(p.Cout, bm) * ceilDiv(int(args.NCols), t.bn)
 	splits := wgradSplits(tiles, ceilDiv(int(args.K), t.bk), slots, int(nw*elem))
 	if splits == 1 {
-		args.Out, args.BiasGrad = dw, db
+		args.Out, args.BiasGrad = dw, gemmDB
 		return launchConvGemm(op, dev, s.dt, convWgrad, args, 1)
 	}
 	ws, err := dev.Alloc(int64(splits) * nw * elem)
@@ -866,7 +917,7 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 	defer dev.Free(ws)
 	args.Out = ws
 	var bws backend.DevicePtr
-	if db != 0 {
+	if gemmDB != 0 {
 		if bws, err = dev.Alloc(int64(splits) * int64(p.Cout) * elem); err != nil {
 			return fmt.Errorf("ops: %s: split-K workspace: %w", op, err)
 		}
@@ -876,13 +927,80 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 	if err := launchConvGemm(op, dev, s.dt, convWgrad, args, splits); err != nil {
 		return err
 	}
+	return s.splitKReduce(op, dev, ws, dw, nw, bws, gemmDB, splits)
+}
+
+// splitKReduce queues out[i] = sum_s ws[s*n + i] for i < n and, when bws is
+// non-zero, bout[c] = sum_s bws[s*Cout + c], in split order.
+func (s convShape) splitKReduce(op string, dev *backend.Device, ws, out backend.DevicePtr, n int64, bws, bout backend.DevicePtr, splits int) error {
 	k, err := dev.Kernel("conv", "conv_splitk_reduce_"+dtypeSuffix(s.dt))
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	rargs := splitKArgs{WS: ws, Out: dw, BiasWS: bws, BiasOut: db, N: nw, M: int32(p.Cout), Splits: int32(splits)}
-	if err := backend.Launch(k, dev.GridStride(nw, 256), rargs); err != nil {
+	rargs := splitKArgs{WS: ws, Out: out, BiasWS: bws, BiasOut: bout, N: n, M: int32(s.p.Cout), Splits: int32(splits)}
+	if err := backend.Launch(k, dev.GridStride(n, 256), rargs); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	return nil
+}
+
+// maskTF32Args mirrors MaskTF32Params in kernels/conv_bn.cu.
+type maskTF32Args struct {
+	Y, DY, DX, Partial      backend.DevicePtr
+	C, Plane, Chunk, Chunks int32
+}
+
+var _ [48]byte = [unsafe.Sizeof(maskTF32Args{})]byte{}
+
+// maskTF32Chunk is the elements of a plane of dy that one block of
+// relu_mask_tf32 takes.
+const maskTF32Chunk = 4096
+
+// maskedGradTF32 returns dy masked by y > 0 (y may be 0: no mask) and
+// rounded to TF32 in scratch memory (float32), for conv_sm90a.cu's wgrad,
+// and a func to free it once the launches that read it are queued; with
+// db != 0 it also queues db = the per-channel sums of the unrounded masked
+// dy (per chunk of each plane, then over the chunks in a fixed order).
+func (s convShape) maskedGradTF32(op string, dev *backend.Device, y, dy, db backend.DevicePtr) (backend.DevicePtr, func(), error) {
+	p := s.p
+	plane := p.OutH * p.OutW
+	chunks := ceilDiv(plane, maskTF32Chunk)
+	n := int64(p.N) * int64(p.Cout) * int64(plane)
+	buf, err := dev.Alloc(4 * n)
+	if err != nil {
+		return 0, nil, fmt.Errorf("ops: %s: masked gradient: %w", op, err)
+	}
+	free := func() { dev.Free(buf) }
+	var partial backend.DevicePtr
+	if db != 0 {
+		if partial, err = dev.Alloc(4 * int64(p.N*chunks*p.Cout)); err != nil {
+			free()
+			return 0, nil, fmt.Errorf("ops: %s: bias gradient: %w", op, err)
+		}
+		free = func() { dev.Free(buf); dev.Free(partial) }
+	}
+	k, err := dev.Kernel("conv_bn", "relu_mask_tf32_f32")
+	if err != nil {
+		free()
+		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
+	}
+	cfg := backend.LaunchConfig{
+		Grid:      backend.Dim3{X: uint32(p.N * p.Cout * chunks), Y: 1, Z: 1},
+		Block:     backend.Dim3{X: bnThreads, Y: 1, Z: 1},
+		SharedMem: 32 * 8, // block_sum's scratch
+	}
+	margs := maskTF32Args{Y: y, DY: dy, DX: buf, Partial: partial, C: int32(p.Cout), Plane: int32(plane),
+		Chunk: maskTF32Chunk, Chunks: int32(chunks)}
+	if err := backend.Launch(k, cfg, margs); err != nil {
+		free()
+		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
+	}
+	if db != 0 {
+		// Split-K's reduction over N*chunks "splits" of Cout sums.
+		if err := s.splitKReduce(op, dev, partial, db, int64(p.Cout), 0, 0, p.N*chunks); err != nil {
+			free()
+			return 0, nil, err
+		}
+	}
+	return buf, free, nil
 }

@@ -277,6 +277,8 @@ func BenchmarkGPUConvBackwardVariants(b *testing.B) {
 			{"dgrad", "v7", convDgradF32V7, func() error { _, err := dgrad.UsePreallocDo(dx, w, y, dy); return err }},
 			{"wgrad", "v1", convWgradF32V1, func() error { _, err := wgrad.UsePreallocDo(dwb, x, y, dy); return err }},
 			{"wgrad", "v2", convWgradF32V2, func() error { _, err := wgrad.UsePreallocDo(dwb, x, y, dy); return err }},
+			{"wgrad", "v5", convWgradF32V5, func() error { _, err := wgrad.UsePreallocDo(dwb, x, y, dy); return err }},
+			{"wgrad", "v6", convWgradF32V6, func() error { _, err := wgrad.UsePreallocDo(dwb, x, y, dy); return err }},
 		} {
 			b.Run(fmt.Sprintf("case=%s/pass=%s/kernel=%s", c.name, k.pass, k.short), func(b *testing.B) {
 				if err := convWgmmaError(dev); convWgmma(k.name) && err != nil {
