@@ -26,7 +26,8 @@
 // (conv_fprop_f32_v2, _v3, _v4, conv_dgrad_f32_v2, conv_wgrad_f32_v2):
 // cp.async pipelines that compute the same results; the conv_gemm kernels
 // stay for comparison, for strided dgrad and for tensors too large for
-// their 32-bit offsets.
+// their 32-bit offsets. On Hopper, conv_sm90a.cu's kernels (v5 to v7) run
+// conv_pipe's loads and epilogue with warpgroup MMAs instead of mma.sync.
 //
 // The epilogue stages the accumulator tile in shared memory and writes it
 // out row by row, 32 consecutive pixels per warp instruction, applying the

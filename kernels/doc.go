@@ -1,5 +1,6 @@
 // Package kernels holds the math of stheno's ops: the CUDA kernels (*.cu,
-// compiled into an embedded fatbin under the cuda build tag) and their Go CPU
+// compiled into embedded fatbins, and *_sm90a.cu into embedded PTX that the
+// driver compiles for Hopper, under the stheno_cuda build tag) and their Go CPU
 // twins, written loop for loop like the CUDA code so that a reader can hold
 // the two side by side and tests can compare them.
 //

@@ -650,6 +650,16 @@ STHENO_BWD(msdeform_backward_f64_u1_h, double, 1, true)
 extern "C" {
 STHENO_FWD_S(msdeform_forward_f32_v1_s, float, 1, false)
 STHENO_FWD_S(msdeform_forward_f32_v4_s, float, 4, false)
+}
+
+// _b<B>: v4_s with registers capped so that B blocks of 256 threads share
+// an SM (64 registers allow 4: half the SM's threads). _b5 (48 registers,
+// a few spilled) is the float32 default: 2-8% faster than v4_s on the
+// TARGETS cases; _b6 (40) was slower.
+#define STHENO_FWD_SB(name, T, V, H, B) \
+  __global__ void __launch_bounds__(256, B) name(stheno::MSDeformParams p) { stheno::msdeform_forward_shared<T, V, H>(p); }
+extern "C" {
+STHENO_FWD_SB(msdeform_forward_f32_v4_s_b5, float, 4, false, 5)
 STHENO_FWD_S(msdeform_forward_f64_v1_s, double, 1, false)
 STHENO_FWD_S(msdeform_forward_f64_v2_s, double, 2, false)
 STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)

@@ -309,10 +309,10 @@ type convKernelChoice struct {
 	smem, bm, threads int
 }
 
-// convKernel chooses the kernel of a GEMM on a GPU that lets a block opt in
-// to optIn bytes of shared memory, and runs conv_sm90a.cu's kernels when
-// sm90a. For float32 forward GEMMs: v5 where it runs (convWgmmaFits), else
-// v2, and v1 only where v2's offsets do not fit. Measured on an H200
+// convKernel chooses the kernel of a GEMM on gpu. For float32 forward
+// GEMMs: conv_sm90a.cu's where they run (convWgmmaFits; which one by
+// convWgmmaPick), else v2, and v1 only where v2's offsets do not fit. The
+// conv.cu kernels measured on an H200
 // (BenchmarkGPUConvFpropVariants, TARGETS.md cases): v2 0.096 / 1.331 /
 // 0.048 ms on resnet_c3_3x3 / fpn_p2_3x3 / resnet_c4_1x1; v4, whose warp
 // tiles read a third less shared memory per MMA, 0.096 / 1.332 / 0.055;

@@ -47,8 +47,9 @@ var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
 // weight sums of 4 points at a time across the group (about 3 shuffles per
 // point instead of 15), heads fastest (concurrent atomics hit different
 // addresses). Chosen on an H200 against the other variants of msdeform.cu
-// (BenchmarkGPUMSDeformAttnVariants, encoder case): forward v4_s 0.25 ms,
-// v4_u1 0.35, v1_s 0.71; backward v4_r4_h 1.40-1.50 ms, v4_r8_h 1.51,
+// (BenchmarkGPUMSDeformAttnVariants, encoder case): forward v4_s_b5 (v4_s
+// with registers for 5 blocks per SM) 0.252 ms, v4_s 0.257 (seed_full 0.546
+// vs 0.560), v4_u1 0.35, v1_s 0.71; backward v4_r4_h 1.40-1.50 ms, v4_r8_h 1.51,
 // v4_r8 1.52, v2_r16_h 1.49-1.56, r8_h 1.70, r4_h 1.71, r16_h 1.82-1.93,
 // u1_h (one channel per lane, 15 shuffles per point) 2.65, s_h 3.43.
 func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned bool) msDeformKernel {
@@ -62,6 +63,9 @@ func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned bool) msDe
 	vec := 16 / int(dt.Size())
 	if d%vec != 0 || !aligned {
 		return msDeformKernel{"msdeform_forward_" + sfx + "_v1_s", 1}
+	}
+	if dt == tensor.Float32 {
+		return msDeformKernel{"msdeform_forward_f32_v4_s_b5", vec}
 	}
 	return msDeformKernel{fmt.Sprintf("msdeform_forward_%s_v%d_s", sfx, vec), vec}
 }
