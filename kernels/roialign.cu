@@ -615,6 +615,12 @@ STHENO_ROIALIGN(roialign_backward_sep_f64, double, true, true)
 __global__ void __launch_bounds__(256) roialign_forward_nchw4_f32(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<float, 4>(p);
 }
+// _b4: registers capped (64) so that 4 blocks share an SM instead of 3:
+// the float32 default (ops' roiAlignKernelFor); capped for 5 or 6 it was
+// slower.
+__global__ void __launch_bounds__(256, 4) roialign_forward_nchw4_b4_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_nchw<float, 4>(p);
+}
 __global__ void __launch_bounds__(256) roialign_forward_nchw8_f32(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<float, 8>(p);
 }

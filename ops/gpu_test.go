@@ -179,6 +179,9 @@ func roiAlignVariants(backward bool, dt tensor.Dtype) []roiAlignKernel {
 	for _, cpt := range []int{4, 8} {
 		vs = append(vs, roiAlignKernel{name: fmt.Sprintf("roialign_forward_nchw%d_%s", cpt, sfx), cpt: cpt})
 	}
+	if dt == tensor.Float32 {
+		vs = append(vs, roiAlignKernel{name: "roialign_forward_nchw4_b4_f32", cpt: 4})
+	}
 	return vs
 }
 

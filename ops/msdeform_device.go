@@ -50,7 +50,8 @@ var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
 // (BenchmarkGPUMSDeformAttnVariants, encoder case): forward v4_s_b5 (v4_s
 // with registers for 5 blocks per SM) 0.252 ms, v4_s 0.257 (seed_full 0.546
 // vs 0.560), v4_u1 0.35, v1_s 0.71; backward v4_r4_h 1.40-1.50 ms, v4_r8_h 1.51,
-// v4_r8 1.52, v2_r16_h 1.49-1.56, r8_h 1.70, r4_h 1.71, r16_h 1.82-1.93,
+// v4_r8 1.52, v2_r16_h 1.49-1.56, v4_r4_h_b3 (v4_r4_h with registers for
+// 3 blocks per SM, the float32 default) 1.41, r8_h 1.70, r4_h 1.71, r16_h 1.82-1.93,
 // u1_h (one channel per lane, 15 shuffles per point) 2.65, s_h 3.43.
 func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned bool) msDeformKernel {
 	if msDeformKernelOverride != nil {
@@ -58,6 +59,9 @@ func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned bool) msDe
 	}
 	sfx := dtypeSuffix(dt)
 	if backward {
+		if dt == tensor.Float32 {
+			return msDeformKernel{"msdeform_backward_f32_v4_r4_h_b3", 4}
+		}
 		return msDeformKernel{"msdeform_backward_" + sfx + "_v4_r4_h", 4}
 	}
 	vec := 16 / int(dt.Size())

@@ -27,7 +27,7 @@ func (v msDeformBackwardVariant) kernel(dt tensor.Dtype) msDeformKernel {
 // msDeformBackwardVariants lists the backward kernels of msdeform.cu for
 // each dtype.
 var msDeformBackwardVariants = map[tensor.Dtype][]msDeformBackwardVariant{
-	tensor.Float32: {{"u1_h", 1}, {"s_h", 1}, {"r4_h", 1}, {"r8_h", 1}, {"r16_h", 1}, {"v2_r16_h", 2}, {"v4_r4_h", 4}, {"v4_r8_h", 4}, {"v4_r8", 4}},
+	tensor.Float32: {{"u1_h", 1}, {"s_h", 1}, {"r4_h", 1}, {"r8_h", 1}, {"r16_h", 1}, {"v2_r16_h", 2}, {"v4_r4_h", 4}, {"v4_r4_h_b3", 4}, {"v4_r8_h", 4}, {"v4_r8", 4}},
 	tensor.Float64: {{"u1_h", 1}, {"r4_h", 1}, {"r8_h", 1}, {"r16_h", 1}, {"v2_r16_h", 2}, {"v4_r4_h", 4}, {"v4_r8_h", 4}, {"v4_r8", 4}},
 }
 

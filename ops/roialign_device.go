@@ -101,6 +101,12 @@ func roiAlignKernelFor(backward bool, s roiAlignShape) roiAlignKernel {
 	case backward:
 		return roiAlignKernel{name: "roialign_backward_" + sfx}
 	}
+	if s.dt == tensor.Float32 {
+		// Registers capped for 4 blocks per SM instead of 3: box_head
+		// 0.236 -> 0.207 ms, mask_head 0.236 -> 0.189, infer 0.187 -> 0.169
+		// (H200); for 5 or 6 blocks it spills or loses (BENCHMARKS.md).
+		return roiAlignKernel{name: "roialign_forward_nchw4_b4_f32", cpt: 4}
+	}
 	return roiAlignKernel{name: "roialign_forward_nchw4_" + sfx, cpt: 4}
 }
 

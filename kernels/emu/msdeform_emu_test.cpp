@@ -240,7 +240,7 @@ int main(int argc, char** argv) {
       F(msdeform_forward_f32_v4_s_b5, 4),
       B(msdeform_backward_f32_u1_h, 1),      B(msdeform_backward_f32_s_h, 1),       B(msdeform_backward_f32_r4_h, 1),
       B(msdeform_backward_f32_r8_h, 1),      B(msdeform_backward_f32_r16_h, 1),     B(msdeform_backward_f32_v2_r16_h, 2),
-      B(msdeform_backward_f32_v4_r4_h, 4),   B(msdeform_backward_f32_v4_r8_h, 4),   B(msdeform_backward_f32_v4_r8, 4),
+      B(msdeform_backward_f32_v4_r4_h, 4),   B(msdeform_backward_f32_v4_r4_h_b3, 4),   B(msdeform_backward_f32_v4_r8_h, 4),   B(msdeform_backward_f32_v4_r8, 4),
   };
   const std::vector<Kernel> f64 = {
       F(msdeform_forward_f64_v1_s, 1),       F(msdeform_forward_f64_v2_s, 2),       B(msdeform_backward_f64_u1_h, 1),
