@@ -525,7 +525,7 @@ func convUnmasked(name string) bool {
 
 // convBlocksPerSM is how many blocks of choice share an SM, by shared
 // memory (each block also takes 1 KiB of the SM's for the system; an SM
-// has optIn + 1 KiB): the v2 kernels are built for two.
+// has optIn + 1 KiB): the v2 and wgmma kernels, by their shared memory (at most two).
 func convBlocksPerSM(choice convKernelChoice, optIn int) int {
 	if choice.name == convWgradF32V2 || choice.name == convDgradF32V2 || convWgmma(choice.name) {
 		return max(1, min(2, (optIn+1024)/(choice.smem+1024)))
