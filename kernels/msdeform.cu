@@ -283,6 +283,19 @@ __device__ __forceinline__ uint64_t pixel_bytes(int pix, int bytes) {
   return static_cast<uint64_t>(static_cast<uint32_t>(pix)) * static_cast<uint32_t>(bytes);
 }
 
+// a[0..3] += (x, y, z, w) as one 16-byte vector reduction: sm_90 and PTX ISA
+// 8.1, which nvcc 11.8 cannot assemble, so only msdeform_sm90a.cu's kernels
+// instantiate it (a template, so that no other code carries the instruction).
+template <typename T>
+__device__ __forceinline__ void red_add_v4(T* a, T x, T y, T z, T w) {
+  static_assert(sizeof(T) == 4, "red.global.v4.f32");
+#ifdef STHENO_EMULATE
+  atomicAdd(a, x), atomicAdd(a + 1, y), atomicAdd(a + 2, z), atomicAdd(a + 3, w);
+#else
+  asm volatile("red.global.v4.f32.add [%0], {%1, %2, %3, %4};" ::"l"(a), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
+#endif
+}
+
 // The reduce-scatter of msdeform_backward_scatter: a lane's sums of two
 // blocks of points, older and newer, become its share of the sum over the
 // lanes that differ in lane bit o: a lane with that bit set keeps the newer
@@ -319,8 +332,16 @@ __device__ __forceinline__ void scatter_merge(const T (&older)[3], T (&newer)[3]
 // lanes up), and the taps, level lookups, loads of the location and weight
 // and the reduce-scatter, the same for every channel, are paid once per kV
 // channels: with D = 32, kV = 4 makes groups of 8 lanes, 4 per warp.
-template <typename T, int kK, int kV, int kG, bool kHeads>
+//
+// kQuad (float, kV = 4, D % 4 == 0, 16-byte aligned rows; sm_90 only, from
+// msdeform_sm90a.cu): a lane's 4 channels are consecutive instead, read as
+// one 16-byte load per corner and added to grad_value with one vector
+// reduction (red.global.v4.f32.add, PTX ISA 8.1) per corner: a quarter of
+// the atomic instructions, each a whole 16 bytes, so a group's covers 128
+// contiguous bytes of a pixel instead of one 32-byte sector.
+template <typename T, int kK, int kV, int kG, bool kHeads, bool kQuad = false>
 __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformParams& p) {
+  static_assert(!kQuad || (kV == 4 && sizeof(T) == 4), "kQuad: float, 4 channels per lane");
   static_assert(kK > 0 && (kK & (kK - 1)) == 0 && kK <= kG, "kK: a power of two, at most the group");
   constexpr int kCopies = kG / kK;  // lanes left holding each point's sums
   constexpr int kLevels = kK == 1 ? 0 : kK == 2 ? 1 : kK == 4 ? 2 : kK == 8 ? 3 : kK == 16 ? 4 : 5;
@@ -343,13 +364,17 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
   // fit an int), and the lane's first channel of pixel 0 of this image and
   // head, with its output gradient.
   const int pix_bytes = p.m * p.d * static_cast<int>(sizeof(T));
-  const int64_t head0 = ((static_cast<int64_t>(qr.n) * p.s * p.m + qr.m) * p.d + lane) * static_cast<int64_t>(sizeof(T));
+  // The lane's first channel: lane (then lane+kG, ...) or, kQuad, 4*lane.
+  const int ch0 = kQuad ? lane * kV : lane;
+  // Channels between the lane's successive channels, and between passes.
+  constexpr int kStep = kQuad ? 1 : kG, kPass = kV * kG;
+  const int64_t head0 = ((static_cast<int64_t>(qr.n) * p.s * p.m + qr.m) * p.d + ch0) * static_cast<int64_t>(sizeof(T));
   const char* value = reinterpret_cast<const char*>(p.value) + head0;
   char* gvalue = reinterpret_cast<char*>(p.grad_value) + head0;
   // The output gradients of the lane's first kV channels, read once.
   T g_lane[kV];
 #pragma unroll
-  for (int v = 0; v < kV; ++v) g_lane[v] = valid && lane + v * kG < p.d ? __ldg(gout + lane + v * kG) : T(0);
+  for (int v = 0; v < kV; ++v) g_lane[v] = valid && ch0 + v * kStep < p.d ? __ldg(gout + ch0 + v * kStep) : T(0);
   // Every lane of the warp runs the same chunks and points (lp is the
   // launch's), so the shuffles below are convergent.
   for (int i0 = 0; i0 < lp; i0 += kK) {
@@ -378,26 +403,59 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
         uint64_t off[4];
 #pragma unroll
         for (int c = 0; c < 4; ++c) off[c] = pixel_bytes(lv.start + t.off[c], pix_bytes);
-        // Channel lane + dd, whose output gradient is g.
-        auto channel = [&](int dd, T g) {
-          const char* vd = value + dd * static_cast<int64_t>(sizeof(T));
-          char* gd = gvalue + dd * static_cast<int64_t>(sizeof(T));
-          T v[4];
+        if constexpr (kQuad) {
+          // Channels ch0+dd .. ch0+dd+3, whose output gradients are g.
+          auto quad = [&](int dd, const T (&g)[4]) {
+            const char* vd = value + dd * static_cast<int64_t>(sizeof(T));
+            char* gd = gvalue + dd * static_cast<int64_t>(sizeof(T));
+            float4 v4[4];
 #pragma unroll
-          for (int c = 0; c < 4; ++c) v[c] = t.in[c] ? __ldg(reinterpret_cast<const T*>(vd + off[c])) : T(0);
-          channel_grads(t, v, g, g * aw, g * ah, &cur[0], &cur[1], &cur[2]);
-          const T tg = g * a;
+            for (int c = 0; c < 4; ++c) {
+              v4[c] = t.in[c] ? __ldg(reinterpret_cast<const float4*>(vd + off[c])) : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            const T v[4][4] = {{v4[0].x, v4[1].x, v4[2].x, v4[3].x},
+                               {v4[0].y, v4[1].y, v4[2].y, v4[3].y},
+                               {v4[0].z, v4[1].z, v4[2].z, v4[3].z},
+                               {v4[0].w, v4[1].w, v4[2].w, v4[3].w}};
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            T* dst = reinterpret_cast<T*>(gd + off[c]);
-            if (t.in[c]) atomicAdd(dst, t.w[c] * tg);
+            for (int j = 0; j < 4; ++j) channel_grads(t, v[j], g[j], g[j] * aw, g[j] * ah, &cur[0], &cur[1], &cur[2]);
+            const T tg[4] = {g[0] * a, g[1] * a, g[2] * a, g[3] * a};
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              if (t.in[c]) {
+                red_add_v4(reinterpret_cast<float*>(gd + off[c]), t.w[c] * tg[0], t.w[c] * tg[1], t.w[c] * tg[2],
+                           t.w[c] * tg[3]);
+              }
+            }
+          };
+          if (ch0 < p.d) quad(0, g_lane);
+          for (int dd = kPass; ch0 + dd < p.d; dd += kPass) {
+            const T g[4] = {__ldg(gout + ch0 + dd), __ldg(gout + ch0 + dd + 1), __ldg(gout + ch0 + dd + 2),
+                            __ldg(gout + ch0 + dd + 3)};
+            quad(dd, g);
           }
-        };
+        } else {
+          // Channel lane + dd, whose output gradient is g.
+          auto channel = [&](int dd, T g) {
+            const char* vd = value + dd * static_cast<int64_t>(sizeof(T));
+            char* gd = gvalue + dd * static_cast<int64_t>(sizeof(T));
+            T v[4];
 #pragma unroll
-        for (int v = 0; v < kV; ++v) {
-          if (lane + v * kG < p.d) channel(v * kG, g_lane[v]);
+            for (int c = 0; c < 4; ++c) v[c] = t.in[c] ? __ldg(reinterpret_cast<const T*>(vd + off[c])) : T(0);
+            channel_grads(t, v, g, g * aw, g * ah, &cur[0], &cur[1], &cur[2]);
+            const T tg = g * a;
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              T* dst = reinterpret_cast<T*>(gd + off[c]);
+              if (t.in[c]) atomicAdd(dst, t.w[c] * tg);
+            }
+          };
+#pragma unroll
+          for (int v = 0; v < kV; ++v) {
+            if (lane + v * kG < p.d) channel(v * kG, g_lane[v]);
+          }
+          for (int dd = kPass; lane + dd < p.d; dd += kG) channel(dd, __ldg(gout + lane + dd));
         }
-        for (int dd = kV * kG; lane + dd < p.d; dd += kG) channel(dd, __ldg(gout + lane + dd));
       }
       if (++pt == p.p) pt = 0, ++l;
       // Merge cur up the tree for every trailing 1 bit of k (k is a
@@ -437,15 +495,15 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
 }
 
 // Chunks of kK points, fewer for groups of fewer lanes.
-template <typename T, int kK, int kV, bool kHeads>
+template <typename T, int kK, int kV, bool kHeads, bool kQuad = false>
 __device__ void msdeform_backward_scatter(const MSDeformParams& p) {
   switch (p.group) {
-    case 32: msdeform_backward_scatter_group<T, (kK < 32 ? kK : 32), kV, 32, kHeads>(p); break;
-    case 16: msdeform_backward_scatter_group<T, (kK < 16 ? kK : 16), kV, 16, kHeads>(p); break;
-    case 8: msdeform_backward_scatter_group<T, (kK < 8 ? kK : 8), kV, 8, kHeads>(p); break;
-    case 4: msdeform_backward_scatter_group<T, (kK < 4 ? kK : 4), kV, 4, kHeads>(p); break;
-    case 2: msdeform_backward_scatter_group<T, (kK < 2 ? kK : 2), kV, 2, kHeads>(p); break;
-    default: msdeform_backward_scatter_group<T, 1, kV, 1, kHeads>(p); break;
+    case 32: msdeform_backward_scatter_group<T, (kK < 32 ? kK : 32), kV, 32, kHeads, kQuad>(p); break;
+    case 16: msdeform_backward_scatter_group<T, (kK < 16 ? kK : 16), kV, 16, kHeads, kQuad>(p); break;
+    case 8: msdeform_backward_scatter_group<T, (kK < 8 ? kK : 8), kV, 8, kHeads, kQuad>(p); break;
+    case 4: msdeform_backward_scatter_group<T, (kK < 4 ? kK : 4), kV, 4, kHeads, kQuad>(p); break;
+    case 2: msdeform_backward_scatter_group<T, (kK < 2 ? kK : 2), kV, 2, kHeads, kQuad>(p); break;
+    default: msdeform_backward_scatter_group<T, 1, kV, 1, kHeads, kQuad>(p); break;
   }
 }
 
@@ -623,6 +681,10 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
 
 }  // namespace stheno
 
+// msdeform_sm90a.cu includes this file for its templates with
+// STHENO_MSDEFORM_TEMPLATES_ONLY, so that its module holds only its own kernels.
+#ifndef STHENO_MSDEFORM_TEMPLATES_ONLY
+
 // Kernels: _v<V> loads V channels per lane, _u<U> takes U points at a time
 // with every lane computing every point's taps, _s shares each point's taps
 // across the group, _r<K> reduce-scatters the channel sums of K points at a
@@ -689,3 +751,4 @@ STHENO_BWD_R(msdeform_backward_f64_v4_r4_h, double, 4, 4, true, 1)
 STHENO_BWD_R(msdeform_backward_f64_v4_r8_h, double, 8, 4, true, 1)
 STHENO_BWD_R(msdeform_backward_f64_v4_r8, double, 8, 4, false, 1)
 }
+#endif  // STHENO_MSDEFORM_TEMPLATES_ONLY

@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkGPUMSDeformAttnVariants times every kernel variant of
-// msdeform.cu, to choose msDeformKernelFor's defaults: the forward kernels
+// msdeform.cu (and msdeform_sm90a.cu), to choose msDeformKernelFor's defaults: the forward kernels
 // on every TARGETS.md case, the backward ones on the encoder case.
 func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 	defer func() { msDeformKernelOverride = nil }()
@@ -34,6 +34,11 @@ func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 			k := v.kernel(sh.dt)
 			msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return k }
 			b.Run("impl=cuda/case="+c.name+"/kernel="+k.name, func(b *testing.B) {
+				if m := msDeformModule(k.name); m != "msdeform" {
+					if err := sm90aError(gpu(b), m, k.name); err != nil {
+						b.Skipf("%s does not run here: %v", k.name, err)
+					}
+				}
 				runCase(b, "cuda", &msDeformAttnGradOp{sh}, []*tensor.Dense{value, loc, weight, gy}, 2*(vb+lb)+ob)
 			})
 		}

@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/bits"
 	"strings"
-	"sync"
 	"unsafe"
 
 	G "gorgonia.org/gorgonia"
@@ -210,32 +209,16 @@ func convModule(name string) string {
 	return "conv"
 }
 
-// convWgmmaState caches, per device, whether conv_sm90a's kernels load.
-var convWgmmaState sync.Map // *backend.Device -> error (nil: they load)
-
-// convSM90a reports whether dev runs conv_sm90a.cu's kernels: compute
-// capability 9.0 (sm_90a code runs on no other) and a driver that compiles
-// their PTX. The first call per device loads the module; when that fails,
-// the error is kept (convWgmmaError) and the float32 GEMMs use conv.cu's
-// kernels, which run everywhere.
+// convSM90a reports whether dev runs conv_sm90a.cu's kernels (sm90aError);
+// where it does not, the float32 GEMMs use conv.cu's kernels, which run
+// everywhere.
 func convSM90a(dev *backend.Device) bool {
 	return convWgmmaError(dev) == nil
 }
 
 // convWgmmaError is why dev does not run conv_sm90a.cu's kernels, or nil.
 func convWgmmaError(dev *backend.Device) error {
-	if v, ok := convWgmmaState.Load(dev); ok {
-		err, _ := v.(error)
-		return err
-	}
-	var err error
-	if major, minor := dev.ComputeCapability(); major != 9 || minor != 0 {
-		err = fmt.Errorf("compute capability %d.%d: sm_90a code runs on 9.0 only", major, minor)
-	} else {
-		_, err = dev.Kernel(convModule(convFpropF32V5), convFpropF32V5)
-	}
-	convWgmmaState.Store(dev, err)
-	return err
+	return sm90aError(dev, convModule(convFpropF32V5), convFpropF32V5)
 }
 
 // convDgradKernelOverride and convWgradKernelOverride, when set (by tests

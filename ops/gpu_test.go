@@ -280,6 +280,8 @@ var msDeformParityCases = []msDeformParityCase{
 	{"decoder-like", 2, 30, 8, 32, []Level{{10, 17}, {5, 9}, {3, 5}, {2, 3}}, 4, -0.1, 1.1, false},
 	{"D=5 (groups of 8 lanes)", 1, 7, 3, 5, []Level{{6, 4}}, 3, 0, 1, false},
 	{"D=48 (two channel passes)", 1, 5, 2, 48, []Level{{4, 4}, {2, 3}}, 2, -0.5, 1.5, false},
+	// Two passes of 32 lanes x 4 channels (the v4 and q4 backward kernels).
+	{"D=256 M2", 1, 4, 2, 256, []Level{{5, 6}, {3, 2}}, 2, -0.2, 1.2, false},
 	{"D=1", 2, 3, 1, 1, []Level{{3, 3}}, 1, 0, 1, false},
 	{"NaN locations", 1, 9, 2, 8, []Level{{5, 5}, {3, 2}}, 2, -0.2, 1.2, true},
 	// More levels than travel with the launch: the table is uploaded.

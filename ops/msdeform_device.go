@@ -2,6 +2,7 @@ package ops
 
 import (
 	"fmt"
+	"strings"
 	"unsafe"
 
 	G "gorgonia.org/gorgonia"
@@ -28,11 +29,26 @@ var _ [104 + 4*3*msDeformInlineLevels]byte = [unsafe.Sizeof(msDeformArgs{})]byte
 
 const msDeformBlock = 256
 
-// msDeformKernel is one variant of msdeform.cu's kernels: its name and the
-// channels each lane loads at once.
+// msDeformKernel is one variant of msdeform.cu's (or msdeform_sm90a.cu's)
+// kernels: its name and the channels each lane loads at once.
 type msDeformKernel struct {
 	name string
 	vec  int
+}
+
+// msDeformQuadBackward is msdeform_sm90a.cu's float32 backward: 4
+// consecutive channels per lane, added to grad_value with one 16-byte
+// vector reduction per corner (sm_90 only, PTX ISA 8.1). It needs D % 4 == 0
+// and value and grad_value 16-byte aligned.
+const msDeformQuadBackward = "msdeform_backward_f32_q4_r4_h_b3"
+
+// msDeformModule is the module (kernels/<module>.cu) of a kernel: the _q4
+// kernels are msdeform_sm90a.cu's.
+func msDeformModule(name string) string {
+	if strings.Contains(name, "_q4_") {
+		return "msdeform_sm90a"
+	}
+	return "msdeform"
 }
 
 // msDeformKernelOverride, when set (by benchmarks), picks the kernel
@@ -53,12 +69,18 @@ var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
 // v4_r8 1.52, v2_r16_h 1.49-1.56, v4_r4_h_b3 (v4_r4_h with registers for
 // 3 blocks per SM, the float32 default) 1.41, r8_h 1.70, r4_h 1.71, r16_h 1.82-1.93,
 // u1_h (one channel per lane, 15 shuffles per point) 2.65, s_h 3.43.
-func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned bool) msDeformKernel {
+//
+// quad says whether the GPU runs msdeform_sm90a.cu (msDeformQuad): there the
+// float32 backward is msDeformQuadBackward when D and the alignment allow.
+func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned, quad bool) msDeformKernel {
 	if msDeformKernelOverride != nil {
 		return msDeformKernelOverride(backward, dt)
 	}
 	sfx := dtypeSuffix(dt)
 	if backward {
+		if dt == tensor.Float32 && quad && d%4 == 0 && aligned {
+			return msDeformKernel{msDeformQuadBackward, 4}
+		}
 		if dt == tensor.Float32 {
 			return msDeformKernel{"msdeform_backward_f32_v4_r4_h_b3", 4}
 		}
@@ -72,6 +94,12 @@ func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned bool) msDe
 		return msDeformKernel{"msdeform_forward_f32_v4_s_b5", vec}
 	}
 	return msDeformKernel{fmt.Sprintf("msdeform_forward_%s_v%d_s", sfx, vec), vec}
+}
+
+// msDeformQuad reports whether dev runs msdeform_sm90a.cu's kernels
+// (sm90aError).
+func msDeformQuad(dev *backend.Device) bool {
+	return sm90aError(dev, msDeformModule(msDeformQuadBackward), msDeformQuadBackward) == nil
 }
 
 // msDeformGroup is the number of lanes that share one (n, q, m): the number
@@ -117,10 +145,13 @@ func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, arg
 		"M*D*size": s.m * s.d * int(s.dt.Size())}); err != nil {
 		return err
 	}
-	// Vector loads need 16-byte aligned value and output rows.
-	aligned := (args.Value|args.Out)%16 == 0
-	kv := msDeformKernelFor(backward, s.dt, s.d, aligned)
-	k, err := dev.Kernel("msdeform", kv.name)
+	// Vector loads need 16-byte aligned value and output rows (forward),
+	// vector reductions a 16-byte aligned grad_value (backward; the other
+	// pointer is 0).
+	aligned := (args.Value|args.Out|args.GradValue)%16 == 0
+	quad := backward && s.dt == tensor.Float32 && s.d%4 == 0 && aligned && msDeformQuad(dev)
+	kv := msDeformKernelFor(backward, s.dt, s.d, aligned, quad)
+	k, err := dev.Kernel(msDeformModule(kv.name), kv.name)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}

@@ -1,4 +1,5 @@
-// Emulated runs (see emu.h) of every kernel of kernels/msdeform.cu against
+// Emulated runs (see emu.h) of every kernel of kernels/msdeform.cu (and
+// msdeform_sm90a.cu) against
 // double-precision references of MSDeformAttn's forward and backward, as
 // kernels/msdeform.go defines them, on small cases chosen to reach each
 // kernel's edge paths (group sizes 1-32, D not a multiple of the group or
@@ -10,6 +11,7 @@
 #include "emu.h"
 // clang-format off
 #include "../msdeform.cu"
+#include "../msdeform_sm90a.cu"
 // clang-format on
 #include <cmath>
 #include <functional>
@@ -232,15 +234,20 @@ int main(int argc, char** argv) {
     K k;
     int vec;
     bool fwd;
+    bool whole;  // needs D % vec == 0 (ops picks another kernel otherwise)
   };
-#define F(name, vec) {#name, name, vec, true}
-#define B(name, vec) {#name, name, vec, false}
+#define F(name, vec) {#name, name, vec, true, true}
+#define B(name, vec) {#name, name, vec, false, false}
+#define Q(name) {#name, name, 4, false, true}
   const std::vector<Kernel> f32 = {
       F(msdeform_forward_f32_v4_u1, 4),      F(msdeform_forward_f32_v1_s, 1),       F(msdeform_forward_f32_v4_s, 4),
       F(msdeform_forward_f32_v4_s_b5, 4),
       B(msdeform_backward_f32_u1_h, 1),      B(msdeform_backward_f32_s_h, 1),       B(msdeform_backward_f32_r4_h, 1),
       B(msdeform_backward_f32_r8_h, 1),      B(msdeform_backward_f32_r16_h, 1),     B(msdeform_backward_f32_v2_r16_h, 2),
       B(msdeform_backward_f32_v4_r4_h, 4),   B(msdeform_backward_f32_v4_r4_h_b3, 4),   B(msdeform_backward_f32_v4_r8_h, 4),   B(msdeform_backward_f32_v4_r8, 4),
+      // msdeform_sm90a.cu's (vector reductions; D % 4 == 0 only).
+      Q(msdeform_backward_f32_q4_r4_h),      Q(msdeform_backward_f32_q4_r4_h_b3),   Q(msdeform_backward_f32_q4_r4_h_b4),
+      Q(msdeform_backward_f32_q4_r8_h_b3),
   };
   const std::vector<Kernel> f64 = {
       F(msdeform_forward_f64_v1_s, 1),       F(msdeform_forward_f64_v2_s, 2),       B(msdeform_backward_f64_u1_h, 1),
@@ -250,6 +257,7 @@ int main(int argc, char** argv) {
   };
 #undef F
 #undef B
+#undef Q
   // Arguments: run only the kernels whose name contains one of them.
   const std::vector<std::string> only(argv + 1, argv + argc);
   int runs = 0, failed = 0;
@@ -260,7 +268,7 @@ int main(int argc, char** argv) {
               return std::string(kv.name).find(o) != std::string::npos;
             }))
           continue;
-        if (kv.fwd && c.d % kv.vec != 0) continue;  // ops picks _v1_ then
+        if (kv.whole && c.d % kv.vec != 0) continue;  // ops picks another kernel then
         // msDeformGroup in ops: vec-channel pieces of D, rounded up to a power of two, at most 32.
         const int pieces = (c.d + kv.vec - 1) / kv.vec;
         int group = 1;
