@@ -17,6 +17,7 @@
 // of the location and the attention weight are sums over channels: the group
 // reduces them with warp shuffles and one lane writes them, with no atomics
 // and no shared memory.
+#include "atomics.cuh"
 #include "bilinear.cuh"
 
 namespace stheno {
@@ -281,19 +282,6 @@ __device__ void msdeform_backward(const MSDeformParams& p) {
 // ints, so one 32x32->64-bit multiply.
 __device__ __forceinline__ uint64_t pixel_bytes(int pix, int bytes) {
   return static_cast<uint64_t>(static_cast<uint32_t>(pix)) * static_cast<uint32_t>(bytes);
-}
-
-// a[0..3] += (x, y, z, w) as one 16-byte vector reduction: sm_90 and PTX ISA
-// 8.1, which nvcc 11.8 cannot assemble, so only msdeform_sm90a.cu's kernels
-// instantiate it (a template, so that no other code carries the instruction).
-template <typename T>
-__device__ __forceinline__ void red_add_v4(T* a, T x, T y, T z, T w) {
-  static_assert(sizeof(T) == 4, "red.global.v4.f32");
-#ifdef STHENO_EMULATE
-  atomicAdd(a, x), atomicAdd(a + 1, y), atomicAdd(a + 2, z), atomicAdd(a + 3, w);
-#else
-  asm volatile("red.global.v4.f32.add [%0], {%1, %2, %3, %4};" ::"l"(a), "f"(x), "f"(y), "f"(z), "f"(w) : "memory");
-#endif
 }
 
 // The reduce-scatter of msdeform_backward_scatter: a lane's sums of two

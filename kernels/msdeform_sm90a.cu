@@ -20,14 +20,14 @@
 #include "msdeform.cu"
 #endif
 
-#define STHENO_BWD_Q(name, K, B)                                 \
+#define STHENO_BWD_Q(name, K, H, B)                                          \
   __global__ void __launch_bounds__(256, B) name(stheno::MSDeformParams p) { \
-    stheno::msdeform_backward_scatter<float, K, 4, true, true>(p);          \
+    stheno::msdeform_backward_scatter<float, K, 4, H, true>(p);              \
   }
 
 extern "C" {
-STHENO_BWD_Q(msdeform_backward_f32_q4_r4_h, 4, 2)
-STHENO_BWD_Q(msdeform_backward_f32_q4_r4_h_b3, 4, 3)
-STHENO_BWD_Q(msdeform_backward_f32_q4_r4_h_b4, 4, 4)
-STHENO_BWD_Q(msdeform_backward_f32_q4_r8_h_b3, 8, 3)
+STHENO_BWD_Q(msdeform_backward_f32_q4_r4_h, 4, true, 2)
+STHENO_BWD_Q(msdeform_backward_f32_q4_r4_h_b3, 4, true, 3)
+STHENO_BWD_Q(msdeform_backward_f32_q4_r4_h_b4, 4, true, 4)
+STHENO_BWD_Q(msdeform_backward_f32_q4_r8_h_b3, 8, true, 3)
 }

@@ -22,6 +22,7 @@
 //
 // The channels-last kernels take the RoIs in spatial order (roi_order) and
 // split a RoI's bins over blocks.
+#include "atomics.cuh"
 #include "bilinear.cuh"
 
 namespace stheno {
@@ -391,8 +392,15 @@ __device__ __forceinline__ void sep_bin(const RoIAlignParams& p, const RoIGeom<T
 // channel, sums every bin's samples from the channels-last input (each tap
 // one coalesced load for the warp), in the CPU twin's order. A warp stages
 // its [32 channels x bins] results and writes them bins-fastest.
-template <typename T, bool kBackward>
+//
+// kQuad (backward, float, C % 4 == 0; sm_90 only, from roialign_sm90a.cu):
+// the tap-by-tap scatter goes as 16-byte vector reductions. The warp's 32
+// channels are 8 lanes' 4 consecutive ones, and its 4 groups of 8 lanes
+// take every 4th sample of a bin: one reduction a lane per tap instead of 4
+// atomics (the L2 counts requests, not bytes).
+template <typename T, bool kBackward, bool kQuad = false>
 __device__ void roialign(const RoIAlignParams& p, bool separable) {
+  static_assert(!kQuad || (kBackward && sizeof(T) == 4), "kQuad: float backward");
   __shared__ Block<T> sh;
   constexpr int kTile = tile_bins<T>();
   const int64_t roi = roi_of(p, blockIdx.x);
@@ -483,6 +491,23 @@ __device__ void roialign(const RoIAlignParams& p, bool separable) {
             }
           }
           tile[lane][j] = sum / g.count;
+        } else if constexpr (kQuad) {
+          const int q = lane % 8, cq = c0 + 4 * q;  // the lane's 4 channels
+          if (cq < p.c) {
+            T* m = reinterpret_cast<T*>(p.feat) + feat0 + cq;
+            const T gr[4] = {tile[4 * q][j], tile[4 * q + 1][j], tile[4 * q + 2][j], tile[4 * q + 3][j]};
+            for (int s = lane / 8; s < samples; s += 4) {
+              const SharedTap<T> t = tap_of(p, g, bt, ph, pw, s);
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                // As below, channel by channel.
+                if (t.w[i] != T(0)) {
+                  red_add_v4(m + t.off[i] * pix, gr[0] * t.w[i] / g.count, gr[1] * t.w[i] / g.count,
+                             gr[2] * t.w[i] / g.count, gr[3] * t.w[i] / g.count);
+                }
+              }
+            }
+          }
         } else if (c < p.c) {
           T* m = reinterpret_cast<T*>(p.feat) + feat0 + c;
           const T grad = tile[lane][j];
@@ -601,6 +626,9 @@ struct TransposeParams {
 
 }  // namespace stheno
 
+// roialign_sm90a.cu includes this file for its templates with
+// STHENO_ROIALIGN_TEMPLATES_ONLY, so that its module holds only its own kernels.
+#ifndef STHENO_ROIALIGN_TEMPLATES_ONLY
 extern "C" {
 #define STHENO_ROIALIGN(name, T, backward, separable) \
   __global__ void __launch_bounds__(256) name(stheno::RoIAlignParams p) { stheno::roialign<T, backward>(p, separable); }
@@ -640,3 +668,4 @@ __global__ void __launch_bounds__(256) transpose_f64(stheno::TransposeParams p) 
   stheno::transpose<double, 64>(reinterpret_cast<const double*>(p.in), reinterpret_cast<double*>(p.out), p.a, p.b);
 }
 }
+#endif  // STHENO_ROIALIGN_TEMPLATES_ONLY

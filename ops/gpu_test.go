@@ -131,6 +131,10 @@ func TestGPURoIAlignParity(t *testing.T) {
 		{"zero rois", 2, 3, 9, 11, 0, RoIAlignConfig{2, 2, 1, 2, true}, 1},
 		// 70 channels: channel groups with a remainder; 300 RoIs: many blocks.
 		{"channel groups", 2, 70, 20, 24, 300, RoIAlignConfig{7, 7, 0.25, 2, true}, 4},
+		// C % 4 == 0, a last group of 4 channels, 9 samples a bin: on
+		// compute capability 9.0 the float32 backward is the vector-
+		// reduction kernel (roiAlignQuadBackward).
+		{"channels % 4 == 0", 2, 36, 15, 17, 60, RoIAlignConfig{5, 4, 0.5, 3, true}, 2},
 		// Large boxes: bins with more adaptive samples than shared memory
 		// holds take the on-the-fly path.
 		{"huge adaptive bins", 1, 2, 64, 64, 5, RoIAlignConfig{1, 1, 1, 0, true}, 0.25},
@@ -164,9 +168,33 @@ func TestGPURoIAlignParity(t *testing.T) {
 						withRoIAlignKernel(true, kv, func() { parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy) })
 					})
 				}
+				t.Run(roiAlignQuadBackward, func(t *testing.T) {
+					if why := roiAlignQuadSkip(dev, s); why != "" {
+						t.Skip(why)
+					}
+					kv := roiAlignKernel{name: roiAlignQuadBackward}
+					withRoIAlignKernel(true, kv, func() { parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy) })
+				})
 			})
 		}
 	}
+}
+
+// roiAlignQuadSkip says why roiAlignQuadBackward does not apply to s on
+// dev, or "" when it does.
+func roiAlignQuadSkip(dev *backend.Device, s roiAlignShape) string {
+	switch {
+	case s.dt != tensor.Float32:
+		return "float32 only"
+	case s.c%4 != 0:
+		return fmt.Sprintf("C = %d: needs C %% 4 == 0", s.c)
+	case s.cfg.SamplingRatio <= 0:
+		return "adaptive sampling runs the separable kernel"
+	}
+	if err := sm90aError(dev, roiAlignModule(roiAlignQuadBackward), roiAlignQuadBackward); err != nil {
+		return fmt.Sprintf("%s does not run here: %v", roiAlignQuadBackward, err)
+	}
+	return ""
 }
 
 // roiAlignVariants lists the forward or backward kernels of roialign.cu.

@@ -88,7 +88,10 @@ func (kv roiAlignKernel) nchw() bool { return kv.cpt > 0 }
 // backward scatters tap by tap into channels-last. With adaptive sampling,
 // about one sample per pixel, both go channels-last and separable, which
 // touches each pixel of a bin once instead of once per tap.
-func roiAlignKernelFor(backward bool, s roiAlignShape) roiAlignKernel {
+//
+// quad says whether the GPU runs roialign_sm90a.cu (roiAlignQuad): there the
+// float32 tap-by-tap backward is roiAlignQuadBackward when C % 4 == 0.
+func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel {
 	if roiAlignKernelOverride != nil {
 		return roiAlignKernelOverride(backward, s.dt)
 	}
@@ -98,6 +101,8 @@ func roiAlignKernelFor(backward bool, s roiAlignShape) roiAlignKernel {
 		return roiAlignKernel{name: "roialign_backward_sep_" + sfx}
 	case s.cfg.SamplingRatio <= 0:
 		return roiAlignKernel{name: "roialign_forward_sep_" + sfx}
+	case backward && quad && s.dt == tensor.Float32 && s.c%4 == 0:
+		return roiAlignKernel{name: roiAlignQuadBackward}
 	case backward:
 		return roiAlignKernel{name: "roialign_backward_" + sfx}
 	}
@@ -108,6 +113,26 @@ func roiAlignKernelFor(backward bool, s roiAlignShape) roiAlignKernel {
 		return roiAlignKernel{name: "roialign_forward_nchw4_b4_f32", cpt: 4}
 	}
 	return roiAlignKernel{name: "roialign_forward_nchw4_" + sfx, cpt: 4}
+}
+
+// roiAlignQuadBackward is roialign_sm90a.cu's float32 tap-by-tap backward:
+// each lane adds 4 consecutive channels of a tap with one 16-byte vector
+// reduction (sm_90 only, PTX ISA 8.1). It needs C % 4 == 0 (16-byte aligned
+// pixels in the channels-last gradient, which the op allocates).
+const roiAlignQuadBackward = "roialign_backward_q4_f32"
+
+// roiAlignModule is the module (kernels/<module>.cu) of a kernel.
+func roiAlignModule(name string) string {
+	if name == roiAlignQuadBackward {
+		return "roialign_sm90a"
+	}
+	return "roialign"
+}
+
+// roiAlignQuad reports whether dev runs roialign_sm90a.cu's kernel
+// (sm90aError).
+func roiAlignQuad(dev *backend.Device) bool {
+	return sm90aError(dev, roiAlignModule(roiAlignQuadBackward), roiAlignQuadBackward) == nil
 }
 
 // launchRoIAlign runs kernel kv on feat (x, or the channels-last gradient
@@ -125,7 +150,7 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 	if p.K == 0 {
 		return nil
 	}
-	k, err := dev.Kernel("roialign", kname)
+	k, err := dev.Kernel(roiAlignModule(kname), kname)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", name, err)
 	}
@@ -256,7 +281,7 @@ func (op *roiAlignOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Val
 	if op.k == 0 {
 		return out, nil
 	}
-	kv := roiAlignKernelFor(false, op.roiAlignShape)
+	kv := roiAlignKernelFor(false, op.roiAlignShape, false)
 	if kv.nchw() {
 		if err := op.launchRoIAlign(dev, kv, false, x, rois, outPtr, in[1]); err != nil {
 			return nil, err
@@ -309,7 +334,8 @@ func (op *roiAlignGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G
 	if err := dev.Zero(gt); err != nil {
 		return nil, fmt.Errorf("ops: %s: %w", name, err)
 	}
-	if err := op.launchRoIAlign(dev, roiAlignKernelFor(true, op.roiAlignShape), true, gtPtr, rois, gy, in[0]); err != nil {
+	quad := op.dt == tensor.Float32 && op.c%4 == 0 && gtPtr%16 == 0 && roiAlignQuad(dev)
+	if err := op.launchRoIAlign(dev, roiAlignKernelFor(true, op.roiAlignShape, quad), true, gtPtr, rois, gy, in[0]); err != nil {
 		return nil, err
 	}
 	if err := transposeLaunch(name, dev, op.dt, gtPtr, gxPtr, op.n, op.h*op.w, op.c); err != nil {

@@ -3,8 +3,9 @@
 // - every forward (tap by tap channels-last, separable, NCHW with 4 and 8
 //   channels per thread) against a double reference of torchvision's
 //   roi_align, and every variant against the tap-by-tap kernel;
-// - both backwards against the double reference's adjoint, and the
-//   separable one against the tap-by-tap one;
+// - both backwards (and, float32 with C % 4 == 0, roialign_sm90a.cu's
+//   vector-reduction one) against the double reference's adjoint, and the
+//   others against the tap-by-tap one;
 // - roi_order (a permutation sorted by image) and the kernels that take the
 //   RoIs in its order; transpose (NCHW <-> NHWC) exactly;
 // - the status word for a RoI with a bad batch index.
@@ -15,6 +16,7 @@
 #include "emu.h"
 // clang-format off
 #include "../roialign.cu"
+#include "../roialign_sm90a.cu"
 // clang-format on
 #include <random>
 #include <tuple>
@@ -190,6 +192,15 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
   check("backward taps vs reference", gref_t, g1, vs_ref);
   check("backward sep vs reference", gref_t, g2, vs_ref);
   check("backward sep vs taps", g1, g2, parity);
+  if constexpr (sizeof(T) == 4) {
+    if (c % 4 == 0) {
+      std::vector<T> gq(x.size(), T(0));
+      p.feat = (uint64_t)gq.data();
+      emu::launch(roialign_backward_q4_f32, cl_grid, cl_block, 0, p);
+      check("backward q4 vs reference", gref_t, gq, vs_ref);
+      check("backward q4 vs taps", g1, gq, parity);
+    }
+  }
 
   // Spatial order: the same results with the blocks permuted.
   std::vector<int> order(k, -1);
@@ -233,6 +244,8 @@ void cases() {
   run_case<T>("adaptive, 7x7, legacy, a bad RoI", 2, 33, 17, 13, 10, 7, 7, 0.5, 0, false, 34, true);
   run_case<T>("adaptive, 3x5, aligned, big boxes", 1, 3, 30, 40, 6, 3, 5, 1.0, 0, true, 45);
   run_case<T>("sampling 1, 14x14", 1, 5, 9, 11, 5, 14, 14, 0.25, 1, true, 44);
+  // C % 4 == 0 (the q4 backward), a last warp of 4 channels, 9 samples a bin.
+  run_case<T>("sampling 3, 5x4, C 36", 2, 36, 11, 13, 7, 5, 4, 0.5, 3, true, 40);
 }
 
 int main() {
