@@ -12,8 +12,10 @@
 // corner loads are in flight together: the kernel is bound by the latency of
 // gathers, and this is what hides it.
 //
-// Backward: one lane per channel, so that the grad_value atomics of a group
-// hit consecutive addresses (CUDA 11.8 has no vector atomics). The gradients
+// Backward: channels spread over the lanes, so that the grad_value atomics
+// of a group hit consecutive addresses (CUDA 11.8 cannot assemble vector
+// atomics; msdeform_sm90a.cu's kernels, built around that, add 4 channels
+// with one 16-byte reduction instead). The gradients
 // of the location and the attention weight are sums over channels: the group
 // reduces them with warp shuffles and one lane writes them, with no atomics
 // and no shared memory.
@@ -678,9 +680,10 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
 // across the group, _r<K> reduce-scatters the channel sums of K points at a
 // time (msdeform_backward_scatter; there _v<V> takes V channels per lane,
 // strided by the group), _h orders groups heads-fastest
-// (queries-fastest otherwise). ops picks forward _s and backward _u1_h (see
-// msDeformKernelFor); forward _v4_u1 and backward _s_h and _r<K>_h are kept
-// to compare against in BenchmarkGPUMSDeformAttnVariants.
+// (queries-fastest otherwise), _b<B> caps registers for B blocks per SM.
+// ops picks forward _v4_s_b5 and backward _v4_r4_h_b3 (on compute capability
+// 9.0, msdeform_sm90a.cu's _q4_r4_h_b3; see msDeformKernelFor); the others
+// are kept to compare against in BenchmarkGPUMSDeformAttnVariants.
 #define STHENO_FWD(name, T, V, U, H) \
   __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_forward<T, V, U, H>(p); }
 #define STHENO_BWD(name, T, U, H) \
