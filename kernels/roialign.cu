@@ -435,6 +435,20 @@ __device__ void roialign(const RoIAlignParams& p, bool separable) {
   const int step = chunk > 0 ? chunk : kTile;
   const int64_t feat0 = static_cast<int64_t>(g.batch) * p.h * p.w * p.c;
   T (*tile)[kTile + 1] = sh.tile[warp];
+  // Channel slices (backward): block z takes channels [c_begin, c_end), a
+  // multiple of 32 wide, so that the blocks running together (z is the
+  // slowest grid index) scatter into a slice of the gradient that L2 can
+  // hold. A warp takes groups of 32 channels; when a slice has fewer groups
+  // than warps, the warps of a group share its bins out instead.
+  const int slice = (p.c + 32 * static_cast<int>(gridDim.z) - 1) / (32 * static_cast<int>(gridDim.z)) * 32;
+  const int c_begin = static_cast<int>(blockIdx.z) * slice, c_end = min(p.c, c_begin + slice);
+  const int groups = (c_end - c_begin + 31) / 32;
+  int warps_per_group = 1, group = warp, group_stride = kWarps;
+  if (kBackward && groups > 0 && groups < kWarps) {
+    warps_per_group = kWarps / groups;
+    group = warp / warps_per_group;
+    group_stride = groups;
+  }
 
   // Blocks (RoI, y) share a RoI's chunks of bins: with few RoIs (mask
   // heads) one block per RoI left most SMs idle at the end of the launch.
@@ -445,7 +459,7 @@ __device__ void roialign(const RoIAlignParams& p, bool separable) {
       plan_chunk(p, g, b0, nb, sh.taps);
       __syncthreads();
     }
-    for (int c0 = warp * 32; c0 < p.c; c0 += kWarps * 32) {
+    for (int c0 = c_begin + group * 32; c0 < c_end; c0 += group_stride * 32) {
       const int c = c0 + lane;
       const int nc = min(32, p.c - c0);
       if (kBackward) {
@@ -456,7 +470,7 @@ __device__ void roialign(const RoIAlignParams& p, bool separable) {
         }
         __syncwarp();
       }
-      for (int j = 0; j < nb; ++j) {
+      for (int j = warp % warps_per_group; j < nb; j += warps_per_group) {
         const int bin = b0 + j, ph = bin / p.pooled_w, pw = bin % p.pooled_w;
         const SharedTap<T>* bt = chunk > 0 ? sh.taps + j * samples : nullptr;
         if (separable) {

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sort"
 	"testing"
@@ -85,6 +86,30 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 					})
 				}
 			}
+		}
+	}
+}
+
+// BenchmarkGPURoIAlignSlices times the backward scatter kernels with the
+// channels in 1, 2, 4 or 8 slices (roiAlignShape.slices) on the fixed-ratio
+// TARGETS.md cases.
+func BenchmarkGPURoIAlignSlices(b *testing.B) {
+	defer func() { roiAlignSlicesOverride = 0 }()
+	for _, c := range roiPresets {
+		if c.sampling <= 0 {
+			continue
+		}
+		rng := rand.New(rand.NewPCG(1, 1))
+		dt := tensor.Float32
+		s := roiAlignShape{cfg: RoIAlignConfig{c.pooled, c.pooled, c.scale, c.sampling, true}, n: c.n, c: c.c, h: c.h, w: c.w, k: c.k, dt: dt}
+		rois := targetRoIs(rng, dt, c.k, c.n, c.imgH, c.imgW)
+		gy := randTensor(rng, dt, -1, 1, c.k, c.c, c.pooled, c.pooled)
+		bytes := float64(4*c.n*c.c*c.h*c.w) + float64(4*c.k*c.c*c.pooled*c.pooled)
+		for _, slices := range []int{1, 2, 4, 8} {
+			roiAlignSlicesOverride = slices
+			b.Run(fmt.Sprintf("impl=cuda/case=%s/slices=%d", c.name, slices), func(b *testing.B) {
+				runCase(b, "cuda", &roiAlignGradOp{s}, []*tensor.Dense{rois, gy}, bytes)
+			})
 		}
 	}
 }

@@ -188,6 +188,9 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 		Grid:  backend.Dim3{X: uint32(p.K), Y: uint32(ceilDiv(p.PooledH*p.PooledW, roiAlignTileBins(s.dt))), Z: 1},
 		Block: backend.Dim3{X: roiAlignBlock, Y: 1, Z: 1},
 	}
+	if backward {
+		cfg.Grid.Z = uint32(s.slices())
+	}
 	if kv.cpt > 0 {
 		// NCHW: blocks of whole groups of bins (phases of them, up to
 		// roiAlignBlock threads), each group on kv.cpt channels.
@@ -202,6 +205,29 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 	}
 	return nil
 }
+
+// roiAlignSlicesOverride, when positive (benchmarks), sets the channel
+// slices of the backward scatters instead of slices.
+var roiAlignSlicesOverride int
+
+// slices is the number of channel slices (grid z) the backward scatter
+// kernels take the channels in: blocks of slice z run after those of
+// slice z-1, so the part of the channels-last gradient being scattered into
+// at once is 1/slices of it, at most roiAlignSliceBytes. On an H200 (50 MB
+// of L2; BenchmarkGPURoIAlignSlices) the 137 MB gradients of box_head_P2
+// and mask_head_P2 gained from 2 slices (0.520 -> 0.501 ms and 0.530 ->
+// 0.484; 4: 0.498 and 0.497; 8: 0.61 and 0.59), and infer_1000_P3's 17 MB
+// lost from any (0.309 -> 0.314 with 2).
+func (s roiAlignShape) slices() int {
+	if roiAlignSlicesOverride > 0 {
+		return roiAlignSlicesOverride
+	}
+	bytes := s.n * s.h * s.w * s.c * int(s.dt.Size())
+	return max(1, min(ceilDiv(bytes, roiAlignSliceBytes), ceilDiv(s.c, 32)))
+}
+
+// roiAlignSliceBytes bounds a channel slice of the backward's gradient.
+const roiAlignSliceBytes = 96 << 20
 
 // roiOrderArgs mirrors RoIOrderParams in kernels/roialign.cu.
 type roiOrderArgs struct {

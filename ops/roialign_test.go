@@ -336,3 +336,24 @@ func TestRoIAlignKernelFor(t *testing.T) {
 		t.Errorf("module of %s = %s, want roialign_sm90a", roiAlignQuadBackward, m)
 	}
 }
+
+// The channel slices of the backward scatter: a slice of the channels-last
+// gradient at most roiAlignSliceBytes, never more slices than groups of 32
+// channels.
+func TestRoIAlignSlices(t *testing.T) {
+	for _, c := range []struct {
+		n, c, h, w int
+		want       int
+	}{
+		{2, 256, 200, 336, 2}, // TARGETS' box_head_P2: 137 MB
+		{1, 256, 100, 168, 1}, // infer_1000_P3: 17 MB
+		{8, 256, 200, 336, 6}, // 550 MB
+		{8, 64, 400, 400, 2},  // 328 MB but 2 groups of 32 channels
+		{1, 3, 9, 11, 1},
+	} {
+		s := roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, 2, true}, n: c.n, c: c.c, h: c.h, w: c.w, k: 1, dt: tensor.Float32}
+		if got := s.slices(); got != c.want {
+			t.Errorf("slices of [%d,%d,%d,%d] float32 = %d, want %d", c.n, c.c, c.h, c.w, got, c.want)
+		}
+	}
+}

@@ -192,6 +192,16 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
   check("backward taps vs reference", gref_t, g1, vs_ref);
   check("backward sep vs reference", gref_t, g2, vs_ref);
   check("backward sep vs taps", g1, g2, parity);
+  // Channel slices (grid z): 2 and 3 (the last one empty when C <= 64).
+  for (unsigned z : {2u, 3u}) {
+    std::vector<T> gz(x.size(), T(0)), gzs(x.size(), T(0));
+    p.feat = (uint64_t)gz.data();
+    emu::launch(bwd, dim3(cl_grid.x, cl_grid.y, z), cl_block, 0, p);
+    p.feat = (uint64_t)gzs.data();
+    emu::launch(bwd_sep, dim3(cl_grid.x, cl_grid.y, z), cl_block, 0, p);
+    check(z == 2 ? "backward taps, 2 slices vs taps" : "backward taps, 3 slices vs taps", g1, gz, parity);
+    check(z == 2 ? "backward sep, 2 slices vs sep" : "backward sep, 3 slices vs sep", g2, gzs, parity);
+  }
   if constexpr (sizeof(T) == 4) {
     if (c % 4 == 0) {
       std::vector<T> gq(x.size(), T(0));
@@ -199,6 +209,10 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
       emu::launch(roialign_backward_q4_f32, cl_grid, cl_block, 0, p);
       check("backward q4 vs reference", gref_t, gq, vs_ref);
       check("backward q4 vs taps", g1, gq, parity);
+      std::vector<T> gq2(x.size(), T(0));
+      p.feat = (uint64_t)gq2.data();
+      emu::launch(roialign_backward_q4_f32, dim3(cl_grid.x, cl_grid.y, 2), cl_block, 0, p);
+      check("backward q4, 2 slices vs q4", gq, gq2, parity);
     }
   }
 
