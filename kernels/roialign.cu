@@ -15,13 +15,16 @@
 //   warp. Outputs (or their gradients) are staged in shared memory so that
 //   the [K,C,PH,PW] side stays coalesced. Backward scatters into a zeroed
 //   channels-last gradient that a last pass transposes back to NCHW; it is
-//   the default backward for a fixed sampling ratio.
+//   the default backward for a fixed sampling ratio, except on compute
+//   capability 9.0, where roialign_sm90a.cu's twin (kQuad: 16-byte vector
+//   reductions) runs.
 // - *_sep: the channels-last kernels with separable sampling (a bin's row
 //   and column weight lists; each pixel of its footprint read or scattered
 //   once): the defaults with adaptive sampling, about one sample per pixel.
 //
 // The channels-last kernels take the RoIs in spatial order (roi_order) and
-// split a RoI's bins over blocks.
+// split a RoI's bins over blocks; backward, also its channels (grid z
+// slices, so that the gradient being scattered into at once fits L2 better).
 #include "atomics.cuh"
 #include "bilinear.cuh"
 

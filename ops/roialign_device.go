@@ -223,7 +223,7 @@ func (s roiAlignShape) slices() int {
 		return roiAlignSlicesOverride
 	}
 	bytes := s.n * s.h * s.w * s.c * int(s.dt.Size())
-	return max(1, min(ceilDiv(bytes, roiAlignSliceBytes), ceilDiv(s.c, 32)))
+	return max(1, min(ceilDiv(bytes, roiAlignSliceBytes), ceilDiv(s.c, 32), 65535))
 }
 
 // roiAlignSliceBytes bounds a channel slice of the backward's gradient.
