@@ -71,8 +71,10 @@ struct RoIOrderParams {
   uint64_t order;  // int32 [K], written
   double spatial_scale;
   int32_t k, unused;
+  uint64_t zero;       // 16-byte aligned memory blocks 1.. zero while block 0 sorts, or 0
+  int64_t zero_bytes;  // a multiple of 16
 };
-static_assert(sizeof(RoIOrderParams) == 32, "ops/roialign_device.go mirrors RoIOrderParams");
+static_assert(sizeof(RoIOrderParams) == 48, "ops/roialign_device.go mirrors RoIOrderParams");
 
 // A sort key clamped into [0, 4095]; NaN and negatives give 0.
 template <typename T>
@@ -82,6 +84,16 @@ __device__ __forceinline__ uint32_t order_field(T v) {
 
 template <typename T>
 __device__ void roi_order(const RoIOrderParams& p) {
+  if (blockIdx.x > 0) {
+    // The backward's gradient, zeroed alongside the sort (one launch
+    // instead of a memset and then the sort).
+    int4* z = reinterpret_cast<int4*>(p.zero);
+    const int64_t n = p.zero_bytes / 16, step = static_cast<int64_t>(gridDim.x - 1) * blockDim.x;
+    for (int64_t i = static_cast<int64_t>(blockIdx.x - 1) * blockDim.x + threadIdx.x; i < n; i += step) {
+      z[i] = make_int4(0, 0, 0, 0);
+    }
+    return;
+  }
   __shared__ uint64_t keys[kMaxOrder];
   int size = 1;
   while (size < p.k) size *= 2;
@@ -390,6 +402,36 @@ __device__ __forceinline__ void sep_bin(const RoIAlignParams& p, const RoIGeom<T
   }
 }
 
+// sep_bin's backward for 4 consecutive channels at chan (kQuad): the 4
+// groups of 8 lanes of a warp take the bin's rows row_slot, row_slot + 4,
+// ...; a lane adds each pixel's 4 channels with one 16-byte reduction.
+// With a fixed sampling ratio a bin's 2x2 samples have at most 4 rows and
+// 4 columns of taps, fewer when they share pixels: what this saves over
+// the tap-by-tap scatter.
+template <typename T>
+__device__ __forceinline__ void sep_bin_quad(const RoIAlignParams& p, const RoIGeom<T>& g, const SepTables<T>& sep,
+                                             int ph, int pw, int64_t chan, int row_slot, const T (&grad)[4]) {
+  const int64_t pix = p.c;  // elements between pixels, channels-last
+  const int nr = sep.nrows[ph], nc = sep.ncols[pw];
+  const int* ri = sep.ridx + ph * sep.rstride;
+  const int* ci = sep.cidx + pw * sep.cstride;
+  const T* rw = sep.rw + ph * sep.rstride;
+  const T* cw = sep.cw + pw * sep.cstride;
+  T* m = reinterpret_cast<T*>(p.feat) + chan;
+  for (int a = row_slot; a < nr; a += 4) {
+    if (rw[a] == T(0)) continue;
+    T* row = m + static_cast<int64_t>(ri[a]) * p.w * pix;
+    const T gr[4] = {grad[0] * rw[a], grad[1] * rw[a], grad[2] * rw[a], grad[3] * rw[a]};
+    for (int b = 0; b < nc; ++b) {
+      // As sep_bin, channel by channel.
+      if (cw[b] != T(0)) {
+        red_add_v4(row + ci[b] * pix, gr[0] * cw[b] / g.count, gr[1] * cw[b] / g.count, gr[2] * cw[b] / g.count,
+                   gr[3] * cw[b] / g.count);
+      }
+    }
+  }
+}
+
 // One block per RoI. The block plans the taps of a chunk of bins once, in
 // shared memory; then each warp takes a group of 32 channels and, lane per
 // channel, sums every bin's samples from the channels-last input (each tap
@@ -477,7 +519,15 @@ __device__ void roialign(const RoIAlignParams& p, bool separable) {
         const int bin = b0 + j, ph = bin / p.pooled_w, pw = bin % p.pooled_w;
         const SharedTap<T>* bt = chunk > 0 ? sh.taps + j * samples : nullptr;
         if (separable) {
-          if (c < p.c) sep_bin<T, kBackward>(p, g, sep, ph, pw, feat0 + c, &tile[lane][j]);
+          if constexpr (kQuad) {
+            const int q = lane % 8, cq = c0 + 4 * q;  // the lane's 4 channels
+            if (cq < p.c) {
+              const T gr[4] = {tile[4 * q][j], tile[4 * q + 1][j], tile[4 * q + 2][j], tile[4 * q + 3][j]};
+              sep_bin_quad(p, g, sep, ph, pw, feat0 + cq, lane / 8, gr);
+            }
+          } else if (c < p.c) {
+            sep_bin<T, kBackward>(p, g, sep, ph, pw, feat0 + c, &tile[lane][j]);
+          }
         } else if (!kBackward) {
           T sum = T(0);
           if (c < p.c) {

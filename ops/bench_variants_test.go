@@ -50,8 +50,8 @@ func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 // TARGETS.md cases, with the inputs of BenchmarkSuiteRoIAlign, to choose
 // roiAlignKernelFor's defaults: forward channels-last after a transpose
 // (tap by tap or separable) or NCHW with 4/8/16 channels per thread;
-// backward channels-last, tap by tap (scalar atomics, or roialign_sm90a.cu's
-// vector reductions) or separable.
+// backward channels-last, tap by tap or separable (scalar atomics, or
+// roialign_sm90a.cu's vector reductions).
 func BenchmarkGPURoIAlignVariants(b *testing.B) {
 	for _, c := range roiPresets {
 		rng := rand.New(rand.NewPCG(1, 1))
@@ -73,11 +73,11 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 				}
 				kvs := roiAlignVariants(backward, dt)
 				if backward {
-					kvs = append(kvs, roiAlignKernel{name: roiAlignQuadBackward})
+					kvs = append(kvs, roiAlignKernel{name: roiAlignQuadBackward}, roiAlignKernel{name: roiAlignSepQuadBackward})
 				}
 				for _, kv := range kvs {
 					b.Run("impl=cuda/case="+c.name+"/pass="+pass+"/order="+order+"/kernel="+kv.name, func(b *testing.B) {
-						if kv.name == roiAlignQuadBackward {
+						if roiAlignModule(kv.name) != "roialign" {
 							if why := roiAlignQuadSkip(gpu(b), s); why != "" {
 								b.Skip(why)
 							}

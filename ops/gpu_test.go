@@ -132,12 +132,17 @@ func TestGPURoIAlignParity(t *testing.T) {
 		// 70 channels: channel groups with a remainder; 300 RoIs: many blocks.
 		{"channel groups", 2, 70, 20, 24, 300, RoIAlignConfig{7, 7, 0.25, 2, true}, 4},
 		// C % 4 == 0, a last group of 4 channels, 9 samples a bin: on
-		// compute capability 9.0 the float32 backward is the vector-
-		// reduction kernel (roiAlignQuadBackward).
+		// compute capability 9.0 the float32 backward is a vector-
+		// reduction kernel (roiAlignSepQuadBackward).
 		{"channels % 4 == 0", 2, 36, 15, 17, 60, RoIAlignConfig{5, 4, 0.5, 3, true}, 2},
+		// C % 4 == 0, 14x14 bins from far below a pixel to a few: taps of
+		// a bin share pixels.
+		{"channels % 4 == 0/14x14", 2, 40, 30, 34, 50, RoIAlignConfig{14, 14, 0.25, 2, true}, 4},
+		{"channels % 4 == 0/adaptive", 2, 8, 17, 13, 30, RoIAlignConfig{7, 7, 0.5, 0, true}, 2},
 		// Large boxes: bins with more adaptive samples than shared memory
-		// holds take the on-the-fly path.
-		{"huge adaptive bins", 1, 2, 64, 64, 5, RoIAlignConfig{1, 1, 1, 0, true}, 0.25},
+		// holds take the on-the-fly path (with C % 4 == 0, also in the
+		// vector-reduction kernels).
+		{"huge adaptive bins", 1, 4, 64, 64, 5, RoIAlignConfig{1, 1, 1, 0, true}, 0.25},
 	}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for i, c := range cases {
@@ -168,31 +173,31 @@ func TestGPURoIAlignParity(t *testing.T) {
 						withRoIAlignKernel(true, kv, func() { parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy) })
 					})
 				}
-				t.Run(roiAlignQuadBackward, func(t *testing.T) {
-					if why := roiAlignQuadSkip(dev, s); why != "" {
-						t.Skip(why)
-					}
-					kv := roiAlignKernel{name: roiAlignQuadBackward}
-					withRoIAlignKernel(true, kv, func() { parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy) })
-				})
+				for _, name := range []string{roiAlignQuadBackward, roiAlignSepQuadBackward} {
+					t.Run(name, func(t *testing.T) {
+						if why := roiAlignQuadSkip(dev, s); why != "" {
+							t.Skip(why)
+						}
+						kv := roiAlignKernel{name: name}
+						withRoIAlignKernel(true, kv, func() { parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy) })
+					})
+				}
 			})
 		}
 	}
 }
 
-// roiAlignQuadSkip says why roiAlignQuadBackward does not apply to s on
-// dev, or "" when it does.
+// roiAlignQuadSkip says why roialign_sm90a.cu's kernels do not apply to s
+// on dev, or "" when they do.
 func roiAlignQuadSkip(dev *backend.Device, s roiAlignShape) string {
 	switch {
 	case s.dt != tensor.Float32:
 		return "float32 only"
 	case s.c%4 != 0:
 		return fmt.Sprintf("C = %d: needs C %% 4 == 0", s.c)
-	case s.cfg.SamplingRatio <= 0:
-		return "adaptive sampling runs the separable kernel"
 	}
-	if err := sm90aError(dev, roiAlignModule(roiAlignQuadBackward), roiAlignQuadBackward); err != nil {
-		return fmt.Sprintf("%s does not run here: %v", roiAlignQuadBackward, err)
+	if err := sm90aError(dev, roiAlignModule(roiAlignSepQuadBackward), roiAlignSepQuadBackward); err != nil {
+		return fmt.Sprintf("roialign_sm90a does not run here: %v", err)
 	}
 	return ""
 }

@@ -85,26 +85,28 @@ func (kv roiAlignKernel) nchw() bool { return kv.cpt > 0 }
 // an H200 (TARGETS.md cases; BENCHMARKS.md has the table). With a fixed
 // sampling ratio, forward reads NCHW directly, 4 channels per thread (the
 // transpose alone cost a quarter of the channels-last path's time), and
-// backward scatters tap by tap into channels-last. With adaptive sampling,
-// about one sample per pixel, both go channels-last and separable, which
-// touches each pixel of a bin once instead of once per tap.
+// backward scatters tap by tap into channels-last (but see quad). With
+// adaptive sampling, about one sample per pixel, both go channels-last and
+// separable, which touches each pixel of a bin once instead of once per tap.
 //
 // quad says whether the GPU runs roialign_sm90a.cu (roiAlignQuad): there the
-// float32 tap-by-tap backward is roiAlignQuadBackward when C % 4 == 0 (H200:
-// infer_1000_P3 0.331 -> 0.298 ms, box_head_P2 0.506 -> 0.500, mask_head_P2
-// 0.525 -> 0.516; capping its registers for 4 blocks per SM lost 2-6%).
+// float32 backward is roiAlignSepQuadBackward when C % 4 == 0, separable
+// with any sampling ratio. On an H200 it beat the tap-by-tap
+// roiAlignQuadBackward (itself 1-10% faster than the scalar-atomic kernel)
+// on every TARGETS.md case: box_head_P2 0.492 -> 0.465 ms, mask_head_P2
+// 0.481 -> 0.456, infer_1000_P3 0.304 -> 0.279, adaptive 1.91 -> 1.40.
 func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel {
 	if roiAlignKernelOverride != nil {
 		return roiAlignKernelOverride(backward, s.dt)
 	}
 	sfx := dtypeSuffix(s.dt)
 	switch {
-	case s.cfg.SamplingRatio <= 0 && backward:
-		return roiAlignKernel{name: "roialign_backward_sep_" + sfx}
-	case s.cfg.SamplingRatio <= 0:
+	case s.cfg.SamplingRatio <= 0 && !backward:
 		return roiAlignKernel{name: "roialign_forward_sep_" + sfx}
 	case backward && quad && s.dt == tensor.Float32 && s.c%4 == 0:
-		return roiAlignKernel{name: roiAlignQuadBackward}
+		return roiAlignKernel{name: roiAlignSepQuadBackward}
+	case s.cfg.SamplingRatio <= 0 && backward:
+		return roiAlignKernel{name: "roialign_backward_sep_" + sfx}
 	case backward:
 		return roiAlignKernel{name: "roialign_backward_" + sfx}
 	}
@@ -117,30 +119,36 @@ func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel
 	return roiAlignKernel{name: "roialign_forward_nchw4_" + sfx, cpt: 4}
 }
 
-// roiAlignQuadBackward is roialign_sm90a.cu's float32 tap-by-tap backward:
-// each lane adds 4 consecutive channels of a tap with one 16-byte vector
-// reduction (sm_90 only, PTX ISA 8.1). It needs C % 4 == 0 (16-byte aligned
-// pixels in the channels-last gradient, which the op allocates).
-const roiAlignQuadBackward = "roialign_backward_q4_f32"
+// roialign_sm90a.cu's float32 backwards: each lane adds 4 consecutive
+// channels of a pixel with one 16-byte vector reduction (sm_90 only, PTX
+// ISA 8.1), tap by tap or separably (a bin's taps that share a pixel are
+// summed first: 15-18% fewer reductions on TARGETS.md's fixed-ratio cases).
+// They need C % 4 == 0 (16-byte aligned pixels in the channels-last
+// gradient, which the op allocates).
+const (
+	roiAlignQuadBackward    = "roialign_backward_q4_f32"
+	roiAlignSepQuadBackward = "roialign_backward_sep_q4_f32"
+)
 
 // roiAlignModule is the module (kernels/<module>.cu) of a kernel.
 func roiAlignModule(name string) string {
-	if name == roiAlignQuadBackward {
+	if name == roiAlignQuadBackward || name == roiAlignSepQuadBackward {
 		return "roialign_sm90a"
 	}
 	return "roialign"
 }
 
-// roiAlignQuad reports whether dev runs roialign_sm90a.cu's kernel
+// roiAlignQuad reports whether dev runs roialign_sm90a.cu's kernels
 // (sm90aError).
 func roiAlignQuad(dev *backend.Device) bool {
-	return sm90aError(dev, roiAlignModule(roiAlignQuadBackward), roiAlignQuadBackward) == nil
+	return sm90aError(dev, roiAlignModule(roiAlignSepQuadBackward), roiAlignSepQuadBackward) == nil
 }
 
 // launchRoIAlign runs kernel kv on feat (x, or the channels-last gradient
-// being scattered into) and pooled (out, or the gradient of out); rois is
-// read to explain a bad status.
-func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, backward bool, feat, rois, pooled backend.DevicePtr, roisVal G.Value) error {
+// being scattered into) and pooled (out, or the gradient of out). zero, if
+// not nil, is zeroed first: by roi_order's launch when it runs (its other
+// blocks zero while one sorts), else on its own.
+func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, backward bool, feat, rois, pooled backend.DevicePtr, zero *tensor.Dense) error {
 	name, kname := "RoIAlign", kv.name
 	if backward {
 		name = "RoIAlign backward"
@@ -172,13 +180,21 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 		MaxAdaptiveGrid: kernels.MaxAdaptiveGrid,
 	}
 	if !kv.nchw() && p.K >= roiOrderMin && p.K <= roiOrderMax {
-		order, err := s.roiOrder(name, dev, rois)
+		order, zeroed, err := s.roiOrder(name, dev, rois, zero)
 		if err != nil {
 			return err
 		}
 		// The stream orders the free after the kernel below.
 		defer dev.FreeDense(order)
 		if args.Order, err = dev.Ptr(order); err != nil {
+			return fmt.Errorf("ops: %s: %w", name, err)
+		}
+		if zeroed {
+			zero = nil
+		}
+	}
+	if zero != nil {
+		if err := dev.Zero(zero); err != nil {
 			return fmt.Errorf("ops: %s: %w", name, err)
 		}
 	}
@@ -234,7 +250,12 @@ type roiOrderArgs struct {
 	RoIs, Order  backend.DevicePtr
 	SpatialScale float64
 	K, _         int32
+	Zero         backend.DevicePtr
+	ZeroBytes    int64
 }
+
+// roiOrderZeroBlocks caps the blocks of roi_order's launch that zero.
+const roiOrderZeroBlocks = 256
 
 // The RoI counts for which the kernels take the RoIs in spatial order
 // (roi_order in roialign.cu; one block sorts at most kMaxOrder). Below
@@ -246,25 +267,38 @@ const (
 )
 
 // roiOrder queues roi_order: a new int32 [K] device tensor, which the
-// caller frees, of the RoIs in spatial order.
-func (s roiAlignShape) roiOrder(op string, dev *backend.Device, rois backend.DevicePtr) (*tensor.Dense, error) {
-	order, err := dev.NewDense(tensor.Int32, s.k)
+// caller frees, of the RoIs in spatial order. The same launch zeroes zero
+// (if not nil) when it can, 16 bytes a store, and says so: one block sorts
+// while the others zero (a 137 MB gradient takes ~40 us to zero, the sort
+// of 1024 RoIs ~15).
+func (s roiAlignShape) roiOrder(op string, dev *backend.Device, rois backend.DevicePtr, zero *tensor.Dense) (order *tensor.Dense, zeroed bool, err error) {
+	order, err = dev.NewDense(tensor.Int32, s.k)
 	if err != nil {
-		return nil, fmt.Errorf("ops: %s: RoI order: %w", op, err)
+		return nil, false, fmt.Errorf("ops: %s: RoI order: %w", op, err)
 	}
-	ptr, err := dev.Ptr(order)
+	args := roiOrderArgs{RoIs: rois, SpatialScale: s.cfg.SpatialScale, K: int32(s.k)}
+	cfg := backend.LaunchConfig{Grid: backend.Dim3{X: 1, Y: 1, Z: 1}, Block: backend.Dim3{X: 1024, Y: 1, Z: 1}}
+	if args.Order, err = dev.Ptr(order); err == nil && zero != nil {
+		var zp backend.DevicePtr
+		if zp, err = dev.Ptr(zero); err == nil {
+			bytes := int64(zero.DataSize()) * int64(zero.Dtype().Size())
+			if zp%16 == 0 && bytes%16 == 0 && bytes > 0 {
+				args.Zero, args.ZeroBytes, zeroed = zp, bytes, true
+				cfg.Grid.X += uint32(min(ceilDiv(int(bytes/16), 1024), roiOrderZeroBlocks))
+			}
+		}
+	}
 	if err == nil {
 		var k *backend.Kernel
 		if k, err = dev.Kernel("roialign", "roi_order_"+dtypeSuffix(s.dt)); err == nil {
-			cfg := backend.LaunchConfig{Grid: backend.Dim3{X: 1, Y: 1, Z: 1}, Block: backend.Dim3{X: 1024, Y: 1, Z: 1}}
-			err = backend.Launch(k, cfg, roiOrderArgs{RoIs: rois, Order: ptr, SpatialScale: s.cfg.SpatialScale, K: int32(s.k)})
+			err = backend.Launch(k, cfg, args)
 		}
 	}
 	if err != nil {
 		_ = dev.FreeDense(order)
-		return nil, fmt.Errorf("ops: %s: RoI order: %w", op, err)
+		return nil, false, fmt.Errorf("ops: %s: RoI order: %w", op, err)
 	}
-	return order, nil
+	return order, zeroed, nil
 }
 
 // channelsLast returns a scratch device tensor [N,H,W,C] for the kernels.
@@ -311,7 +345,7 @@ func (op *roiAlignOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Val
 	}
 	kv := roiAlignKernelFor(false, op.roiAlignShape, false)
 	if kv.nchw() {
-		if err := op.launchRoIAlign(dev, kv, false, x, rois, outPtr, in[1]); err != nil {
+		if err := op.launchRoIAlign(dev, kv, false, x, rois, outPtr, nil); err != nil {
 			return nil, err
 		}
 		return out, nil
@@ -325,7 +359,7 @@ func (op *roiAlignOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Val
 	if err := transposeLaunch(name, dev, op.dt, x, xtPtr, op.n, op.c, op.h*op.w); err != nil {
 		return nil, err
 	}
-	if err := op.launchRoIAlign(dev, kv, false, xtPtr, rois, outPtr, in[1]); err != nil {
+	if err := op.launchRoIAlign(dev, kv, false, xtPtr, rois, outPtr, nil); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -359,11 +393,8 @@ func (op *roiAlignGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G
 		return nil, err
 	}
 	defer dev.FreeDense(gt)
-	if err := dev.Zero(gt); err != nil {
-		return nil, fmt.Errorf("ops: %s: %w", name, err)
-	}
 	quad := op.dt == tensor.Float32 && op.c%4 == 0 && gtPtr%16 == 0 && roiAlignQuad(dev)
-	if err := op.launchRoIAlign(dev, roiAlignKernelFor(true, op.roiAlignShape, quad), true, gtPtr, rois, gy, in[0]); err != nil {
+	if err := op.launchRoIAlign(dev, roiAlignKernelFor(true, op.roiAlignShape, quad), true, gtPtr, rois, gy, gt); err != nil {
 		return nil, err
 	}
 	if err := transposeLaunch(name, dev, op.dt, gtPtr, gxPtr, op.n, op.h*op.w, op.c); err != nil {
@@ -379,10 +410,11 @@ func boolInt32(b bool) int32 {
 	return 0
 }
 
-// The params structs must be laid out as the C++ ones: 4 pointers, a
-// double and 10 ints; 2 pointers and 2 ints.
+// The params structs must be laid out as the C++ ones: 5 pointers, a
+// double and 10 ints; 2 pointers, a double, 2 ints, a pointer and an
+// int64; 2 pointers and 2 ints.
 var (
 	_ [88]byte = [unsafe.Sizeof(roiAlignArgs{})]byte{}
-	_ [32]byte = [unsafe.Sizeof(roiOrderArgs{})]byte{}
+	_ [48]byte = [unsafe.Sizeof(roiOrderArgs{})]byte{}
 	_ [24]byte = [unsafe.Sizeof(transposeArgs{})]byte{}
 )

@@ -306,8 +306,9 @@ func TestRoIAlignHashDistinguishesConfigs(t *testing.T) {
 	}
 }
 
-// The kernel choice: roialign_sm90a.cu's vector-reduction backward only for
-// float32, a fixed sampling ratio and C % 4 == 0, on a GPU that runs it.
+// The kernel choice: roialign_sm90a.cu's vector-reduction backward (the
+// separable one, with any sampling ratio) only for float32 and C % 4 == 0,
+// on a GPU that runs it.
 func TestRoIAlignKernelFor(t *testing.T) {
 	shape := func(dt tensor.Dtype, c, sampling int) roiAlignShape {
 		return roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, sampling, true}, n: 1, c: c, h: 8, w: 8, k: 1, dt: dt}
@@ -318,10 +319,12 @@ func TestRoIAlignKernelFor(t *testing.T) {
 		quad     bool
 		want     string
 	}{
-		{true, shape(tensor.Float32, 256, 2), true, roiAlignQuadBackward},
+		{true, shape(tensor.Float32, 256, 2), true, roiAlignSepQuadBackward},
+		{true, shape(tensor.Float32, 256, 0), true, roiAlignSepQuadBackward},
 		{true, shape(tensor.Float32, 256, 2), false, "roialign_backward_f32"},
 		{true, shape(tensor.Float32, 70, 2), true, "roialign_backward_f32"},
-		{true, shape(tensor.Float32, 256, 0), true, "roialign_backward_sep_f32"},
+		{true, shape(tensor.Float32, 70, 0), true, "roialign_backward_sep_f32"},
+		{true, shape(tensor.Float32, 256, 0), false, "roialign_backward_sep_f32"},
 		{true, shape(tensor.Float64, 256, 2), true, "roialign_backward_f64"},
 		{false, shape(tensor.Float32, 256, 2), true, "roialign_forward_nchw4_b4_f32"},
 	}
@@ -332,8 +335,10 @@ func TestRoIAlignKernelFor(t *testing.T) {
 				c.backward, c.s.dt, c.s.c, c.s.cfg.SamplingRatio, c.quad, k.name, c.want)
 		}
 	}
-	if m := roiAlignModule(roiAlignQuadBackward); m != "roialign_sm90a" {
-		t.Errorf("module of %s = %s, want roialign_sm90a", roiAlignQuadBackward, m)
+	for _, name := range []string{roiAlignQuadBackward, roiAlignSepQuadBackward} {
+		if m := roiAlignModule(name); m != "roialign_sm90a" {
+			t.Errorf("module of %s = %s, want roialign_sm90a", name, m)
+		}
 	}
 }
 
