@@ -93,8 +93,10 @@ func (kv roiAlignKernel) nchw() bool { return kv.cpt > 0 }
 // float32 backward is roiAlignSepQuadBackward when C % 4 == 0, separable
 // with any sampling ratio. On an H200 it beat the tap-by-tap
 // roiAlignQuadBackward (itself 1-10% faster than the scalar-atomic kernel)
-// on every TARGETS.md case: box_head_P2 0.492 -> 0.465 ms, mask_head_P2
-// 0.481 -> 0.456, infer_1000_P3 0.304 -> 0.279, adaptive 1.91 -> 1.40.
+// on every TARGETS.md case: box_head_P2 0.490 -> 0.446 ms, mask_head_P2
+// 0.486 -> 0.432, infer_1000_P3 0.303 -> 0.239, adaptive (against the
+// scalar separable kernel) 1.91 -> 1.17. Separable one bin at a time (no
+// pairs) it was 0.470 / 0.468 / 0.273 / 1.42.
 func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel {
 	if roiAlignKernelOverride != nil {
 		return roiAlignKernelOverride(backward, s.dt)
@@ -121,8 +123,9 @@ func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel
 
 // roialign_sm90a.cu's float32 backwards: each lane adds 4 consecutive
 // channels of a pixel with one 16-byte vector reduction (sm_90 only, PTX
-// ISA 8.1), tap by tap or separably (a bin's taps that share a pixel are
-// summed first: 15-18% fewer reductions on TARGETS.md's fixed-ratio cases).
+// ISA 8.1), tap by tap or separably (the taps of two neighbouring bins
+// that share a pixel are summed first: 32-51% fewer reductions on
+// TARGETS.md's fixed-ratio cases; sep_pair_quad in roialign.cu).
 // They need C % 4 == 0 (16-byte aligned pixels in the channels-last
 // gradient, which the op allocates).
 const (

@@ -293,6 +293,9 @@ void cases() {
   run_case<T>("sampling 2, 7x7, C 72, small bins", 2, 72, 20, 24, 16, 7, 7, 0.25, 2, true, 96);
   run_case<T>("sampling 2, 14x14, C 8", 1, 8, 30, 30, 9, 14, 14, 0.5, 2, false, 60);
   run_case<T>("adaptive, 7x7, C 8", 2, 8, 17, 13, 10, 7, 7, 0.5, 0, true, 34);
+  // 4x9 bins: the second chunk of 32 starts at an odd column (a bin pair
+  // split across chunks).
+  run_case<T>("sampling 2, 4x9, C 12, small bins", 1, 12, 16, 20, 9, 4, 9, 0.25, 2, true, 80);
   // (Output gradients of 1e5: a bin of 400x400 samples divides them by
   // 160000. At coordinates of 400 pixels float32 sample positions are off
   // by ~3e-5 pixels, about 4e-5 of a gradient: float32 is checked against
