@@ -234,9 +234,11 @@ var roiAlignSlicesOverride int
 // slice z-1, so the part of the channels-last gradient being scattered into
 // at once is 1/slices of it, at most roiAlignSliceBytes. On an H200 (50 MB
 // of L2; BenchmarkGPURoIAlignSlices) the 137 MB gradients of box_head_P2
-// and mask_head_P2 gained from 2 slices (0.520 -> 0.501 ms and 0.530 ->
-// 0.484; 4: 0.498 and 0.497; 8: 0.61 and 0.59), and infer_1000_P3's 17 MB
-// lost from any (0.309 -> 0.314 with 2).
+// and mask_head_P2 gained from 2 slices with the tap-by-tap kernels (0.520
+// -> 0.501 ms and 0.530 -> 0.484; 8: 0.61 and 0.59); with
+// roiAlignSepQuadBackward, which adds fewer times, 1 and 2 slices are
+// within 1% (box 0.437 / 0.441, mask 0.433 / 0.430; 4: 0.51). Any slicing
+// slows infer_1000_P3's 17 MB (0.238 -> 0.280 with 2).
 func (s roiAlignShape) slices() int {
 	if roiAlignSlicesOverride > 0 {
 		return roiAlignSlicesOverride
