@@ -126,6 +126,31 @@ func TestUnpack(t *testing.T) {
 	}
 }
 
+func TestUnpackAt(t *testing.T) {
+	g := G.NewGraph()
+	packed := G.NodeFromAny(g, tensor.New(tensor.WithShape(7), tensor.WithBacking([]float64{0, 1, 2, 3, 4, 5, 6})))
+	parts, err := UnpackAt(packed, 2, tensor.Shape{2}, tensor.Shape{1, 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b G.Value
+	G.Read(parts[0], &a)
+	G.Read(parts[1], &b)
+	m := G.NewTapeMachine(g)
+	defer m.Close()
+	if err := m.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(a.Data(), a.Shape(), b.Data(), b.Shape()); got != "[2 3] (2) [4 5] (1, 2)" {
+		t.Errorf("got %s", got)
+	}
+	for _, off := range []int{-1, 4} {
+		if _, err := UnpackAt(packed, off, tensor.Shape{2}, tensor.Shape{2}); err == nil {
+			t.Errorf("UnpackAt accepted offset %d for 4 of 7 elements", off)
+		}
+	}
+}
+
 func TestToleranceCompare(t *testing.T) {
 	tol := Tolerance{Abs: 1e-6, Rel: 1e-3}
 	cases := []struct {

@@ -42,6 +42,33 @@ func Unpack(packed *G.Node, shapes ...tensor.Shape) (G.Nodes, error) {
 	return parts, nil
 }
 
+// UnpackAt is Unpack for the parts that start at element offset of packed
+// and leave the rest of it alone: a packed vector whose other parts are
+// read where they lie, by the ops that consume packed itself, is not copied
+// whole.
+func UnpackAt(packed *G.Node, offset int, shapes ...tensor.Shape) (G.Nodes, error) {
+	if packed == nil {
+		return nil, fmt.Errorf("autograd: UnpackAt: packed is nil")
+	}
+	if packed.Shape().Dims() != 1 {
+		return nil, fmt.Errorf("autograd: UnpackAt: packed must be a vector, got shape %v", packed.Shape())
+	}
+	total := packed.Shape()[0]
+	if need := offset + PackedSize(shapes...); offset < 0 || need > total {
+		return nil, fmt.Errorf("autograd: UnpackAt: packed has %d elements, the shapes %v at offset %d need %d", total, shapes, offset, need)
+	}
+	parts := make(G.Nodes, len(shapes))
+	for i, s := range shapes {
+		n, err := G.ApplyOp(unpackOp{offset: offset, shape: s.Clone(), total: total}, packed)
+		if err != nil {
+			return nil, fmt.Errorf("autograd: UnpackAt: part %d: %w", i, err)
+		}
+		parts[i] = n
+		offset += s.TotalSize()
+	}
+	return parts, nil
+}
+
 // PackedSize is the length of the vector that packs tensors of these shapes.
 func PackedSize(shapes ...tensor.Shape) int {
 	n := 0

@@ -136,18 +136,35 @@ func BatchNormForward[T Float](p BatchNormParams, z, gamma, beta, residual, runM
 	})
 }
 
+// BNCoefStride is the number of per-channel constants of the backward pass
+// (BatchNormBackwardStats' coef) per channel, mirroring kCoefStride in
+// conv.cuh; the first five are used:
+//
+//	coef[c*BNCoefStride+0..4] = mean, invstd, gamma*invstd, mean(g), mean(g*xhat)
+const BNCoefStride = 8
+
 // BatchNormBackward computes the gradients of BatchNormForward with respect
 // to z, gamma and beta from dy (masked by y > 0 when p.ReLU; y is not read
-// otherwise and may be nil). In training mode it recomputes the batch
-// statistics from z, and dz carries the terms through them:
+// otherwise and may be nil): BatchNormBackwardStats, then
+// BatchNormBackwardApply. dz, dgamma and dbeta are overwritten.
+func BatchNormBackward[T Float](p BatchNormParams, z, gamma, runMean, runVar, y, dy, dz, dgamma, dbeta []T) {
+	coef := make([]T, p.C*BNCoefStride)
+	BatchNormBackwardStats(p, z, gamma, runMean, runVar, y, dy, dgamma, dbeta, coef)
+	BatchNormBackwardApply(p, z, y, dy, coef, dz)
+}
+
+// BatchNormBackwardStats is the reduction of the backward pass: dbeta =
+// sum(g) and dgamma = sum(g*xhat), accumulated in float64 like the
+// statistics, and the per-channel constants (coef, BNCoefStride per
+// channel) of
 //
 //	dz = gamma*invstd * (g - mean(g) - xhat*mean(g*xhat)),  xhat = (z-mean)*invstd
 //
-// In inference mode the statistics are constants: dz = g*gamma*invstd with
-// the running variance. Either way dbeta = sum(g), dgamma = sum(g*xhat),
-// accumulated in float64 like the statistics. The residual's gradient is g
-// itself (MaskReLU). dz, dgamma and dbeta are overwritten.
-func BatchNormBackward[T Float](p BatchNormParams, z, gamma, runMean, runVar, y, dy, dz, dgamma, dbeta []T) {
+// where g is dy masked by y > 0 when p.ReLU. In training mode it recomputes
+// the batch statistics from z; in inference mode they are the running ones
+// (constants), and dz = g*gamma*invstd. The residual's gradient is g itself
+// (MaskReLU).
+func BatchNormBackwardStats[T Float](p BatchNormParams, z, gamma, runMean, runVar, y, dy, dgamma, dbeta, coef []T) {
 	mean, istd := make([]T, p.C), make([]T, p.C)
 	if p.Training {
 		BatchNormStats(p, z, mean, istd)
@@ -178,22 +195,62 @@ func BatchNormBackward[T Float](p BatchNormParams, z, gamma, runMean, runVar, y,
 			}
 			sgx := sgz * float64(is)
 			dbeta[c], dgamma[c] = T(sg), T(sgx)
-			k := gamma[c] * is
-			mg, mgx := T(sg/m), T(sgx/m)
-			for n := range p.N {
-				off := n*plane + c*p.HW
-				gr := maskedGrad(g, dy[off:off+p.HW], y, off)
-				zr, dzr := z[off:off+p.HW], dz[off:off+p.HW]
-				if p.Training {
-					for i, v := range gr {
-						xhat := (zr[i] - mu) * is
-						dzr[i] = k * (v - mg - xhat*mgx)
-					}
-				} else {
-					for i, v := range gr {
-						dzr[i] = k * v
-					}
+			cf := coef[c*BNCoefStride : (c+1)*BNCoefStride]
+			clear(cf)
+			cf[0], cf[1], cf[2], cf[3], cf[4] = mu, is, gamma[c]*is, T(sg/m), T(sgx/m)
+		}
+	})
+}
+
+// BatchNormBackwardApply writes dz from BatchNormBackwardStats' constants:
+// one more read of z and dy (and y when p.ReLU).
+func BatchNormBackwardApply[T Float](p BatchNormParams, z, y, dy, coef, dz []T) {
+	if !p.ReLU {
+		y = nil
+	}
+	parallelFor(p.N*p.C, 1, func(lo, hi int) {
+		g := make([]T, p.HW)
+		for row := lo; row < hi; row++ {
+			off := row * p.HW
+			cf := coef[(row%p.C)*BNCoefStride:]
+			mu, is, k, mg, mgx := cf[0], cf[1], cf[2], cf[3], cf[4]
+			gr := maskedGrad(g, dy[off:off+p.HW], y, off)
+			zr, dzr := z[off:off+p.HW], dz[off:off+p.HW]
+			if p.Training {
+				for i, v := range gr {
+					xhat := (zr[i] - mu) * is
+					dzr[i] = k * (v - mg - xhat*mgx)
 				}
+			} else {
+				for i, v := range gr {
+					dzr[i] = k * v
+				}
+			}
+		}
+	})
+}
+
+// MaskReLUSums sets g = dy where y > 0 and 0 elsewhere (y may be nil: no
+// mask) over [N,C,HW] tensors and, when sums is non-nil, sums[c] = the sum
+// of channel c of g, accumulated in float64: a Conv layer's gradient for
+// its two GEMMs and its bias gradient, in one pass.
+func MaskReLUSums[T Float](n, c, hw int, y, dy, g, sums []T) {
+	plane := c * hw
+	parallelFor(c, 1, func(c0, c1 int) {
+		for ch := c0; ch < c1; ch++ {
+			var s float64
+			for i := range n {
+				off := i*plane + ch*hw
+				gr, dr := g[off:off+hw], dy[off:off+hw]
+				if y == nil {
+					copy(gr, dr)
+				} else {
+					gate(gr, dr, y[off:off+hw])
+				}
+				s += sum64(gr)
+			}
+			if sums != nil {
+				sums[ch] = T(s)
 			}
 		}
 	})

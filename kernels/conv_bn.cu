@@ -15,7 +15,14 @@
 // them into dgamma, dbeta and the constants of dz; bn_backward_apply writes
 // dz in a second read. The statistics are recomputed from z rather than kept
 // from the forward pass, as on the CPU, so that each op is a pure function of
-// its inputs.
+// its inputs. That second read is also the only pass the convolution's
+// backward GEMMs get over their operand: the _tf32 variants store dz rounded
+// to TF32 (what the tensor cores read; conv_sm90a.cu's wgrad reads it from
+// shared memory as it is).
+//
+// A plain Conv layer's backward has one pass too, relu_mask_sum: g (dy
+// masked by the ReLU) for both GEMMs, rounded to TF32 in float32, and the
+// bias gradient summed from the unrounded values.
 #include "conv.cuh"
 
 namespace stheno {
@@ -46,6 +53,19 @@ template <typename T>
 __device__ __forceinline__ T masked_grad(const T* dy, const T* y, int64_t i) {
   const T g = dy[i];
   return y != nullptr && !(y[i] > T(0)) ? T(0) : g;
+}
+
+// v as the backward GEMMs' operand is stored: rounded to TF32 when kRound
+// (float32 on the tensor cores, which round their operands as they load
+// them; rounding twice gives what rounding once does), else as it is.
+template <bool kRound, typename T>
+__device__ __forceinline__ T gemm_operand(T v) {
+  if constexpr (kRound) {
+    static_assert(sizeof(T) == 4, "TF32 rounding is for float32");
+    return bits_to_float(to_tf32(v));
+  } else {
+    return v;
+  }
 }
 
 // Grid (chunks, N, C): block (k, n, c) reduces elements [k*chunk, ...) of
@@ -170,6 +190,7 @@ __device__ __forceinline__ void bn_finalize(const BNParams& p) {
       coef[2] = gamma * istd;
       coef[3] = static_cast<T>(v[0] / m);
       coef[4] = static_cast<T>(sgx / m);
+      for (int k = 5; k < kCoefStride; ++k) coef[k] = T(0);  // as the CPU twin leaves them
     }
     return;
   }
@@ -274,7 +295,8 @@ __device__ __forceinline__ T bn_dz(T g, T z, const T (&cf)[5], bool training) {
   return cf[2] * (g - cf[3] - xhat * cf[4]);
 }
 
-template <typename T>
+// dz, rounded to TF32 when kRound.
+template <typename T, bool kRound>
 __device__ __forceinline__ void bn_backward_apply(const BNParams& p) {
   const int64_t row = blockIdx.x;
   const int c = static_cast<int>(row % p.c);
@@ -287,7 +309,40 @@ __device__ __forceinline__ void bn_backward_apply(const BNParams& p) {
   T* __restrict__ out = reinterpret_cast<T*>(p.out) + off;
   const bool training = p.training != 0;
   for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < p.hw; i += gridDim.y * blockDim.x) {
-    out[i] = bn_dz(masked_grad(dy, y, i), z[i], cf, training);
+    out[i] = gemm_operand<kRound>(bn_dz(masked_grad(dy, y, i), z[i], cf, training));
+  }
+}
+
+// bn_backward_apply four elements at a time (float planes of a multiple of
+// 4 elements, 16-byte aligned), with the same arithmetic per element.
+template <bool kRound>
+__device__ __forceinline__ void bn_backward_apply_x4(const BNParams& p) {
+  const int64_t row = blockIdx.x;
+  const int c = static_cast<int>(row % p.c);
+  const float* q = reinterpret_cast<const float*>(p.coef) + static_cast<int64_t>(c) * kCoefStride;
+  const float cf[5] = {q[0], q[1], q[2], q[3], q[4]};
+  const int64_t off = row * p.hw;
+  const float4* __restrict__ z = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.z) + off);
+  const float4* __restrict__ dy = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.dy) + off);
+  const float4* __restrict__ y =
+      p.y != 0 ? reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.y) + off) : nullptr;
+  float4* __restrict__ out = reinterpret_cast<float4*>(reinterpret_cast<float*>(p.out) + off);
+  const bool training = p.training != 0;
+  const int n4 = p.hw / 4;
+  for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < n4; i += gridDim.y * blockDim.x) {
+    const float4 zv = z[i], dv = dy[i];
+    float g[4] = {dv.x, dv.y, dv.z, dv.w};
+    if (y != nullptr) {
+      const float4 yv = y[i];
+      const float ys[4] = {yv.x, yv.y, yv.z, yv.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) g[e] = !(ys[e] > 0.0f) ? 0.0f : g[e];
+    }
+    const float zs[4] = {zv.x, zv.y, zv.z, zv.w};
+    float o[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[e] = gemm_operand<kRound>(bn_dz<float>(g[e], zs[e], cf, training));
+    out[i] = make_float4(o[0], o[1], o[2], o[3]);
   }
 }
 
@@ -309,40 +364,85 @@ __device__ __forceinline__ void relu_mask(const MaskParams& p) {
   }
 }
 
-// dx = dy where y > 0, else 0 (no mask when y == 0), rounded to TF32: the
-// dy operand of conv_sm90a.cu's wgrad, whose MMAs read it from shared
-// memory as it is. With partial != 0 it also sums the unrounded values of
-// each plane (n, c) chunk by chunk, for the bias gradient: block b takes
-// chunk b % chunks of plane b / chunks and writes its sum to
+// g = dy where y > 0, else 0 (no mask when y == 0), stored rounded to TF32
+// when kRound: the dy operand of the convolution's backward GEMMs, which
+// both read it as it is (conv_sm90a.cu's wgrad from shared memory, where
+// nothing could round it). With partial != 0 it also sums the unrounded
+// values of each plane (n, c) chunk by chunk, for the bias gradient: block
+// b takes chunk b % chunks of plane b / chunks and writes its sum to
 // partial[(n*chunks + k)*C + c], so that conv_splitk_reduce over N*chunks
 // "splits" of C values adds them per channel, in a fixed order.
-struct MaskTF32Params {
+struct MaskSumParams {
   uint64_t y, dy, dx, partial;
   int32_t c, plane, chunk, chunks;
 };
-static_assert(sizeof(MaskTF32Params) == 48, "ops/conv_device.go mirrors MaskTF32Params");
+static_assert(sizeof(MaskSumParams) == 48, "ops/conv_device.go mirrors MaskSumParams");
 
-__device__ __forceinline__ void relu_mask_tf32(const MaskTF32Params& p) {
+// The block's plane row (n*C + c), its chunk k and the chunk's bounds.
+struct MaskChunk {
+  int64_t row;
+  int k, lo, hi;
+};
+
+__device__ __forceinline__ MaskChunk mask_chunk(const MaskSumParams& p) {
   const int64_t b = blockIdx.x;
-  const int64_t row = b / p.chunks;  // n*C + c
+  const int64_t row = b / p.chunks;
   const int k = static_cast<int>(b - row * p.chunks);
-  const int lo = k * p.chunk, hi = min(lo + p.chunk, p.plane);
-  const int64_t off = row * p.plane;
-  const float* __restrict__ dy = reinterpret_cast<const float*>(p.dy) + off;
-  const float* __restrict__ y = p.y != 0 ? reinterpret_cast<const float*>(p.y) + off : nullptr;
-  float* __restrict__ dx = reinterpret_cast<float*>(p.dx) + off;
-  double s[1] = {0.0};
-  for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    const float g = masked_grad(dy, y, i);
-    dx[i] = bits_to_float(to_tf32(g));
-    s[0] += static_cast<double>(g);
-  }
-  if (p.partial == 0) return;  // the same for the whole block
-  block_sum(s, reinterpret_cast<double*>(dynamic_smem()));
+  const int lo = k * p.chunk;
+  return MaskChunk{row, k, lo, min(lo + p.chunk, p.plane)};
+}
+
+template <typename T>
+__device__ __forceinline__ void mask_chunk_sum(const MaskSumParams& p, const MaskChunk& m, double s) {
+  double v[1] = {s};
+  block_sum(v, reinterpret_cast<double*>(dynamic_smem()));
   if (threadIdx.x == 0) {
-    const int64_t n = row / p.c, c = row - n * p.c;
-    reinterpret_cast<float*>(p.partial)[(n * p.chunks + k) * p.c + c] = static_cast<float>(s[0]);
+    const int64_t n = m.row / p.c, c = m.row - n * p.c;
+    reinterpret_cast<T*>(p.partial)[(n * p.chunks + m.k) * p.c + c] = static_cast<T>(v[0]);
   }
+}
+
+template <typename T, bool kRound>
+__device__ __forceinline__ void relu_mask_sum(const MaskSumParams& p) {
+  const MaskChunk m = mask_chunk(p);
+  const int64_t off = m.row * p.plane;
+  const T* __restrict__ dy = reinterpret_cast<const T*>(p.dy) + off;
+  const T* __restrict__ y = p.y != 0 ? reinterpret_cast<const T*>(p.y) + off : nullptr;
+  T* __restrict__ dx = reinterpret_cast<T*>(p.dx) + off;
+  double s = 0.0;
+  for (int i = m.lo + threadIdx.x; i < m.hi; i += blockDim.x) {
+    const T g = masked_grad(dy, y, i);
+    dx[i] = gemm_operand<kRound>(g);
+    s += static_cast<double>(g);
+  }
+  if (p.partial != 0) mask_chunk_sum<T>(p, m, s);  // the same for the whole block
+}
+
+// relu_mask_sum in float32 four elements at a time (planes of a multiple of
+// 4 elements, 16-byte aligned; chunk a multiple of 4).
+template <bool kRound>
+__device__ __forceinline__ void relu_mask_sum_x4(const MaskSumParams& p) {
+  const MaskChunk m = mask_chunk(p);
+  const int64_t off = m.row * p.plane;
+  const float4* __restrict__ dy = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.dy) + off);
+  const float4* __restrict__ y =
+      p.y != 0 ? reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.y) + off) : nullptr;
+  float4* __restrict__ dx = reinterpret_cast<float4*>(reinterpret_cast<float*>(p.dx) + off);
+  double s = 0.0;
+  for (int i = m.lo / 4 + threadIdx.x; i < m.hi / 4; i += blockDim.x) {
+    const float4 dv = dy[i];
+    float g[4] = {dv.x, dv.y, dv.z, dv.w};
+    if (y != nullptr) {
+      const float4 yv = y[i];
+      const float ys[4] = {yv.x, yv.y, yv.z, yv.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) g[e] = !(ys[e] > 0.0f) ? 0.0f : g[e];
+    }
+    dx[i] = make_float4(gemm_operand<kRound>(g[0]), gemm_operand<kRound>(g[1]), gemm_operand<kRound>(g[2]),
+                        gemm_operand<kRound>(g[3]));
+    s += (static_cast<double>(g[0]) + static_cast<double>(g[1])) + (static_cast<double>(g[2]) + static_cast<double>(g[3]));
+  }
+  if (p.partial != 0) mask_chunk_sum<float>(p, m, s);
 }
 
 }  // namespace stheno
@@ -355,9 +455,14 @@ __global__ void bn_finalize_f64(stheno::BNParams p) { stheno::bn_finalize<double
 __global__ void bn_apply_f32(stheno::BNParams p) { stheno::bn_apply<float>(p); }
 __global__ void bn_apply_f32x4(stheno::BNParams p) { stheno::bn_apply_x4(p); }
 __global__ void bn_apply_f64(stheno::BNParams p) { stheno::bn_apply<double>(p); }
-__global__ void bn_backward_apply_f32(stheno::BNParams p) { stheno::bn_backward_apply<float>(p); }
-__global__ void bn_backward_apply_f64(stheno::BNParams p) { stheno::bn_backward_apply<double>(p); }
+__global__ void bn_backward_apply_f32(stheno::BNParams p) { stheno::bn_backward_apply<float, false>(p); }
+__global__ void bn_backward_apply_f64(stheno::BNParams p) { stheno::bn_backward_apply<double, false>(p); }
+__global__ void bn_backward_apply_f32x4(stheno::BNParams p) { stheno::bn_backward_apply_x4<false>(p); }
+__global__ void bn_backward_apply_tf32_f32(stheno::BNParams p) { stheno::bn_backward_apply<float, true>(p); }
+__global__ void bn_backward_apply_tf32_f32x4(stheno::BNParams p) { stheno::bn_backward_apply_x4<true>(p); }
 __global__ void relu_mask_f32(stheno::MaskParams p) { stheno::relu_mask<float>(p); }
 __global__ void relu_mask_f64(stheno::MaskParams p) { stheno::relu_mask<double>(p); }
-__global__ void relu_mask_tf32_f32(stheno::MaskTF32Params p) { stheno::relu_mask_tf32(p); }
+__global__ void relu_mask_tf32_f32(stheno::MaskSumParams p) { stheno::relu_mask_sum<float, true>(p); }
+__global__ void relu_mask_tf32_f32x4(stheno::MaskSumParams p) { stheno::relu_mask_sum_x4<true>(p); }
+__global__ void relu_mask_sum_f64(stheno::MaskSumParams p) { stheno::relu_mask_sum<double, false>(p); }
 }

@@ -87,7 +87,11 @@ func ConvBN(x, w *G.Node, bn *BatchNorm, residual *G.Node, cfg ConvConfig) (*G.N
 		return nil, err
 	}
 	s.stats = &bnStatsLink{bn: bn}
-	z, err := G.ApplyOp(&convOp{convShape{p: p, dt: dt, stats: s.stats}}, x, w)
+	// dz reaches the convolution's backward GEMMs ready to read (rounded
+	// to TF32 on a GPU by BatchNorm's backward pass), z being this
+	// layer's alone.
+	s.gemmDz = true
+	z, err := G.ApplyOp(&convOp{convShape{p: p, dt: dt, stats: s.stats, gradReady: true}}, x, w)
 	if err != nil {
 		return nil, err
 	}
@@ -160,6 +164,11 @@ type bnShape struct {
 	bn            *BatchNorm
 	// stats brings the batch statistics from the layer's convolution (GPU).
 	stats *bnStatsLink
+	// gemmDz says that dz feeds only the layer's convolution's backward
+	// GEMMs: on a GPU in float32, bnGradApplyOp stores it rounded to TF32,
+	// the precision they read it in, so that they take no pass of their
+	// own over it.
+	gemmDz bool
 }
 
 func (s bnShape) zShape() tensor.Shape { return tensor.Shape{s.n, s.c, s.h, s.w} }
@@ -169,8 +178,8 @@ func (s bnShape) cShape() tensor.Shape { return tensor.Shape{s.c} }
 // applied to the same input are different nodes, and merging them would
 // share (and double-update) one set of running statistics.
 func (s bnShape) String() string {
-	return fmt.Sprintf("bn=%p,z=%v,%v,eps=%v,momentum=%v,residual=%t,act=%v",
-		s.bn, s.zShape(), s.dt, s.eps, s.momentum, s.residual, s.act)
+	return fmt.Sprintf("bn=%p,z=%v,%v,eps=%v,momentum=%v,residual=%t,act=%v,gemmDz=%t",
+		s.bn, s.zShape(), s.dt, s.eps, s.momentum, s.residual, s.act, s.gemmDz)
 }
 
 func (s bnShape) params(training bool) kernels.BatchNormParams {
@@ -309,14 +318,23 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	if len(inputs) != op.Arity() {
 		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(inputs))
 	}
-	packed, err := G.ApplyOp(&bnGradOp{op.bnShape}, inputs[0], inputs[1], output, grad)
+	// Two passes over z, y and dy: the reduction (dgamma, dbeta and the
+	// constants of dz), then dz, which the convolution's GEMMs read as it
+	// is. The second is the layer's only elementwise pass of the backward
+	// that writes a full tensor.
+	stats, err := G.ApplyOp(&bnGradStatsOp{op.bnShape}, inputs[0], inputs[1], output, grad)
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
 	}
-	parts, err := autograd.Unpack(packed, op.zShape(), op.cShape(), op.cShape())
+	dz, err := G.ApplyOp(&bnGradApplyOp{op.bnShape}, inputs[0], output, grad, stats)
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
 	}
+	dgb, err := autograd.UnpackAt(stats, 0, op.cShape(), op.cShape())
+	if err != nil {
+		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
+	}
+	parts := G.Nodes{dz, dgb[0], dgb[1]}
 	if !op.residual {
 		return parts, nil
 	}
@@ -331,31 +349,35 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	return append(parts, dres), nil
 }
 
-// bnGradOp is the backward op: (z, gamma, y, dy) -> [dz | dgamma | dbeta],
-// packed into one vector (carved out by autograd.Unpack). It masks dy by
-// y > 0 as it reads it when the layer ends in a ReLU, and recomputes the
-// batch statistics from z in training mode rather than keeping them from the
-// forward pass, so that the op is a pure function of its inputs.
-type bnGradOp struct{ bnShape }
+// bnGradStatsOp is the backward pass's reduction: (z, gamma, y, dy) ->
+// [dgamma | dbeta | coef], packed into one vector, where coef holds the
+// per-channel constants of dz (kernels.BNCoefStride a channel; see
+// kernels.BatchNormBackwardStats) for bnGradApplyOp. It masks dy by y > 0 as
+// it reads it when the layer ends in a ReLU, and recomputes the batch
+// statistics from z in training mode rather than keeping them from the
+// forward pass, so that the op is a pure function of its inputs. Its output
+// is small: autograd.UnpackAt carves dgamma and dbeta out of it, and
+// bnGradApplyOp reads coef where it lies.
+type bnGradStatsOp struct{ bnShape }
 
-func (op *bnGradOp) Arity() int            { return 4 }
-func (op *bnGradOp) Type() hm.Type         { return fnType(4, 1, 4, 4, 1) }
-func (op *bnGradOp) ReturnsPtr() bool      { return false }
-func (op *bnGradOp) CallsExtern() bool     { return false }
-func (op *bnGradOp) OverwritesInput() int  { return -1 }
-func (op *bnGradOp) String() string        { return "BatchNormGrad(" + op.bnShape.String() + ")" }
-func (op *bnGradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *bnGradOp) Hashcode() uint32      { return hashOf(op) }
+func (op *bnGradStatsOp) Arity() int            { return 4 }
+func (op *bnGradStatsOp) Type() hm.Type         { return fnType(4, 1, 4, 4, 1) }
+func (op *bnGradStatsOp) ReturnsPtr() bool      { return false }
+func (op *bnGradStatsOp) CallsExtern() bool     { return false }
+func (op *bnGradStatsOp) OverwritesInput() int  { return -1 }
+func (op *bnGradStatsOp) String() string        { return "BatchNormGradStats(" + op.bnShape.String() + ")" }
+func (op *bnGradStatsOp) WriteHash(h hash.Hash) { writeHash(h, op) }
+func (op *bnGradStatsOp) Hashcode() uint32      { return hashOf(op) }
 
-func (op *bnGradOp) outShape() tensor.Shape {
-	return tensor.Shape{autograd.PackedSize(op.zShape(), op.cShape(), op.cShape())}
-}
+func (op *bnGradStatsOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.statsShape(), nil }
 
-func (op *bnGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
+func (op *bnGradStatsOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
 
-func (op *bnGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+// statsShape is the shape of bnGradStatsOp's output: [dgamma | dbeta | coef].
+func (s bnShape) statsShape() tensor.Shape { return tensor.Shape{s.c * (2 + kernels.BNCoefStride)} }
 
-func (op *bnGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+func (op *bnGradStatsOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	const name = "ConvBN backward"
 	if len(in) != 4 {
 		return nil, fmt.Errorf("ops: %v: want 4 inputs, got %d", op, len(in))
 	}
@@ -367,51 +389,124 @@ func (op *bnGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, err
 	if err != nil {
 		return nil, err
 	}
-	dev, err := inputsDevice("ConvBN backward", []string{"conv output", "bn.Gamma", "y", "grad"}, in)
+	dev, err := inputsDevice(name, []string{"conv output", "bn.Gamma", "y", "grad"}, in)
 	if err != nil {
 		return nil, err
 	}
 	if dev != nil {
 		return op.doDevice(dev, prealloc, in, training, rm, rv)
 	}
-	if err := hostRunning("ConvBN backward", rm, rv); err != nil {
+	if err := hostRunning(name, rm, rv); err != nil {
 		return nil, err
 	}
-	z, err := dense("ConvBN backward", "conv output", in[0], op.dt, op.zShape())
+	z, err := dense(name, "conv output", in[0], op.dt, op.zShape())
 	if err != nil {
 		return nil, err
 	}
-	gamma, err := dense("ConvBN backward", "bn.Gamma", in[1], op.dt, op.cShape())
+	gamma, err := dense(name, "bn.Gamma", in[1], op.dt, op.cShape())
 	if err != nil {
 		return nil, err
 	}
-	y, err := dense("ConvBN backward", "y", in[2], op.dt, op.zShape())
+	y, err := dense(name, "y", in[2], op.dt, op.zShape())
 	if err != nil {
 		return nil, err
 	}
-	dy, err := dense("ConvBN backward", "grad", in[3], op.dt, op.zShape())
+	dy, err := dense(name, "grad", in[3], op.dt, op.zShape())
 	if err != nil {
 		return nil, err
 	}
-	out := output(prealloc, op.dt, op.outShape())
+	out := output(prealloc, op.dt, op.statsShape())
 	p := op.params(training)
-	nz := op.zShape().TotalSize()
+	c := op.c
 	switch op.dt {
 	case tensor.Float32:
 		o := out.Float32s()
-		kernels.BatchNormBackward(p, z.Float32s(), gamma.Float32s(), rm.Float32s(), rv.Float32s(), y.Float32s(), dy.Float32s(),
-			o[:nz], o[nz:nz+op.c], o[nz+op.c:])
+		kernels.BatchNormBackwardStats(p, z.Float32s(), gamma.Float32s(), rm.Float32s(), rv.Float32s(), y.Float32s(), dy.Float32s(),
+			o[:c], o[c:2*c], o[2*c:])
 	default:
 		o := out.Float64s()
-		kernels.BatchNormBackward(p, z.Float64s(), gamma.Float64s(), rm.Float64s(), rv.Float64s(), y.Float64s(), dy.Float64s(),
-			o[:nz], o[nz:nz+op.c], o[nz+op.c:])
+		kernels.BatchNormBackwardStats(p, z.Float64s(), gamma.Float64s(), rm.Float64s(), rv.Float64s(), y.Float64s(), dy.Float64s(),
+			o[:c], o[c:2*c], o[2*c:])
 	}
 	return out, nil
 }
 
-func (op *bnGradOp) DiffWRT(inputs int) []bool { return []bool{true, true, false, true} }
+// DiffWRT claims the differentiable inputs so that a second derivative
+// reaches SymDiff and its error, rather than gorgonia's report of a
+// non-differentiable path.
+func (op *bnGradStatsOp) DiffWRT(inputs int) []bool { return []bool{true, true, false, true} }
 
-func (op *bnGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+func (op *bnGradStatsOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return nil, errNoSecondDerivative("ConvBN")
+}
+
+// bnGradApplyOp is the backward pass's second read: (z, y, dy, stats) -> dz,
+// with bnGradStatsOp's constants (stats) and dy masked by y > 0 when the
+// layer ends in a ReLU. With gemmDz (a ConvBN layer), dz is stored rounded
+// to TF32 on a GPU in float32: it is the operand of the convolution's TF32
+// backward GEMMs, which read it as it is; elsewhere it is exact.
+type bnGradApplyOp struct{ bnShape }
+
+func (op *bnGradApplyOp) Arity() int            { return 4 }
+func (op *bnGradApplyOp) Type() hm.Type         { return fnType(4, 4, 4, 1, 4) }
+func (op *bnGradApplyOp) ReturnsPtr() bool      { return false }
+func (op *bnGradApplyOp) CallsExtern() bool     { return false }
+func (op *bnGradApplyOp) OverwritesInput() int  { return -1 }
+func (op *bnGradApplyOp) String() string        { return "BatchNormGradApply(" + op.bnShape.String() + ")" }
+func (op *bnGradApplyOp) WriteHash(h hash.Hash) { writeHash(h, op) }
+func (op *bnGradApplyOp) Hashcode() uint32      { return hashOf(op) }
+
+func (op *bnGradApplyOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.zShape(), nil }
+
+func (op *bnGradApplyOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+func (op *bnGradApplyOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	const name = "ConvBN backward"
+	if len(in) != 4 {
+		return nil, fmt.Errorf("ops: %v: want 4 inputs, got %d", op, len(in))
+	}
+	training := op.bn.Training
+	if err := op.checkTraining(training); err != nil {
+		return nil, err
+	}
+	dev, err := inputsDevice(name, []string{"conv output", "y", "grad", "statistics"}, in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in, training)
+	}
+	z, err := dense(name, "conv output", in[0], op.dt, op.zShape())
+	if err != nil {
+		return nil, err
+	}
+	y, err := dense(name, "y", in[1], op.dt, op.zShape())
+	if err != nil {
+		return nil, err
+	}
+	dy, err := dense(name, "grad", in[2], op.dt, op.zShape())
+	if err != nil {
+		return nil, err
+	}
+	stats, err := dense(name, "statistics", in[3], op.dt, op.statsShape())
+	if err != nil {
+		return nil, err
+	}
+	dz := output(prealloc, op.dt, op.zShape())
+	p := op.params(training)
+	c := op.c
+	switch op.dt {
+	case tensor.Float32:
+		kernels.BatchNormBackwardApply(p, z.Float32s(), y.Float32s(), dy.Float32s(), stats.Float32s()[2*c:], dz.Float32s())
+	default:
+		kernels.BatchNormBackwardApply(p, z.Float64s(), y.Float64s(), dy.Float64s(), stats.Float64s()[2*c:], dz.Float64s())
+	}
+	return dz, nil
+}
+
+func (op *bnGradApplyOp) DiffWRT(inputs int) []bool { return []bool{true, false, true, true} }
+
+func (op *bnGradApplyOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, errNoSecondDerivative("ConvBN")
 }
 

@@ -241,8 +241,8 @@ func launchBN(op string, dev *backend.Device, kernel string, cfg backend.LaunchC
 }
 
 // finalizeAndApply queues bn_finalize (one block per channel) and the
-// forward or backward apply kernel, with a new coef buffer.
-func (s bnShape) finalizeAndApply(op string, dev *backend.Device, args bnArgs, backward bool) error {
+// forward apply kernel, with a new coef buffer.
+func (s bnShape) finalizeAndApply(op string, dev *backend.Device, args bnArgs) error {
 	coef, err := dev.NewDense(s.dt, s.c*bnCoefStride)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
@@ -251,24 +251,44 @@ func (s bnShape) finalizeAndApply(op string, dev *backend.Device, args bnArgs, b
 	if args.Coef, err = dev.Ptr(coef); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
+	if err := s.finalize(op, dev, args); err != nil {
+		return err
+	}
+	return s.apply(op, dev, args, false)
+}
+
+// finalize queues bn_finalize, one block per channel, into args.Coef (and,
+// backward, args.DGamma and args.DBeta).
+func (s bnShape) finalize(op string, dev *backend.Device, args bnArgs) error {
 	cfg := backend.LaunchConfig{
 		Grid:      backend.Dim3{X: uint32(s.c), Y: 1, Z: 1},
 		Block:     backend.Dim3{X: bnThreads, Y: 1, Z: 1},
 		SharedMem: bnScratch,
 	}
-	if err := launchBN(op, dev, "bn_finalize_"+dtypeSuffix(s.dt), cfg, args); err != nil {
-		return err
-	}
+	return launchBN(op, dev, "bn_finalize_"+dtypeSuffix(s.dt), cfg, args)
+}
+
+// apply queues the forward or backward apply kernel over the planes, four
+// elements at a time in float32 when the planes allow (the backward one
+// rounding dz to TF32 with gemmDz).
+func (s bnShape) apply(op string, dev *backend.Device, args bnArgs, backward bool) error {
 	hw := s.h * s.w
-	kernel, units := "bn_apply_"+dtypeSuffix(s.dt), hw
+	// Planes of whole float4s: every plane starts 16-byte aligned when the
+	// tensors do (a view may not).
+	x4 := s.dt == tensor.Float32 && hw%4 == 0 && (args.Z|args.DY|args.Y|args.Residual|args.Out)%16 == 0
+	kernel := "bn_apply_"
 	if backward {
-		kernel = "bn_backward_apply_" + dtypeSuffix(s.dt)
-	} else if s.dt == tensor.Float32 && hw%4 == 0 && (args.Z|args.Residual|args.Out)%16 == 0 {
-		// Planes of whole float4s: every plane starts 16-byte aligned when
-		// the tensors do (a view may not).
-		kernel, units = "bn_apply_f32x4", hw/4
+		kernel = "bn_backward_apply_"
+		if s.gemmDz && s.dt == tensor.Float32 {
+			kernel += "tf32_"
+		}
 	}
-	cfg = backend.LaunchConfig{
+	kernel += dtypeSuffix(s.dt)
+	units := hw
+	if x4 {
+		kernel, units = kernel+"x4", hw/4
+	}
+	cfg := backend.LaunchConfig{
 		Grid:  backend.Dim3{X: uint32(s.n * s.c), Y: uint32(min(max(ceilDiv(units, bnThreads*4), 1), 65535)), Z: 1},
 		Block: backend.Dim3{X: bnThreads, Y: 1, Z: 1},
 	}
@@ -330,7 +350,7 @@ func (op *bnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, tr
 			}
 		}
 	}
-	if err := op.finalizeAndApply(name, dev, args, false); err != nil {
+	if err := op.finalizeAndApply(name, dev, args); err != nil {
 		return nil, err
 	}
 	if batch != nil {
@@ -363,7 +383,7 @@ func updateRunning[T kernels.Float](rm, rv, batch []T, momentum float64, m int) 
 	}
 }
 
-func (op *bnGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, training bool, rm, rv *tensor.Dense) (G.Value, error) {
+func (op *bnGradStatsOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, training bool, rm, rv *tensor.Dense) (G.Value, error) {
 	const name = "ConvBN backward"
 	if err := op.checkDeviceSizes(name); err != nil {
 		return nil, err
@@ -386,14 +406,14 @@ func (op *bnGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value
 	if args.DY, err = deviceArg(name, "grad", dev, in[3], op.dt, op.zShape()); err != nil {
 		return nil, err
 	}
-	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.outShape())
+	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.statsShape())
 	if err != nil {
 		return nil, err
 	}
 	elem := backend.DevicePtr(op.dt.Size())
-	args.Out = outPtr
-	args.DGamma = outPtr + backend.DevicePtr(op.zShape().TotalSize())*elem
-	args.DBeta = args.DGamma + backend.DevicePtr(op.c)*elem
+	args.DGamma = outPtr
+	args.DBeta = outPtr + backend.DevicePtr(op.c)*elem
+	args.Coef = outPtr + 2*backend.DevicePtr(op.c)*elem
 	run, err := op.deviceRunning(name, dev, rm, rv, !training)
 	if err != nil {
 		return nil, err
@@ -411,10 +431,46 @@ func (op *bnGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value
 		return nil, fmt.Errorf("ops: %s: statistics: %w", name, err)
 	}
 	args.Slots, args.Rec = int32(slots), bnRecBackward
-	if err := op.finalizeAndApply(name, dev, args, true); err != nil {
+	if err := op.finalize(name, dev, args); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+func (op *bnGradApplyOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, training bool) (G.Value, error) {
+	const name = "ConvBN backward"
+	if err := op.checkDeviceSizes(name); err != nil {
+		return nil, err
+	}
+	args := op.bnArgs(training)
+	var err error
+	if args.Z, err = deviceArg(name, "conv output", dev, in[0], op.dt, op.zShape()); err != nil {
+		return nil, err
+	}
+	y, err := deviceArg(name, "y", dev, in[1], op.dt, op.zShape())
+	if err != nil {
+		return nil, err
+	}
+	if op.act == ActReLU {
+		args.Y = y
+	}
+	if args.DY, err = deviceArg(name, "grad", dev, in[2], op.dt, op.zShape()); err != nil {
+		return nil, err
+	}
+	stats, err := deviceArg(name, "statistics", dev, in[3], op.dt, op.statsShape())
+	if err != nil {
+		return nil, err
+	}
+	args.Coef = stats + 2*backend.DevicePtr(op.c)*backend.DevicePtr(op.dt.Size())
+	dz, dzPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.zShape())
+	if err != nil {
+		return nil, err
+	}
+	args.Out = dzPtr
+	if err := op.apply(name, dev, args, true); err != nil {
+		return nil, err
+	}
+	return dz, nil
 }
 
 // hostRunning refuses running statistics on a GPU for a layer whose inputs

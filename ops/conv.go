@@ -149,6 +149,15 @@ type convShape struct {
 	// stats is set on a ConvBN layer's convolution: on the GPU, its
 	// epilogue reduces the batch statistics for the layer's BatchNorm op.
 	stats *bnStatsLink
+	// gradReady says that the gradient reaching the backward ops comes
+	// from the layer's one pass over it (convGradOp, or bnGradOp in a
+	// ConvBN layer): already masked and, on a GPU in float32, rounded to
+	// TF32, so that the wgrad takes no pass of its own over it.
+	gradReady bool
+	// gradPacked says that the gradient the backward ops take is
+	// convGradOp's packed [g | dbias]: they read g, its first
+	// N*Cout*OutH*OutW elements, where it lies.
+	gradPacked bool
 }
 
 func (s convShape) xShape() tensor.Shape { return tensor.Shape{s.p.N, s.p.Cin, s.p.H, s.p.W} }
@@ -156,14 +165,24 @@ func (s convShape) wShape() tensor.Shape { return tensor.Shape{s.p.Cout, s.p.Cin
 func (s convShape) bShape() tensor.Shape { return tensor.Shape{s.p.Cout} }
 func (s convShape) yShape() tensor.Shape { return tensor.Shape{s.p.N, s.p.Cout, s.p.OutH, s.p.OutW} }
 
+// gradShape is the shape of the gradient the backward GEMM ops take: dy,
+// or convGradOp's packed [g | dbias] (gradPacked).
+func (s convShape) gradShape() tensor.Shape {
+	if s.gradPacked {
+		return tensor.Shape{s.yShape().TotalSize() + s.p.Cout}
+	}
+	return s.yShape()
+}
+
 func (s convShape) String() string {
 	p := s.p
 	act := ActNone
 	if p.ReLU {
 		act = ActReLU
 	}
-	return fmt.Sprintf("x=%v,w=%v,%v,stride=%dx%d,pad=%dx%d,dilation=%dx%d,bias=%t,act=%v",
-		s.xShape(), s.wShape(), s.dt, p.StrideH, p.StrideW, p.PadH, p.PadW, p.DilationH, p.DilationW, s.bias, act)
+	return fmt.Sprintf("x=%v,w=%v,%v,stride=%dx%d,pad=%dx%d,dilation=%dx%d,bias=%t,act=%v,gradReady=%t,gradPacked=%t",
+		s.xShape(), s.wShape(), s.dt, p.StrideH, p.StrideW, p.PadH, p.PadW, p.DilationH, p.DilationW, s.bias, act,
+		s.gradReady, s.gradPacked)
 }
 
 // convOp is the forward op: (x, w[, bias]) -> y.
@@ -241,18 +260,30 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 	if len(inputs) != op.Arity() {
 		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(inputs))
 	}
-	// With a ReLU, mask dy once here for both gradient ops rather than in
-	// each of them: the fast GPU kernels copy dy with cp.async and cannot
-	// mask as they copy, so each op would otherwise make its own masked
-	// copy (a pass over dy and y apiece).
+	// With a ReLU, one pass over dy (convGradOp) masks it for both GEMMs,
+	// rounds it to TF32 on a GPU (the precision they read it in) and sums
+	// the bias gradient; the GEMMs then read it as it is. The fast GPU
+	// kernels copy their operands with cp.async or read them from shared
+	// memory with wgmma, and cannot mask or round as they do.
 	back := op.convShape
+	var db *G.Node
 	if back.p.ReLU {
-		masked, err := G.ApplyOp(&reluMaskOp{shape: op.yShape(), dt: op.dt}, output, grad)
+		prep := &convGradOp{op.convShape}
+		g, err := G.ApplyOp(prep, output, grad)
 		if err != nil {
 			return nil, fmt.Errorf("ops: Conv backward: %w", err)
 		}
-		grad = masked
-		back.p.ReLU = false
+		grad = g
+		if op.bias {
+			// The GEMMs read g inside the packed vector; only the bias
+			// gradient is carved out.
+			parts, err := autograd.UnpackAt(g, op.yShape().TotalSize(), op.bShape())
+			if err != nil {
+				return nil, fmt.Errorf("ops: Conv backward: %w", err)
+			}
+			db = parts[0]
+		}
+		back.p.ReLU, back.bias, back.gradReady, back.gradPacked = false, false, true, op.bias
 	}
 	dx, err := G.ApplyOp(&convDgradOp{back}, inputs[1], output, grad)
 	if err != nil {
@@ -262,8 +293,11 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 	if err != nil {
 		return nil, fmt.Errorf("ops: Conv backward: %w", err)
 	}
-	if !op.bias {
+	switch {
+	case !op.bias:
 		return G.Nodes{dx, dw}, nil
+	case db != nil:
+		return G.Nodes{dx, dw, db}, nil
 	}
 	parts, err := autograd.Unpack(dw, op.wShape(), op.bShape())
 	if err != nil {
@@ -278,7 +312,7 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 type convDgradOp struct{ convShape }
 
 func (op *convDgradOp) Arity() int            { return 3 }
-func (op *convDgradOp) Type() hm.Type         { return fnType(4, 4, 4, 4) }
+func (op *convDgradOp) Type() hm.Type         { return fnType(4, 4, op.gradShape().Dims(), 4) }
 func (op *convDgradOp) ReturnsPtr() bool      { return false }
 func (op *convDgradOp) CallsExtern() bool     { return false }
 func (op *convDgradOp) OverwritesInput() int  { return -1 }
@@ -309,16 +343,17 @@ func (op *convDgradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, 
 	if err != nil {
 		return nil, err
 	}
-	dy, err := dense("Conv backward", "grad", in[2], op.dt, op.yShape())
+	dy, err := dense("Conv backward", "grad", in[2], op.dt, op.gradShape())
 	if err != nil {
 		return nil, err
 	}
 	dx := output(prealloc, op.dt, op.xShape())
+	ny := op.yShape().TotalSize()
 	switch op.dt {
 	case tensor.Float32:
-		kernels.ConvBackwardData(op.p, w.Float32s(), y.Float32s(), dy.Float32s(), dx.Float32s())
+		kernels.ConvBackwardData(op.p, w.Float32s(), y.Float32s(), dy.Float32s()[:ny], dx.Float32s())
 	default:
-		kernels.ConvBackwardData(op.p, w.Float64s(), y.Float64s(), dy.Float64s(), dx.Float64s())
+		kernels.ConvBackwardData(op.p, w.Float64s(), y.Float64s(), dy.Float64s()[:ny], dx.Float64s())
 	}
 	return dx, nil
 }
@@ -342,9 +377,9 @@ func (op *convWgradOp) Arity() int { return 3 }
 
 func (op *convWgradOp) Type() hm.Type {
 	if op.bias {
-		return fnType(4, 4, 4, 1)
+		return fnType(4, 4, op.gradShape().Dims(), 1)
 	}
-	return fnType(4, 4, 4, 4)
+	return fnType(4, 4, op.gradShape().Dims(), 4)
 }
 
 func (op *convWgradOp) ReturnsPtr() bool      { return false }
@@ -384,12 +419,12 @@ func (op *convWgradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, 
 	if err != nil {
 		return nil, err
 	}
-	dy, err := dense("Conv backward", "grad", in[2], op.dt, op.yShape())
+	dy, err := dense("Conv backward", "grad", in[2], op.dt, op.gradShape())
 	if err != nil {
 		return nil, err
 	}
 	out := output(prealloc, op.dt, op.outShape())
-	nw := op.wShape().TotalSize()
+	nw, ny := op.wShape().TotalSize(), op.yShape().TotalSize()
 	switch op.dt {
 	case tensor.Float32:
 		o := out.Float32s()
@@ -397,14 +432,14 @@ func (op *convWgradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, 
 		if op.bias {
 			db = o[nw:]
 		}
-		kernels.ConvBackwardFilter(op.p, x.Float32s(), y.Float32s(), dy.Float32s(), o[:nw], db)
+		kernels.ConvBackwardFilter(op.p, x.Float32s(), y.Float32s(), dy.Float32s()[:ny], o[:nw], db)
 	default:
 		o := out.Float64s()
 		var db []float64
 		if op.bias {
 			db = o[nw:]
 		}
-		kernels.ConvBackwardFilter(op.p, x.Float64s(), y.Float64s(), dy.Float64s(), o[:nw], db)
+		kernels.ConvBackwardFilter(op.p, x.Float64s(), y.Float64s(), dy.Float64s()[:ny], o[:nw], db)
 	}
 	return out, nil
 }

@@ -728,7 +728,7 @@ func (op *convDgradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Va
 	if err != nil {
 		return nil, err
 	}
-	dy, err := deviceArg(name, "grad", dev, in[2], op.dt, op.yShape())
+	dy, err := deviceArg(name, "grad", dev, in[2], op.dt, op.gradShape())
 	if err != nil {
 		return nil, err
 	}
@@ -798,7 +798,7 @@ func (op *convWgradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Va
 	if err != nil {
 		return nil, err
 	}
-	dy, err := deviceArg(name, "grad", dev, in[2], op.dt, op.yShape())
+	dy, err := deviceArg(name, "grad", dev, in[2], op.dt, op.gradShape())
 	if err != nil {
 		return nil, err
 	}
@@ -852,8 +852,8 @@ func wgradSplits(tiles, kTiles, slots, outBytes int) int {
 // wgrad queues dw (and db, when db != 0) from x and dy masked by y > 0
 // when y != 0. With more than one split, the partial tiles go to scratch
 // memory and a second kernel sums them in split order. conv_sm90a.cu's
-// kernels read dy' masked and rounded to TF32 from scratch memory
-// (maskedGradTF32), which pass also sums db.
+// kernels read dy' masked and rounded to TF32: as it comes when s.gradReady,
+// else from a pass of their own (maskedGradTF32), which also sums db.
 func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backend.DevicePtr) error {
 	p := s.p
 	t := convTileFor(s.dt)
@@ -871,6 +871,9 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 		bm = choice.bm
 		slots *= convBlocksPerSM(choice, gpu.optIn)
 		switch {
+		case convWgmma(choice.name) && s.gradReady:
+			// dy came masked and rounded from the layer's one pass over
+			// it (convGradOp, bnGradOp); the bias gradient came with it.
 		case convWgmma(choice.name):
 			masked, free, err := s.maskedGradTF32(op, dev, y, dy, db)
 			if err != nil {
@@ -927,63 +930,110 @@ func (s convShape) splitKReduce(op string, dev *backend.Device, ws, out backend.
 	return nil
 }
 
-// maskTF32Args mirrors MaskTF32Params in kernels/conv_bn.cu.
-type maskTF32Args struct {
+// maskSumArgs mirrors MaskSumParams in kernels/conv_bn.cu.
+type maskSumArgs struct {
 	Y, DY, DX, Partial      backend.DevicePtr
 	C, Plane, Chunk, Chunks int32
 }
 
-var _ [48]byte = [unsafe.Sizeof(maskTF32Args{})]byte{}
+var _ [48]byte = [unsafe.Sizeof(maskSumArgs{})]byte{}
 
-// maskTF32Chunk is the elements of a plane of dy that one block of
-// relu_mask_tf32 takes.
-const maskTF32Chunk = 4096
+// maskSumChunk is the elements of a plane of dy that one block of
+// relu_mask_tf32 / relu_mask_sum takes.
+const maskSumChunk = 4096
 
 // maskedGradTF32 returns dy masked by y > 0 (y may be 0: no mask) and
 // rounded to TF32 in scratch memory (float32), for conv_sm90a.cu's wgrad,
 // and a func to free it once the launches that read it are queued; with
-// db != 0 it also queues db = the per-channel sums of the unrounded masked
-// dy (per chunk of each plane, then over the chunks in a fixed order).
+// db != 0 it also queues db, the per-channel sums of the unrounded masked
+// dy.
 func (s convShape) maskedGradTF32(op string, dev *backend.Device, y, dy, db backend.DevicePtr) (backend.DevicePtr, func(), error) {
-	p := s.p
-	plane := p.OutH * p.OutW
-	chunks := ceilDiv(plane, maskTF32Chunk)
-	n := int64(p.N) * int64(p.Cout) * int64(plane)
+	n := int64(s.p.N) * int64(s.p.Cout) * int64(s.p.OutH*s.p.OutW)
 	buf, err := dev.Alloc(4 * n)
 	if err != nil {
 		return 0, nil, fmt.Errorf("ops: %s: masked gradient: %w", op, err)
 	}
-	free := func() { dev.Free(buf) }
+	if err := s.gradOperand(op, dev, y, dy, buf, db); err != nil {
+		dev.Free(buf)
+		return 0, nil, err
+	}
+	return buf, func() { dev.Free(buf) }, nil
+}
+
+// gradOperand queues g = dy masked by y > 0 (y may be 0: no mask) into out,
+// rounded to TF32 in float32 (what the backward GEMMs read: relu_mask_tf32),
+// as it is in float64 (relu_mask_sum); with db != 0 also db = the
+// per-channel sums of the unrounded g (per chunk of each plane, then over
+// the chunks in a fixed order). One pass over dy and y.
+func (s convShape) gradOperand(op string, dev *backend.Device, y, dy, out, db backend.DevicePtr) error {
+	p := s.p
+	plane := p.OutH * p.OutW
+	chunks := ceilDiv(plane, maskSumChunk)
+	kernel := "relu_mask_sum_f64"
+	if s.dt == tensor.Float32 {
+		kernel = "relu_mask_tf32_f32"
+		if plane%4 == 0 && (y|dy|out)%16 == 0 {
+			// Planes of whole float4s: every plane starts 16-byte aligned
+			// when the tensors do (a view may not).
+			kernel = "relu_mask_tf32_f32x4"
+		}
+	}
+	k, err := dev.Kernel("conv_bn", kernel)
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
 	var partial backend.DevicePtr
 	if db != 0 {
-		if partial, err = dev.Alloc(4 * int64(p.N*chunks*p.Cout)); err != nil {
-			free()
-			return 0, nil, fmt.Errorf("ops: %s: bias gradient: %w", op, err)
+		if partial, err = dev.Alloc(int64(s.dt.Size()) * int64(p.N*chunks*p.Cout)); err != nil {
+			return fmt.Errorf("ops: %s: bias gradient: %w", op, err)
 		}
-		free = func() { dev.Free(buf); dev.Free(partial) }
-	}
-	k, err := dev.Kernel("conv_bn", "relu_mask_tf32_f32")
-	if err != nil {
-		free()
-		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
+		// Free queues nothing: the block is handed out again only to work
+		// queued after these launches.
+		defer dev.Free(partial)
 	}
 	cfg := backend.LaunchConfig{
 		Grid:      backend.Dim3{X: uint32(p.N * p.Cout * chunks), Y: 1, Z: 1},
 		Block:     backend.Dim3{X: bnThreads, Y: 1, Z: 1},
 		SharedMem: 32 * 8, // block_sum's scratch
 	}
-	margs := maskTF32Args{Y: y, DY: dy, DX: buf, Partial: partial, C: int32(p.Cout), Plane: int32(plane),
-		Chunk: maskTF32Chunk, Chunks: int32(chunks)}
+	margs := maskSumArgs{Y: y, DY: dy, DX: out, Partial: partial, C: int32(p.Cout), Plane: int32(plane),
+		Chunk: maskSumChunk, Chunks: int32(chunks)}
 	if err := backend.Launch(k, cfg, margs); err != nil {
-		free()
-		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
+		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	if db != 0 {
 		// Split-K's reduction over N*chunks "splits" of Cout sums.
-		if err := s.splitKReduce(op, dev, partial, db, int64(p.Cout), 0, 0, p.N*chunks); err != nil {
-			free()
-			return 0, nil, err
-		}
+		return s.splitKReduce(op, dev, partial, db, int64(p.Cout), 0, 0, p.N*chunks)
 	}
-	return buf, free, nil
+	return nil
+}
+
+func (op *convGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+	const name = "Conv backward"
+	if err := op.checkDeviceSizes(name); err != nil {
+		return nil, err
+	}
+	y, err := deviceArg(name, "y", dev, in[0], op.dt, op.yShape())
+	if err != nil {
+		return nil, err
+	}
+	dy, err := deviceArg(name, "grad", dev, in[1], op.dt, op.yShape())
+	if err != nil {
+		return nil, err
+	}
+	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.preparedShape())
+	if err != nil {
+		return nil, err
+	}
+	if !op.p.ReLU {
+		y = 0
+	}
+	var db backend.DevicePtr
+	if op.bias {
+		db = outPtr + backend.DevicePtr(op.yShape().TotalSize()*int(op.dt.Size()))
+	}
+	if err := op.gradOperand(name, dev, y, dy, outPtr, db); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

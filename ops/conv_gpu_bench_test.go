@@ -54,14 +54,38 @@ func convBenchLoop(b *testing.B, dev *backend.Device, flops float64, step func()
 	b.ReportMetric(flops/sec/1e12, "TFLOP/s")
 }
 
+// partOf queues dst = elements [off, off+len(dst)) of the device tensor
+// src: the copy autograd's unpack op makes of a packed gradient's part.
+func partOf(dev *backend.Device, dst, src *tensor.Dense, off int) error {
+	base, err := dev.Ptr(src)
+	if err != nil {
+		return err
+	}
+	size := int64(src.Dtype().Size())
+	return dev.Engine().Memcpy(dst, backend.Memory{Ptr: base + backend.DevicePtr(int64(off)*size), Size: int64(dst.Shape().TotalSize()) * size})
+}
+
 // BenchmarkGPUConv times, on TARGETS.md's shapes in float32 (TF32 tensor
-// cores): Conv with bias and ReLU forward (pass=fwd) and backward (dy
-// masked by the ReLU once, then dgrad and wgrad with the bias gradient, as
-// Conv's SymDiff builds it, pass=bwd); and a ConvBN layer
-// with ReLU in training, forward (convolution with the statistics in its
-// epilogue, then BatchNorm+ReLU, pass=convbn_fwd) and backward (BatchNorm
-// backward, dgrad, wgrad, pass=convbn_bwd). Backward counts the FLOPs of
-// its two GEMMs, twice the forward's.
+// cores), the ops of each graph as the layers' SymDiffs build it:
+//
+//   - pass=fwd: Conv with bias and ReLU;
+//   - pass=bwd: its backward: convGradOp (dy masked, rounded to TF32, the
+//     bias gradient summed: one pass), dgrad and wgrad reading its output
+//     where it lies, and the copy of the bias gradient out of it;
+//   - pass=convbn_fwd: a ConvBN layer with ReLU in training: the
+//     convolution with the batch statistics in its epilogue, then
+//     BatchNorm+ReLU;
+//   - pass=convbn_bwd: its backward: bnGradStatsOp (the reduction),
+//     bnGradApplyOp (dz, rounded to TF32), dgrad, wgrad, and the copies of
+//     dgamma and dbeta.
+//
+// For a side-by-side in one run, pass=bwd_twopasses and
+// pass=convbn_bwd_twopasses run the work the graphs did before the
+// backward's elementwise work went into one pass: the ReLU mask pass, then
+// the wgrad's own pass that rounds to TF32 (and sums the bias gradient);
+// for ConvBN, dz exact, copied out of the packed [dz | dgamma | dbeta]
+// vector the backward op wrote then, and rounded by the wgrad's own pass.
+// Backward counts the FLOPs of its two GEMMs, twice the forward's.
 func BenchmarkGPUConv(b *testing.B) {
 	dev := gpu(b)
 	dt := tensor.Float32
@@ -74,29 +98,40 @@ func BenchmarkGPUConv(b *testing.B) {
 		dev1 := func(lo, hi float64, shape ...int) *tensor.Dense {
 			return toDev(b, dev, randTensor(rng, dt, lo, hi, shape...))
 		}
+		var free []*tensor.Dense
+		do := func(op G.Op, in ...G.Value) *tensor.Dense {
+			v, err := op.Do(in...)
+			if err != nil {
+				b.Fatal(err)
+			}
+			free = append(free, v.(*tensor.Dense))
+			return v.(*tensor.Dense)
+		}
 		x, w, bias := dev1(-1, 1, s.xShape()...), dev1(-0.05, 0.05, s.wShape()...), dev1(-0.1, 0.1, p.Cout)
 		dy := dev1(-1, 1, s.yShape()...)
-		// Backward as Conv's SymDiff builds it: dy masked once by the
-		// ReLU, then dgrad and wgrad of the unmasked shape.
+		free = append(free, x, w, bias, dy)
+		ny := s.yShape().TotalSize()
+
+		// Conv's backward as its SymDiff builds it.
 		back := s
-		back.p.ReLU = false
-		fwd, mask, dgrad, wgrad := &convOp{s}, &reluMaskOp{shape: s.yShape(), dt: dt}, &convDgradOp{back}, &convWgradOp{back}
-		y, err := fwd.Do(x, w, bias)
-		if err != nil {
-			b.Fatal(err)
+		back.p.ReLU, back.bias, back.gradReady, back.gradPacked = false, false, true, true
+		fwd, prep, dgrad, wgrad := &convOp{s}, &convGradOp{s}, &convDgradOp{back}, &convWgradOp{back}
+		y := do(fwd, x, w, bias)
+		g := do(prep, y, dy)
+		dx, dw := do(dgrad, w, y, g), do(wgrad, x, y, g)
+		zeros := func(shape ...int) *tensor.Dense {
+			d := toDev(b, dev, fromFloat64s(dt, filled(tensor.Shape(shape).TotalSize(), 0), shape...))
+			free = append(free, d)
+			return d
 		}
-		dym, err := mask.Do(y, dy)
-		if err != nil {
-			b.Fatal(err)
-		}
-		dx, err := dgrad.Do(w, y, dym)
-		if err != nil {
-			b.Fatal(err)
-		}
-		dwb, err := wgrad.Do(x, y, dym)
-		if err != nil {
-			b.Fatal(err)
-		}
+		db := zeros(p.Cout)
+		// The structure before: mask pass, wgrad rounding in a pass of its own.
+		old := s
+		old.p.ReLU = false
+		mask, dgradOld, wgradOld := &reluMaskOp{shape: s.yShape(), dt: dt}, &convDgradOp{old}, &convWgradOp{old}
+		dym := do(mask, y, dy)
+		dwb := do(wgradOld, x, y, dym)
+
 		name := fmt.Sprintf("impl=cuda/dtype=float32/case=%s/pass=", c.name)
 		b.Run(name+"fwd", func(b *testing.B) {
 			convBenchLoop(b, dev, flops, func() error {
@@ -106,51 +141,61 @@ func BenchmarkGPUConv(b *testing.B) {
 		})
 		b.Run(name+"bwd", func(b *testing.B) {
 			convBenchLoop(b, dev, 2*flops, func() error {
+				if _, err := prep.UsePreallocDo(g, y, dy); err != nil {
+					return err
+				}
+				if _, err := dgrad.UsePreallocDo(dx, w, y, g); err != nil {
+					return err
+				}
+				if _, err := wgrad.UsePreallocDo(dw, x, y, g); err != nil {
+					return err
+				}
+				return partOf(dev, db, g, ny)
+			})
+		})
+		b.Run(name+"bwd_twopasses", func(b *testing.B) {
+			convBenchLoop(b, dev, 2*flops, func() error {
 				if _, err := mask.UsePreallocDo(dym, y, dy); err != nil {
 					return err
 				}
-				if _, err := dgrad.UsePreallocDo(dx, w, y, dym); err != nil {
+				if _, err := dgradOld.UsePreallocDo(dx, w, y, dym); err != nil {
 					return err
 				}
-				_, err := wgrad.UsePreallocDo(dwb, x, y, dym)
+				_, err := wgradOld.UsePreallocDo(dwb, x, y, dym)
 				return err
 			})
 		})
 
 		// ConvBN: a bias-free convolution linked to its BatchNorm, running
-		// statistics on the GPU (nothing waits for the host).
+		// statistics on the GPU (nothing waits for the host), as ConvBN
+		// builds them.
 		bn := &BatchNorm{
 			RunningMean: toDev(b, dev, fromFloat64s(dt, filled(p.Cout, 0), p.Cout)),
 			RunningVar:  toDev(b, dev, fromFloat64s(dt, filled(p.Cout, 1), p.Cout)),
 			Momentum:    DefaultMomentum, Eps: DefaultEps, Training: true,
 		}
 		link := &bnStatsLink{bn: bn}
-		cs := convShape{p: p, dt: dt, stats: link}
+		cs := convShape{p: p, dt: dt, stats: link, gradReady: true}
 		cs.p.ReLU = false
 		bs := bnShape{n: p.N, c: p.Cout, h: p.OutH, w: p.OutW, eps: DefaultEps, momentum: DefaultMomentum,
-			act: ActReLU, dt: dt, bn: bn, stats: link}
+			act: ActReLU, dt: dt, bn: bn, stats: link, gemmDz: true}
 		gamma, beta := dev1(0.5, 1.5, p.Cout), dev1(-0.5, 0.5, p.Cout)
-		cfwd, bfwd, bbwd := &convOp{cs}, &bnOp{bs}, &bnGradOp{bs}
+		free = append(free, gamma, beta, bn.RunningMean, bn.RunningVar)
+		cfwd, bfwd, bstats, bapply := &convOp{cs}, &bnOp{bs}, &bnGradStatsOp{bs}, &bnGradApplyOp{bs}
 		cdgrad, cwgrad := &convDgradOp{cs}, &convWgradOp{cs}
-		z, err := cfwd.Do(x, w)
-		if err != nil {
-			b.Fatal(err)
-		}
-		yb, err := bfwd.Do(z, gamma, beta)
-		if err != nil {
-			b.Fatal(err)
-		}
-		packed, err := bbwd.Do(z, gamma, yb, dy)
-		if err != nil {
-			b.Fatal(err)
-		}
-		// dgrad and wgrad read dz, the first part of packed; a tensor of
-		// dz's shape costs them the same.
-		dz := dev1(-1, 1, s.yShape()...)
-		dw, err := cwgrad.Do(x, z, dz)
-		if err != nil {
-			b.Fatal(err)
-		}
+		z := do(cfwd, x, w)
+		yb := do(bfwd, z, gamma, beta)
+		stats := do(bstats, z, gamma, yb, dy)
+		dz := do(bapply, z, yb, dy, stats)
+		dw2 := do(cwgrad, x, z, dz)
+		dgamma, dbeta := zeros(p.Cout), zeros(p.Cout)
+		// The structure before: dz exact, written into a packed vector and
+		// copied out of it, rounded by the wgrad's own pass (a copy of dz
+		// costs what the copy out of the packed vector did).
+		csOld, bsOld := cs, bs
+		csOld.gradReady, bsOld.gemmDz = false, false
+		bapplyOld, cwgradOld := &bnGradApplyOp{bsOld}, &convWgradOp{csOld}
+		dzWritten, dzOld := zeros(s.yShape()...), zeros(s.yShape()...)
 		b.Run(name+"convbn_fwd", func(b *testing.B) {
 			convBenchLoop(b, dev, flops, func() error {
 				zz, err := cfwd.UsePreallocDo(z, x, w)
@@ -166,18 +211,51 @@ func BenchmarkGPUConv(b *testing.B) {
 		})
 		b.Run(name+"convbn_bwd", func(b *testing.B) {
 			convBenchLoop(b, dev, 2*flops, func() error {
-				if _, err := bbwd.UsePreallocDo(packed, z, gamma, yb, dy); err != nil {
+				if _, err := bstats.UsePreallocDo(stats, z, gamma, yb, dy); err != nil {
+					return err
+				}
+				if _, err := bapply.UsePreallocDo(dz, z, yb, dy, stats); err != nil {
+					return err
+				}
+				if err := partOf(dev, dgamma, stats, 0); err != nil {
+					return err
+				}
+				if err := partOf(dev, dbeta, stats, p.Cout); err != nil {
 					return err
 				}
 				if _, err := cdgrad.UsePreallocDo(dx, w, z, dz); err != nil {
 					return err
 				}
-				_, err := cwgrad.UsePreallocDo(dw, x, z, dz)
+				_, err := cwgrad.UsePreallocDo(dw2, x, z, dz)
 				return err
 			})
 		})
-		for _, v := range []G.Value{x, w, bias, dy, y, dx, dwb, z, yb, packed, dz, dw, gamma, beta, bn.RunningMean, bn.RunningVar} {
-			if err := dev.FreeDense(v.(*tensor.Dense)); err != nil {
+		b.Run(name+"convbn_bwd_twopasses", func(b *testing.B) {
+			convBenchLoop(b, dev, 2*flops, func() error {
+				if _, err := bstats.UsePreallocDo(stats, z, gamma, yb, dy); err != nil {
+					return err
+				}
+				if _, err := bapplyOld.UsePreallocDo(dzWritten, z, yb, dy, stats); err != nil {
+					return err
+				}
+				if err := partOf(dev, dzOld, dzWritten, 0); err != nil {
+					return err
+				}
+				if err := partOf(dev, dgamma, stats, 0); err != nil {
+					return err
+				}
+				if err := partOf(dev, dbeta, stats, p.Cout); err != nil {
+					return err
+				}
+				if _, err := cdgrad.UsePreallocDo(dx, w, z, dzOld); err != nil {
+					return err
+				}
+				_, err := cwgradOld.UsePreallocDo(dw2, x, z, dzOld)
+				return err
+			})
+		})
+		for _, v := range free {
+			if err := dev.FreeDense(v); err != nil {
 				b.Fatal(err)
 			}
 		}

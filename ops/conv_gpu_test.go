@@ -457,8 +457,75 @@ func TestGPUConvParity(t *testing.T) {
 							segs = []segment{{n: s.wShape().TotalSize(), tol: gemm}, {tol: sums}}
 						}
 						parityBy(t, dev, &convWgradOp{s}, segs, x, y.(*tensor.Dense), dy)
+						if !variant.relu {
+							return
+						}
+						// The backward as Conv's SymDiff builds it: convGradOp's
+						// one pass, then dgrad and wgrad reading its output
+						// where it lies, as the GPU leaves it (g rounded to
+						// TF32 in float32) on both sides.
+						prep := &convGradOp{s}
+						ny := s.yShape().TotalSize()
+						segs = []segment{{n: ny, tol: tf32Tol(dt, !exact, sums)}, {tol: sums}}
+						parityBy(t, dev, prep, segs, y.(*tensor.Dense), dy)
+						g, err := prep.Do(y, dy)
+						if err != nil {
+							t.Fatal(err)
+						}
+						gp := roundedTF32(g.(*tensor.Dense), ny)
+						back := s
+						back.p.ReLU, back.bias, back.gradReady, back.gradPacked = false, false, true, variant.bias
+						parityBy(t, dev, &convDgradOp{back}, []segment{{tol: gemm}}, w, y.(*tensor.Dense), gp)
+						parityBy(t, dev, &convWgradOp{back}, []segment{{tol: gemm}}, x, y.(*tensor.Dense), gp)
 					})
 				}
+			}
+		}
+	}
+}
+
+// roundedTF32 returns a copy of d with its first n elements rounded to TF32
+// (to nearest, ties away from zero, as cvt.rna.tf32) in float32, as the
+// GPU's convGradOp and bnGradApplyOp leave them; float64 is copied as it is.
+func roundedTF32(d *tensor.Dense, n int) *tensor.Dense {
+	c := d.Clone().(*tensor.Dense)
+	if v, ok := c.Data().([]float32); ok {
+		for i := range v[:n] {
+			u := math.Float32bits(v[i])
+			if math.Abs(float64(v[i])) <= math.MaxFloat32 { // not Inf or NaN
+				u += 0x1000 // half a TF32 ulp, on the magnitude
+			}
+			v[i] = math.Float32frombits(u &^ 0x1fff)
+		}
+	}
+	return c
+}
+
+// convGradOp, the one pass of a Conv layer's backward with a ReLU, against
+// the CPU: g (rounded to TF32 on the GPU in float32, and then a TF32 value)
+// and the bias gradient, over planes of whole float4s and not, of one and of
+// two reduction chunks, with and without a bias.
+func TestGPUConvGradParity(t *testing.T) {
+	dev := gpu(t)
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		for ci, c := range []convGPUCase{
+			{"odd plane", []int{2, 3, 5, 7}, []int{5, 3, 1, 1}, ConvConfig{}},
+			{"plane of float4s", []int{3, 2, 4, 6}, []int{7, 2, 1, 1}, ConvConfig{}},
+			{"two chunks", []int{1, 2, 65, 67}, []int{3, 2, 1, 1}, ConvConfig{}},
+		} {
+			for _, bias := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%v/%s/bias=%t", dt, c.name, bias), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(uint64(ci), 13))
+					s := c.shape(t, dt, bias, true)
+					y := randTensor(rng, dt, -1, 1, s.yShape()...) // half of it masked
+					dy := randTensor(rng, dt, -1, 1, s.yShape()...)
+					ny := s.yShape().TotalSize()
+					segs := []segment{{n: ny, tol: tf32Tol(dt, true, parityTol(dt))}, {tol: parityTol(dt)}}
+					parityBy(t, dev, &convGradOp{s}, segs, y, dy)
+					if dt == tensor.Float32 {
+						expectTF32(t, dev, &convGradOp{s}, ny, y, dy)
+					}
+				})
 			}
 		}
 	}
@@ -939,7 +1006,22 @@ func TestGPUBatchNormOpsParity(t *testing.T) {
 							dy := randTensor(rng, dt, -1, 1, n, c, h, w)
 							s := shape(bnGPULayer(t, dev, rm, rv, training, onDevice))
 							cpuS := shape(bnGPULayer(t, dev, rm, rv, training, false))
-							parityOf(t, dev, &bnGradOp{cpuS}, &bnGradOp{s}, []segment{{tol: tol}}, z, gamma, want.(*tensor.Dense), dy)
+							parityOf(t, dev, &bnGradStatsOp{cpuS}, &bnGradStatsOp{s}, []segment{{tol: tol}}, z, gamma, want.(*tensor.Dense), dy)
+							// dz from the CPU's constants on both sides; with
+							// gemmDz the GPU stores it rounded to TF32 in float32.
+							stats, err := (&bnGradStatsOp{cpuS}).Do(z, gamma, want, dy)
+							if err != nil {
+								t.Fatal(err)
+							}
+							for _, gemmDz := range []bool{false, true} {
+								s, cpuS := s, cpuS
+								s.gemmDz, cpuS.gemmDz = gemmDz, gemmDz
+								parityOf(t, dev, &bnGradApplyOp{cpuS}, &bnGradApplyOp{s}, []segment{{tol: tf32Tol(dt, gemmDz, tol)}},
+									z, want.(*tensor.Dense), dy, stats.(*tensor.Dense))
+								if gemmDz && dt == tensor.Float32 {
+									expectTF32(t, dev, &bnGradApplyOp{s}, n*c*h*w, z, want.(*tensor.Dense), dy, stats.(*tensor.Dense))
+								}
+							}
 							if act == ActReLU {
 								parityBy(t, dev, &reluMaskOp{shape: s.zShape(), dt: dt}, []segment{{tol: tol}}, want.(*tensor.Dense), dy)
 							}
@@ -947,6 +1029,37 @@ func TestGPUBatchNormOpsParity(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// tf32Tol is the tolerance of a GPU output stored rounded to TF32 (rounded,
+// float32) against its exact CPU twin: TolTF32, which holds a rounding of up
+// to 2^-11 of the value (2^-10 when the GPU's and the CPU's float32 values
+// lie on either side of a rounding boundary); tol otherwise.
+func tf32Tol(dt tensor.Dtype, rounded bool, tol autograd.Tolerance) autograd.Tolerance {
+	if rounded && dt == tensor.Float32 {
+		return autograd.TolTF32
+	}
+	return tol
+}
+
+// expectTF32 runs op on device copies of inputs and checks that the first n
+// elements of its float32 output are TF32 values, whose low 13 mantissa
+// bits are zero: what the backward GEMMs read as they are.
+func expectTF32(t *testing.T, dev *backend.Device, op G.Op, n int, inputs ...*tensor.Dense) {
+	t.Helper()
+	onDev := make([]G.Value, len(inputs))
+	for i, d := range inputs {
+		onDev[i] = toDev(t, dev, d)
+	}
+	got, err := op.Do(onDev...)
+	if err != nil {
+		t.Fatalf("GPU: %v", err)
+	}
+	for i, v := range fromDev(t, dev, got)[:n] {
+		if u := math.Float32bits(float32(v)); u&0x1fff != 0 {
+			t.Fatalf("%v: element %d = %v (bits %#x) is not a TF32 value", op, i, v, u)
 		}
 	}
 }

@@ -476,8 +476,9 @@ func TestConvHashDistinguishesConfigs(t *testing.T) {
 		add(n, err, fmt.Sprintf("%+v without bias", c))
 	}
 	ops := []G.Op{}
-	for _, s := range []convShape{{bias: true, dt: tensor.Float64}, {bias: false, dt: tensor.Float64}, {bias: false, dt: tensor.Float32}} {
-		ops = append(ops, &convOp{s}, &convDgradOp{s}, &convWgradOp{s})
+	for _, s := range []convShape{{bias: true, dt: tensor.Float64}, {bias: false, dt: tensor.Float64}, {bias: false, dt: tensor.Float32},
+		{bias: false, dt: tensor.Float32, gradReady: true}, {bias: false, dt: tensor.Float32, gradReady: true, gradPacked: true}} {
+		ops = append(ops, &convOp{s}, &convDgradOp{s}, &convWgradOp{s}, &convGradOp{s})
 	}
 	hashes := map[uint32]string{}
 	for _, op := range ops {
@@ -535,6 +536,54 @@ func TestConvOpsPreallocAndShapes(t *testing.T) {
 		}
 		if err := autograd.TolForward64.Compare(toFloat64s(t, got), toFloat64s(t, want)); err != nil {
 			t.Errorf("%v into a stale buffer: %v", gop, err)
+		}
+	}
+	// The backward as SymDiff builds it: convGradOp's packed [g | dbias]
+	// (g masked by y > 0, dbias its per-channel sums), which dgrad and
+	// wgrad read in place, to the same results as from g on its own.
+	packed, err := (&convGradOp{op.convShape}).Do(yv, dy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pv, yd, dyd := packed.Data().([]float64), yv.Data().([]float64), dy.Data().([]float64)
+	if len(pv) != len(dyd)+3 {
+		t.Fatalf("convGradOp: %d elements, want %d", len(pv), len(dyd)+3)
+	}
+	gWant, dbWant := make([]float64, len(dyd)), make([]float64, 3)
+	for i := range dyd {
+		if yd[i] > 0 {
+			gWant[i] = dyd[i]
+		}
+		dbWant[i/20] += gWant[i] // 20 pixels per channel plane, one image
+	}
+	if err := autograd.TolForward64.Compare(pv[:len(dyd)], gWant); err != nil {
+		t.Errorf("convGradOp: g: %v", err)
+	}
+	if err := autograd.TolForward64.Compare(pv[len(dyd):], dbWant); err != nil {
+		t.Errorf("convGradOp: bias gradient: %v", err)
+	}
+	back := op.convShape
+	back.p.ReLU, back.bias = false, false
+	ready := back
+	ready.gradReady, ready.gradPacked = true, true
+	gt := tensor.New(tensor.WithShape(1, 3, 4, 5), tensor.WithBacking(gWant))
+	for _, c := range []struct {
+		plain, packed G.Op
+		first         *tensor.Dense
+	}{{&convDgradOp{back}, &convDgradOp{ready}, w}, {&convWgradOp{back}, &convWgradOp{ready}, x}} {
+		want, err := c.plain.Do(c.first, yv, gt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.packed.Do(c.first, yv, packed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := autograd.TolForward64.Compare(toFloat64s(t, got), toFloat64s(t, want)); err != nil {
+			t.Errorf("%v from the packed gradient: %v", c.packed, err)
+		}
+		if _, err := c.packed.Do(c.first, yv, gt); err == nil || !strings.Contains(err.Error(), "grad has shape (1, 3, 4, 5), want (63)") {
+			t.Errorf("%v given g unpacked: %v", c.packed, err)
 		}
 	}
 	wrong := randTensor(rng, tensor.Float64, -1, 1, 1, 2, 5, 4)

@@ -500,6 +500,84 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
   check("bn dz", dzr, dz, f ? kTolForward32 : kTolForward64);
   check("bn dgamma", dgr, dg, f ? kTolForward32 : kTolForward64);
   check("bn dbeta", dbr, dbt, f ? kTolForward32 : kTolForward64);
+  if constexpr (std::is_same<T, float>::value) {
+    // dz for the TF32 GEMMs is bn_backward_apply_f32's rounded to TF32, bit
+    // for bit; the float4 variants are the scalar ones, bit for bit.
+    std::vector<float> want(dz), dzt(total, NAN);
+    for (auto& v : want) v = bits_to_float(emu_to_tf32(v));
+    p.out = ptr(dzt);
+    emu::launch(bn_backward_apply_tf32_f32, dim3(n * c, 3), dim3(32), 0, p);
+    int bad = bitwise_mismatches(want, dzt);
+    printf("  %-28s %d differ %s\n", "bn dz tf32 == round(dz)", bad, bad == 0 ? "ok" : "FAIL");
+    ++checks;
+    if (bad) ++failures;
+    if (hw % 4 == 0) {
+      std::vector<float> dz4(total, NAN), dzt4(total, NAN);
+      p.out = ptr(dz4);
+      emu::launch(bn_backward_apply_f32x4, dim3(n * c, 2), dim3(32), 0, p);
+      p.out = ptr(dzt4);
+      emu::launch(bn_backward_apply_tf32_f32x4, dim3(n * c, 2), dim3(32), 0, p);
+      bad = bitwise_mismatches(dz, dz4) + bitwise_mismatches(dzt, dzt4);
+      printf("  %-28s %d differ %s\n", "bn dz x4 == f32", bad, bad == 0 ? "ok" : "FAIL");
+      ++checks;
+      if (bad) ++failures;
+    }
+    p.out = ptr(dz);
+  }
+  // finalize leaves the coefficients the CPU twin does: 5 a channel, zeros
+  // after them.
+  int nonzero = 0;
+  for (int ch = 0; ch < c; ++ch)
+    for (int k = 5; k < 8; ++k) nonzero += coef[size_t(ch) * 8 + k] != T(0);
+  printf("  %-28s %d non-zero %s\n", "bn coef padding", nonzero, nonzero == 0 ? "ok" : "FAIL");
+  ++checks;
+  if (nonzero) ++failures;
+}
+
+// relu_mask_tf32_f32 (and its float4 variant) and relu_mask_sum_f64: g = dy
+// masked by y > 0 (or not masked), rounded to TF32 in float32, bit for bit
+// against the host; the per-chunk sums of the unrounded g against double
+// sums.
+template <class T>
+void test_mask_sum(int n, int c, int plane, int chunk, bool mask) {
+  const bool f = std::is_same<T, float>::value;
+  printf("mask_sum n=%d c=%d plane=%d chunk=%d mask=%d %s\n", n, c, plane, chunk, mask, f ? "f32" : "f64");
+  const size_t total = size_t(n) * c * plane;
+  const int chunks = (plane + chunk - 1) / chunk;
+  auto y = randv<T>(total), dy = randv<T>(total);
+  y[3] = T(NAN), y[5] = T(0);  // neither passes the gradient
+  std::vector<T> want(total);
+  std::vector<double> sums(size_t(n) * chunks * c, 0);
+  for (int i = 0; i < n; ++i)
+    for (int ch = 0; ch < c; ++ch)
+      for (int q = 0; q < plane; ++q) {
+        const size_t k = (size_t(i) * c + ch) * plane + q;
+        const T g = mask && !(y[k] > T(0)) ? T(0) : dy[k];
+        sums[(size_t(i) * chunks + q / chunk) * c + ch] += double(g);
+        if constexpr (std::is_same<T, float>::value) {
+          want[k] = bits_to_float(emu_to_tf32(g));
+        } else {
+          want[k] = g;
+        }
+      }
+  using K = void (*)(stheno::MaskSumParams);
+  std::vector<std::pair<const char*, K>> kernels;
+  if constexpr (std::is_same<T, float>::value) {
+    kernels.push_back({"relu_mask_tf32_f32", relu_mask_tf32_f32});
+    if (plane % 4 == 0) kernels.push_back({"relu_mask_tf32_f32x4", relu_mask_tf32_f32x4});
+  } else {
+    kernels.push_back({"relu_mask_sum_f64", relu_mask_sum_f64});
+  }
+  for (auto [name, k] : kernels) {
+    std::vector<T> g(total, T(NAN)), part(sums.size(), T(NAN));
+    stheno::MaskSumParams mp{mask ? ptr(y) : 0, ptr(dy), ptr(g), ptr(part), c, plane, chunk, chunks};
+    emu::launch(k, dim3(n * c * chunks), dim3(64), 32 * 8, mp);
+    const int bad = bitwise_mismatches(want, g);
+    printf("  %-28s %d differ %s\n", name, bad, bad == 0 ? "ok" : "FAIL");
+    ++checks;
+    if (bad) ++failures;
+    check("  chunk sums", sums, part, f ? kTolForward32 : kTolForward64);
+  }
 }
 
 int main(int argc, char** argv) {
@@ -541,6 +619,13 @@ int main(int argc, char** argv) {
   test_bn<double>(2, 3, 37, 64, false, false, false);
   test_bn<float>(3, 2, 20, 8, true, false, false);
   test_bn<float>(2, 3, 36, 16, false, true, true);
+  test_bn<float>(2, 3, 36, 16, true, false, true);
+  test_bn<double>(2, 3, 36, 16, true, false, false);
+  test_mask_sum<float>(2, 3, 37, 16, true);
+  test_mask_sum<float>(2, 3, 36, 16, true);
+  test_mask_sum<float>(1, 2, 40, 16, false);
+  test_mask_sum<double>(2, 3, 37, 16, true);
+  test_mask_sum<double>(1, 2, 40, 64, false);
   printf("conv_emu_test%s: %d checks, %d failures: %s\n", getenv("EMU_CP_EAGER") ? " (cp.async eager)" : "", checks,
          failures, failures ? "FAIL" : "ok");
   return failures != 0;
