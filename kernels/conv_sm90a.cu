@@ -199,8 +199,9 @@ struct WeightPipe {
   }
 };
 
-// wgrad's dy' (masked, rounded to TF32: ops' relu_mask_tf32 pass, which
-// also sums the bias gradient from the unrounded values), [N][Cout][P] as
+// wgrad's dy' (masked, rounded to TF32 by the layer's one elementwise pass
+// of the backward: conv_bn.cu's relu_mask_tf32 or bn_backward_apply_tf32,
+// or by the wgrad's own relu_mask_tf32 pass otherwise), [N][Cout][P] as
 // the Cout x (N*P) matrix whose element (m, k) with k = n*P + pixel sits at
 // m*P + k + n*(Cout-1)*P (as conv.cu's APipe), into the swizzled tile as
 // WeightPipe copies the weights: 16-byte copies, so P % 4 == 0 (a chunk

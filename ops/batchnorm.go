@@ -76,7 +76,11 @@ func NewBatchNorm(g *G.ExprGraph, dt tensor.Dtype, channels int, name string) (*
 // [N,Cout,OutH,OutW]. cfg.Act applies after the residual is added.
 // Differentiable with respect to x, w, bn.Gamma, bn.Beta and residual. In
 // training mode N*OutH*OutW must exceed 1 (a variance needs two values), or
-// the run fails, as PyTorch's does.
+// the run fails, as PyTorch's does. The backward pass reads z, y and dy
+// twice: once to reduce the gradients of Gamma and Beta and the batch
+// statistics dz depends on, once to write dz (masked by the ReLU and, on a
+// GPU, in the TF32 precision of the tensor cores), which the convolution's
+// two GEMMs read as it is.
 func ConvBN(x, w *G.Node, bn *BatchNorm, residual *G.Node, cfg ConvConfig) (*G.Node, error) {
 	p, dt, err := convParams("ConvBN", x, w, cfg)
 	if err != nil {

@@ -117,8 +117,11 @@ func convParams(op string, x, w *G.Node, cfg ConvConfig) (p kernels.ConvParams, 
 // x: [N,Cin,H,W]; w: [Cout,Cin,KH,KW]; bias: [Cout] or nil. Returns
 // [N,Cout,OutH,OutW] with OutH = (H+2*Pad[0]-Dilation[0]*(KH-1)-1)/Stride[0]+1
 // (likewise OutW), exactly PyTorch's conv2d (cross-correlation, groups=1)
-// followed by the activation. Differentiable with respect to x, w and bias;
-// the backward pass reads the gradient masked by the ReLU as it goes.
+// followed by the activation. Differentiable with respect to x, w and bias.
+// The backward pass makes one elementwise pass over the gradient (with a
+// ReLU: it masks it, sums the bias gradient and, on a GPU, leaves it in the
+// TF32 precision of the tensor cores), and its two GEMMs (data and weight
+// gradients) read the result where it lies.
 func Conv(x, w, bias *G.Node, cfg ConvConfig) (*G.Node, error) {
 	p, dt, err := convParams("Conv", x, w, cfg)
 	if err != nil {
@@ -150,7 +153,7 @@ type convShape struct {
 	// epilogue reduces the batch statistics for the layer's BatchNorm op.
 	stats *bnStatsLink
 	// gradReady says that the gradient reaching the backward ops comes
-	// from the layer's one pass over it (convGradOp, or bnGradOp in a
+	// from the layer's one pass over it (convGradOp, or bnGradApplyOp in a
 	// ConvBN layer): already masked and, on a GPU in float32, rounded to
 	// TF32, so that the wgrad takes no pass of its own over it.
 	gradReady bool

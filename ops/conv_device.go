@@ -873,7 +873,7 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 		switch {
 		case convWgmma(choice.name) && s.gradReady:
 			// dy came masked and rounded from the layer's one pass over
-			// it (convGradOp, bnGradOp); the bias gradient came with it.
+			// it (convGradOp, bnGradApplyOp); the bias gradient came with it.
 		case convWgmma(choice.name):
 			masked, free, err := s.maskedGradTF32(op, dev, y, dy, db)
 			if err != nil {
