@@ -115,6 +115,9 @@ func (d *Device) ComputeCapability() (major, minor int) { return d.info.major, d
 // SMCount returns the number of streaming multiprocessors.
 func (d *Device) SMCount() int { return d.info.sms }
 
+// ClockKHz returns the SMs' peak clock in kHz, as the driver reports it.
+func (d *Device) ClockKHz() int { return d.info.clockKHz }
+
 // MaxSharedMemory returns the shared memory a block may use: by default,
 // and after Kernel.SetMaxDynamicSharedMemory (the opt-in limit).
 func (d *Device) MaxSharedMemory() (byDefault, optIn int) {

@@ -52,6 +52,7 @@ type deviceInfo struct {
 	name               string
 	major, minor       int // compute capability
 	sms                int
+	clockKHz           int // the SMs' peak clock
 	totalMem           int64
 	maxThreadsPerBlock int
 	maxSharedPerBlock  int // without opting in to more

@@ -52,7 +52,7 @@ func newFakeDriver(tb testing.TB) *fakeDriver {
 	start := uint64(uintptr(unsafe.Pointer(&region[0])))
 	return &fakeDriver{
 		inf: deviceInfo{
-			ordinal: 0, name: "fake GPU", major: 8, minor: 0, sms: 4,
+			ordinal: 0, name: "fake GPU", major: 8, minor: 0, sms: 4, clockKHz: 1410000,
 			totalMem: int64(fakeGPU.total), maxThreadsPerBlock: 1024,
 			maxSharedPerBlock: 48 << 10, maxSharedOptIn: 227 << 10,
 		},

@@ -9,14 +9,17 @@ package ops
 //
 //	STHENO_BENCH_ROIALIGN='mine:n=1,c=64,h=50,w=84,k=128,pooled=7,scale=0.25,sampling=2,img=200x336'
 //	STHENO_BENCH_MSDEFORM='mine:n=1,lq=1000,m=8,d=32,p=4,levels=64x64+32x32,encoder=0'
+//	STHENO_BENCH_CONV='mine:n=8,cin=128,h=56,w=56,cout=128,k=3,stride=1,pad=1,dilation=1'
 //	STHENO_BENCH_ONLY='box_head_P2,detr_encoder'   # run only these cases
 //	STHENO_BENCH_DUMP=dir                          # write each case's inputs for kernels/bench/anchors.py
 //
 // impl=cuda times each iteration with CUDA events and reports the median
 // (ms), the compulsory bytes over that time (GB/s: every input read once,
 // every output written once) and its share of the GPU's device-to-device
-// copy bandwidth measured in the same run (%copy). impl=cpu reports wall
-// time per op. Inputs are drawn as TARGETS.md describes.
+// copy bandwidth measured in the same run (%copy); for the convolutions
+// (conv_gpu_bench_test.go), TFLOP/s and their share of the tensor cores'
+// dense TF32 peak (%peak). impl=cpu reports wall time per op. Inputs are
+// drawn as TARGETS.md describes.
 
 import (
 	"encoding/binary"

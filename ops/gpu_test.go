@@ -30,14 +30,25 @@ var testDevice struct {
 // gpu returns the test binary's device, or skips the test visibly.
 func gpu(t testing.TB) *backend.Device {
 	t.Helper()
+	dev, err := gpuOrNil(t)
+	if dev == nil {
+		t.Skipf("no CUDA device: %v", err)
+	}
+	return dev
+}
+
+// gpuOrNil returns the test binary's device, or nil and why when there is
+// none (for a caller that skips part of its work); other errors fail t.
+func gpuOrNil(t testing.TB) (*backend.Device, error) {
+	t.Helper()
 	testDevice.once.Do(func() { testDevice.dev, testDevice.err = backend.Open(0) })
 	if testDevice.err != nil {
 		if errors.Is(testDevice.err, backend.ErrNoDevice) {
-			t.Skipf("no CUDA device: %v", testDevice.err)
+			return nil, testDevice.err
 		}
 		t.Fatalf("opening the GPU: %v", testDevice.err)
 	}
-	return testDevice.dev
+	return testDevice.dev, nil
 }
 
 func toDev(t testing.TB, dev *backend.Device, d *tensor.Dense) *tensor.Dense {

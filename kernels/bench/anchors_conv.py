@@ -13,7 +13,7 @@ runs after warm-up, one line per case and variant:
 
 Backward is torch.autograd.grad of the forward's output with respect to
 every input and parameter; its TFLOP/s count the dgrad and wgrad GEMMs, twice
-the forward's FLOPs, as BenchmarkGPUConv does. cudnn.benchmark is on, so cuDNN
+the forward's FLOPs, as BenchmarkSuiteConv does. cudnn.benchmark is on, so cuDNN
 times its algorithms on first use and keeps the fastest: the strongest anchor.
 """
 import sys
