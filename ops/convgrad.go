@@ -69,31 +69,26 @@ func (op *convGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, e
 		return nil, err
 	}
 	out := output(prealloc, op.dt, op.preparedShape())
-	p := op.p
-	ny := op.yShape().TotalSize()
 	switch op.dt {
 	case tensor.Float32:
-		o, m := out.Float32s(), y.Float32s()
-		if !p.ReLU {
-			m = nil
-		}
-		var db []float32
-		if op.bias {
-			db = o[ny:]
-		}
-		kernels.MaskReLUSums(p.N, p.Cout, p.OutH*p.OutW, m, dy.Float32s(), o[:ny], db)
+		prepareGrad(op.convShape, y.Float32s(), dy.Float32s(), out.Float32s())
 	default:
-		o, m := out.Float64s(), y.Float64s()
-		if !p.ReLU {
-			m = nil
-		}
-		var db []float64
-		if op.bias {
-			db = o[ny:]
-		}
-		kernels.MaskReLUSums(p.N, p.Cout, p.OutH*p.OutW, m, dy.Float64s(), o[:ny], db)
+		prepareGrad(op.convShape, y.Float64s(), dy.Float64s(), out.Float64s())
 	}
 	return out, nil
+}
+
+// prepareGrad is convGradOp on the CPU: out = g (exact), followed by the
+// bias gradient when the layer has a bias.
+func prepareGrad[T kernels.Float](s convShape, y, dy, out []T) {
+	if !s.p.ReLU {
+		y = nil
+	}
+	var db []T
+	if s.bias {
+		db = out[len(dy):]
+	}
+	kernels.MaskReLUSums(s.p.N, s.p.Cout, s.p.OutH*s.p.OutW, y, dy, out[:len(dy)], db)
 }
 
 // DiffWRT claims dy so that a second derivative reaches SymDiff and its
