@@ -62,7 +62,7 @@ const (
 	bnThreads     = 256
 	bnChunk       = 4096       // elements of a plane per bn_reduce block
 	bnCoefStride  = 8          // kCoefStride in conv.cuh
-	bnScratch     = 32 * 3 * 8 // shared memory of bn_reduce and bn_finalize
+	bnScratch     = 32 * 4 * 8 // shared memory of bn_reduce and bn_finalize
 )
 
 // bnStatsLink carries the batch statistics of a ConvBN layer from its

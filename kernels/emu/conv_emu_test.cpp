@@ -417,8 +417,8 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
   p.eps = eps, p.momentum = mom, p.n = n, p.c = c, p.hw = hw, p.slots = n * chunks, p.rec = 3, p.chunk = chunk;
   p.training = training, p.relu = relu;
   const bool f = std::is_same<T, float>::value;
-  if (training) emu::launch(f ? bn_reduce_f32 : bn_reduce_f64, dim3(chunks, n, c), dim3(64), 32 * 3 * 8, p);
-  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), 32 * 3 * 8, p);
+  if (training) emu::launch(f ? bn_reduce_f32 : bn_reduce_f64, dim3(chunks, n, c), dim3(64), 32 * 4 * 8, p);
+  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), 32 * 4 * 8, p);
   emu::launch(f ? bn_apply_f32 : bn_apply_f64, dim3(n * c, 2), dim3(32), 0, p);
   // reference
   std::vector<double> mean(c), var(c), yref(total);
@@ -473,8 +473,8 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
   std::fill(part.begin(), part.end(), NAN);
   p.dy = ptr(dy), p.y = relu ? ptr(ymask) : 0, p.out = ptr(dz), p.rec = 5, p.dgamma = ptr(dg), p.dbeta = ptr(dbt);
   p.run_mean = ptr(rm0), p.run_var = ptr(rv0), p.batch_stats = 0;
-  emu::launch(f ? bn_reduce_f32 : bn_reduce_f64, dim3(chunks, n, c), dim3(64), 32 * 3 * 8, p);
-  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), 32 * 3 * 8, p);
+  emu::launch(f ? bn_reduce_f32 : bn_reduce_f64, dim3(chunks, n, c), dim3(64), 32 * 4 * 8, p);
+  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), 32 * 4 * 8, p);
   emu::launch(f ? bn_backward_apply_f32 : bn_backward_apply_f64, dim3(n * c, 3), dim3(32), 0, p);
   std::vector<double> dzr(total), dgr(c), dbr(c);
   for (int ch = 0; ch < c; ++ch) {
