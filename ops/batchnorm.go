@@ -324,8 +324,9 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	}
 	// Two passes over z, y and dy: the reduction (dgamma, dbeta and the
 	// constants of dz), then dz, which the convolution's GEMMs read as it
-	// is. The second is the layer's only elementwise pass of the backward
-	// that writes a full tensor.
+	// is. The second is the only pass of the layer's backward that writes
+	// a full tensor, but for the residual's gradient of a layer with a
+	// residual and a ReLU (dy masked: a tensor of its own, for another op).
 	stats, err := G.ApplyOp(&bnGradStatsOp{op.bnShape}, inputs[0], inputs[1], output, grad)
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
