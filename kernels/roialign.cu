@@ -247,9 +247,11 @@ __device__ __forceinline__ bool sample_taps(const RoIAlignParams& p, const RoIGe
 // the rounding of the sums differs.
 
 // A bin's row (or column) list: up to two entries per sample, pixels
-// nondecreasing, equal neighbours merged.
-template <typename T>
-__device__ void axis_list(T start, int b, T bin, int grid, int size, int* idx, T* w, int* count) {
+// nondecreasing, equal neighbours merged. put(n, pixel, weight) writes
+// entry n, add(n, weight) adds to it, pixel_of(n) reads its pixel back; the
+// list's length is returned.
+template <typename T, typename Put, typename Add, typename PixelOf>
+__device__ int axis_walk(T start, int b, T bin, int grid, int size, Put put, Add add, PixelOf pixel_of) {
   int n = 0;
   for (int i = 0; i < grid; ++i) {
     T v = sample_coord(start, b, bin, i, grid);
@@ -261,16 +263,22 @@ __device__ void axis_list(T start, int b, T bin, int grid, int size, int* idx, T
     for (int e = 0; e < 2; ++e) {
       const int at = i0 + e;
       if (at >= size) break;
-      if (n > 0 && idx[n - 1] == at) {
-        w[n - 1] += wt[e];
+      if (n > 0 && pixel_of(n - 1) == at) {
+        add(n - 1, wt[e]);
       } else {
-        idx[n] = at;
-        w[n] = wt[e];
-        ++n;
+        put(n++, at, wt[e]);
       }
     }
   }
-  *count = n;
+  return n;
+}
+
+// axis_walk into separate pixel and weight arrays.
+template <typename T>
+__device__ void axis_list(T start, int b, T bin, int grid, int size, int* idx, T* w, int* count) {
+  *count = axis_walk(
+      start, b, bin, grid, size, [&](int n, int at, T wt) { idx[n] = at, w[n] = wt; },
+      [&](int n, T wt) { w[n] += wt; }, [&](int n) { return idx[n]; });
 }
 
 // The row and column lists of every bin of a RoI, in the shared memory the
@@ -532,7 +540,11 @@ __device__ void roialign(const RoIAlignParams& p, bool separable) {
   }
   // Bins per chunk: as many as fit the taps budget, at most a tile; 0 when
   // one bin alone has more samples than the budget (taps computed on the spot).
-  const int chunk = samples == 0 || separable ? kTile : min(kTile, max_taps<T>() / samples);
+  int chunk = samples == 0 || separable ? kTile : min(kTile, max_taps<T>() / samples);
+  // The separable forward splits the bins evenly over the grid's y blocks
+  // (ops may launch more of them than tiles: smaller chunks spread a big
+  // RoI's reads over more SMs).
+  if (separable && !kBackward) chunk = min(kTile, (bins + static_cast<int>(gridDim.y) - 1) / static_cast<int>(gridDim.y));
   const int step = chunk > 0 ? chunk : kTile;
   const int64_t feat0 = static_cast<int64_t>(g.batch) * p.h * p.w * p.c;
   T (*tile)[kTile + 1] = sh.tile[warp];
@@ -667,6 +679,152 @@ __device__ void roialign(const RoIAlignParams& p, bool separable) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// The separable forward with 16-byte loads (float32, C % 4 == 0): the
+// default forward with adaptive sampling. A warp takes 32 channels as 8
+// lanes x 4 consecutive channels, so one load of the warp brings 4 pixels
+// (one per group of 8 lanes), each a whole 128-byte line: a quarter of the
+// scalar separable kernel's load instructions for the same bytes, and four
+// times the bytes in flight. The groups take a bin's pixel rows in turn
+// and their sums meet through shuffles at the end of the bin.
+//
+// Its tables hold (offset, weight) pairs, the offsets already multiplied
+// out (ops checks that H*W*C fits an int32), so that a pixel costs one
+// 8-byte shared-memory broadcast, one 16-byte load and four FMAs. It is
+// its own kernel, not a branch of roialign above, so that the registers
+// of that kernel's other paths do not cost this one occupancy.
+
+struct SepEntry {
+  int off;  // elements from the RoI's image: row * W * C, or column * C
+  float w;
+};
+
+// A bin's list of entries (axis_walk), offsets pixel * stride.
+__device__ __forceinline__ int axis_entries(float start, int b, float bin, int grid, int size, int stride,
+                                            SepEntry* e) {
+  return axis_walk(
+      start, b, bin, grid, size, [&](int n, int at, float wt) { e[n] = SepEntry{at * stride, wt}; },
+      [&](int n, float wt) { e[n].w += wt; }, [&](int n) { return e[n].off / stride; });
+}
+
+// One block per (RoI, chunk of bins): the chunks split a RoI's bins evenly
+// over the grid's y blocks, at most a tile each (ops launches more blocks
+// than tiles to spread big RoIs over more SMs). Bins whose lists would not
+// fit the tables take the tap-by-tap path, a lane per channel.
+template <int kCols>
+__device__ void roialign_forward_sep4(const RoIAlignParams& p) {
+  __shared__ Block<float> sh;
+  constexpr int kTile = tile_bins<float>();
+  const int64_t roi = roi_of(p, blockIdx.x);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int bins = p.pooled_h * p.pooled_w;
+  float* out = reinterpret_cast<float*>(p.pooled) + roi * p.c * bins;
+
+  RoIGeom<float> g;
+  const int status = roi_geometry(p, reinterpret_cast<const float*>(p.rois) + roi * 5, &g);
+  if (status != kStatusOK) {
+    if (threadIdx.x == 0) atomicMax(reinterpret_cast<int*>(p.status), status);
+    for (int64_t i = threadIdx.x; i < static_cast<int64_t>(p.c) * bins; i += blockDim.x) out[i] = 0.f;
+    return;
+  }
+  // Tables: rows of bin row ph at rows + ph * rstride (nrows[ph] of them),
+  // columns alike; in the taps' shared memory when they fit.
+  const int rstride = 2 * g.grid_h, cstride = 2 * g.grid_w;
+  const int64_t need = (static_cast<int64_t>(rstride) * p.pooled_h + static_cast<int64_t>(cstride) * p.pooled_w) *
+                           static_cast<int64_t>(sizeof(SepEntry)) +
+                       4 * (p.pooled_h + p.pooled_w);
+  const bool separable = need <= static_cast<int64_t>(sizeof(sh.taps));
+  SepEntry* rows = reinterpret_cast<SepEntry*>(sh.taps);
+  SepEntry* cols = rows + rstride * p.pooled_h;
+  int* nrows = reinterpret_cast<int*>(cols + cstride * p.pooled_w);
+  int* ncols = nrows + p.pooled_h;
+  if (separable) {
+    for (int i = threadIdx.x; i < p.pooled_h + p.pooled_w; i += blockDim.x) {
+      if (i < p.pooled_h) {
+        nrows[i] = axis_entries(g.start_y, i, g.bin_h, g.grid_h, p.h, p.w * p.c, rows + i * rstride);
+      } else {
+        const int b = i - p.pooled_h;
+        ncols[b] = axis_entries(g.start_x, b, g.bin_w, g.grid_w, p.w, p.c, cols + b * cstride);
+      }
+    }
+    __syncthreads();
+  }
+  const float* feat = reinterpret_cast<const float*>(p.feat) + static_cast<int64_t>(g.batch) * p.h * p.w * p.c;
+  const int chunk = min(kTile, (bins + static_cast<int>(gridDim.y) - 1) / static_cast<int>(gridDim.y));
+  float (*tile)[kTile + 1] = sh.tile[warp];
+  const int q = lane % 8, row_slot = lane / 8;
+  for (int b0 = blockIdx.y * chunk; b0 < bins; b0 += gridDim.y * chunk) {
+    const int nb = min(chunk, bins - b0);
+    for (int c0 = warp * 32; c0 < p.c; c0 += kWarps * 32) {
+      const int nc = min(32, p.c - c0);
+      // Every lane takes part in the shuffles: past C, a lane reads the
+      // last 4 channels (in bounds) and stores nothing.
+      const int cq = c0 + 4 * q;
+      const float* base = feat + min(cq, p.c - 4);
+      for (int j = 0; j < nb; ++j) {
+        const int bin = b0 + j, ph = bin / p.pooled_w, pw = bin % p.pooled_w;
+        if (!separable) {
+          float sum = 0.f;
+          if (c0 + lane < p.c) {
+            const float* m = feat + c0 + lane;
+            for (int s = 0; s < g.grid_h * g.grid_w; ++s) {
+              const SharedTap<float> t = tap_of<float>(p, g, nullptr, ph, pw, s);
+              sum += t.w[0] * __ldg(m + t.off[0] * p.c) + t.w[1] * __ldg(m + t.off[1] * p.c) +
+                     t.w[2] * __ldg(m + t.off[2] * p.c) + t.w[3] * __ldg(m + t.off[3] * p.c);
+            }
+          }
+          tile[lane][j] = sum / g.count;
+          continue;
+        }
+        const SepEntry* re = rows + ph * rstride;
+        const SepEntry* ce = cols + pw * cstride;
+        const int nr = nrows[ph], ncl = ncols[pw];
+        float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int a = row_slot; a < nr; a += 4) {
+          const SepEntry r = re[a];
+          const float* row = base + r.off;
+          float4 rs = make_float4(0.f, 0.f, 0.f, 0.f);
+          int b = 0;
+          for (; b + kCols <= ncl; b += kCols) {
+            SepEntry e[kCols];
+            float4 v[kCols];
+#pragma unroll
+            for (int u = 0; u < kCols; ++u) e[u] = ce[b + u];
+#pragma unroll
+            for (int u = 0; u < kCols; ++u) v[u] = __ldg(reinterpret_cast<const float4*>(row + e[u].off));
+#pragma unroll
+            for (int u = 0; u < kCols; ++u) {
+              rs.x += e[u].w * v[u].x, rs.y += e[u].w * v[u].y, rs.z += e[u].w * v[u].z, rs.w += e[u].w * v[u].w;
+            }
+          }
+          for (; b < ncl; ++b) {
+            const SepEntry e = ce[b];
+            const float4 v = __ldg(reinterpret_cast<const float4*>(row + e.off));
+            rs.x += e.w * v.x, rs.y += e.w * v.y, rs.z += e.w * v.z, rs.w += e.w * v.w;
+          }
+          sum.x += r.w * rs.x, sum.y += r.w * rs.y, sum.z += r.w * rs.z, sum.w += r.w * rs.w;
+        }
+#pragma unroll
+        for (int off = 8; off < 32; off *= 2) {
+          sum.x += __shfl_xor_sync(0xffffffffu, sum.x, off);
+          sum.y += __shfl_xor_sync(0xffffffffu, sum.y, off);
+          sum.z += __shfl_xor_sync(0xffffffffu, sum.z, off);
+          sum.w += __shfl_xor_sync(0xffffffffu, sum.w, off);
+        }
+        if (lane < 8 && cq < p.c) {
+          tile[4 * q][j] = sum.x / g.count;
+          tile[4 * q + 1][j] = sum.y / g.count;
+          tile[4 * q + 2][j] = sum.z / g.count;
+          tile[4 * q + 3][j] = sum.w / g.count;
+        }
+      }
+      __syncwarp();
+      for (int i = lane; i < nc * nb; i += 32) out[static_cast<int64_t>(c0 + i / nb) * bins + b0 + i % nb] = tile[i / nb][i % nb];
+      __syncwarp();  // the tile is reused by the next channel group
+    }
+  }
+}
+
 // Forward straight from NCHW, without the transpose (a variant measured
 // against the channels-last kernel above; ops picks one).
 //
@@ -773,6 +931,20 @@ STHENO_ROIALIGN(roialign_forward_sep_f32, float, false, true)
 STHENO_ROIALIGN(roialign_forward_sep_f64, double, false, true)
 STHENO_ROIALIGN(roialign_backward_sep_f32, float, true, true)
 STHENO_ROIALIGN(roialign_backward_sep_f64, double, true, true)
+// Separable with 16-byte loads (float32, C % 4 == 0): 4 or 8 columns in
+// flight a lane; _b4: registers capped for 4 blocks per SM.
+__global__ void __launch_bounds__(256) roialign_forward_sep4_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_sep4<4>(p);
+}
+__global__ void __launch_bounds__(256, 4) roialign_forward_sep4_b4_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_sep4<4>(p);
+}
+__global__ void __launch_bounds__(256) roialign_forward_sep4_c8_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_sep4<8>(p);
+}
+__global__ void __launch_bounds__(256, 4) roialign_forward_sep4_c8_b4_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_sep4<8>(p);
+}
 __global__ void __launch_bounds__(256) roialign_forward_nchw4_f32(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<float, 4>(p);
 }

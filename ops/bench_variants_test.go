@@ -74,9 +74,15 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 				kvs := roiAlignVariants(backward, dt)
 				if backward {
 					kvs = append(kvs, roiAlignKernel{name: roiAlignQuadBackward}, roiAlignKernel{name: roiAlignSepQuadBackward})
+				} else {
+					kvs = append(kvs, roiAlignQuadForwards...)
 				}
 				for _, kv := range kvs {
-					b.Run("impl=cuda/case="+c.name+"/pass="+pass+"/order="+order+"/kernel="+kv.name, func(b *testing.B) {
+					name := kv.name
+					if kv.chunk > 0 {
+						name += fmt.Sprintf("_chunk%d", kv.chunk)
+					}
+					b.Run("impl=cuda/case="+c.name+"/pass="+pass+"/order="+order+"/kernel="+name, func(b *testing.B) {
 						if roiAlignModule(kv.name) != "roialign" {
 							if why := roiAlignQuadSkip(gpu(b), s); why != "" {
 								b.Skip(why)

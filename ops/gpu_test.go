@@ -184,6 +184,14 @@ func TestGPURoIAlignParity(t *testing.T) {
 						withRoIAlignKernel(true, kv, func() { parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy) })
 					})
 				}
+				for _, kv := range roiAlignQuadForwards {
+					t.Run(kv.name, func(t *testing.T) {
+						if dt != tensor.Float32 || c.c%4 != 0 {
+							t.Skip("float32 with C % 4 == 0 only")
+						}
+						withRoIAlignKernel(false, kv, func() { parity(t, dev, &roiAlignOp{s}, dt, x, rois) })
+					})
+				}
 				for _, name := range []string{roiAlignQuadBackward, roiAlignSepQuadBackward} {
 					t.Run(name, func(t *testing.T) {
 						if why := roiAlignQuadSkip(dev, s); why != "" {
@@ -227,6 +235,18 @@ func roiAlignVariants(backward bool, dt tensor.Dtype) []roiAlignKernel {
 		vs = append(vs, roiAlignKernel{name: "roialign_forward_nchw4_b4_f32", cpt: 4})
 	}
 	return vs
+}
+
+// roiAlignQuadForwards are the separable forwards with 16-byte loads
+// (float32, C % 4 == 0; roialign_forward_sep4 in roialign.cu): 4 or 8
+// columns in flight, registers capped (_b4) or not, the bins in chunks of a
+// tile (7x7 bins: 2 blocks a RoI), 16 (4 blocks) or 8 (7 blocks); and the
+// scalar separable forward in chunks of 8.
+var roiAlignQuadForwards = []roiAlignKernel{
+	{name: "roialign_forward_sep4_f32"}, {name: "roialign_forward_sep4_f32", chunk: 16},
+	{name: "roialign_forward_sep4_f32", chunk: 8}, {name: "roialign_forward_sep4_b4_f32", chunk: 8},
+	{name: "roialign_forward_sep4_b4_f32", chunk: 16}, {name: "roialign_forward_sep4_c8_f32", chunk: 8},
+	{name: "roialign_forward_sep4_c8_b4_f32", chunk: 8}, {name: "roialign_forward_sep_f32", chunk: 8},
 }
 
 // withRoIAlignKernel runs f with kv as the kernel for its direction.

@@ -72,10 +72,12 @@ var roiAlignKernelOverride func(backward bool, dt tensor.Dtype) roiAlignKernel
 // roiAlignKernel is a forward or backward kernel of roialign.cu. A kernel
 // with channels-last input needs the transpose first and takes the RoIs in
 // spatial order; one with cpt channels per thread (cpt > 0) reads NCHW x
-// directly, a grid of (K, channel blocks).
+// directly, a grid of (K, channel blocks). A separable forward runs
+// blocks of chunk bins of a RoI (0: a tile's worth, roiAlignTileBins).
 type roiAlignKernel struct {
-	name string
-	cpt  int
+	name  string
+	cpt   int
+	chunk int
 }
 
 // nchw reports whether the kernel reads NCHW x directly.
@@ -209,6 +211,8 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 	}
 	if backward {
 		cfg.Grid.Z = uint32(s.slices())
+	} else if kv.chunk > 0 {
+		cfg.Grid.Y = uint32(ceilDiv(p.PooledH*p.PooledW, kv.chunk))
 	}
 	if kv.cpt > 0 {
 		// NCHW: blocks of whole groups of bins (phases of them, up to

@@ -1,6 +1,7 @@
 // Emulated runs (see emu.h) of the kernels of kernels/roialign.cu, float32
 // and float64, launched as ops launches them:
-// - every forward (tap by tap channels-last, separable, NCHW with 4 and 8
+// - every forward (tap by tap channels-last, separable with scalar or, for
+//   float32 with C % 4 == 0, 16-byte loads (sep4), NCHW with 4 and 8
 //   channels per thread) against a double reference of torchvision's
 //   roi_align, and every variant against the tap-by-tap kernel;
 // - both backwards (and, float32 with C % 4 == 0, roialign_sm90a.cu's
@@ -20,6 +21,7 @@
 #include "../roialign_sm90a.cu"
 // clang-format on
 #include <random>
+#include <string>
 #include <tuple>
 
 static std::mt19937_64 rng(11);
@@ -194,6 +196,26 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
   check("forward sep vs taps", taps, sep, parity);
   check("forward nchw4 vs taps", taps, n4, parity);
   check("forward nchw8 vs taps", taps, n8, parity);
+  if constexpr (sizeof(T) == 4) {
+    if (c % 4 == 0) {
+      // roialign_forward_sep4: float4 loads, a bin's rows shared by the
+      // warp's 4 lane groups; 4 and 8 columns in flight; the bins in as
+      // many chunks as tiles, in 3 chunks, and one bin a block.
+      const std::pair<std::string, K> quads[] = {{"forward sep4", roialign_forward_sep4_f32},
+                                                 {"forward sep4 c8", roialign_forward_sep4_c8_f32}};
+      for (const auto& [name, kern] : quads) {
+        for (unsigned gy : {cl_grid.y, 3u, unsigned(bins)}) {
+          std::vector<T> q(outn, T(NAN));
+          p.feat = (uint64_t)xt.data();
+          p.pooled = (uint64_t)q.data();
+          emu::launch(kern, dim3(k, gy), cl_block, 0, p);
+          const std::string what = name + ", " + std::to_string(gy) + " chunks";
+          check_ref((what + " vs reference").c_str(), ref, q);
+          check((what + " vs sep").c_str(), sep, q, parity);
+        }
+      }
+    }
+  }
 
   std::vector<T> g1(x.size(), T(0)), g2(x.size(), T(0));
   p.pooled = (uint64_t)gy.data();
@@ -293,6 +315,7 @@ void cases() {
   run_case<T>("sampling 2, 7x7, C 72, small bins", 2, 72, 20, 24, 16, 7, 7, 0.25, 2, true, 96);
   run_case<T>("sampling 2, 14x14, C 8", 1, 8, 30, 30, 9, 14, 14, 0.5, 2, false, 60);
   run_case<T>("adaptive, 7x7, C 8", 2, 8, 17, 13, 10, 7, 7, 0.5, 0, true, 34);
+  run_case<T>("adaptive, 7x7, C 8, legacy, a bad RoI", 2, 8, 17, 13, 10, 7, 7, 0.5, 0, false, 34, true);
   // 4x9 bins: the second chunk of 32 starts at an odd column (a bin pair
   // split across chunks).
   run_case<T>("sampling 2, 4x9, C 12, small bins", 1, 12, 16, 20, 9, 4, 9, 0.25, 2, true, 80);
