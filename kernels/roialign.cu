@@ -707,9 +707,9 @@ __device__ __forceinline__ int axis_entries(float start, int b, float bin, int g
       [&](int n, float wt) { e[n].w += wt; }, [&](int n) { return e[n].off / stride; });
 }
 
-// One block per (RoI, chunk of bins): the chunks split a RoI's bins evenly
-// over the grid's y blocks, at most a tile each (ops launches more blocks
-// than tiles to spread big RoIs over more SMs). Bins whose lists would not
+// One block per (RoI, chunk of bins, channel slice): the chunks split a
+// RoI's bins evenly over the grid's y blocks, at most a tile each (ops may
+// launch more blocks than tiles to spread big RoIs over more SMs). Bins whose lists would not
 // fit the tables take the tap-by-tap path, a lane per channel.
 template <int kCols>
 __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
@@ -753,19 +753,33 @@ __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
   const int chunk = min(kTile, (bins + static_cast<int>(gridDim.y) - 1) / static_cast<int>(gridDim.y));
   float (*tile)[kTile + 1] = sh.tile[warp];
   const int q = lane % 8, row_slot = lane / 8;
+  // Channel slices: block z takes channels [c_begin, c_end), a multiple of
+  // 32 wide. z is the slowest grid index, so the blocks running together
+  // read one slice of the channels-last input, which L2 can hold where the
+  // whole input would not. A warp takes groups of 32 channels; when a slice
+  // has fewer groups than warps, the warps of a group split each chunk's
+  // bins into runs.
+  const int slice = (p.c + 32 * static_cast<int>(gridDim.z) - 1) / (32 * static_cast<int>(gridDim.z)) * 32;
+  const int c_begin = static_cast<int>(blockIdx.z) * slice, c_end = min(p.c, c_begin + slice);
+  const int groups = (c_end - c_begin + 31) / 32;
+  const int warps_per_group = groups > 0 && groups < kWarps ? kWarps / groups : 1;
+  const int group = warp / warps_per_group, group_stride = warps_per_group > 1 ? groups : kWarps;
+  const int run = warp % warps_per_group;
   for (int b0 = blockIdx.y * chunk; b0 < bins; b0 += gridDim.y * chunk) {
     const int nb = min(chunk, bins - b0);
-    for (int c0 = warp * 32; c0 < p.c; c0 += kWarps * 32) {
-      const int nc = min(32, p.c - c0);
+    // This warp's run of the chunk's bins: [j_begin, j_end).
+    const int j_begin = nb * run / warps_per_group, j_end = nb * (run + 1) / warps_per_group;
+    for (int c0 = c_begin + group * 32; c0 < c_end; c0 += group_stride * 32) {
+      const int nc = min(32, c_end - c0);
       // Every lane takes part in the shuffles: past C, a lane reads the
       // last 4 channels (in bounds) and stores nothing.
       const int cq = c0 + 4 * q;
       const float* base = feat + min(cq, p.c - 4);
-      for (int j = 0; j < nb; ++j) {
+      for (int j = j_begin; j < j_end; ++j) {
         const int bin = b0 + j, ph = bin / p.pooled_w, pw = bin % p.pooled_w;
         if (!separable) {
           float sum = 0.f;
-          if (c0 + lane < p.c) {
+          if (c0 + lane < c_end) {
             const float* m = feat + c0 + lane;
             for (int s = 0; s < g.grid_h * g.grid_w; ++s) {
               const SharedTap<float> t = tap_of<float>(p, g, nullptr, ph, pw, s);
@@ -811,7 +825,7 @@ __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
           sum.z += __shfl_xor_sync(0xffffffffu, sum.z, off);
           sum.w += __shfl_xor_sync(0xffffffffu, sum.w, off);
         }
-        if (lane < 8 && cq < p.c) {
+        if (lane < 8 && cq < c_end) {
           tile[4 * q][j] = sum.x / g.count;
           tile[4 * q + 1][j] = sum.y / g.count;
           tile[4 * q + 2][j] = sum.z / g.count;
@@ -819,7 +833,11 @@ __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
         }
       }
       __syncwarp();
-      for (int i = lane; i < nc * nb; i += 32) out[static_cast<int64_t>(c0 + i / nb) * bins + b0 + i % nb] = tile[i / nb][i % nb];
+      const int nj = j_end - j_begin;
+      for (int i = lane; i < nc * nj; i += 32) {
+        const int j = j_begin + i % nj;
+        out[static_cast<int64_t>(c0 + i / nj) * bins + b0 + j] = tile[i / nj][j];
+      }
       __syncwarp();  // the tile is reused by the next channel group
     }
   }
@@ -931,19 +949,14 @@ STHENO_ROIALIGN(roialign_forward_sep_f32, float, false, true)
 STHENO_ROIALIGN(roialign_forward_sep_f64, double, false, true)
 STHENO_ROIALIGN(roialign_backward_sep_f32, float, true, true)
 STHENO_ROIALIGN(roialign_backward_sep_f64, double, true, true)
-// Separable with 16-byte loads (float32, C % 4 == 0): 4 or 8 columns in
-// flight a lane; _b4: registers capped for 4 blocks per SM.
+// Separable with 16-byte loads (float32, C % 4 == 0); _b4: registers
+// capped for 4 blocks per SM. 8 columns in flight instead of 4 was slower
+// (H200, box_head_P2_adaptive: 0.970 vs 0.932 ms; capped 1.10).
 __global__ void __launch_bounds__(256) roialign_forward_sep4_f32(stheno::RoIAlignParams p) {
   stheno::roialign_forward_sep4<4>(p);
 }
 __global__ void __launch_bounds__(256, 4) roialign_forward_sep4_b4_f32(stheno::RoIAlignParams p) {
   stheno::roialign_forward_sep4<4>(p);
-}
-__global__ void __launch_bounds__(256) roialign_forward_sep4_c8_f32(stheno::RoIAlignParams p) {
-  stheno::roialign_forward_sep4<8>(p);
-}
-__global__ void __launch_bounds__(256, 4) roialign_forward_sep4_c8_b4_f32(stheno::RoIAlignParams p) {
-  stheno::roialign_forward_sep4<8>(p);
 }
 __global__ void __launch_bounds__(256) roialign_forward_nchw4_f32(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<float, 4>(p);

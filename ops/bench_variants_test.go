@@ -78,11 +78,7 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 					kvs = append(kvs, roiAlignQuadForwards...)
 				}
 				for _, kv := range kvs {
-					name := kv.name
-					if kv.chunk > 0 {
-						name += fmt.Sprintf("_chunk%d", kv.chunk)
-					}
-					b.Run("impl=cuda/case="+c.name+"/pass="+pass+"/order="+order+"/kernel="+name, func(b *testing.B) {
+					b.Run("impl=cuda/case="+c.name+"/pass="+pass+"/order="+order+"/kernel="+kv.String(), func(b *testing.B) {
 						if roiAlignModule(kv.name) != "roialign" {
 							if why := roiAlignQuadSkip(gpu(b), s); why != "" {
 								b.Skip(why)

@@ -185,7 +185,7 @@ func TestGPURoIAlignParity(t *testing.T) {
 					})
 				}
 				for _, kv := range roiAlignQuadForwards {
-					t.Run(kv.name, func(t *testing.T) {
+					t.Run(kv.String(), func(t *testing.T) {
 						if dt != tensor.Float32 || c.c%4 != 0 {
 							t.Skip("float32 with C % 4 == 0 only")
 						}
@@ -237,17 +237,20 @@ func roiAlignVariants(backward bool, dt tensor.Dtype) []roiAlignKernel {
 	return vs
 }
 
-// roiAlignQuadForwards are the separable forwards with 16-byte loads
-// (float32, C % 4 == 0; roialign_forward_sep4 in roialign.cu): 4 or 8
-// columns in flight, registers capped (_b4) or not, the bins in chunks of a
-// tile (7x7 bins: 2 blocks a RoI), 16 (4 blocks) or 8 (7 blocks); and the
-// scalar separable forward in chunks of 8.
-var roiAlignQuadForwards = []roiAlignKernel{
-	{name: "roialign_forward_sep4_f32"}, {name: "roialign_forward_sep4_f32", chunk: 16},
-	{name: "roialign_forward_sep4_f32", chunk: 8}, {name: "roialign_forward_sep4_b4_f32", chunk: 8},
-	{name: "roialign_forward_sep4_b4_f32", chunk: 16}, {name: "roialign_forward_sep4_c8_f32", chunk: 8},
-	{name: "roialign_forward_sep4_c8_b4_f32", chunk: 8}, {name: "roialign_forward_sep_f32", chunk: 8},
-}
+// roiAlignQuadForwards are variants of the separable forward with 16-byte
+// loads (float32, C % 4 == 0; roialign_forward_sep4 in roialign.cu):
+// registers capped (_b4) or not, the bins in chunks of a tile (7x7 bins:
+// 2 blocks a RoI) or of 16 (4 blocks), the channels in 1, 2, 4 or 8
+// slices.
+var roiAlignQuadForwards = func() []roiAlignKernel {
+	var vs []roiAlignKernel
+	for _, slices := range []int{0, 2, 4, 8} {
+		vs = append(vs, roiAlignKernel{name: "roialign_forward_sep4_f32", slices: slices},
+			roiAlignKernel{name: "roialign_forward_sep4_f32", chunk: 16, slices: slices},
+			roiAlignKernel{name: "roialign_forward_sep4_b4_f32", chunk: 16, slices: slices})
+	}
+	return vs
+}()
 
 // withRoIAlignKernel runs f with kv as the kernel for its direction.
 func withRoIAlignKernel(backward bool, kv roiAlignKernel, f func()) {

@@ -72,12 +72,27 @@ var roiAlignKernelOverride func(backward bool, dt tensor.Dtype) roiAlignKernel
 // roiAlignKernel is a forward or backward kernel of roialign.cu. A kernel
 // with channels-last input needs the transpose first and takes the RoIs in
 // spatial order; one with cpt channels per thread (cpt > 0) reads NCHW x
-// directly, a grid of (K, channel blocks). A separable forward runs
-// blocks of chunk bins of a RoI (0: a tile's worth, roiAlignTileBins).
+// directly, a grid of (K, channel blocks). roialign_forward_sep4 runs
+// blocks of chunk bins of a RoI (0: a tile's worth, roiAlignTileBins) and
+// of one of its slices of the channels (0: one).
 type roiAlignKernel struct {
-	name  string
-	cpt   int
-	chunk int
+	name   string
+	cpt    int
+	chunk  int
+	slices int
+}
+
+// String names the kernel and its launch shape, as benchmarks and tests
+// name their runs: name[_chunk<chunk>][_slices<slices>].
+func (kv roiAlignKernel) String() string {
+	s := kv.name
+	if kv.chunk > 0 {
+		s += fmt.Sprintf("_chunk%d", kv.chunk)
+	}
+	if kv.slices > 0 {
+		s += fmt.Sprintf("_slices%d", kv.slices)
+	}
+	return s
 }
 
 // nchw reports whether the kernel reads NCHW x directly.
@@ -211,8 +226,13 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 	}
 	if backward {
 		cfg.Grid.Z = uint32(s.slices())
-	} else if kv.chunk > 0 {
-		cfg.Grid.Y = uint32(ceilDiv(p.PooledH*p.PooledW, kv.chunk))
+	} else {
+		if kv.chunk > 0 {
+			cfg.Grid.Y = uint32(ceilDiv(p.PooledH*p.PooledW, kv.chunk))
+		}
+		if kv.slices > 0 {
+			cfg.Grid.Z = uint32(kv.slices)
+		}
 	}
 	if kv.cpt > 0 {
 		// NCHW: blocks of whole groups of bins (phases of them, up to

@@ -199,17 +199,18 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
   if constexpr (sizeof(T) == 4) {
     if (c % 4 == 0) {
       // roialign_forward_sep4: float4 loads, a bin's rows shared by the
-      // warp's 4 lane groups; 4 and 8 columns in flight; the bins in as
-      // many chunks as tiles, in 3 chunks, and one bin a block.
+      // warp's 4 lane groups; the bins in as
+      // many chunks as tiles, in 3 chunks, and one bin a block; the
+      // channels in 1, 2 or 3 slices (warps splitting a chunk's bins).
       const std::pair<std::string, K> quads[] = {{"forward sep4", roialign_forward_sep4_f32},
-                                                 {"forward sep4 c8", roialign_forward_sep4_c8_f32}};
+                                                 {"forward sep4 b4", roialign_forward_sep4_b4_f32}};
       for (const auto& [name, kern] : quads) {
-        for (unsigned gy : {cl_grid.y, 3u, unsigned(bins)}) {
+        for (auto [gy, gz] : {std::pair{cl_grid.y, 1u}, {3u, 1u}, {unsigned(bins), 1u}, {3u, 2u}, {cl_grid.y, 3u}}) {
           std::vector<T> q(outn, T(NAN));
           p.feat = (uint64_t)xt.data();
           p.pooled = (uint64_t)q.data();
-          emu::launch(kern, dim3(k, gy), cl_block, 0, p);
-          const std::string what = name + ", " + std::to_string(gy) + " chunks";
+          emu::launch(kern, dim3(k, gy, gz), cl_block, 0, p);
+          const std::string what = name + ", " + std::to_string(gy) + " chunks, " + std::to_string(gz) + " slices";
           check_ref((what + " vs reference").c_str(), ref, q);
           check((what + " vs sep").c_str(), sep, q, parity);
         }
