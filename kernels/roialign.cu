@@ -708,8 +708,7 @@ __device__ __forceinline__ int axis_entries(float start, int b, float bin, int g
 }
 
 // One block per (RoI, chunk of bins, channel slice): the chunks split a
-// RoI's bins evenly over the grid's y blocks, at most a tile each (ops may
-// launch more blocks than tiles to spread big RoIs over more SMs). Bins whose lists would not
+// RoI's bins evenly over the grid's y blocks, at most a tile a warp. Bins whose lists would not
 // fit the tables take the tap-by-tap path, a lane per channel.
 template <int kCols>
 __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
@@ -750,7 +749,6 @@ __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
     __syncthreads();
   }
   const float* feat = reinterpret_cast<const float*>(p.feat) + static_cast<int64_t>(g.batch) * p.h * p.w * p.c;
-  const int chunk = min(kTile, (bins + static_cast<int>(gridDim.y) - 1) / static_cast<int>(gridDim.y));
   float (*tile)[kTile + 1] = sh.tile[warp];
   const int q = lane % 8, row_slot = lane / 8;
   // Channel slices: block z takes channels [c_begin, c_end), a multiple of
@@ -765,9 +763,12 @@ __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
   const int warps_per_group = groups > 0 && groups < kWarps ? kWarps / groups : 1;
   const int group = warp / warps_per_group, group_stride = warps_per_group > 1 ? groups : kWarps;
   const int run = warp % warps_per_group;
+  // A warp stages at most a tile of bins: its run of a chunk.
+  const int chunk = min(kTile * warps_per_group, (bins + static_cast<int>(gridDim.y) - 1) / static_cast<int>(gridDim.y));
   for (int b0 = blockIdx.y * chunk; b0 < bins; b0 += gridDim.y * chunk) {
     const int nb = min(chunk, bins - b0);
-    // This warp's run of the chunk's bins: [j_begin, j_end).
+    // This warp's run of the chunk's bins: [j_begin, j_end), staged in
+    // tile columns from 0.
     const int j_begin = nb * run / warps_per_group, j_end = nb * (run + 1) / warps_per_group;
     for (int c0 = c_begin + group * 32; c0 < c_end; c0 += group_stride * 32) {
       const int nc = min(32, c_end - c0);
@@ -787,7 +788,7 @@ __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
                      t.w[2] * __ldg(m + t.off[2] * p.c) + t.w[3] * __ldg(m + t.off[3] * p.c);
             }
           }
-          tile[lane][j] = sum / g.count;
+          tile[lane][j - j_begin] = sum / g.count;
           continue;
         }
         const SepEntry* re = rows + ph * rstride;
@@ -826,17 +827,16 @@ __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
           sum.w += __shfl_xor_sync(0xffffffffu, sum.w, off);
         }
         if (lane < 8 && cq < c_end) {
-          tile[4 * q][j] = sum.x / g.count;
-          tile[4 * q + 1][j] = sum.y / g.count;
-          tile[4 * q + 2][j] = sum.z / g.count;
-          tile[4 * q + 3][j] = sum.w / g.count;
+          tile[4 * q][j - j_begin] = sum.x / g.count;
+          tile[4 * q + 1][j - j_begin] = sum.y / g.count;
+          tile[4 * q + 2][j - j_begin] = sum.z / g.count;
+          tile[4 * q + 3][j - j_begin] = sum.w / g.count;
         }
       }
       __syncwarp();
       const int nj = j_end - j_begin;
       for (int i = lane; i < nc * nj; i += 32) {
-        const int j = j_begin + i % nj;
-        out[static_cast<int64_t>(c0 + i / nj) * bins + b0 + j] = tile[i / nj][j];
+        out[static_cast<int64_t>(c0 + i / nj) * bins + b0 + j_begin + i % nj] = tile[i / nj][i % nj];
       }
       __syncwarp();  // the tile is reused by the next channel group
     }

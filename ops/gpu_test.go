@@ -239,18 +239,17 @@ func roiAlignVariants(backward bool, dt tensor.Dtype) []roiAlignKernel {
 
 // roiAlignQuadForwards are variants of the separable forward with 16-byte
 // loads (float32, C % 4 == 0; roialign_forward_sep4 in roialign.cu):
-// registers capped (_b4) or not, the bins in chunks of a tile (7x7 bins:
-// 2 blocks a RoI) or of 16 (4 blocks), the channels in 1, 2, 4 or 8
-// slices.
-var roiAlignQuadForwards = func() []roiAlignKernel {
-	var vs []roiAlignKernel
-	for _, slices := range []int{0, 2, 4, 8} {
-		vs = append(vs, roiAlignKernel{name: "roialign_forward_sep4_f32", slices: slices},
-			roiAlignKernel{name: "roialign_forward_sep4_f32", chunk: 16, slices: slices},
-			roiAlignKernel{name: "roialign_forward_sep4_b4_f32", chunk: 16, slices: slices})
-	}
-	return vs
-}()
+// registers capped (_b4) or not; the bins in chunks of a tile (7x7 bins:
+// 2 blocks a RoI), of 16 (4 blocks) or, with channel slices, of up to 64
+// (one block); the channels in 1, 2, 4 or 8 slices.
+var roiAlignQuadForwards = []roiAlignKernel{
+	{name: "roialign_forward_sep4_f32"}, {name: "roialign_forward_sep4_f32", chunk: 16},
+	{name: "roialign_forward_sep4_f32", slices: 2}, {name: "roialign_forward_sep4_f32", slices: 4},
+	{name: "roialign_forward_sep4_f32", slices: 8},
+	{name: "roialign_forward_sep4_f32", chunk: 64, slices: 4}, {name: "roialign_forward_sep4_f32", chunk: 64, slices: 8},
+	{name: "roialign_forward_sep4_b4_f32", slices: 4}, {name: "roialign_forward_sep4_b4_f32", slices: 8},
+	{name: "roialign_forward_sep4_b4_f32", chunk: 64, slices: 4}, {name: "roialign_forward_sep4_b4_f32", chunk: 64, slices: 8},
+}
 
 // withRoIAlignKernel runs f with kv as the kernel for its direction.
 func withRoIAlignKernel(backward bool, kv roiAlignKernel, f func()) {

@@ -200,12 +200,13 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
     if (c % 4 == 0) {
       // roialign_forward_sep4: float4 loads, a bin's rows shared by the
       // warp's 4 lane groups; the bins in as
-      // many chunks as tiles, in 3 chunks, and one bin a block; the
-      // channels in 1, 2 or 3 slices (warps splitting a chunk's bins).
+      // many chunks as tiles, in 3 chunks, one bin a block, and (with
+      // channel slices: warps splitting a chunk's bins) the whole RoI; the
+      // channels in 1, 2, 3 or 8 slices.
       const std::pair<std::string, K> quads[] = {{"forward sep4", roialign_forward_sep4_f32},
                                                  {"forward sep4 b4", roialign_forward_sep4_b4_f32}};
       for (const auto& [name, kern] : quads) {
-        for (auto [gy, gz] : {std::pair{cl_grid.y, 1u}, {3u, 1u}, {unsigned(bins), 1u}, {3u, 2u}, {cl_grid.y, 3u}}) {
+        for (auto [gy, gz] : {std::pair{cl_grid.y, 1u}, {3u, 1u}, {unsigned(bins), 1u}, {3u, 2u}, {cl_grid.y, 3u}, {1u, 2u}, {1u, 8u}}) {
           std::vector<T> q(outn, T(NAN));
           p.feat = (uint64_t)xt.data();
           p.pooled = (uint64_t)q.data();
