@@ -248,10 +248,10 @@ __device__ __forceinline__ bool sample_taps(const RoIAlignParams& p, const RoIGe
 
 // A bin's row (or column) list: up to two entries per sample, pixels
 // nondecreasing, equal neighbours merged. put(n, pixel, weight) writes
-// entry n, add(n, weight) adds to it, pixel_of(n) reads its pixel back; the
-// list's length is returned.
-template <typename T, typename Put, typename Add, typename PixelOf>
-__device__ int axis_walk(T start, int b, T bin, int grid, int size, Put put, Add add, PixelOf pixel_of) {
+// entry n, add(n, weight) adds to it, at(n, pixel) says whether entry n is
+// that pixel's; the list's length is returned.
+template <typename T, typename Put, typename Add, typename At>
+__device__ int axis_walk(T start, int b, T bin, int grid, int size, Put put, Add add, At at) {
   int n = 0;
   for (int i = 0; i < grid; ++i) {
     T v = sample_coord(start, b, bin, i, grid);
@@ -261,12 +261,12 @@ __device__ int axis_walk(T start, int b, T bin, int grid, int size, Put put, Add
     const T wt[2] = {T(1) - l, l};
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      const int at = i0 + e;
-      if (at >= size) break;
-      if (n > 0 && pixel_of(n - 1) == at) {
+      const int pix = i0 + e;
+      if (pix >= size) break;
+      if (n > 0 && at(n - 1, pix)) {
         add(n - 1, wt[e]);
       } else {
-        put(n++, at, wt[e]);
+        put(n++, pix, wt[e]);
       }
     }
   }
@@ -278,7 +278,7 @@ template <typename T>
 __device__ void axis_list(T start, int b, T bin, int grid, int size, int* idx, T* w, int* count) {
   *count = axis_walk(
       start, b, bin, grid, size, [&](int n, int at, T wt) { idx[n] = at, w[n] = wt; },
-      [&](int n, T wt) { w[n] += wt; }, [&](int n) { return idx[n]; });
+      [&](int n, T wt) { w[n] += wt; }, [&](int n, int pix) { return idx[n] == pix; });
 }
 
 // The row and column lists of every bin of a RoI, in the shared memory the
@@ -703,8 +703,8 @@ struct SepEntry {
 __device__ __forceinline__ int axis_entries(float start, int b, float bin, int grid, int size, int stride,
                                             SepEntry* e) {
   return axis_walk(
-      start, b, bin, grid, size, [&](int n, int at, float wt) { e[n] = SepEntry{at * stride, wt}; },
-      [&](int n, float wt) { e[n].w += wt; }, [&](int n) { return e[n].off / stride; });
+      start, b, bin, grid, size, [&](int n, int pix, float wt) { e[n] = SepEntry{pix * stride, wt}; },
+      [&](int n, float wt) { e[n].w += wt; }, [&](int n, int pix) { return e[n].off == pix * stride; });
 }
 
 // One block per (RoI, chunk of bins, channel slice): the chunks split a

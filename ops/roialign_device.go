@@ -104,7 +104,8 @@ func (kv roiAlignKernel) nchw() bool { return kv.cpt > 0 }
 // transpose alone cost a quarter of the channels-last path's time), and
 // backward scatters tap by tap into channels-last (but see quad). With
 // adaptive sampling, about one sample per pixel, both go channels-last and
-// separable, which touches each pixel of a bin once instead of once per tap.
+// separable, which touches each pixel of a bin once instead of once per tap;
+// forward in float32 with C % 4 == 0, with 16-byte loads (sep4Forward).
 //
 // quad says whether the GPU runs roialign_sm90a.cu (roiAlignQuad): there the
 // float32 backward is roiAlignSepQuadBackward when C % 4 == 0, separable
@@ -120,6 +121,8 @@ func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel
 	}
 	sfx := dtypeSuffix(s.dt)
 	switch {
+	case s.cfg.SamplingRatio <= 0 && !backward && s.dt == tensor.Float32 && s.c%4 == 0:
+		return s.sep4Forward()
 	case s.cfg.SamplingRatio <= 0 && !backward:
 		return roiAlignKernel{name: "roialign_forward_sep_" + sfx}
 	case backward && quad && s.dt == tensor.Float32 && s.c%4 == 0:
@@ -137,6 +140,39 @@ func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel
 	}
 	return roiAlignKernel{name: "roialign_forward_nchw4_" + sfx, cpt: 4}
 }
+
+// sep4Forward is the float32 separable forward with 16-byte loads for s
+// (C % 4 == 0; roialign_forward_sep4 in roialign.cu), registers capped for
+// 4 blocks per SM. The channels go in slices whose part of the
+// channels-last input is at most roiAlignForwardSliceBytes (grid z, the
+// slowest: the blocks running together read a part that L2 holds), and a
+// block takes a whole RoI's bins when its warps' tiles hold them (with
+// fewer channel groups than warps, the warps of a group split the bins).
+//
+// H200, box_head_P2_adaptive (BenchmarkGPURoIAlignVariants, op times
+// with the transpose): the scalar separable kernel 2.03 ms; this kernel
+// with 2 blocks a RoI and no slices 1.03-1.10 (L2 hit rate 41%, DRAM
+// 43% busy), 4 slices 0.74-0.89, 8 slices and whole RoIs 0.68 (L2 hit
+// rate 92% at 8 slices); the uncapped kernel (100 registers, 2 blocks per
+// SM) 0.80-0.87 with the same slicing.
+func (s roiAlignShape) sep4Forward() roiAlignKernel {
+	groups := ceilDiv(s.c, 32)
+	perGroup := s.n * s.h * s.w * 32 * int(s.dt.Size()) // input bytes of 32 channels
+	perSlice := max(1, min(groups, roiAlignForwardSliceBytes/max(perGroup, 1)))
+	warpsPerGroup := max(1, roiAlignBlock/32/perSlice)
+	return roiAlignKernel{
+		name:   roiAlignSep4Forward,
+		chunk:  min(s.cfg.PooledH*s.cfg.PooledW, roiAlignTileBins(s.dt)*warpsPerGroup),
+		slices: ceilDiv(groups, perSlice),
+	}
+}
+
+// roiAlignForwardSliceBytes bounds a channel slice of sep4Forward's input:
+// on an H200 (50 MB of L2), box_head_P2_adaptive's 137 MB read in slices
+// of 17 MB (8) was 0.68-0.76 ms, of 34 MB (4) 0.74-0.77.
+const roiAlignForwardSliceBytes = 24 << 20
+
+const roiAlignSep4Forward = "roialign_forward_sep4_b4_f32"
 
 // roialign_sm90a.cu's float32 backwards: each lane adds 4 consecutive
 // channels of a pixel with one 16-byte vector reduction (sm_90 only, PTX

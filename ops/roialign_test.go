@@ -327,12 +327,22 @@ func TestRoIAlignKernelFor(t *testing.T) {
 		{true, shape(tensor.Float32, 256, 0), false, "roialign_backward_sep_f32"},
 		{true, shape(tensor.Float64, 256, 2), true, "roialign_backward_f64"},
 		{false, shape(tensor.Float32, 256, 2), true, "roialign_forward_nchw4_b4_f32"},
+		// Adaptive forward: 16-byte loads for float32 with C % 4 == 0, in
+		// one channel slice and chunks of a tile for a small map.
+		{false, shape(tensor.Float32, 256, 0), false, "roialign_forward_sep4_b4_f32_chunk32_slices1"},
+		{false, shape(tensor.Float32, 36, 0), false, "roialign_forward_sep4_b4_f32_chunk49_slices1"},
+		{false, shape(tensor.Float32, 70, 0), false, "roialign_forward_sep_f32"},
+		{false, shape(tensor.Float64, 256, 0), false, "roialign_forward_sep_f64"},
+		// TARGETS.md's box_head_P2_adaptive: 32-channel slices of 17 MB,
+		// a block a RoI.
+		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, 0, true}, n: 2, c: 256, h: 200, w: 336, k: 1, dt: tensor.Float32},
+			false, "roialign_forward_sep4_b4_f32_chunk49_slices8"},
 	}
 	for _, c := range cases {
 		k := roiAlignKernelFor(c.backward, c.s, c.quad)
-		if k.name != c.want {
+		if k.String() != c.want {
 			t.Errorf("roiAlignKernelFor(backward %v, %v C %d sampling %d, quad %v) = %s, want %s",
-				c.backward, c.s.dt, c.s.c, c.s.cfg.SamplingRatio, c.quad, k.name, c.want)
+				c.backward, c.s.dt, c.s.c, c.s.cfg.SamplingRatio, c.quad, k, c.want)
 		}
 	}
 	for _, name := range []string{roiAlignQuadBackward, roiAlignSepQuadBackward} {
