@@ -38,8 +38,8 @@ for step in $what; do
 	profile)
 		echo "== Nsight Compute (one call of each TARGETS case family)"
 		(cd ops && ncu --clock-control none --section SpeedOfLight --section Occupancy \
-			-k regex:'roialign|transpose|msdeform' -c 24 "$root/bin/ops.test" -test.run '^$' \
-			-test.bench 'Suite(RoIAlign|MSDeformAttn)$/impl=cuda/dtype=float32/case=(box_head_P2|detr_encoder)$' \
+			-k regex:'roialign|transpose|msdeform' -c 30 "$root/bin/ops.test" -test.run '^$' \
+			-test.bench 'Suite(RoIAlign|MSDeformAttn)$/impl=cuda/dtype=float32/case=(box_head_P2|box_head_P2_adaptive|detr_encoder)$' \
 			-test.benchtime 1x >"$OUT/ncu.txt" 2>&1)
 		grep -E "^  [a-z_0-9]+.*\(|Duration|DRAM Throughput|L1/TEX Cache Throughput|L2 Cache Throughput|Compute \(SM\) Throughput|Achieved Occupancy" "$OUT/ncu.txt" | head -150
 		;;
