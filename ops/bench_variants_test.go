@@ -147,3 +147,71 @@ func spatialOrder(rois *tensor.Dense) *tensor.Dense {
 	}
 	return tensor.New(tensor.WithShape(k, 5), tensor.WithBacking(out))
 }
+
+// BenchmarkGPUMSDeformAttnQueryOrder times the default MSDeformAttn kernels
+// on the decoder and seed_full cases with the queries as drawn (reference
+// points uniform over the map) and with the same queries sorted by where
+// they sample (head 0's first point at level 0, in bands of 4 rows, then
+// by column): an experiment on how much the order in which warps meet
+// the queries matters to the caches.
+func BenchmarkGPUMSDeformAttnQueryOrder(b *testing.B) {
+	for _, c := range msDeformPresets {
+		if c.encoder {
+			continue
+		}
+		sh, value, loc, weight, gy := msDeformBenchInputs(c)
+		vb := float64(4 * c.n * sh.s * c.m * c.d)
+		lb := float64(4 * c.n * c.lq * c.m * sh.l * c.p * 3)
+		ob := float64(4 * c.n * c.lq * c.m * c.d)
+		for _, order := range []string{"given", "sorted"} {
+			l, w, g := loc, weight, gy
+			if order == "sorted" {
+				perm := queryOrder(loc, c.n, c.lq, c.levels[0])
+				l, w, g = permuteQueries(loc, perm), permuteQueries(weight, perm), permuteQueries(gy, perm)
+			}
+			b.Run("impl=cuda/case="+c.name+"/pass=fwd/order="+order, func(b *testing.B) {
+				runCase(b, "cuda", &msDeformAttnOp{sh}, []*tensor.Dense{value, l, w}, vb+lb+ob)
+			})
+			b.Run("impl=cuda/case="+c.name+"/pass=bwd/order="+order, func(b *testing.B) {
+				runCase(b, "cuda", &msDeformAttnGradOp{sh}, []*tensor.Dense{value, l, w, g}, 2*vb+2*lb+ob)
+			})
+		}
+	}
+}
+
+// queryOrder sorts each image's queries of loc [N,Lq,...] by the first
+// location of each (head 0, level 0, point 0): by bands of 4 rows of
+// level lv, then by column. It returns, for each new position, the query
+// (n*lq + q) to put there.
+func queryOrder(loc *tensor.Dense, n, lq int, lv Level) []int {
+	v := loc.Float32s()
+	per := len(v) / (n * lq)
+	perm := make([]int, n*lq)
+	for i := range perm {
+		perm[i] = i
+	}
+	key := func(i int) (int, float32) {
+		x, y := v[i*per], v[i*per+1]
+		return i/lq*1_000_000 + int(y*float32(lv.H)/4), x
+	}
+	sort.SliceStable(perm, func(a, b int) bool {
+		a0, a1 := key(perm[a])
+		b0, b1 := key(perm[b])
+		if a0 != b0 {
+			return a0 < b0
+		}
+		return a1 < b1
+	})
+	return perm
+}
+
+// permuteQueries returns t [N,Lq,...] (float32) with query rows in perm's order.
+func permuteQueries(t *tensor.Dense, perm []int) *tensor.Dense {
+	v := t.Float32s()
+	per := len(v) / len(perm)
+	out := make([]float32, len(v))
+	for i, src := range perm {
+		copy(out[i*per:(i+1)*per], v[src*per:(src+1)*per])
+	}
+	return tensor.New(tensor.WithShape(t.Shape().Clone()...), tensor.WithBacking(out))
+}
