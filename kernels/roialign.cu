@@ -20,6 +20,9 @@
 // - *_sep: the channels-last kernels with separable sampling (a bin's row
 //   and column weight lists; each pixel of its footprint read or scattered
 //   once): the defaults with adaptive sampling, about one sample per pixel.
+// - roialign_forward_sep4*: the separable forward with 16-byte loads and
+//   channel slices (float32, C % 4 == 0), a kernel of its own: the
+//   adaptive forward's default there.
 // - On compute capability 9.0, with float32 and C % 4 == 0, the backward is
 //   roialign_sm90a.cu's separable kernel with 16-byte vector reductions
 //   (kQuad), two neighbouring bins at a time, for any sampling ratio.
