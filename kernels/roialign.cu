@@ -711,8 +711,9 @@ __device__ __forceinline__ int axis_entries(float start, int b, float bin, int g
 }
 
 // One block per (RoI, chunk of bins, channel slice): the chunks split a
-// RoI's bins evenly over the grid's y blocks, at most a tile a warp. Bins whose lists would not
-// fit the tables take the tap-by-tap path, a lane per channel.
+// RoI's bins evenly over the grid's y blocks, at most a tile a warp. Bins
+// whose lists would not fit the tables take the tap-by-tap path, a lane
+// per channel.
 template <int kCols>
 __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
   __shared__ Block<float> sh;

@@ -150,11 +150,11 @@ func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel
 // fewer channel groups than warps, the warps of a group split the bins).
 //
 // H200, box_head_P2_adaptive (BenchmarkGPURoIAlignVariants, op times
-// with the transpose): the scalar separable kernel 2.03 ms; this kernel
-// with 2 blocks a RoI and no slices 1.03-1.10 (L2 hit rate 41%, DRAM
-// 43% busy), 4 slices 0.74-0.89, 8 slices and whole RoIs 0.68 (L2 hit
-// rate 92% at 8 slices); the uncapped kernel (100 registers, 2 blocks per
-// SM) 0.80-0.87 with the same slicing.
+// with the transpose, three sessions): the scalar separable kernel 2.0 ms;
+// this kernel with 2 blocks a RoI and no slices 1.03-1.14 (L2 hit rate
+// 41%, DRAM 43% busy); 8 slices and a block a RoI 0.66-0.68 (L2 hit rate
+// 90%, DRAM 11%); the uncapped kernel (100 registers, 2 blocks per SM)
+// 0.86-0.87 with the same launch.
 func (s roiAlignShape) sep4Forward() roiAlignKernel {
 	groups := ceilDiv(s.c, 32)
 	perGroup := s.n * s.h * s.w * 32 * int(s.dt.Size()) // input bytes of 32 channels
@@ -169,7 +169,7 @@ func (s roiAlignShape) sep4Forward() roiAlignKernel {
 
 // roiAlignForwardSliceBytes bounds a channel slice of sep4Forward's input:
 // on an H200 (50 MB of L2), box_head_P2_adaptive's 137 MB read in slices
-// of 17 MB (8) was 0.68-0.76 ms, of 34 MB (4) 0.74-0.77.
+// of 17 MB (8) took 0.66-0.76 ms, in slices of 34 MB (4) 0.72-0.77.
 const roiAlignForwardSliceBytes = 24 << 20
 
 const roiAlignSep4Forward = "roialign_forward_sep4_b4_f32"
