@@ -36,6 +36,7 @@ struct MSDeformParams {
   uint64_t grad_loc;     // backward: [N,Lq,M,L,P,2], written
   uint64_t grad_weight;  // backward: [N,Lq,M,L,P], written
   uint64_t levels;       // int32 [L][3]: H, W, first pixel of the level in S; 0: use inline_levels
+  uint64_t order;        // int32 [N,Lq]: the query each position of an image takes (msdeform_query_order), or 0: query = position
   int32_t n, s, m, d, lq, l, p;
   int32_t group;         // lanes per (n, q, m), a power of two <= 32
   // The level table itself when L <= kInlineLevels: passed with the launch,
@@ -79,6 +80,10 @@ struct Query {
   int64_t qm;  // index of (n, q, m) in the [N,Lq,M] layouts of loc, weight and out
 };
 
+//
+// With p.order set, position q of image n works on query order[n*Lq + q]
+// instead of q: the same work, in an order where neighbouring groups sample
+// neighbouring places (see msdeform_query_order).
 template <bool kHeads>
 __device__ __forceinline__ Query query_of(const MSDeformParams& p, int64_t gid) {
   Query r;
@@ -87,13 +92,13 @@ __device__ __forceinline__ Query query_of(const MSDeformParams& p, int64_t gid) 
     const int64_t nq = gid / p.m;
     r.q = static_cast<int>(nq % p.lq);
     r.n = static_cast<int>(nq / p.lq);
-    r.qm = gid;
-    return r;
+  } else {
+    r.q = static_cast<int>(gid % p.lq);
+    const int64_t nm = gid / p.lq;
+    r.m = static_cast<int>(nm % p.m);
+    r.n = static_cast<int>(nm / p.m);
   }
-  r.q = static_cast<int>(gid % p.lq);
-  const int64_t nm = gid / p.lq;
-  r.m = static_cast<int>(nm % p.m);
-  r.n = static_cast<int>(nm / p.m);
+  if (p.order != 0) r.q = __ldg(reinterpret_cast<const int*>(p.order) + static_cast<int64_t>(r.n) * p.lq + r.q);
   r.qm = (static_cast<int64_t>(r.n) * p.lq + r.q) * p.m + r.m;
   return r;
 }
@@ -669,6 +674,108 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
   }
 }
 
+// Queries in spatial order, for the forward (on an H200, seed_full's
+// queries, whose reference points are uniform over the map, sorted took the
+// forward from 0.546 to 0.493 ms: with queries as drawn, the 32 queries of a
+// block sample 32 unrelated places and L1 hits 38%). msdeform_query_order
+// writes, for each image, the permutation that sorts its queries by the
+// cell of the first location of each (head 0, level 0, point 0): cells of
+// a grid of bands x cols over the unit square, row-major, which ops sizes
+// from level 0 (bands of kOrderBandRows rows, a column of pixels each, at
+// most kOrderCells cells). A counting sort, one block of kOrderThreads per
+// image: count the queries of each cell, scan the counts into each cell's
+// first position, then place each query at the next free position of its
+// cell. The order of queries within a cell depends on the atomics'; the
+// forward's results do not, as every query's sum is its own.
+constexpr int kOrderCells = 8192;
+constexpr int kOrderThreads = 1024;
+constexpr int kOrderUnroll = 8;  // queries a thread has in flight
+
+struct MSDeformOrderParams {
+  uint64_t loc;    // [N,Lq,M,L,P,2]
+  uint64_t order;  // int32 [N,Lq], written: the query at each position of its image
+  int32_t lq;      // queries per image
+  int32_t stride;  // elements between two queries' locations: M*L*P*2
+  int32_t bands, cols;
+};
+
+// The cell of normalised location (x, y). Locations outside [0,1]^2 take
+// the nearest edge cell, NaN the first row or column.
+template <typename T>
+__device__ __forceinline__ int order_cell(const T* loc, int bands, int cols) {
+  const T x = loc[0], y = loc[1];
+  const int b = y > T(0) ? static_cast<int>(fmin(y * static_cast<T>(bands), static_cast<T>(bands - 1))) : 0;
+  const int c = x > T(0) ? static_cast<int>(fmin(x * static_cast<T>(cols), static_cast<T>(cols - 1))) : 0;
+  return b * cols + c;
+}
+
+// The counting sort's passes over the image's queries: kOrderUnroll cells
+// loaded before any is used (the loads, 1 KB apart, are what takes the
+// time), then f(cell, query) for each.
+template <typename T, typename F>
+__device__ __forceinline__ void for_query_cells(const MSDeformOrderParams& p, const T* loc, F f) {
+  for (int q0 = 0; q0 < p.lq; q0 += kOrderUnroll * kOrderThreads) {
+    int cell[kOrderUnroll];
+#pragma unroll
+    for (int u = 0; u < kOrderUnroll; ++u) {
+      const int q = q0 + u * kOrderThreads + static_cast<int>(threadIdx.x);
+      cell[u] = q < p.lq ? order_cell(loc + static_cast<int64_t>(q) * p.stride, p.bands, p.cols) : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < kOrderUnroll; ++u) {
+      if (cell[u] >= 0) f(cell[u], q0 + u * kOrderThreads + static_cast<int>(threadIdx.x));
+    }
+  }
+}
+
+template <typename T>
+__device__ void msdeform_query_order(const MSDeformOrderParams& p) {
+  // Per cell: its count, then its next free position.
+  __shared__ int next[kOrderCells];
+  __shared__ int warp_total[kOrderThreads / 32];
+  const int cells = p.bands * p.cols;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  const T* loc = reinterpret_cast<const T*>(p.loc) + static_cast<int64_t>(blockIdx.x) * p.lq * p.stride;
+  int* order = reinterpret_cast<int*>(p.order) + static_cast<int64_t>(blockIdx.x) * p.lq;
+  for (int c = tid; c < cells; c += kOrderThreads) next[c] = 0;
+  __syncthreads();
+  for_query_cells(p, loc, [&](int cell, int) { atomicAdd(&next[cell], 1); });
+  __syncthreads();
+  // Exclusive scan of the counts: each thread sums a run of consecutive
+  // cells, the runs' sums are scanned across the block (warps, then the
+  // warps' totals), and each thread rewrites its run.
+  const int per = (cells + kOrderThreads - 1) / kOrderThreads;
+  const int c0 = min(tid * per, cells), c1 = min(c0 + per, cells);
+  int run = 0;
+  for (int c = c0; c < c1; ++c) run += next[c];
+  int incl = run;  // inclusive scan of the runs over the warp
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const int v = __shfl_sync(0xffffffffu, incl, (lane - o) & 31);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {
+    int t = warp_total[lane];
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int v = __shfl_sync(0xffffffffu, t, (lane - o) & 31);
+      if (lane >= o) t += v;
+    }
+    warp_total[lane] = t;  // inclusive: warps 0..lane
+  }
+  __syncthreads();
+  int pos = incl - run + (warp > 0 ? warp_total[warp - 1] : 0);
+  for (int c = c0; c < c1; ++c) {
+    const int k = next[c];
+    next[c] = pos;
+    pos += k;
+  }
+  __syncthreads();
+  for_query_cells(p, loc, [&](int cell, int q) { order[atomicAdd(&next[cell], 1)] = q; });
+}
+
 }  // namespace stheno
 
 // msdeform_sm90a.cu includes this file for its templates with
@@ -716,6 +823,16 @@ STHENO_FWD_SB(msdeform_forward_f32_v4_s_b5, float, 4, false, 5)
 STHENO_FWD_S(msdeform_forward_f64_v1_s, double, 1, false)
 STHENO_FWD_S(msdeform_forward_f64_v2_s, double, 2, false)
 STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)
+}
+
+// One block of kOrderThreads per image.
+extern "C" {
+__global__ void __launch_bounds__(stheno::kOrderThreads) msdeform_query_order_f32(stheno::MSDeformOrderParams p) {
+  stheno::msdeform_query_order<float>(p);
+}
+__global__ void __launch_bounds__(stheno::kOrderThreads) msdeform_query_order_f64(stheno::MSDeformOrderParams p) {
+  stheno::msdeform_query_order<double>(p);
+}
 }
 
 // B: blocks of 256 threads per SM that the registers must allow.

@@ -727,3 +727,35 @@ func TestMSDeformKernelFor(t *testing.T) {
 		}
 	}
 }
+
+// The forward sorts queries only from msDeformOrderMin per image, and its
+// grid of cells never exceeds what msdeform_query_order's shared memory
+// holds.
+func TestMSDeformQueryOrderRule(t *testing.T) {
+	levels := func(h, w int) []Level { return []Level{{h, w}, {(h + 1) / 2, (w + 1) / 2}} }
+	cases := []struct {
+		lq          int
+		lv0         Level
+		sorts       bool
+		bands, cols int
+	}{
+		{300, Level{100, 167}, false, 25, 167},                 // detr_decoder
+		{msDeformOrderMin - 1, Level{92, 160}, false, 23, 160}, // just below
+		{15422, Level{92, 160}, true, 23, 160},                 // seed_full
+		{22223, Level{100, 167}, true, 25, 167},                // detr_encoder
+		{20000, Level{200, 336}, true, 50, 84},                 // 16800 cells: columns merged twice
+		{20000, Level{1, 1}, true, 1, 1},
+		{20000, Level{40000, 1}, true, 5000, 1}, // 10000 bands halved: columns cannot merge
+	}
+	for _, c := range cases {
+		s := msDeformShape{n: 1, lq: c.lq, m: 8, d: 32, l: 2, p: 4, levels: levels(c.lv0.H, c.lv0.W), dt: tensor.Float32}
+		if got := s.sortsQueries(); got != c.sorts {
+			t.Errorf("Lq %d: sortsQueries = %v, want %v", c.lq, got, c.sorts)
+		}
+		bands, cols := s.orderGrid()
+		if bands != c.bands || cols != c.cols || bands*cols > msDeformOrderCells {
+			t.Errorf("level 0 %dx%d: orderGrid = %d x %d, want %d x %d (at most %d cells)",
+				c.lv0.H, c.lv0.W, bands, cols, c.bands, c.cols, msDeformOrderCells)
+		}
+	}
+}

@@ -7,6 +7,7 @@ package ops
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -88,5 +89,100 @@ func TestGPUMSDeformAttnForwardVariants(t *testing.T) {
 				parity(t, dev, &msDeformAttnOp{sh}, dt, value, loc, weight)
 			})
 		}
+	}
+}
+
+// The forward with its queries sorted (msdeform_query_order) on every parity
+// case, whatever their number of queries.
+func TestGPUMSDeformAttnSortedParity(t *testing.T) {
+	dev := gpu(t)
+	msDeformOrderOverride = 1
+	defer func() { msDeformOrderOverride = 0 }()
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		for i, c := range msDeformParityCases {
+			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
+				sh, value, loc, weight, _ := c.inputs(t, rand.New(rand.NewPCG(uint64(i), 4)), dt)
+				parity(t, dev, &msDeformAttnOp{sh}, dt, value, loc, weight)
+			})
+		}
+	}
+}
+
+// On a case big enough for the forward to sort by default: the order is a
+// permutation of each image's queries, sorted by cell, and the forward's
+// output is bit for bit the one without sorting (each query's sum is its
+// own, whichever position takes it).
+func TestGPUMSDeformAttnQueryOrder(t *testing.T) {
+	dev := gpu(t)
+	defer func() { msDeformOrderOverride = 0 }()
+	c := msDeformParityCase{"seed-like", 2, msDeformOrderMin + 905, 2, 32, []Level{{23, 40}, {12, 20}}, 2, -0.1, 1.1, true}
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		t.Run(dt.String(), func(t *testing.T) {
+			sh, value, loc, weight, _ := c.inputs(t, rand.New(rand.NewPCG(7, 4)), dt)
+			if !sh.sortsQueries() {
+				t.Fatalf("Lq %d: the forward does not sort by default", sh.lq)
+			}
+			locDev := toDev(t, dev, loc)
+			locPtr, err := dev.Ptr(locDev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			order, err := sh.queryOrder("test", dev, locPtr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.FreeDense(order)
+			host, err := dev.ToHost(order)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perm := host.Int32s()
+			bands, cols := sh.orderGrid()
+			lv := toFloat64s(t, loc)
+			stride := sh.m * sh.l * sh.p * 2
+			// The kernel's cell, in dt's arithmetic.
+			cell := func(n, q int) int {
+				x, y := lv[(n*sh.lq+q)*stride], lv[(n*sh.lq+q)*stride+1]
+				if dt == tensor.Float32 {
+					x, y = float64(float32(x)*float32(cols)), float64(float32(y)*float32(bands))
+				} else {
+					x, y = x*float64(cols), y*float64(bands)
+				}
+				b, c := 0, 0
+				if y > 0 {
+					b = int(math.Min(y, float64(bands-1)))
+				}
+				if x > 0 {
+					c = int(math.Min(x, float64(cols-1)))
+				}
+				return b*cols + c
+			}
+			for n := range sh.n {
+				seen := make([]bool, sh.lq)
+				for i, q := range perm[n*sh.lq : (n+1)*sh.lq] {
+					if q < 0 || int(q) >= sh.lq || seen[q] {
+						t.Fatalf("image %d, position %d: query %d repeated or out of range", n, i, q)
+					}
+					seen[q] = true
+					if prev := perm[n*sh.lq+max(i-1, 0)]; cell(n, int(prev)) > cell(n, int(q)) {
+						t.Fatalf("image %d, position %d: cell %d after cell %d", n, i, cell(n, int(q)), cell(n, int(prev)))
+					}
+				}
+			}
+			run := func(override int) []float64 {
+				msDeformOrderOverride = override
+				out, err := (&msDeformAttnOp{sh}).Do(toDev(t, dev, value), locDev, toDev(t, dev, weight))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fromDev(t, dev, out)
+			}
+			sorted, unsorted := run(0), run(-1)
+			for i := range sorted {
+				if math.Float64bits(sorted[i]) != math.Float64bits(unsorted[i]) && !(math.IsNaN(sorted[i]) && math.IsNaN(unsorted[i])) {
+					t.Fatalf("output %d: %v sorted, %v not", i, sorted[i], unsorted[i])
+				}
+			}
+		})
 	}
 }

@@ -135,8 +135,11 @@ static Err compare(const std::vector<T>& got, const std::vector<double>& want, d
   return e;
 }
 
+// With ordered, the launch takes each image's queries in a shuffled order
+// (p.order): every output must still land where its query's belongs.
 template <class T>
-static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParams), int group, bool forward) {
+static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParams), int group, bool forward,
+                bool ordered = false) {
   const int L = c.levels.size();
   std::vector<int> start;
   int s = 0;
@@ -182,6 +185,17 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
     p.levels = (uint64_t)keep.back().get();
   }
   p.n = c.n, p.s = s, p.m = c.m, p.d = c.d, p.lq = c.lq, p.l = L, p.p = c.p, p.group = group;
+  std::vector<int> order;
+  if (ordered) {
+    std::mt19937_64 shuffle(c.lq);
+    for (int n = 0; n < c.n; ++n) {
+      std::vector<int> perm(c.lq);
+      for (int q = 0; q < c.lq; ++q) perm[q] = q;
+      std::shuffle(perm.begin(), perm.end(), shuffle);
+      order.insert(order.end(), perm.begin(), perm.end());
+    }
+    p.order = (uint64_t)order.data();
+  }
   const long threads = (long)c.n * c.lq * c.m * group;
   const unsigned blocks = (threads + 255) / 256;
   emu::launch(k, dim3(blocks), dim3(256), 0, p);
@@ -190,15 +204,57 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
     const double tabs = sizeof(T) == 4 ? 1e-6 : 1e-12, trel = sizeof(T) == 4 ? 1e-5 : 1e-10;  // TolForward32/64
     const Err eo = compare(of, fo, tabs, trel);
     ok = eo.bad == 0;
-    printf("%-4s %-28s %-34s maxabs out %.2e | worst/tol %.3f\n", ok ? "ok" : "FAIL", c.name.c_str(), kname.c_str(),
-           eo.abs, eo.worst);
+    printf("%-4s %-28s %-34s maxabs out %.2e | worst/tol %.3f%s\n", ok ? "ok" : "FAIL", c.name.c_str(), kname.c_str(),
+           eo.abs, eo.worst, ordered ? " (shuffled query order)" : "");
   } else {
     const double tabs = sizeof(T) == 4 ? 1e-5 : 1e-12, trel = sizeof(T) == 4 ? 1e-4 : 1e-10;  // TolParity32/64
     const Err ev = compare(ov, gv, tabs, trel), el = compare(ol, gl, tabs, trel), ew = compare(ow, gw, tabs, trel);
     ok = ev.bad + el.bad + ew.bad == 0;
-    printf("%-4s %-28s %-34s maxabs value %.2e loc %.2e weight %.2e | worst/tol %.3f %.3f %.3f\n", ok ? "ok" : "FAIL",
-           c.name.c_str(), kname.c_str(), ev.abs, el.abs, ew.abs, ev.worst, el.worst, ew.worst);
+    printf("%-4s %-28s %-34s maxabs value %.2e loc %.2e weight %.2e | worst/tol %.3f %.3f %.3f%s\n",
+           ok ? "ok" : "FAIL", c.name.c_str(), kname.c_str(), ev.abs, el.abs, ew.abs, ev.worst, el.worst, ew.worst,
+           ordered ? " (shuffled query order)" : "");
   }
+  return ok;
+}
+
+// msdeform_query_order on nq queries per image (n images, stride elements
+// apart, a bands x cols grid): each image's order must be a permutation of
+// its queries whose cells, computed here as the kernel defines them, never
+// decrease. Locations reach past [0,1] and some are NaN or infinite.
+template <class T>
+static bool run_order(int n, int nq, int stride, int bands, int cols) {
+  std::mt19937_64 r(nq * 31 + bands);
+  std::uniform_real_distribution<double> u(-0.2, 1.2);
+  std::vector<T> loc((size_t)n * nq * stride);
+  for (auto& x : loc) x = static_cast<T>(u(r));
+  for (size_t j = 0; j < loc.size(); j += 13) loc[j] = NAN;
+  for (size_t j = 5; j < loc.size(); j += 29) loc[j] = (j & 64) ? INFINITY : -INFINITY;
+  std::vector<int> order((size_t)n * nq, -1);
+  stheno::MSDeformOrderParams p;
+  memset(&p, 0, sizeof p);
+  p.loc = (uint64_t)loc.data(), p.order = (uint64_t)order.data();
+  p.lq = nq, p.stride = stride, p.bands = bands, p.cols = cols;
+  emu::launch(sizeof(T) == 4 ? (void (*)(stheno::MSDeformOrderParams))msdeform_query_order_f32 : msdeform_query_order_f64,
+              dim3(n), dim3(stheno::kOrderThreads), 0, p);
+  auto cell = [&](int img, int q) {
+    const T* l = &loc[((size_t)img * nq + q) * stride];
+    const T x = l[0], y = l[1];
+    const int b = y > T(0) ? (int)std::fmin(y * (T)bands, (T)(bands - 1)) : 0;
+    const int c = x > T(0) ? (int)std::fmin(x * (T)cols, (T)(cols - 1)) : 0;
+    return b * cols + c;
+  };
+  bool ok = true;
+  for (int img = 0; img < n && ok; ++img) {
+    std::vector<char> seen(nq, 0);
+    for (int i = 0; i < nq && ok; ++i) {
+      const int q = order[(size_t)img * nq + i];
+      ok = q >= 0 && q < nq && !seen[q];
+      if (ok) seen[q] = 1;
+      if (ok && i > 0) ok = cell(img, order[(size_t)img * nq + i - 1]) <= cell(img, q);
+    }
+  }
+  printf("%-4s msdeform_query_order_%s: %d images of %d queries, %dx%d cells\n", ok ? "ok" : "FAIL",
+         sizeof(T) == 4 ? "f32" : "f64", n, nq, bands, cols);
   return ok;
 }
 
@@ -261,6 +317,34 @@ int main(int argc, char** argv) {
   // Arguments: run only the kernels whose name contains one of them.
   const std::vector<std::string> only(argv + 1, argv + argc);
   int runs = 0, failed = 0;
+  // Shuffled query orders: the first case and one with groups of 8 lanes.
+  for (const auto& c : {cases[0], cases[5]}) {
+    for (const auto* set : {&f32, &f64})
+      for (const auto& kv : *set) {
+        if (!only.empty() && std::none_of(only.begin(), only.end(), [&](const std::string& o) {
+              return std::string(kv.name).find(o) != std::string::npos;
+            }))
+          continue;
+        if (kv.whole && c.d % kv.vec != 0) continue;
+        const int pieces = (c.d + kv.vec - 1) / kv.vec;
+        int group = 1;
+        while (group < pieces && group < 32) group *= 2;
+        const bool ok = set == &f32 ? run<float>(c, kv.name, kv.k, group, kv.fwd, true)
+                                    : run<double>(c, kv.name, kv.k, group, kv.fwd, true);
+        ++runs;
+        failed += !ok;
+      }
+  }
+  if (only.empty() || std::any_of(only.begin(), only.end(), [](const std::string& o) {
+        return std::string("msdeform_query_order").find(o) != std::string::npos;
+      })) {
+    // One query; fewer than the block's threads; more than one pass of
+    // kOrderUnroll per thread; the most cells; one cell.
+    const bool oks[] = {run_order<float>(1, 1, 2, 3, 4),      run_order<float>(2, 700, 4, 5, 7),
+                        run_order<float>(2, 9000, 2, 23, 160), run_order<double>(1, 3000, 6, 64, 128),
+                        run_order<double>(1, 2000, 2, 1, 1)};
+    for (bool ok : oks) ++runs, failed += !ok;
+  }
   for (auto& c : cases) {
     for (const auto* set : {&f32, &f64})
       for (const auto& kv : *set) {
