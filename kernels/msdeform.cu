@@ -677,26 +677,33 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
 // Queries in spatial order, for the forward (on an H200, seed_full's
 // queries, whose reference points are uniform over the map, sorted took the
 // forward from 0.546 to 0.493 ms: with queries as drawn, the 32 queries of a
-// block sample 32 unrelated places and L1 hits 38%). msdeform_query_order
-// writes, for each image, the permutation that sorts its queries by the
-// cell of the first location of each (head 0, level 0, point 0): cells of
-// a grid of bands x cols over the unit square, row-major, which ops sizes
-// from level 0 (bands of kOrderBandRows rows, a column of pixels each, at
-// most kOrderCells cells). A counting sort, one block of kOrderThreads per
-// image: count the queries of each cell, scan the counts into each cell's
-// first position, then place each query at the next free position of its
-// cell. The order of queries within a cell depends on the atomics'; the
-// forward's results do not, as every query's sum is its own.
+// block sample 32 unrelated places and L1 hits 38%). Two launches:
+// msdeform_query_cells gives each query the cell of its first location
+// (head 0, level 0, point 0) in a grid of bands x cols over the unit square,
+// row-major, which ops sizes from level 0 (bands of kOrderBandRows rows, a
+// column of pixels each, at most kOrderCells cells); msdeform_query_order
+// then sorts each image's queries by cell, a counting sort by one block of
+// kOrderThreads per image: count the queries of each cell, scan the counts
+// into each cell's first position, then place each query at the next free
+// position of its cell. The order of queries within a cell depends on the
+// atomics'; the forward's results do not, as every query's sum is its own.
+//
+// The cells are a launch of their own because a query's location is 1 KB
+// from the next one's: each of a warp's loads touches 32 cache lines, and
+// one block per image reading them all took 48 us on seed_full (L1 tag
+// lookups of 6 SMs); spread over the GPU, then read back 4 bytes a query,
+// they cost a few.
 constexpr int kOrderCells = 8192;
 constexpr int kOrderThreads = 1024;
-constexpr int kOrderUnroll = 8;  // queries a thread has in flight
+constexpr int kOrderUnroll = 4;  // cells a thread has in flight
 
 struct MSDeformOrderParams {
   uint64_t loc;    // [N,Lq,M,L,P,2]
+  uint64_t cells;  // int32 [N,Lq]: written by msdeform_query_cells, read by msdeform_query_order
   uint64_t order;  // int32 [N,Lq], written: the query at each position of its image
-  int32_t lq;      // queries per image
+  int32_t n, lq;
   int32_t stride;  // elements between two queries' locations: M*L*P*2
-  int32_t bands, cols;
+  int32_t bands, cols, unused;
 };
 
 // The cell of normalised location (x, y). Locations outside [0,1]^2 take
@@ -709,43 +716,45 @@ __device__ __forceinline__ int order_cell(const T* loc, int bands, int cols) {
   return b * cols + c;
 }
 
-// The counting sort's passes over the image's queries: kOrderUnroll cells
-// loaded before any is used (the loads, 1 KB apart, are what takes the
-// time), then f(cell, query) for each.
-template <typename T, typename F>
-__device__ __forceinline__ void for_query_cells(const MSDeformOrderParams& p, const T* loc, F f) {
-  for (int q0 = 0; q0 < p.lq; q0 += kOrderUnroll * kOrderThreads) {
+template <typename T>
+__device__ void msdeform_query_cells(const MSDeformOrderParams& p) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(p.n) * p.lq) return;
+  reinterpret_cast<int*>(p.cells)[i] = order_cell(reinterpret_cast<const T*>(p.loc) + i * p.stride, p.bands, p.cols);
+}
+
+// The counting sort's passes over the image's cells: kOrderUnroll loaded
+// before any is used, then f(cell, query) for each.
+template <typename F>
+__device__ __forceinline__ void for_query_cells(const int* cells, int lq, F f) {
+  for (int q0 = static_cast<int>(threadIdx.x); q0 < lq; q0 += kOrderUnroll * kOrderThreads) {
     int cell[kOrderUnroll];
 #pragma unroll
-    for (int u = 0; u < kOrderUnroll; ++u) {
-      const int q = q0 + u * kOrderThreads + static_cast<int>(threadIdx.x);
-      cell[u] = q < p.lq ? order_cell(loc + static_cast<int64_t>(q) * p.stride, p.bands, p.cols) : -1;
-    }
+    for (int u = 0; u < kOrderUnroll; ++u) cell[u] = q0 + u * kOrderThreads < lq ? cells[q0 + u * kOrderThreads] : -1;
 #pragma unroll
     for (int u = 0; u < kOrderUnroll; ++u) {
-      if (cell[u] >= 0) f(cell[u], q0 + u * kOrderThreads + static_cast<int>(threadIdx.x));
+      if (cell[u] >= 0) f(cell[u], q0 + u * kOrderThreads);
     }
   }
 }
 
-template <typename T>
-__device__ void msdeform_query_order(const MSDeformOrderParams& p) {
+__device__ __forceinline__ void msdeform_query_order(const MSDeformOrderParams& p) {
   // Per cell: its count, then its next free position.
   __shared__ int next[kOrderCells];
   __shared__ int warp_total[kOrderThreads / 32];
-  const int cells = p.bands * p.cols;
+  const int ncells = p.bands * p.cols;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
-  const T* loc = reinterpret_cast<const T*>(p.loc) + static_cast<int64_t>(blockIdx.x) * p.lq * p.stride;
+  const int* cells = reinterpret_cast<const int*>(p.cells) + static_cast<int64_t>(blockIdx.x) * p.lq;
   int* order = reinterpret_cast<int*>(p.order) + static_cast<int64_t>(blockIdx.x) * p.lq;
-  for (int c = tid; c < cells; c += kOrderThreads) next[c] = 0;
+  for (int c = tid; c < ncells; c += kOrderThreads) next[c] = 0;
   __syncthreads();
-  for_query_cells(p, loc, [&](int cell, int) { atomicAdd(&next[cell], 1); });
+  for_query_cells(cells, p.lq, [&](int cell, int) { atomicAdd(&next[cell], 1); });
   __syncthreads();
   // Exclusive scan of the counts: each thread sums a run of consecutive
   // cells, the runs' sums are scanned across the block (warps, then the
   // warps' totals), and each thread rewrites its run.
-  const int per = (cells + kOrderThreads - 1) / kOrderThreads;
-  const int c0 = min(tid * per, cells), c1 = min(c0 + per, cells);
+  const int per = (ncells + kOrderThreads - 1) / kOrderThreads;
+  const int c0 = min(tid * per, ncells), c1 = min(c0 + per, ncells);
   int run = 0;
   for (int c = c0; c < c1; ++c) run += next[c];
   int incl = run;  // inclusive scan of the runs over the warp
@@ -773,7 +782,7 @@ __device__ void msdeform_query_order(const MSDeformOrderParams& p) {
     pos += k;
   }
   __syncthreads();
-  for_query_cells(p, loc, [&](int cell, int q) { order[atomicAdd(&next[cell], 1)] = q; });
+  for_query_cells(cells, p.lq, [&](int cell, int q) { order[atomicAdd(&next[cell], 1)] = q; });
 }
 
 }  // namespace stheno
@@ -825,13 +834,17 @@ STHENO_FWD_S(msdeform_forward_f64_v2_s, double, 2, false)
 STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)
 }
 
-// One block of kOrderThreads per image.
+// msdeform_query_cells: a thread per query; msdeform_query_order: one block
+// of kOrderThreads per image.
 extern "C" {
-__global__ void __launch_bounds__(stheno::kOrderThreads) msdeform_query_order_f32(stheno::MSDeformOrderParams p) {
-  stheno::msdeform_query_order<float>(p);
+__global__ void __launch_bounds__(256) msdeform_query_cells_f32(stheno::MSDeformOrderParams p) {
+  stheno::msdeform_query_cells<float>(p);
 }
-__global__ void __launch_bounds__(stheno::kOrderThreads) msdeform_query_order_f64(stheno::MSDeformOrderParams p) {
-  stheno::msdeform_query_order<double>(p);
+__global__ void __launch_bounds__(256) msdeform_query_cells_f64(stheno::MSDeformOrderParams p) {
+  stheno::msdeform_query_cells<double>(p);
+}
+__global__ void __launch_bounds__(stheno::kOrderThreads) msdeform_query_order(stheno::MSDeformOrderParams p) {
+  stheno::msdeform_query_order(p);
 }
 }
 

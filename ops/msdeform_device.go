@@ -223,16 +223,16 @@ func (op *msDeformAttnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G
 
 // msDeformOrderArgs mirrors MSDeformOrderParams in kernels/msdeform.cu.
 type msDeformOrderArgs struct {
-	Loc, Order     backend.DevicePtr
-	Lq, Stride     int32
-	Bands, Columns int32
+	Loc, Cells, Order backend.DevicePtr
+	N, Lq, Stride     int32
+	Bands, Columns, _ int32
 }
 
-var _ [32]byte = [unsafe.Sizeof(msDeformOrderArgs{})]byte{}
+var _ [48]byte = [unsafe.Sizeof(msDeformOrderArgs{})]byte{}
 
 // Constants of msdeform_query_order (kernels/msdeform.cu): the most cells
 // its shared memory holds, the rows of level 0 a band of cells spans, and
-// its block size.
+// its block size (one block per image).
 const (
 	msDeformOrderCells    = 8192
 	msDeformOrderBandRows = 4
@@ -240,9 +240,9 @@ const (
 )
 
 // msDeformOrderMin is the fewest queries per image for which the forward
-// takes them in spatial order. The sort is two passes over the queries by
-// one block per image, about as long whatever their count; it paid on
-// seed_full's 15422 queries (see sortsQueries). Below this the forward is
+// takes them in spatial order. The sort costs a few microseconds whatever
+// the count (two launches; one block per image); it paid on seed_full's
+// 15422 queries (see sortsQueries). Below this the forward is
 // short and its blocks are few enough to be resident at once, so there is
 // little for the order to win (a judgment, not measured).
 const msDeformOrderMin = 4096
@@ -279,34 +279,49 @@ func (s msDeformShape) orderGrid() (bands, cols int) {
 	return bands, cols
 }
 
-// queryOrder queues msdeform_query_order: a new int32 [N,Lq] device tensor,
-// which the caller frees, holding for each image the order in which the
-// forward takes its queries.
+// queryOrder queues msdeform_query_cells and msdeform_query_order: a new
+// int32 [2,N,Lq] device tensor, which the caller frees, whose first half
+// holds, for each image, the order in which the forward takes its queries
+// (the second half is the sort's scratch: each query's cell).
 func (s msDeformShape) queryOrder(op string, dev *backend.Device, loc backend.DevicePtr) (*tensor.Dense, error) {
 	if err := fitsInt32(op, map[string]int{"Lq": s.lq, "M*L*P*2": s.m * s.l * s.p * 2}); err != nil {
 		return nil, err
 	}
-	order, err := dev.NewDense(tensor.Int32, s.n, s.lq)
+	queries := int64(s.n) * int64(s.lq)
+	if blocks := (queries + msDeformBlock - 1) / msDeformBlock; blocks > 1<<31-1 {
+		return nil, fmt.Errorf("ops: %s: query order: %d blocks exceed the grid limit", op, blocks)
+	}
+	t, err := dev.NewDense(tensor.Int32, 2, s.n, s.lq)
 	if err != nil {
 		return nil, fmt.Errorf("ops: %s: query order: %w", op, err)
 	}
 	bands, cols := s.orderGrid()
-	args := msDeformOrderArgs{Loc: loc, Lq: int32(s.lq), Stride: int32(s.m * s.l * s.p * 2), Bands: int32(bands), Columns: int32(cols)}
-	cfg := backend.LaunchConfig{
+	args := msDeformOrderArgs{Loc: loc, N: int32(s.n), Lq: int32(s.lq), Stride: int32(s.m * s.l * s.p * 2),
+		Bands: int32(bands), Columns: int32(cols)}
+	cells := backend.LaunchConfig{
+		Grid:  backend.Dim3{X: uint32((queries + msDeformBlock - 1) / msDeformBlock), Y: 1, Z: 1},
+		Block: backend.Dim3{X: msDeformBlock, Y: 1, Z: 1},
+	}
+	sort := backend.LaunchConfig{
 		Grid:  backend.Dim3{X: uint32(s.n), Y: 1, Z: 1},
 		Block: backend.Dim3{X: msDeformOrderThreads, Y: 1, Z: 1},
 	}
-	if args.Order, err = dev.Ptr(order); err == nil {
-		var k *backend.Kernel
-		if k, err = dev.Kernel("msdeform", "msdeform_query_order_"+dtypeSuffix(s.dt)); err == nil {
-			err = backend.Launch(k, cfg, args)
+	if args.Order, err = dev.Ptr(t); err == nil {
+		args.Cells = args.Order + backend.DevicePtr(4*queries)
+		var kc, ks *backend.Kernel
+		if kc, err = dev.Kernel("msdeform", "msdeform_query_cells_"+dtypeSuffix(s.dt)); err == nil {
+			if ks, err = dev.Kernel("msdeform", "msdeform_query_order"); err == nil {
+				if err = backend.Launch(kc, cells, args); err == nil {
+					err = backend.Launch(ks, sort, args)
+				}
+			}
 		}
 	}
 	if err != nil {
-		_ = dev.FreeDense(order)
+		_ = dev.FreeDense(t)
 		return nil, fmt.Errorf("ops: %s: query order: %w", op, err)
 	}
-	return order, nil
+	return t, nil
 }
 
 func (s msDeformShape) deviceInputs(op string, dev *backend.Device, in []G.Value) (value, loc, weight backend.DevicePtr, err error) {
