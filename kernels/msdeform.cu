@@ -36,7 +36,7 @@ struct MSDeformParams {
   uint64_t grad_loc;     // backward: [N,Lq,M,L,P,2], written
   uint64_t grad_weight;  // backward: [N,Lq,M,L,P], written
   uint64_t levels;       // int32 [L][3]: H, W, first pixel of the level in S; 0: use inline_levels
-  uint64_t order;        // int32 [N,Lq]: the query each position of an image takes (msdeform_query_order), or 0: query = position
+  uint64_t order;        // int32 [N,Lq]: the query each position of an image takes (msdeform_query_place), or 0: query = position
   int32_t n, s, m, d, lq, l, p;
   int32_t group;         // lanes per (n, q, m), a power of two <= 32
   // The level table itself when L <= kInlineLevels: passed with the launch,
@@ -83,7 +83,7 @@ struct Query {
 //
 // With p.order set, position q of image n works on query order[n*Lq + q]
 // instead of q: the same work, in an order where neighbouring groups sample
-// neighbouring places (see msdeform_query_order).
+// neighbouring places (see msdeform_query_cells).
 template <bool kHeads>
 __device__ __forceinline__ Query query_of(const MSDeformParams& p, int64_t gid) {
   Query r;
@@ -677,32 +677,35 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
 // Queries in spatial order, for the forward (on an H200, seed_full's
 // queries, whose reference points are uniform over the map, sorted took the
 // forward from 0.546 to 0.493 ms: with queries as drawn, the 32 queries of a
-// block sample 32 unrelated places and L1 hits 38%). Two launches:
-// msdeform_query_cells gives each query the cell of its first location
-// (head 0, level 0, point 0) in a grid of bands x cols over the unit square,
-// row-major, which ops sizes from level 0 (bands of kOrderBandRows rows, a
-// column of pixels each, at most kOrderCells cells); msdeform_query_order
-// then sorts each image's queries by cell, a counting sort by one block of
-// kOrderThreads per image: count the queries of each cell, scan the counts
-// into each cell's first position, then place each query at the next free
-// position of its cell. The order of queries within a cell depends on the
-// atomics'; the forward's results do not, as every query's sum is its own.
+// block sample 32 unrelated places and L1 hits 38%). A counting sort of each
+// image's queries by the cell of their first location (head 0, level 0,
+// point 0) in a grid of bands x cols over the unit square, row-major, which
+// ops sizes from level 0 (at most kOrderCells cells), in three launches:
+// - msdeform_query_cells, a thread per query: its cell;
+// - msdeform_query_starts, one block of kOrderThreads per image: the count
+//   of each cell, scanned into the cell's first position;
+// - msdeform_query_place, a thread per query: the next free position of its
+//   cell takes it.
+// The order of queries within a cell depends on the atomics'; the forward's
+// results do not, as every query's sum is its own.
 //
-// The cells are a launch of their own because a query's location is 1 KB
-// from the next one's: each of a warp's loads touches 32 cache lines, and
-// one block per image reading them all took 48 us on seed_full (L1 tag
-// lookups of 6 SMs); spread over the GPU, then read back 4 bytes a query,
-// they cost a few.
+// Only the scan is left to one block per image, because it is the only
+// step whose memory accesses are coalesced: a query's location is 1 KB from
+// the next one's, and its position anywhere in the image, so the other two
+// steps touch a cache line per query. Done by one block per image, the
+// locations' gathers took 48 us on seed_full and the placing stores ~13,
+// every access of them queued at the 6 SMs' L1s.
 constexpr int kOrderCells = 8192;
 constexpr int kOrderThreads = 1024;
-constexpr int kOrderUnroll = 4;  // cells a thread has in flight
+constexpr int kOrderUnroll = 4;  // cells a thread of msdeform_query_starts has in flight
 
 struct MSDeformOrderParams {
-  uint64_t loc;    // [N,Lq,M,L,P,2]
-  uint64_t cells;  // int32 [N,Lq]: written by msdeform_query_cells, read by msdeform_query_order
-  uint64_t order;  // int32 [N,Lq], written: the query at each position of its image
+  uint64_t loc;     // [N,Lq,M,L,P,2]
+  uint64_t cells;   // int32 [N,Lq]: each query's cell
+  uint64_t starts;  // int32 [N,bands*cols]: each cell's first position, then its next free one
+  uint64_t order;   // int32 [N,Lq], written: the query at each position of its image
   int32_t n, lq;
-  int32_t stride;  // elements between two queries' locations: M*L*P*2
+  int32_t stride;   // elements between two queries' locations: M*L*P*2
   int32_t bands, cols, unused;
 };
 
@@ -723,40 +726,32 @@ __device__ void msdeform_query_cells(const MSDeformOrderParams& p) {
   reinterpret_cast<int*>(p.cells)[i] = order_cell(reinterpret_cast<const T*>(p.loc) + i * p.stride, p.bands, p.cols);
 }
 
-// The counting sort's passes over the image's cells: kOrderUnroll loaded
-// before any is used, then f(cell, query) for each.
-template <typename F>
-__device__ __forceinline__ void for_query_cells(const int* cells, int lq, F f) {
-  for (int q0 = static_cast<int>(threadIdx.x); q0 < lq; q0 += kOrderUnroll * kOrderThreads) {
-    int cell[kOrderUnroll];
-#pragma unroll
-    for (int u = 0; u < kOrderUnroll; ++u) cell[u] = q0 + u * kOrderThreads < lq ? cells[q0 + u * kOrderThreads] : -1;
-#pragma unroll
-    for (int u = 0; u < kOrderUnroll; ++u) {
-      if (cell[u] >= 0) f(cell[u], q0 + u * kOrderThreads);
-    }
-  }
-}
-
-__device__ __forceinline__ void msdeform_query_order(const MSDeformOrderParams& p) {
-  // Per cell: its count, then its next free position.
-  __shared__ int next[kOrderCells];
+__device__ __forceinline__ void msdeform_query_starts(const MSDeformOrderParams& p) {
+  __shared__ int count[kOrderCells];
   __shared__ int warp_total[kOrderThreads / 32];
   const int ncells = p.bands * p.cols;
   const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
   const int* cells = reinterpret_cast<const int*>(p.cells) + static_cast<int64_t>(blockIdx.x) * p.lq;
-  int* order = reinterpret_cast<int*>(p.order) + static_cast<int64_t>(blockIdx.x) * p.lq;
-  for (int c = tid; c < ncells; c += kOrderThreads) next[c] = 0;
+  int* starts = reinterpret_cast<int*>(p.starts) + static_cast<int64_t>(blockIdx.x) * ncells;
+  for (int c = tid; c < ncells; c += kOrderThreads) count[c] = 0;
   __syncthreads();
-  for_query_cells(cells, p.lq, [&](int cell, int) { atomicAdd(&next[cell], 1); });
+  for (int q0 = tid; q0 < p.lq; q0 += kOrderUnroll * kOrderThreads) {
+    int cell[kOrderUnroll];
+#pragma unroll
+    for (int u = 0; u < kOrderUnroll; ++u) cell[u] = q0 + u * kOrderThreads < p.lq ? cells[q0 + u * kOrderThreads] : -1;
+#pragma unroll
+    for (int u = 0; u < kOrderUnroll; ++u) {
+      if (cell[u] >= 0) atomicAdd(&count[cell[u]], 1);
+    }
+  }
   __syncthreads();
   // Exclusive scan of the counts: each thread sums a run of consecutive
   // cells, the runs' sums are scanned across the block (warps, then the
-  // warps' totals), and each thread rewrites its run.
+  // warps' totals), and each thread writes its run's starts.
   const int per = (ncells + kOrderThreads - 1) / kOrderThreads;
   const int c0 = min(tid * per, ncells), c1 = min(c0 + per, ncells);
   int run = 0;
-  for (int c = c0; c < c1; ++c) run += next[c];
+  for (int c = c0; c < c1; ++c) run += count[c];
   int incl = run;  // inclusive scan of the runs over the warp
 #pragma unroll
   for (int o = 1; o < 32; o *= 2) {
@@ -777,12 +772,18 @@ __device__ __forceinline__ void msdeform_query_order(const MSDeformOrderParams& 
   __syncthreads();
   int pos = incl - run + (warp > 0 ? warp_total[warp - 1] : 0);
   for (int c = c0; c < c1; ++c) {
-    const int k = next[c];
-    next[c] = pos;
-    pos += k;
+    starts[c] = pos;
+    pos += count[c];
   }
-  __syncthreads();
-  for_query_cells(cells, p.lq, [&](int cell, int q) { order[atomicAdd(&next[cell], 1)] = q; });
+}
+
+__device__ __forceinline__ void msdeform_query_place(const MSDeformOrderParams& p) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= static_cast<int64_t>(p.n) * p.lq) return;
+  const int n = static_cast<int>(i / p.lq), q = static_cast<int>(i - static_cast<int64_t>(n) * p.lq);
+  const int cell = reinterpret_cast<const int*>(p.cells)[i];
+  int* starts = reinterpret_cast<int*>(p.starts) + static_cast<int64_t>(n) * p.bands * p.cols;
+  reinterpret_cast<int*>(p.order)[static_cast<int64_t>(n) * p.lq + atomicAdd(&starts[cell], 1)] = q;
 }
 
 }  // namespace stheno
@@ -834,8 +835,8 @@ STHENO_FWD_S(msdeform_forward_f64_v2_s, double, 2, false)
 STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)
 }
 
-// msdeform_query_cells: a thread per query; msdeform_query_order: one block
-// of kOrderThreads per image.
+// The query order's launches: msdeform_query_cells and _place a thread per
+// query, msdeform_query_starts one block of kOrderThreads per image.
 extern "C" {
 __global__ void __launch_bounds__(256) msdeform_query_cells_f32(stheno::MSDeformOrderParams p) {
   stheno::msdeform_query_cells<float>(p);
@@ -843,8 +844,11 @@ __global__ void __launch_bounds__(256) msdeform_query_cells_f32(stheno::MSDeform
 __global__ void __launch_bounds__(256) msdeform_query_cells_f64(stheno::MSDeformOrderParams p) {
   stheno::msdeform_query_cells<double>(p);
 }
-__global__ void __launch_bounds__(stheno::kOrderThreads) msdeform_query_order(stheno::MSDeformOrderParams p) {
-  stheno::msdeform_query_order(p);
+__global__ void __launch_bounds__(stheno::kOrderThreads) msdeform_query_starts(stheno::MSDeformOrderParams p) {
+  stheno::msdeform_query_starts(p);
+}
+__global__ void __launch_bounds__(256) msdeform_query_place(stheno::MSDeformOrderParams p) {
+  stheno::msdeform_query_place(p);
 }
 }
 

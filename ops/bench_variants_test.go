@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 
 	G "gorgonia.org/gorgonia"
@@ -150,14 +152,14 @@ func spatialOrder(rois *tensor.Dense) *tensor.Dense {
 
 // BenchmarkGPUMSDeformAttnQueryOrder times the default MSDeformAttn forward
 // on the TARGETS cases with the queries as drawn, taken in the op's spatial
-// order (msdeform_query_order; sort=on, its cost included) or not
+// order (msdeform_query_cells; sort=on, its cost included) or not
 // (sort=off), and with the queries sorted beforehand on the host (by head
 // 0's first point at level 0, in bands of 4 rows, then by column): how much
 // the order in which warps meet the queries matters to the caches, and how
 // much of that the op's own sort gets. The backward does not sort (it
 // gained nothing from presorted queries: seed_full 1.748 -> 1.740 ms).
 func BenchmarkGPUMSDeformAttnQueryOrder(b *testing.B) {
-	defer func() { msDeformOrderOverride = 0 }()
+	defer func() { msDeformOrderOverride, msDeformOrderBandRowsOverride = 0, 0 }()
 	for _, c := range msDeformPresets {
 		sh, value, loc, weight, _ := msDeformBenchInputs(c)
 		vb := float64(4 * c.n * sh.s * c.m * c.d)
@@ -172,10 +174,17 @@ func BenchmarkGPUMSDeformAttnQueryOrder(b *testing.B) {
 		}{
 			{"order=given/sort=off", -1, []*tensor.Dense{value, loc, weight}},
 			{"order=given/sort=on", 1, []*tensor.Dense{value, loc, weight}},
+			{"order=given/sort=on/band=2", 1, []*tensor.Dense{value, loc, weight}},
+			{"order=given/sort=on/band=8", 1, []*tensor.Dense{value, loc, weight}},
+			{"order=given/sort=on/band=16", 1, []*tensor.Dense{value, loc, weight}},
 			{"order=presorted/sort=off", -1, presorted},
 		} {
 			b.Run("impl=cuda/case="+c.name+"/pass=fwd/"+v.name, func(b *testing.B) {
 				msDeformOrderOverride = v.override
+				msDeformOrderBandRowsOverride = 0
+				if _, rows, ok := strings.Cut(v.name, "/band="); ok {
+					msDeformOrderBandRowsOverride, _ = strconv.Atoi(rows)
+				}
 				runCase(b, "cuda", &msDeformAttnOp{sh}, v.in, vb+lb+ob)
 			})
 		}

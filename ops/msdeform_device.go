@@ -223,16 +223,16 @@ func (op *msDeformAttnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G
 
 // msDeformOrderArgs mirrors MSDeformOrderParams in kernels/msdeform.cu.
 type msDeformOrderArgs struct {
-	Loc, Cells, Order backend.DevicePtr
-	N, Lq, Stride     int32
-	Bands, Columns, _ int32
+	Loc, Cells, Starts, Order backend.DevicePtr
+	N, Lq, Stride             int32
+	Bands, Columns, _         int32
 }
 
-var _ [48]byte = [unsafe.Sizeof(msDeformOrderArgs{})]byte{}
+var _ [56]byte = [unsafe.Sizeof(msDeformOrderArgs{})]byte{}
 
-// Constants of msdeform_query_order (kernels/msdeform.cu): the most cells
-// its shared memory holds, the rows of level 0 a band of cells spans, and
-// its block size (one block per image).
+// Constants of the query order's kernels (kernels/msdeform.cu): the most
+// cells msdeform_query_starts' shared memory holds, the rows of level 0 a
+// band of cells spans, and its block size (one block per image).
 const (
 	msDeformOrderCells    = 8192
 	msDeformOrderBandRows = 4
@@ -240,35 +240,46 @@ const (
 )
 
 // msDeformOrderMin is the fewest queries per image for which the forward
-// takes them in spatial order. The sort costs a few microseconds whatever
-// the count (two launches; one block per image); it paid on seed_full's
-// 15422 queries (see sortsQueries). Below this the forward is
-// short and its blocks are few enough to be resident at once, so there is
-// little for the order to win (a judgment, not measured).
+// takes them in spatial order. The sort costs three launches, about as
+// long whatever the count; it paid on seed_full's 15422 queries (see
+// sortsQueries). Below it the forward is short and its blocks are few
+// enough to be resident at once, so there is little for the order to win:
+// detr_decoder's 300 queries took 0.018 ms unsorted, 0.028 sorting.
 const msDeformOrderMin = 4096
+
+// msDeformOrderBandRowsOverride, when positive (benchmarks), sets the rows
+// of level 0 a band of orderGrid's cells spans.
+var msDeformOrderBandRowsOverride int
 
 // msDeformOrderOverride, when not 0 (tests and benchmarks), forces the
 // forward's query order on (1) or off (-1) instead of sortsQueries' rule.
 var msDeformOrderOverride int
 
 // sortsQueries reports whether the forward takes each image's queries in
-// spatial order (msdeform_query_order): with Lq >= msDeformOrderMin. On an
-// H200 this took seed_full's forward (reference points uniform over the
-// map) from 0.546 to 0.493 ms with the queries sorted beforehand; the
-// backward gained nothing (1.748 -> 1.740) and does not sort.
+// spatial order (msdeform_query_cells): with Lq >= msDeformOrderMin, unless
+// every pixel is a query (Lq == S: an encoder's self-attention, whose
+// queries come in pixel order already). On an H200, seed_full (reference
+// points uniform over the map) took 0.546 ms with its queries as drawn and
+// 0.493 sorted beforehand; detr_encoder's forward, its queries presorted
+// the same way, gained 1% (0.2532 -> 0.2495), less than the sort costs.
+// The backward gained nothing (seed_full 1.748 -> 1.740) and does not sort.
 func (s msDeformShape) sortsQueries() bool {
 	if msDeformOrderOverride != 0 {
 		return msDeformOrderOverride > 0
 	}
-	return s.lq >= msDeformOrderMin
+	return s.lq >= msDeformOrderMin && s.lq != s.s
 }
 
-// orderGrid is the grid of cells msdeform_query_order sorts by: bands of
+// orderGrid is the grid of cells the query order sorts by: bands of
 // msDeformOrderBandRows rows of level 0 and one column per pixel, columns
 // merged in pairs (then bands, if ever needed) until it has at most
 // msDeformOrderCells cells.
 func (s msDeformShape) orderGrid() (bands, cols int) {
-	bands, cols = max(1, ceilDiv(s.levels[0].H, msDeformOrderBandRows)), max(1, s.levels[0].W)
+	rows := msDeformOrderBandRows
+	if msDeformOrderBandRowsOverride > 0 {
+		rows = msDeformOrderBandRowsOverride
+	}
+	bands, cols = max(1, ceilDiv(s.levels[0].H, rows)), max(1, s.levels[0].W)
 	for bands*cols > msDeformOrderCells {
 		if cols > 1 {
 			cols = ceilDiv(cols, 2)
@@ -279,41 +290,52 @@ func (s msDeformShape) orderGrid() (bands, cols int) {
 	return bands, cols
 }
 
-// queryOrder queues msdeform_query_cells and msdeform_query_order: a new
-// int32 [2,N,Lq] device tensor, which the caller frees, whose first half
-// holds, for each image, the order in which the forward takes its queries
-// (the second half is the sort's scratch: each query's cell).
+// queryOrder queues msdeform_query_cells, _starts and _place: a new int32
+// device tensor, which the caller frees, whose first N*Lq elements hold,
+// for each image, the order in which the forward takes its queries (the
+// rest is the sort's scratch: each query's cell, each cell's next free
+// position).
 func (s msDeformShape) queryOrder(op string, dev *backend.Device, loc backend.DevicePtr) (*tensor.Dense, error) {
 	if err := fitsInt32(op, map[string]int{"Lq": s.lq, "M*L*P*2": s.m * s.l * s.p * 2}); err != nil {
 		return nil, err
 	}
 	queries := int64(s.n) * int64(s.lq)
-	if blocks := (queries + msDeformBlock - 1) / msDeformBlock; blocks > 1<<31-1 {
+	blocks := (queries + msDeformBlock - 1) / msDeformBlock
+	if blocks > 1<<31-1 {
 		return nil, fmt.Errorf("ops: %s: query order: %d blocks exceed the grid limit", op, blocks)
 	}
-	t, err := dev.NewDense(tensor.Int32, 2, s.n, s.lq)
+	bands, cols := s.orderGrid()
+	t, err := dev.NewDense(tensor.Int32, 2*s.n*s.lq+s.n*bands*cols)
 	if err != nil {
 		return nil, fmt.Errorf("ops: %s: query order: %w", op, err)
 	}
-	bands, cols := s.orderGrid()
 	args := msDeformOrderArgs{Loc: loc, N: int32(s.n), Lq: int32(s.lq), Stride: int32(s.m * s.l * s.p * 2),
 		Bands: int32(bands), Columns: int32(cols)}
-	cells := backend.LaunchConfig{
-		Grid:  backend.Dim3{X: uint32((queries + msDeformBlock - 1) / msDeformBlock), Y: 1, Z: 1},
+	perQuery := backend.LaunchConfig{
+		Grid:  backend.Dim3{X: uint32(blocks), Y: 1, Z: 1},
 		Block: backend.Dim3{X: msDeformBlock, Y: 1, Z: 1},
 	}
-	sort := backend.LaunchConfig{
+	perImage := backend.LaunchConfig{
 		Grid:  backend.Dim3{X: uint32(s.n), Y: 1, Z: 1},
 		Block: backend.Dim3{X: msDeformOrderThreads, Y: 1, Z: 1},
 	}
 	if args.Order, err = dev.Ptr(t); err == nil {
 		args.Cells = args.Order + backend.DevicePtr(4*queries)
-		var kc, ks *backend.Kernel
-		if kc, err = dev.Kernel("msdeform", "msdeform_query_cells_"+dtypeSuffix(s.dt)); err == nil {
-			if ks, err = dev.Kernel("msdeform", "msdeform_query_order"); err == nil {
-				if err = backend.Launch(kc, cells, args); err == nil {
-					err = backend.Launch(ks, sort, args)
-				}
+		args.Starts = args.Cells + backend.DevicePtr(4*queries)
+		for _, l := range []struct {
+			name string
+			cfg  backend.LaunchConfig
+		}{
+			{"msdeform_query_cells_" + dtypeSuffix(s.dt), perQuery},
+			{"msdeform_query_starts", perImage},
+			{"msdeform_query_place", perQuery},
+		} {
+			var k *backend.Kernel
+			if k, err = dev.Kernel("msdeform", l.name); err == nil {
+				err = backend.Launch(k, l.cfg, args)
+			}
+			if err != nil {
+				break
 			}
 		}
 	}

@@ -728,34 +728,43 @@ func TestMSDeformKernelFor(t *testing.T) {
 	}
 }
 
-// The forward sorts queries only from msDeformOrderMin per image, and its
-// grid of cells never exceeds what msdeform_query_order's shared memory
-// holds.
+// The forward sorts queries only from msDeformOrderMin per image and not
+// when every pixel is a query, and its grid of cells never exceeds what
+// msdeform_query_starts' shared memory holds.
 func TestMSDeformQueryOrderRule(t *testing.T) {
-	levels := func(h, w int) []Level { return []Level{{h, w}, {(h + 1) / 2, (w + 1) / 2}} }
 	cases := []struct {
+		name        string
 		lq          int
 		lv0         Level
+		encoder     bool // Lq == S
 		sorts       bool
 		bands, cols int
 	}{
-		{300, Level{100, 167}, false, 25, 167},                 // detr_decoder
-		{msDeformOrderMin - 1, Level{92, 160}, false, 23, 160}, // just below
-		{15422, Level{92, 160}, true, 23, 160},                 // seed_full
-		{22223, Level{100, 167}, true, 25, 167},                // detr_encoder
-		{20000, Level{200, 336}, true, 50, 84},                 // 16800 cells: columns merged twice
-		{20000, Level{1, 1}, true, 1, 1},
-		{20000, Level{40000, 1}, true, 5000, 1}, // 10000 bands halved: columns cannot merge
+		{"detr_decoder", 300, Level{100, 167}, false, false, 25, 167},
+		{"just below", msDeformOrderMin - 1, Level{92, 160}, false, false, 23, 160},
+		{"seed_full", 15422, Level{92, 160}, false, true, 23, 160},
+		{"encoder", 0, Level{100, 167}, true, false, 25, 167},
+		{"16800 cells: columns merged twice", 20000, Level{200, 336}, false, true, 50, 84},
+		{"one pixel", 20000, Level{1, 1}, false, true, 1, 1},
+		{"10000 bands halved: columns cannot merge", 20000, Level{40000, 1}, false, true, 5000, 1},
 	}
 	for _, c := range cases {
-		s := msDeformShape{n: 1, lq: c.lq, m: 8, d: 32, l: 2, p: 4, levels: levels(c.lv0.H, c.lv0.W), dt: tensor.Float32}
+		levels := []Level{c.lv0, {(c.lv0.H + 1) / 2, (c.lv0.W + 1) / 2}}
+		s := msDeformShape{n: 1, m: 8, d: 32, l: 2, p: 4, levels: levels, dt: tensor.Float32}
+		for _, lv := range levels {
+			s.s += lv.H * lv.W
+		}
+		s.lq = c.lq
+		if c.encoder {
+			s.lq = s.s
+		}
 		if got := s.sortsQueries(); got != c.sorts {
-			t.Errorf("Lq %d: sortsQueries = %v, want %v", c.lq, got, c.sorts)
+			t.Errorf("%s: Lq %d, S %d: sortsQueries = %v, want %v", c.name, s.lq, s.s, got, c.sorts)
 		}
 		bands, cols := s.orderGrid()
 		if bands != c.bands || cols != c.cols || bands*cols > msDeformOrderCells {
-			t.Errorf("level 0 %dx%d: orderGrid = %d x %d, want %d x %d (at most %d cells)",
-				c.lv0.H, c.lv0.W, bands, cols, c.bands, c.cols, msDeformOrderCells)
+			t.Errorf("%s: level 0 %dx%d: orderGrid = %d x %d, want %d x %d (at most %d cells)",
+				c.name, c.lv0.H, c.lv0.W, bands, cols, c.bands, c.cols, msDeformOrderCells)
 		}
 	}
 }

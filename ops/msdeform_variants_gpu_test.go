@@ -92,7 +92,7 @@ func TestGPUMSDeformAttnForwardVariants(t *testing.T) {
 	}
 }
 
-// The forward with its queries sorted (msdeform_query_order) on every parity
+// The forward with its queries sorted (msdeform_query_cells) on every parity
 // case, whatever their number of queries.
 func TestGPUMSDeformAttnSortedParity(t *testing.T) {
 	dev := gpu(t)

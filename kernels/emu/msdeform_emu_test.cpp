@@ -217,7 +217,7 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
   return ok;
 }
 
-// msdeform_query_cells and msdeform_query_order on nq queries per image (n images, stride elements
+// msdeform_query_cells, _starts and _place on nq queries per image (n images, stride elements
 // apart, a bands x cols grid): each image's order must be a permutation of
 // its queries whose cells, computed here as the kernel defines them, never
 // decrease. Locations reach past [0,1] and some are NaN or infinite.
@@ -229,14 +229,15 @@ static bool run_order(int n, int nq, int stride, int bands, int cols) {
   for (auto& x : loc) x = static_cast<T>(u(r));
   for (size_t j = 0; j < loc.size(); j += 13) loc[j] = NAN;
   for (size_t j = 5; j < loc.size(); j += 29) loc[j] = (j & 64) ? INFINITY : -INFINITY;
-  std::vector<int> order((size_t)n * nq, -1), cells((size_t)n * nq, -1);
+  std::vector<int> order((size_t)n * nq, -1), cells((size_t)n * nq, -1), starts((size_t)n * bands * cols, -1);
   stheno::MSDeformOrderParams p;
   memset(&p, 0, sizeof p);
-  p.loc = (uint64_t)loc.data(), p.cells = (uint64_t)cells.data(), p.order = (uint64_t)order.data();
+  p.loc = (uint64_t)loc.data(), p.cells = (uint64_t)cells.data(), p.starts = (uint64_t)starts.data(), p.order = (uint64_t)order.data();
   p.n = n, p.lq = nq, p.stride = stride, p.bands = bands, p.cols = cols;
   emu::launch(sizeof(T) == 4 ? (void (*)(stheno::MSDeformOrderParams))msdeform_query_cells_f32 : msdeform_query_cells_f64,
               dim3((n * nq + 255) / 256), dim3(256), 0, p);
-  emu::launch(msdeform_query_order, dim3(n), dim3(stheno::kOrderThreads), 0, p);
+  emu::launch(msdeform_query_starts, dim3(n), dim3(stheno::kOrderThreads), 0, p);
+  emu::launch(msdeform_query_place, dim3((n * nq + 255) / 256), dim3(256), 0, p);
   auto cell = [&](int img, int q) {
     const T* l = &loc[((size_t)img * nq + q) * stride];
     const T x = l[0], y = l[1];
@@ -254,7 +255,7 @@ static bool run_order(int n, int nq, int stride, int bands, int cols) {
       if (ok && i > 0) ok = cell(img, order[(size_t)img * nq + i - 1]) <= cell(img, q);
     }
   }
-  printf("%-4s msdeform_query_cells_%s + msdeform_query_order: %d images of %d queries, %dx%d cells\n",
+  printf("%-4s msdeform_query_{cells_%s,starts,place}: %d images of %d queries, %dx%d cells\n",
          ok ? "ok" : "FAIL", sizeof(T) == 4 ? "f32" : "f64", n, nq, bands, cols);
   return ok;
 }
@@ -337,7 +338,7 @@ int main(int argc, char** argv) {
       }
   }
   if (only.empty() || std::any_of(only.begin(), only.end(), [](const std::string& o) {
-        return std::string("msdeform_query_cells msdeform_query_order").find(o) != std::string::npos;
+        return std::string("msdeform_query_cells msdeform_query_starts msdeform_query_place").find(o) != std::string::npos;
       })) {
     // One query; fewer than the block's threads; more than one pass of
     // kOrderUnroll per thread; the most cells; one cell.
