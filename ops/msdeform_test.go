@@ -740,13 +740,13 @@ func TestMSDeformQueryOrderRule(t *testing.T) {
 		sorts       bool
 		bands, cols int
 	}{
-		{"detr_decoder", 300, Level{100, 167}, false, false, 25, 167},
-		{"just below", msDeformOrderMin - 1, Level{92, 160}, false, false, 23, 160},
-		{"seed_full", 15422, Level{92, 160}, false, true, 23, 160},
-		{"encoder", 0, Level{100, 167}, true, false, 25, 167},
-		{"16800 cells: columns merged twice", 20000, Level{200, 336}, false, true, 50, 84},
+		{"detr_decoder", 300, Level{100, 167}, false, false, 13, 167},
+		{"just below", msDeformOrderMin - 1, Level{92, 160}, false, false, 12, 160},
+		{"seed_full", 15422, Level{92, 160}, false, true, 12, 160},
+		{"encoder", 0, Level{100, 167}, true, false, 13, 167},
+		{"8400 cells: columns merged once", 20000, Level{200, 336}, false, true, 25, 168},
 		{"one pixel", 20000, Level{1, 1}, false, true, 1, 1},
-		{"10000 bands halved: columns cannot merge", 20000, Level{40000, 1}, false, true, 5000, 1},
+		{"10000 bands halved: columns cannot merge", 20000, Level{80000, 1}, false, true, 5000, 1},
 	}
 	for _, c := range cases {
 		levels := []Level{c.lv0, {(c.lv0.H + 1) / 2, (c.lv0.W + 1) / 2}}
