@@ -11,9 +11,15 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for step in $what; do
 	case $step in
 	tests)
-		echo "== backend tests"
-		(cd backend && "$root/bin/backend.test" -test.v -test.timeout 5m >"$OUT/backend.log" 2>&1; echo "exit $?" >>"$OUT/backend.log")
-		grep -E "^(--- FAIL|FAIL|ok|PASS|exit)" "$OUT/backend.log"; grep -c -- "--- SKIP" "$OUT/backend.log" | sed 's/^/skipped: /'
+		# bin/ops.test and bin/backend.test together exceed the device
+		# tool's 64 MiB carry: a run may bring only ops.test.
+		if [ -x bin/backend.test ]; then
+			echo "== backend tests"
+			(cd backend && "$root/bin/backend.test" -test.v -test.timeout 5m >"$OUT/backend.log" 2>&1; echo "exit $?" >>"$OUT/backend.log")
+			grep -E "^(--- FAIL|FAIL|ok|PASS|exit)" "$OUT/backend.log"; grep -c -- "--- SKIP" "$OUT/backend.log" | sed 's/^/skipped: /'
+		else
+			echo "== backend tests: no bin/backend.test, skipped"
+		fi
 		echo "== ops GPU tests"
 		(cd ops && "$root/bin/ops.test" -test.v -test.run GPU -test.timeout 5m >"$OUT/ops-gpu.log" 2>&1; echo "exit $?" >>"$OUT/ops-gpu.log")
 		grep -E "^(--- |FAIL|ok|PASS|exit)|    gpu_test" "$OUT/ops-gpu.log" | grep -v "^    --- PASS" | head -60
