@@ -36,12 +36,16 @@ struct MSDeformParams {
   uint64_t grad_loc;     // backward: [N,Lq,M,L,P,2], written
   uint64_t grad_weight;  // backward: [N,Lq,M,L,P], written
   uint64_t levels;       // int32 [L][3]: H, W, first pixel of the level in S; 0: use inline_levels
-  uint64_t order;        // int32 [N,Lq]: the query each position of an image takes (msdeform_query_place), or 0: query = position
   int32_t n, s, m, d, lq, l, p;
   int32_t group;         // lanes per (n, q, m), a power of two <= 32
   // The level table itself when L <= kInlineLevels: passed with the launch,
   // it needs no upload and is read from the constant bank.
   int32_t inline_levels[3 * 16];
+  // int32 [N,Lq]: the query each position of an image takes
+  // (msdeform_query_place; _o kernels only). Last, so that the other
+  // fields' offsets, and the code of the kernels that ignore it, are as
+  // they were before it.
+  uint64_t order;
 };
 
 struct Level {
@@ -81,10 +85,13 @@ struct Query {
 };
 
 //
-// With p.order set, position q of image n works on query order[n*Lq + q]
-// instead of q: the same work, in an order where neighbouring groups sample
-// neighbouring places (see msdeform_query_cells).
-template <bool kHeads>
+// kOrdered (the forward's _o kernels): position q of image n works on query
+// p.order[n*Lq + q] instead of q, the same work in an order where
+// neighbouring groups sample neighbouring places (see msdeform_query_cells).
+// A template flag rather than a test of p.order in every kernel: the lookup
+// costs registers, and the capped kernels spilled more with it (on an H200,
+// encoder backward q4_r4_h_b3 0.85 -> 1.01 ms, forward v4_s_b5 0.25 -> 0.26).
+template <bool kHeads, bool kOrdered = false>
 __device__ __forceinline__ Query query_of(const MSDeformParams& p, int64_t gid) {
   Query r;
   if (kHeads) {
@@ -92,14 +99,18 @@ __device__ __forceinline__ Query query_of(const MSDeformParams& p, int64_t gid) 
     const int64_t nq = gid / p.m;
     r.q = static_cast<int>(nq % p.lq);
     r.n = static_cast<int>(nq / p.lq);
+    r.qm = gid;
   } else {
     r.q = static_cast<int>(gid % p.lq);
     const int64_t nm = gid / p.lq;
     r.m = static_cast<int>(nm % p.m);
     r.n = static_cast<int>(nm / p.m);
+    r.qm = (static_cast<int64_t>(r.n) * p.lq + r.q) * p.m + r.m;
   }
-  if (p.order != 0) r.q = __ldg(reinterpret_cast<const int*>(p.order) + static_cast<int64_t>(r.n) * p.lq + r.q);
-  r.qm = (static_cast<int64_t>(r.n) * p.lq + r.q) * p.m + r.m;
+  if (kOrdered) {
+    r.q = __ldg(reinterpret_cast<const int*>(p.order) + static_cast<int64_t>(r.n) * p.lq + r.q);
+    r.qm = (static_cast<int64_t>(r.n) * p.lq + r.q) * p.m + r.m;
+  }
   return r;
 }
 
@@ -562,8 +573,8 @@ __device__ __forceinline__ PointTaps<T> shfl_taps(const PointTaps<T>& pt, int sr
 // Forward with shared taps: the lanes of a group compute the taps of
 // different points, one each, and pass them round with shuffles, instead of
 // every lane computing every point's taps (the address and interpolation
-// arithmetic was what bound the kernel, not memory).
-template <typename T, int V, bool kHeads>
+// arithmetic was what bound the kernel, not memory). kOrdered: see query_of.
+template <typename T, int V, bool kHeads, bool kOrdered = false>
 __device__ void msdeform_forward_shared(const MSDeformParams& p) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t groups = static_cast<int64_t>(p.n) * p.lq * p.m;
@@ -571,7 +582,7 @@ __device__ void msdeform_forward_shared(const MSDeformParams& p) {
   const bool valid = tid / p.group < groups;
   const int64_t gid = valid ? tid / p.group : groups - 1;
   const int lane = static_cast<int>(tid % p.group);
-  const Query qr = query_of<kHeads>(p, gid);
+  const Query qr = query_of<kHeads, kOrdered>(p, gid);
   const int lp = p.l * p.p;
   const T* value = reinterpret_cast<const T*>(p.value);
   // Element of channel 0 of pixel 0 of this image and head.
@@ -828,8 +839,23 @@ STHENO_FWD_S(msdeform_forward_f32_v4_s, float, 4, false)
 // TARGETS cases; _b6 (40) was slower.
 #define STHENO_FWD_SB(name, T, V, H, B) \
   __global__ void __launch_bounds__(256, B) name(stheno::MSDeformParams p) { stheno::msdeform_forward_shared<T, V, H>(p); }
+// _o: queries in p.order's order (ops launches these after
+// msdeform_query_cells and co.).
+#define STHENO_FWD_SO(name, T, V)                                    \
+  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { \
+    stheno::msdeform_forward_shared<T, V, false, true>(p);             \
+  }
+#define STHENO_FWD_SBO(name, T, V, B)                                   \
+  __global__ void __launch_bounds__(256, B) name(stheno::MSDeformParams p) { \
+    stheno::msdeform_forward_shared<T, V, false, true>(p);                \
+  }
 extern "C" {
 STHENO_FWD_SB(msdeform_forward_f32_v4_s_b5, float, 4, false, 5)
+STHENO_FWD_SO(msdeform_forward_f32_v4_s_o, float, 4)
+STHENO_FWD_SBO(msdeform_forward_f32_v4_s_b5_o, float, 4, 5)
+STHENO_FWD_SO(msdeform_forward_f32_v1_s_o, float, 1)
+STHENO_FWD_SO(msdeform_forward_f64_v1_s_o, double, 1)
+STHENO_FWD_SO(msdeform_forward_f64_v2_s_o, double, 2)
 STHENO_FWD_S(msdeform_forward_f64_v1_s, double, 1, false)
 STHENO_FWD_S(msdeform_forward_f64_v2_s, double, 2, false)
 STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)

@@ -17,8 +17,10 @@ import (
 // on every TARGETS.md case, the backward ones on the encoder case.
 func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 	defer func() { msDeformKernelOverride = nil }()
+	// The _o kernels sort the queries first (queryOrder), whatever Lq.
 	forward := []msDeformKernel{{"msdeform_forward_f32_v4_u1", 4}, {"msdeform_forward_f32_v1_s", 1},
-		{"msdeform_forward_f32_v4_s", 4}, {"msdeform_forward_f32_v4_s_b5", 4}}
+		{"msdeform_forward_f32_v4_s", 4}, {"msdeform_forward_f32_v4_s_b5", 4},
+		{"msdeform_forward_f32_v4_s_o", 4}, {"msdeform_forward_f32_v4_s_b5_o", 4}}
 	for _, c := range msDeformPresets {
 		sh, value, loc, weight, gy := msDeformBenchInputs(c)
 		vb := float64(4 * c.n * sh.s * c.m * c.d)

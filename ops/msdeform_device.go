@@ -16,10 +16,10 @@ type msDeformArgs struct {
 	Value, Loc, Weight, Out                 backend.DevicePtr
 	GradOut, GradValue, GradLoc, GradWeight backend.DevicePtr
 	Levels                                  backend.DevicePtr
-	Order                                   backend.DevicePtr
 	N, S, M, D, Lq, L, P                    int32
 	Group                                   int32
 	InlineLevels                            [3 * msDeformInlineLevels]int32
+	Order                                   backend.DevicePtr
 }
 
 // msDeformInlineLevels is how many levels travel inside the launch
@@ -36,6 +36,10 @@ type msDeformKernel struct {
 	name string
 	vec  int
 }
+
+// ordered reports whether the kernel takes the queries in the order
+// queryOrder computes (the forward's _o kernels).
+func (k msDeformKernel) ordered() bool { return strings.HasSuffix(k.name, "_o") }
 
 // msDeformQuadBackward is msdeform_sm90a.cu's float32 backward: 4
 // consecutive channels per lane, added to grad_value with one 16-byte
@@ -71,13 +75,19 @@ var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
 // 3 blocks per SM, the float32 default) 1.41, r8_h 1.70, r4_h 1.71, r16_h 1.82-1.93,
 // u1_h (one channel per lane, 15 shuffles per point) 2.65, s_h 3.43.
 //
+// ordered (sortsQueries; forward only) picks the _o twin of the forward
+// kernel, which takes the queries in spatial order (queryOrder). For float32
+// with 4 channels per lane that is v4_s_o, without the register cap: with
+// the order lookup, the capped kernel was slower than the uncapped one
+// (seed_full 0.531 vs 0.508 ms).
+//
 // quad says whether the GPU runs msdeform_sm90a.cu (msDeformQuad): there the
 // float32 backward is msDeformQuadBackward when D and the alignment allow,
 // one 16-byte reduction per corner instead of 4 scalar atomics: encoder
 // 0.84-0.86 ms against v4_r4_h_b3's 1.41 on the same H200 (q4_r4_h 0.87,
 // q4_r8_h_b3 0.97, q4_r4_h_b4 1.18 spilling, q4_r2_h_b3 0.88, q4_r4_b3
 // queries fastest 1.01).
-func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned, quad bool) msDeformKernel {
+func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned, quad, ordered bool) msDeformKernel {
 	if msDeformKernelOverride != nil {
 		return msDeformKernelOverride(backward, dt)
 	}
@@ -91,14 +101,18 @@ func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned, quad bool
 		}
 		return msDeformKernel{"msdeform_backward_" + sfx + "_v4_r4_h", 4}
 	}
+	o := ""
+	if ordered {
+		o = "_o"
+	}
 	vec := 16 / int(dt.Size())
 	if d%vec != 0 || !aligned {
-		return msDeformKernel{"msdeform_forward_" + sfx + "_v1_s", 1}
+		return msDeformKernel{"msdeform_forward_" + sfx + "_v1_s" + o, 1}
 	}
-	if dt == tensor.Float32 {
+	if dt == tensor.Float32 && !ordered {
 		return msDeformKernel{"msdeform_forward_f32_v4_s_b5", vec}
 	}
-	return msDeformKernel{fmt.Sprintf("msdeform_forward_%s_v%d_s", sfx, vec), vec}
+	return msDeformKernel{fmt.Sprintf("msdeform_forward_%s_v%d_s%s", sfx, vec, o), vec}
 }
 
 // msDeformQuad reports whether dev runs msdeform_sm90a.cu's kernels
@@ -155,10 +169,21 @@ func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, arg
 	// pointer is 0).
 	aligned := (args.Value|args.Out|args.GradValue)%16 == 0
 	quad := backward && s.dt == tensor.Float32 && s.d%4 == 0 && aligned && msDeformQuad(dev)
-	kv := msDeformKernelFor(backward, s.dt, s.d, aligned, quad)
+	kv := msDeformKernelFor(backward, s.dt, s.d, aligned, quad, !backward && s.sortsQueries())
 	k, err := dev.Kernel(msDeformModule(kv.name), kv.name)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	if kv.ordered() {
+		order, err := s.queryOrder(op, dev, args.Loc)
+		if err != nil {
+			return err
+		}
+		// The stream orders the free after the kernel below.
+		defer dev.FreeDense(order)
+		if args.Order, err = dev.Ptr(order); err != nil {
+			return fmt.Errorf("ops: %s: %w", op, err)
+		}
 	}
 	if s.l <= msDeformInlineLevels {
 		start := 0
@@ -204,17 +229,6 @@ func (op *msDeformAttnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G
 		return nil, err
 	}
 	args.Out = outPtr
-	if op.sortsQueries() {
-		order, err := op.queryOrder(name, dev, args.Loc)
-		if err != nil {
-			return nil, err
-		}
-		// The stream orders the free after the kernel below.
-		defer dev.FreeDense(order)
-		if args.Order, err = dev.Ptr(order); err != nil {
-			return nil, fmt.Errorf("ops: %s: %w", name, err)
-		}
-	}
 	if err := op.launch(name, dev, false, args); err != nil {
 		return nil, err
 	}

@@ -72,7 +72,7 @@ func TestGPUMSDeformAttnBackwardVariants(t *testing.T) {
 // that take 4 channels per lane (D % 4 == 0); the v1 kernels run in
 // TestGPUMSDeformAttnParity on the cases that need them.
 var msDeformForwardVariants = []msDeformKernel{{"msdeform_forward_f32_v4_u1", 4}, {"msdeform_forward_f32_v4_s", 4},
-	{"msdeform_forward_f32_v4_s_b5", 4}}
+	{"msdeform_forward_f32_v4_s_b5", 4}, {"msdeform_forward_f32_v4_s_o", 4}, {"msdeform_forward_f32_v4_s_b5_o", 4}}
 
 func TestGPUMSDeformAttnForwardVariants(t *testing.T) {
 	dev := gpu(t)
