@@ -78,8 +78,8 @@ var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
 // ordered (sortsQueries; forward only) picks the _o twin of the forward
 // kernel, which takes the queries in spatial order (queryOrder). For float32
 // with 4 channels per lane that is v4_s_o, without the register cap: with
-// the order lookup, the capped kernel was slower than the uncapped one
-// (seed_full 0.531 vs 0.508 ms).
+// the order lookup, the capped kernel (v4_s_b5_o) was slower than the
+// uncapped one (seed_full 0.555 vs 0.506 ms, sort included).
 //
 // quad says whether the GPU runs msdeform_sm90a.cu (msDeformQuad): there the
 // float32 backward is msDeformQuadBackward when D and the alignment allow,
@@ -264,7 +264,7 @@ const (
 // long whatever the count; it paid on seed_full's 15422 queries (see
 // sortsQueries). Below it the forward is short and its blocks are few
 // enough to be resident at once, so there is little for the order to win:
-// detr_decoder's 300 queries took 0.018 ms unsorted, 0.028 sorting.
+// detr_decoder's 300 queries took 0.017 ms unsorted, 0.028-0.034 sorting.
 const msDeformOrderMin = 4096
 
 // msDeformOrderBandRowsOverride, when positive (benchmarks), sets the rows
@@ -278,11 +278,12 @@ var msDeformOrderOverride int
 // sortsQueries reports whether the forward takes each image's queries in
 // spatial order (msdeform_query_cells): with Lq >= msDeformOrderMin, unless
 // every pixel is a query (Lq == S: an encoder's self-attention, whose
-// queries come in pixel order already). On an H200, seed_full (reference
-// points uniform over the map) took 0.546 ms with its queries as drawn and
-// 0.493 sorted beforehand; detr_encoder's forward, its queries presorted
-// the same way, gained 1% (0.2532 -> 0.2495), less than the sort costs.
-// The backward gained nothing (seed_full 1.748 -> 1.740) and does not sort.
+// queries come in pixel order already). On an H200
+// (BenchmarkGPUMSDeformAttnQueryOrder), seed_full (reference points
+// uniform over the map) took 0.548 ms with its queries as drawn and 0.507
+// sorted by the op, sort included; detr_encoder's took 0.255 as given and
+// 0.262 sorted by the op. The backward gained nothing from presorted
+// queries (seed_full 1.748 -> 1.740) and does not sort.
 func (s msDeformShape) sortsQueries() bool {
 	if msDeformOrderOverride != 0 {
 		return msDeformOrderOverride > 0
