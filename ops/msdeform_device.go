@@ -250,9 +250,9 @@ var _ [56]byte = [unsafe.Sizeof(msDeformOrderArgs{})]byte{}
 //
 // Bands of 8 rows give the 32 queries of a forward block a region about as
 // tall as it is wide. On seed_full (H200, BenchmarkGPUMSDeformAttnQueryOrder,
-// two runs) the forward took 0.5238 / 0.5326 ms with bands of 8 rows,
-// 0.5258 / 0.5379 with 4, 0.5314 / 0.5373 with 16 and 0.5341 / 0.5450
-// with 2: all within 2%.
+// the final sort) the forward took 0.507 ms with bands of 8 rows, 0.508
+// with 4, 0.511 with 16 and 0.519 with 2; two sessions with earlier, slower
+// versions of the sort ranked them the same way, all within 2.5%.
 const (
 	msDeformOrderCells    = 8192
 	msDeformOrderBandRows = 8
