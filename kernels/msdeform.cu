@@ -4,7 +4,9 @@
 // A group of lanes works on one (n, q, m). Consecutive groups are consecutive
 // queries of the same head, so the blocks of a launch sample neighbouring
 // places of one head's maps and share their cache lines (in the encoder,
-// neighbouring queries are neighbouring pixels).
+// neighbouring queries are neighbouring pixels). Where the queries come in
+// no such order, the forward's _o kernels take them sorted by where they
+// sample (msdeform_query_cells and the launches after it).
 //
 // Forward: each lane owns V consecutive channels (a float4 or double2 when D
 // allows), so one load instruction of a group reads whole 16-byte pieces of a
@@ -84,7 +86,6 @@ struct Query {
   int64_t qm;  // index of (n, q, m) in the [N,Lq,M] layouts of loc, weight and out
 };
 
-//
 // kOrdered (the forward's _o kernels): position q of image n works on query
 // p.order[n*Lq + q] instead of q, the same work in an order where
 // neighbouring groups sample neighbouring places (see msdeform_query_cells).
