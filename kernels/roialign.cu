@@ -905,6 +905,142 @@ __device__ void roialign_forward_nchw(const RoIAlignParams& p) {
   }
 }
 
+// Forward with lanes on sample columns, for a fixed sampling ratio kS with
+// PW*kS <= 32 (roialign_forward_cols_s<kS>): a warp gathers one bin row of
+// a RoI from one channel map, or from 32/(PW*kS) maps side by side, lane j
+// on the row's sample column j. A load instruction of the warp then reads
+// one stretch of one pixel row per map: a few 32-byte sectors for its
+// PW*kS samples, where roialign_forward_nchw, a lane per bin, touches about
+// a sector per lane (Nsight Compute, box_head_P2: ~15 sectors per 32
+// floats, L2-bound). A sample's taps are a row part times a column part
+// (roi_axis): a lane's column is fixed for the RoI and the rows for a bin
+// row, so the warp works out each bin row's taps (offsets within a map and
+// weights) once for its whole stretch of channels, and a channel then costs
+// 4*kS loads and FMAs a lane. The kS lanes of a bin add their sums by
+// shuffles and the first writes the bin.
+//
+// No branch per load: taps with weight 0 (outside the map, or of a sample
+// outside the RoI's range) still read a pixel inside the map, as the CPU
+// twin's read pixel 0, so a non-finite input there can make a bin NaN (as
+// in torchvision, whose clamped corners read the border with weight 0).
+//
+// Blocks are (RoI, slice of the channels: grid y). A block's warps split its
+// (bin row, group of channels) items in contiguous runs, bin rows slowest,
+// so a warp works out taps again only when its run crosses a bin row. kS is
+// a template argument: with the ratio known at compile time the tap tables
+// stay in registers and the bin's shuffles and output index are constants.
+constexpr int kColsMaxS = 4;
+
+template <typename T, int kS>
+__device__ void roialign_forward_cols(const RoIAlignParams& p) {
+  static_assert(kS >= 1 && kS <= kColsMaxS, "kS");
+  // ops launches this kernel only where it fits (colsFit, the ratio kS);
+  // elsewhere it would divide by zero below.
+  if (p.sampling_ratio != kS || p.pooled_w * kS > 32) return;
+  const int64_t roi = blockIdx.x;
+  const int cols = p.pooled_w * kS, slots = 32 / cols;  // sample columns of a bin row; maps a warp reads at once
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int slot = lane / cols, sc = lane - slot * cols;
+  const bool active = slot < slots;  // idle lanes past the last slot still take part in the shuffles
+  const int bins = p.pooled_h * p.pooled_w;
+  const int chunk = (p.c + gridDim.y - 1) / gridDim.y;
+  const int c_begin = blockIdx.y * chunk, c_end = min(p.c, c_begin + chunk);
+  const int groups = c_end > c_begin ? (c_end - c_begin + slots - 1) / slots : 0;
+  const int items = p.pooled_h * groups, per = (items + warps - 1) / warps;
+  const int it_end = min(items, (warp + 1) * per);
+
+  RoIGeom<T> g;
+  const int status = roi_geometry(p, reinterpret_cast<const T*>(p.rois) + roi * 5, &g);
+  if (status != kStatusOK && threadIdx.x == 0 && blockIdx.y == 0) atomicMax(reinterpret_cast<int*>(p.status), status);
+  const int64_t plane = static_cast<int64_t>(p.h) * p.w, plane_bytes = plane * static_cast<int64_t>(sizeof(T));
+  const T* x = reinterpret_cast<const T*>(p.feat) + static_cast<int64_t>(max(g.batch, 0)) * p.c * plane;
+  T* out = reinterpret_cast<T*>(p.pooled) + roi * p.c * bins;
+
+  // The lane's sample column, for the whole RoI (none for a bad RoI, whose
+  // outputs are then 0): pixels x0 and x0+1, weights hx and lx.
+  int x0 = 0;
+  T lx = T(0);
+  const bool col_ok = active && g.grid_w > 0 && roi_axis(sample_coord(g.start_x, sc / kS, g.bin_w, sc % kS, kS), p.w, &x0, &lx);
+  const T hx = T(1) - lx;
+  // x1 outside: the 2x2 starts one column left, its right pixel taking x0's
+  // weight (see the taps below). wl and wr: the left and right columns'.
+  const int left = x0 + 1 >= p.w ? 1 : 0;
+  const T wl = col_ok ? (left ? T(0) : hx) : T(0), wr = col_ok ? (left ? hx : lx) : T(0);
+  const unsigned row_bytes = static_cast<unsigned>(p.w) * static_cast<unsigned>(sizeof(T));
+  const bool leader = active && sc % kS == 0;
+  const int bin_col = sc / kS;
+
+  for (int it = warp * per; it < it_end;) {
+    const int br = it / groups, g0 = it - br * groups, g1 = min(groups, g0 + (it_end - it));
+    it += g1 - g0;
+    // The lane's taps in this bin row: for sample row sr, the byte offset
+    // within a map of its top-left corner, and the weights of the 2x2
+    // pixels from there, in bilinear's expressions. A corner past the last
+    // column (or row) has weight 0, and the 2x2 is moved one pixel left (or
+    // up) instead, its far pixels taking the weights of the near ones: the
+    // four loads are then always at +0 and +4 bytes of two rows, every one
+    // inside the map (ops requires H, W >= 2). A sample outside the RoI's
+    // range (roi_taps' test, split into a row and a column test) has
+    // weights 0 at offset 0.
+    unsigned off[kS];
+    T w[kS][4];
+#pragma unroll
+    for (int sr = 0; sr < kS; ++sr) {
+      int y0 = 0;
+      T ly = T(0);
+      const bool ok = col_ok && roi_axis(sample_coord(g.start_y, br, g.bin_h, sr, kS), p.h, &y0, &ly);
+      const T hy = T(1) - ly;
+      const bool up = y0 + 1 >= p.h;  // y1 outside: the 2x2 starts one row up
+      const T top = ok ? (up ? T(0) : hy) : T(0), bottom = ok ? (up ? hy : ly) : T(0);
+      off[sr] = ok ? static_cast<unsigned>((y0 - up) * p.w + x0 - left) * static_cast<unsigned>(sizeof(T)) : 0u;
+      w[sr][0] = top * wl, w[sr][1] = top * wr, w[sr][2] = bottom * wl, w[sr][3] = bottom * wr;
+    }
+    // Channel c's sum over the lane's samples of this bin row, sample by
+    // sample in the CPU twin's order.
+    auto gather = [&](int c) {
+      const char* m = reinterpret_cast<const char*>(x) + static_cast<int64_t>(c) * plane_bytes;
+      T v[kS][4];
+#pragma unroll
+      for (int sr = 0; sr < kS; ++sr) {
+        const T* r0 = reinterpret_cast<const T*>(m + off[sr]);
+        const T* r1 = reinterpret_cast<const T*>(m + off[sr] + row_bytes);
+        v[sr][0] = __ldg(r0), v[sr][1] = __ldg(r0 + 1), v[sr][2] = __ldg(r1), v[sr][3] = __ldg(r1 + 1);
+      }
+      // (0 + the first sample is the first sample: no add of 0.)
+      T acc = w[0][0] * v[0][0] + w[0][1] * v[0][1] + w[0][2] * v[0][2] + w[0][3] * v[0][3];
+#pragma unroll
+      for (int sr = 1; sr < kS; ++sr) acc += w[sr][0] * v[sr][0] + w[sr][1] * v[sr][1] + w[sr][2] * v[sr][2] + w[sr][3] * v[sr][3];
+      return acc;
+    };
+    // The bin's sum over its kS lanes, written by the first.
+    auto put = [&](int c, T acc) {
+      T sum = acc;
+#pragma unroll
+      for (int j = 1; j < kS; ++j) sum += __shfl_down_sync(0xffffffffu, acc, j);
+      // count is kS*kS (1 for a bad RoI, whose sum is 0): for a power of
+      // two, multiplying by its inverse is exact and saves the division.
+      T avg;
+      if constexpr ((kS & (kS - 1)) == 0) {
+        avg = sum * (T(1) / T(kS * kS));
+      } else {
+        avg = sum / g.count;
+      }
+      if (leader && c < c_end) out[static_cast<int64_t>(c) * bins + br * p.pooled_w + bin_col] = avg;
+    };
+    // Two groups at a time, so that twice the loads are in flight. Lanes
+    // past the channels load channel c_begin's map (in bounds) and write
+    // nothing.
+    for (int gi = g0; gi < g1; gi += 2) {
+      const int ca = c_begin + gi * slots + slot, cb = ca + slots;
+      const bool has_b = gi + 1 < g1;
+      const T a = gather(ca < c_end ? ca : c_begin);
+      const T b = gather(has_b && cb < c_end ? cb : c_begin);
+      put(ca, a);
+      if (has_b) put(cb, b);
+    }
+  }
+}
+
 // Transposes [N][A][B] to [N][B][A] through shared-memory tiles of 32 rows
 // of A by kTB columns of B, reads and writes both coalesced: NCHW <-> NHWC
 // with (A, B) = (C, HW) or (HW, C). A block of 32x8 threads moves a whole
@@ -974,6 +1110,20 @@ __global__ void __launch_bounds__(256, 4) roialign_forward_nchw4_b4_f32(stheno::
 __global__ void __launch_bounds__(256) roialign_forward_nchw8_f32(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<float, 8>(p);
 }
+// Lanes on sample columns (fixed ratio S, PW*S <= 32), one kernel per
+// ratio: _s<S>; _b<B>: registers capped for B blocks per SM.
+#define STHENO_ROIALIGN_COLS(name, T, S, B) \
+  __global__ void __launch_bounds__(256, B) name(stheno::RoIAlignParams p) { stheno::roialign_forward_cols<T, S>(p); }
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f32, float, 1, 1)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f32, float, 2, 1)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_b4_f32, float, 2, 4)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_b5_f32, float, 2, 5)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f32, float, 3, 1)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f32, float, 4, 1)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f64, double, 1, 1)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f64, double, 2, 1)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f64, double, 3, 1)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f64, double, 4, 1)
 __global__ void __launch_bounds__(256) roialign_forward_nchw4_f64(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<double, 4>(p);
 }

@@ -80,6 +80,9 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 					kvs = append(kvs, roiAlignKernel{name: roiAlignQuadBackward}, roiAlignKernel{name: roiAlignSepQuadBackward})
 				} else {
 					kvs = append(kvs, roiAlignQuadForwards...)
+					if s.colsFit() {
+						kvs = append(kvs, roiAlignColsVariants(s)...)
+					}
 				}
 				for _, kv := range kvs {
 					b.Run("impl=cuda/case="+c.name+"/pass="+pass+"/order="+order+"/kernel="+kv.String(), func(b *testing.B) {

@@ -184,6 +184,14 @@ func TestGPURoIAlignParity(t *testing.T) {
 						withRoIAlignKernel(true, kv, func() { parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy) })
 					})
 				}
+				for _, kv := range roiAlignColsVariants(s) {
+					t.Run(kv.String(), func(t *testing.T) {
+						if !s.colsFit() {
+							t.Skip("roialign_forward_cols: needs a sampling ratio of 1 to 4 and PooledW*ratio <= 32")
+						}
+						withRoIAlignKernel(false, kv, func() { parity(t, dev, &roiAlignOp{s}, dt, x, rois) })
+					})
+				}
 				for _, kv := range roiAlignQuadForwards {
 					t.Run(kv.String(), func(t *testing.T) {
 						if dt != tensor.Float32 || c.c%4 != 0 {
@@ -235,6 +243,22 @@ func roiAlignVariants(backward bool, dt tensor.Dtype) []roiAlignKernel {
 		vs = append(vs, roiAlignKernel{name: "roialign_forward_nchw4_b4_f32", cpt: 4})
 	}
 	return vs
+}
+
+// roiAlignColsVariants are the roialign_forward_cols kernels for s, for
+// its sampling ratio: uncapped and (float32, ratio 2) capped for 4 or 5
+// blocks per SM, with the channels in colsSlices' count or 4 to 64 slices.
+func roiAlignColsVariants(s roiAlignShape) []roiAlignKernel {
+	var kvs []roiAlignKernel
+	for _, blocks := range []int{0, 4, 5} {
+		if blocks > 0 && (s.dt != tensor.Float32 || s.cfg.SamplingRatio != 2) {
+			continue
+		}
+		for _, slices := range []int{0, 4, 16, 64} {
+			kvs = append(kvs, roiAlignColsKernel(s, blocks, slices))
+		}
+	}
+	return kvs
 }
 
 // roiAlignQuadForwards are variants of the separable forward with 16-byte

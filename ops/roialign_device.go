@@ -2,6 +2,8 @@ package ops
 
 import (
 	"fmt"
+	"math"
+	"strings"
 	"unsafe"
 
 	G "gorgonia.org/gorgonia"
@@ -72,12 +74,15 @@ var roiAlignKernelOverride func(backward bool, dt tensor.Dtype) roiAlignKernel
 // roiAlignKernel is a forward or backward kernel of roialign.cu. A kernel
 // with channels-last input needs the transpose first and takes the RoIs in
 // spatial order; one with cpt channels per thread (cpt > 0) reads NCHW x
-// directly, a grid of (K, channel blocks). roialign_forward_sep4 runs
-// blocks of chunk bins of a RoI (0: a tile's worth, roiAlignTileBins) and
-// of one of its slices of the channels (0: one).
+// directly, a grid of (K, channel blocks), and so does roialign_forward_cols
+// (cols), a grid of (K, slices of the channels; 0: colsSlices).
+// roialign_forward_sep4 runs blocks of chunk bins of a RoI (0: a tile's
+// worth, roiAlignTileBins) and of one of its slices of the channels (0:
+// one).
 type roiAlignKernel struct {
 	name   string
 	cpt    int
+	cols   bool
 	chunk  int
 	slices int
 }
@@ -96,7 +101,56 @@ func (kv roiAlignKernel) String() string {
 }
 
 // nchw reports whether the kernel reads NCHW x directly.
-func (kv roiAlignKernel) nchw() bool { return kv.cpt > 0 }
+func (kv roiAlignKernel) nchw() bool { return kv.cpt > 0 || kv.cols }
+
+// roiAlignColsKernel is roialign_forward_cols for s, the kernel for its
+// sampling ratio (_s<ratio>); for float32 with ratio 2 and blocks > 0, the
+// one with registers capped for that many blocks per SM (4 or 5). The
+// channels go in slices slices (0: colsSlices).
+func roiAlignColsKernel(s roiAlignShape, blocks, slices int) roiAlignKernel {
+	name := fmt.Sprintf("roialign_forward_cols_s%d_", s.cfg.SamplingRatio)
+	if blocks > 0 && s.cfg.SamplingRatio == 2 && s.dt == tensor.Float32 {
+		name += fmt.Sprintf("b%d_", blocks)
+	}
+	return roiAlignKernel{name: name + dtypeSuffix(s.dt), cols: true, slices: slices}
+}
+
+// roiAlignColsMaxRatio is kColsMaxS of roialign.cu: the largest sampling
+// ratio roialign_forward_cols takes.
+const roiAlignColsMaxRatio = 4
+
+// colsFit reports whether roialign_forward_cols takes s: a fixed sampling
+// ratio of at most roiAlignColsMaxRatio, a bin row's sample columns
+// (PooledW times the ratio) within a warp's 32 lanes, maps of at least 2x2
+// (its 2x2 loads stay inside) whose bytes fit 32 bits (its tap offsets).
+func (s roiAlignShape) colsFit() bool {
+	r := s.cfg.SamplingRatio
+	return r >= 1 && r <= roiAlignColsMaxRatio && s.cfg.PooledW*r <= 32 &&
+		s.h >= 2 && s.w >= 2 && int64(s.h)*int64(s.w)*int64(s.dt.Size()) <= math.MaxUint32
+}
+
+// colsSlices is the number of slices of the channels (grid y) that
+// roialign_forward_cols takes them in. Blocks run RoI fastest, so the
+// blocks running together read one slice of the maps: slices of at most
+// roiAlignColsSliceBytes stay in L2. And at least roiAlignColsBlocks
+// blocks in all, a few waves, so that RoIs of unequal cost even out.
+//
+// H200 (BenchmarkGPURoIAlignVariants, cols_s2_b4, ms): box_head_P2 (137
+// MB of maps, 1024 RoIs) 0.343 / 0.209 / 0.185 / 0.329 with 2 (the older
+// rule) / 4 / 16 / 64 slices; mask_head_P2 (256 RoIs) 0.170 (8) / 0.216
+// (4) / 0.127 (16) / 0.183 (64); infer_1000_P3 (17 MB) 0.130 (3) / 0.124
+// (4) / 0.164 (16).
+func (s roiAlignShape) colsSlices() int {
+	slots := max(1, 32/(s.cfg.PooledW*max(s.cfg.SamplingRatio, 1))) // channels a warp reads at once
+	bytes := s.n * s.c * s.h * s.w * int(s.dt.Size())
+	want := max(ceilDiv(bytes, roiAlignColsSliceBytes), ceilDiv(roiAlignColsBlocks, max(s.k, 1)))
+	return max(1, min(want, ceilDiv(s.c, slots), 65535))
+}
+
+const (
+	roiAlignColsSliceBytes = 9 << 20
+	roiAlignColsBlocks     = 3072
+)
 
 // roiAlignKernelFor picks the kernel, by BenchmarkGPURoIAlignVariants on
 // an H200 (TARGETS.md cases; BENCHMARKS.md has the table). With a fixed
@@ -131,6 +185,12 @@ func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel
 		return roiAlignKernel{name: "roialign_backward_sep_" + sfx}
 	case backward:
 		return roiAlignKernel{name: "roialign_backward_" + sfx}
+	}
+	if s.dt == tensor.Float32 && s.colsFit() {
+		// Lanes on sample columns, capped for 4 blocks per SM where the
+		// ratio is 2: against nchw4_b4 (H200, colsSlices' counts) box_head
+		// 0.208 -> 0.185 ms, mask_head 0.190 -> 0.127, infer 0.168 -> 0.124.
+		return roiAlignColsKernel(s, 4, s.colsSlices())
 	}
 	if s.dt == tensor.Float32 {
 		// Registers capped for 4 blocks per SM instead of 3: box_head
@@ -216,6 +276,9 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 	if p.K == 0 {
 		return nil
 	}
+	if kv.cols && (!s.colsFit() || !strings.HasPrefix(kname, fmt.Sprintf("roialign_forward_cols_s%d_", p.SamplingRatio))) {
+		return fmt.Errorf("ops: %s: kernel %s does not take sampling ratio %d with PooledW %d", name, kname, p.SamplingRatio, p.PooledW)
+	}
 	k, err := dev.Kernel(roiAlignModule(kname), kname)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", name, err)
@@ -269,6 +332,14 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 		if kv.slices > 0 {
 			cfg.Grid.Z = uint32(kv.slices)
 		}
+	}
+	if kv.cols {
+		// Blocks of (RoI, slice of the channels), 8 warps.
+		slices := kv.slices
+		if slices <= 0 {
+			slices = s.colsSlices()
+		}
+		cfg.Grid.Y, cfg.Grid.Z = uint32(slices), 1
 	}
 	if kv.cpt > 0 {
 		// NCHW: blocks of whole groups of bins (phases of them, up to

@@ -3,7 +3,8 @@
 // - every forward (tap by tap channels-last, separable with scalar or, for
 //   float32 with C % 4 == 0, 16-byte loads (sep4), NCHW with 4 and 8
 //   channels per thread) against a double reference of torchvision's
-//   roi_align, and every variant against the tap-by-tap kernel;
+//   roi_align, and every variant against the tap-by-tap kernel (with lanes
+//   on sample columns, roialign_forward_cols, where the ratio allows it);
 // - both backwards (and, float32 with C % 4 == 0, roialign_sm90a.cu's
 //   vector-reduction ones, tap by tap and separable) against the double
 //   reference's adjoint, and the others against the tap-by-tap one;
@@ -196,6 +197,38 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
   check("forward sep vs taps", taps, sep, parity);
   check("forward nchw4 vs taps", taps, n4, parity);
   check("forward nchw8 vs taps", taps, n8, parity);
+  if (sampling > 0 && sampling <= stheno::kColsMaxS && pw * sampling <= 32) {
+    // roialign_forward_cols: lanes on sample columns; the channels in 1, 2,
+    // 3 or 8 slices (grid y), blocks of 8 or 2 warps (runs of items that
+    // cross bin rows, or not).
+    // The kernel for this ratio, and for ratio 2 the capped ones (the
+    // same code; the emulator ignores launch bounds).
+    const K by_ratio[2][4] = {{roialign_forward_cols_s1_f32, roialign_forward_cols_s2_f32, roialign_forward_cols_s3_f32,
+                               roialign_forward_cols_s4_f32},
+                              {(K)roialign_forward_cols_s1_f64, (K)roialign_forward_cols_s2_f64,
+                               (K)roialign_forward_cols_s3_f64, (K)roialign_forward_cols_s4_f64}};
+    std::vector<std::pair<std::string, K>> kerns = {{"cols", by_ratio[f ? 0 : 1][sampling - 1]}};
+    if (f && sampling == 2) kerns.push_back({"cols b4", roialign_forward_cols_s2_b4_f32});
+    // A kernel launched for another ratio writes nothing (ops never does).
+    {
+      std::vector<T> q(outn, T(NAN));
+      p.feat = (uint64_t)x.data(), p.pooled = (uint64_t)q.data();
+      emu::launch(by_ratio[f ? 0 : 1][sampling % 4], dim3(k, 1), dim3(64), 0, p);
+      expect("forward cols for another ratio writes nothing",
+             std::all_of(q.begin(), q.end(), [](T v) { return std::isnan(v); }));
+    }
+    for (const auto& [name, kern] : kerns) {
+      for (auto [gy, threads] : {std::pair{1u, 256u}, {2u, 256u}, {3u, 64u}, {8u, 256u}, {1u, 64u}}) {
+        std::vector<T> q(outn, T(NAN));
+        p.feat = (uint64_t)x.data(), p.pooled = (uint64_t)q.data();
+        emu::launch(kern, dim3(k, gy), dim3(threads), 0, p);
+        const std::string what =
+            "forward " + name + ", " + std::to_string(gy) + " slices, " + std::to_string(threads) + " threads";
+        check_ref((what + " vs reference").c_str(), ref, q);
+        check((what + " vs taps").c_str(), taps, q, parity);
+      }
+    }
+  }
   if constexpr (sizeof(T) == 4) {
     if (c % 4 == 0) {
       // roialign_forward_sep4: float4 loads, a bin's rows shared by the
