@@ -2,10 +2,13 @@
 // ops picks among these kernels (roiAlignKernelFor, by measurements that
 // BENCHMARKS.md records):
 //
+// - roialign_forward_cols_s<S>: straight from the NCHW input, lanes on a
+//   bin row's sample columns, so that a warp's load reads one stretch of a
+//   pixel row. The default float32 forward for a fixed sampling ratio S
+//   where a bin row's PW*S samples fit a warp.
 // - roialign_forward_nchw*: straight from the NCHW input. A thread owns a
 //   bin and a few channels, computes each sample's taps once and gathers
-//   them from all its channels' maps. The default forward for a fixed
-//   sampling ratio.
+//   them from all its channels' maps. The fixed-ratio forward elsewhere.
 // - roialign_forward / roialign_backward (channels-last): in NCHW the 4 taps
 //   of a sample lie in one channel map, and a warp gathering taps for 32
 //   channels would touch 32 scattered cache lines per load; so the input
@@ -934,6 +937,8 @@ constexpr int kColsMaxS = 4;
 template <typename T, int kS>
 __device__ void roialign_forward_cols(const RoIAlignParams& p) {
   static_assert(kS >= 1 && kS <= kColsMaxS, "kS");
+  // Groups of channels a warp gathers at a time (4 measured no faster).
+  constexpr int kU = 2;
   // ops launches this kernel only where it fits (colsFit, the ratio kS);
   // elsewhere it would divide by zero below.
   if (p.sampling_ratio != kS || p.pooled_w * kS > 32) return;
@@ -1027,16 +1032,20 @@ __device__ void roialign_forward_cols(const RoIAlignParams& p) {
       }
       if (leader && c < c_end) out[static_cast<int64_t>(c) * bins + br * p.pooled_w + bin_col] = avg;
     };
-    // Two groups at a time, so that twice the loads are in flight. Lanes
-    // past the channels load channel c_begin's map (in bounds) and write
-    // nothing.
-    for (int gi = g0; gi < g1; gi += 2) {
-      const int ca = c_begin + gi * slots + slot, cb = ca + slots;
-      const bool has_b = gi + 1 < g1;
-      const T a = gather(ca < c_end ? ca : c_begin);
-      const T b = gather(has_b && cb < c_end ? cb : c_begin);
-      put(ca, a);
-      if (has_b) put(cb, b);
+    // kU groups at a time, so that kU times the loads are in flight.
+    // Lanes past the channels load channel c_begin's map (in bounds) and
+    // write nothing.
+    for (int gi = g0; gi < g1; gi += kU) {
+      T acc[kU];
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int c = c_begin + (gi + u) * slots + slot;
+        acc[u] = gather(gi + u < g1 && c < c_end ? c : c_begin);
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        if (gi + u < g1) put(c_begin + (gi + u) * slots + slot, acc[u]);
+      }
     }
   }
 }
@@ -1111,19 +1120,18 @@ __global__ void __launch_bounds__(256) roialign_forward_nchw8_f32(stheno::RoIAli
   stheno::roialign_forward_nchw<float, 8>(p);
 }
 // Lanes on sample columns (fixed ratio S, PW*S <= 32), one kernel per
-// ratio: _s<S>; _b<B>: registers capped for B blocks per SM.
-#define STHENO_ROIALIGN_COLS(name, T, S, B) \
-  __global__ void __launch_bounds__(256, B) name(stheno::RoIAlignParams p) { stheno::roialign_forward_cols<T, S>(p); }
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f32, float, 1, 1)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f32, float, 2, 1)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_b4_f32, float, 2, 4)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_b5_f32, float, 2, 5)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f32, float, 3, 1)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f32, float, 4, 1)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f64, double, 1, 1)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f64, double, 2, 1)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f64, double, 3, 1)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f64, double, 4, 1)
+// ratio. (Registers capped for 4 or 5 blocks per SM measured no faster:
+// the ratio-2 kernel needs 64.)
+#define STHENO_ROIALIGN_COLS(name, T, S) \
+  __global__ void __launch_bounds__(256) name(stheno::RoIAlignParams p) { stheno::roialign_forward_cols<T, S>(p); }
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f32, float, 1)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f32, float, 2)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f32, float, 3)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f32, float, 4)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f64, double, 1)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f64, double, 2)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f64, double, 3)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f64, double, 4)
 __global__ void __launch_bounds__(256) roialign_forward_nchw4_f64(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<double, 4>(p);
 }

@@ -245,18 +245,13 @@ func roiAlignVariants(backward bool, dt tensor.Dtype) []roiAlignKernel {
 	return vs
 }
 
-// roiAlignColsVariants are the roialign_forward_cols kernels for s, for
-// its sampling ratio: uncapped and (float32, ratio 2) capped for 4 or 5
-// blocks per SM, with the channels in colsSlices' count or 4 to 64 slices.
+// roiAlignColsVariants are the roialign_forward_cols kernel for s's
+// sampling ratio with the channels in colsSlices' count or 4, 16 or 64
+// slices.
 func roiAlignColsVariants(s roiAlignShape) []roiAlignKernel {
 	var kvs []roiAlignKernel
-	for _, blocks := range []int{0, 4, 5} {
-		if blocks > 0 && (s.dt != tensor.Float32 || s.cfg.SamplingRatio != 2) {
-			continue
-		}
-		for _, slices := range []int{0, 4, 16, 64} {
-			kvs = append(kvs, roiAlignColsKernel(s, blocks, slices))
-		}
+	for _, slices := range []int{0, 4, 16, 64} {
+		kvs = append(kvs, roiAlignColsKernel(s, slices))
 	}
 	return kvs
 }

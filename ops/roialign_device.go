@@ -104,15 +104,10 @@ func (kv roiAlignKernel) String() string {
 func (kv roiAlignKernel) nchw() bool { return kv.cpt > 0 || kv.cols }
 
 // roiAlignColsKernel is roialign_forward_cols for s, the kernel for its
-// sampling ratio (_s<ratio>); for float32 with ratio 2 and blocks > 0, the
-// one with registers capped for that many blocks per SM (4 or 5). The
-// channels go in slices slices (0: colsSlices).
-func roiAlignColsKernel(s roiAlignShape, blocks, slices int) roiAlignKernel {
-	name := fmt.Sprintf("roialign_forward_cols_s%d_", s.cfg.SamplingRatio)
-	if blocks > 0 && s.cfg.SamplingRatio == 2 && s.dt == tensor.Float32 {
-		name += fmt.Sprintf("b%d_", blocks)
-	}
-	return roiAlignKernel{name: name + dtypeSuffix(s.dt), cols: true, slices: slices}
+// sampling ratio (_s<ratio>), with the channels in slices slices (0:
+// colsSlices).
+func roiAlignColsKernel(s roiAlignShape, slices int) roiAlignKernel {
+	return roiAlignKernel{name: fmt.Sprintf("roialign_forward_cols_s%d_%s", s.cfg.SamplingRatio, dtypeSuffix(s.dt)), cols: true, slices: slices}
 }
 
 // roiAlignColsMaxRatio is kColsMaxS of roialign.cu: the largest sampling
@@ -135,11 +130,13 @@ func (s roiAlignShape) colsFit() bool {
 // roiAlignColsSliceBytes stay in L2. And at least roiAlignColsBlocks
 // blocks in all, a few waves, so that RoIs of unequal cost even out.
 //
-// H200 (BenchmarkGPURoIAlignVariants, cols_s2_b4, ms): box_head_P2 (137
-// MB of maps, 1024 RoIs) 0.343 / 0.209 / 0.185 / 0.329 with 2 (the older
-// rule) / 4 / 16 / 64 slices; mask_head_P2 (256 RoIs) 0.170 (8) / 0.216
-// (4) / 0.127 (16) / 0.183 (64); infer_1000_P3 (17 MB) 0.130 (3) / 0.124
-// (4) / 0.164 (16).
+// H200 (BenchmarkGPURoIAlignVariants, cols_s2_f32, one session, ms):
+// box_head_P2 (137 MB of maps, 1024 RoIs) 0.198 / 0.178 / 0.172 / 0.201
+// with 4 / 15 (this rule) / 16 / 64 slices; mask_head_P2 (the same maps,
+// 256 RoIs) 0.223 / 0.141 / 0.146 / 0.165; infer_1000_P3 (17 MB, 1000
+// RoIs) 0.131-0.133 with 4 (this rule), 0.134 with 16, 0.183 with 64. (Two
+// slices of 32 channels or more, as a first rule gave, were 0.34 ms on
+// box_head.)
 func (s roiAlignShape) colsSlices() int {
 	slots := max(1, 32/(s.cfg.PooledW*max(s.cfg.SamplingRatio, 1))) // channels a warp reads at once
 	bytes := s.n * s.c * s.h * s.w * int(s.dt.Size())
@@ -187,10 +184,10 @@ func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel
 		return roiAlignKernel{name: "roialign_backward_" + sfx}
 	}
 	if s.dt == tensor.Float32 && s.colsFit() {
-		// Lanes on sample columns, capped for 4 blocks per SM where the
-		// ratio is 2: against nchw4_b4 (H200, colsSlices' counts) box_head
-		// 0.208 -> 0.185 ms, mask_head 0.190 -> 0.127, infer 0.168 -> 0.124.
-		return roiAlignColsKernel(s, 4, s.colsSlices())
+		// Lanes on sample columns: against nchw4_b4 in one session (H200,
+		// colsSlices' counts) box_head 0.212 -> 0.178 ms, mask_head 0.188
+		// -> 0.141, infer 0.167 -> 0.133.
+		return roiAlignColsKernel(s, s.colsSlices())
 	}
 	if s.dt == tensor.Float32 {
 		// Registers capped for 4 blocks per SM instead of 3: box_head

@@ -327,11 +327,11 @@ func TestRoIAlignKernelFor(t *testing.T) {
 		{true, shape(tensor.Float32, 256, 0), false, "roialign_backward_sep_f32"},
 		{true, shape(tensor.Float64, 256, 2), true, "roialign_backward_f64"},
 		// Fixed ratio: lanes on sample columns where a bin row's samples
-		// fit a warp (float32; capped for ratio 2), in slices of at most
+		// fit a warp (float32), in slices of at most
 		// roiAlignColsSliceBytes and for at least roiAlignColsBlocks
 		// blocks, a slice at least a warp's channels; else NCHW, 4
 		// channels a thread.
-		{false, shape(tensor.Float32, 256, 2), true, "roialign_forward_cols_s2_b4_f32_slices128"},
+		{false, shape(tensor.Float32, 256, 2), true, "roialign_forward_cols_s2_f32_slices128"},
 		{false, shape(tensor.Float32, 256, 3), false, "roialign_forward_cols_s3_f32_slices256"},
 		{false, shape(tensor.Float64, 256, 2), false, "roialign_forward_nchw4_f64"},
 		{false, roiAlignShape{cfg: RoIAlignConfig{14, 14, 0.25, 4, true}, n: 1, c: 8, h: 8, w: 8, k: 1, dt: tensor.Float32},
@@ -341,11 +341,11 @@ func TestRoIAlignKernelFor(t *testing.T) {
 		// TARGETS.md's box_head_P2 (137 MB of maps: 15 slices), mask_head_P2
 		// (the same) and infer_1000_P3 (17 MB, 1000 RoIs: 4 slices).
 		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, 2, true}, n: 2, c: 256, h: 200, w: 336, k: 1024, dt: tensor.Float32},
-			false, "roialign_forward_cols_s2_b4_f32_slices15"},
+			false, "roialign_forward_cols_s2_f32_slices15"},
 		{false, roiAlignShape{cfg: RoIAlignConfig{14, 14, 0.25, 2, true}, n: 2, c: 256, h: 200, w: 336, k: 256, dt: tensor.Float32},
-			false, "roialign_forward_cols_s2_b4_f32_slices15"},
+			false, "roialign_forward_cols_s2_f32_slices15"},
 		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.125, 2, true}, n: 1, c: 256, h: 100, w: 168, k: 1000, dt: tensor.Float32},
-			false, "roialign_forward_cols_s2_b4_f32_slices4"},
+			false, "roialign_forward_cols_s2_f32_slices4"},
 		// Adaptive forward: 16-byte loads for float32 with C % 4 == 0, in
 		// one channel slice and chunks of a tile for a small map.
 		{false, shape(tensor.Float32, 256, 0), false, "roialign_forward_sep4_b4_f32_chunk32_slices1"},
