@@ -933,15 +933,30 @@ __device__ void roialign_forward_nchw(const RoIAlignParams& p) {
 // a template argument: with the ratio known at compile time the tap tables
 // stay in registers and the bin's shuffles and output index are constants.
 constexpr int kColsMaxS = 4;
+// Sample rows of a RoI (PH*S) the _cm kernels' table holds.
+constexpr int kColsMaxRows = 128;
 
-template <typename T, int kS>
+// One sample row of a RoI, for roialign_forward_cols' _cm kernels: the
+// byte offset in a map of the first of its two pixel rows, and their
+// weights (both 0 for a row outside the RoI's range, at offset 0).
+template <typename T>
+struct ColRow {
+  unsigned off;
+  T top, bottom;
+};
+
+// kCM (channel-major, _cm): a warp's run goes through the bin rows of one
+// group of channels before the next, so that the pixel rows a RoI's
+// neighbouring sample rows share are still in L1; the RoI's sample rows
+// are worked out once per block into shared memory (ColRow).
+template <typename T, int kS, bool kCM = false>
 __device__ void roialign_forward_cols(const RoIAlignParams& p) {
   static_assert(kS >= 1 && kS <= kColsMaxS, "kS");
   // Groups of channels a warp gathers at a time (4 measured no faster).
   constexpr int kU = 2;
   // ops launches this kernel only where it fits (colsFit, the ratio kS);
   // elsewhere it would divide by zero below.
-  if (p.sampling_ratio != kS || p.pooled_w * kS > 32) return;
+  if (p.sampling_ratio != kS || p.pooled_w * kS > 32 || (kCM && p.pooled_h * kS > kColsMaxRows)) return;
   const int64_t roi = blockIdx.x;
   const int cols = p.pooled_w * kS, slots = 32 / cols;  // sample columns of a bin row; maps a warp reads at once
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -951,7 +966,7 @@ __device__ void roialign_forward_cols(const RoIAlignParams& p) {
   const int chunk = (p.c + gridDim.y - 1) / gridDim.y;
   const int c_begin = blockIdx.y * chunk, c_end = min(p.c, c_begin + chunk);
   const int groups = c_end > c_begin ? (c_end - c_begin + slots - 1) / slots : 0;
-  const int items = p.pooled_h * groups, per = (items + warps - 1) / warps;
+  const int items = p.pooled_h * groups, per = (items + warps - 1) / warps;  // items a warp
   const int it_end = min(items, (warp + 1) * per);
 
   RoIGeom<T> g;
@@ -965,7 +980,8 @@ __device__ void roialign_forward_cols(const RoIAlignParams& p) {
   // outputs are then 0): pixels x0 and x0+1, weights hx and lx.
   int x0 = 0;
   T lx = T(0);
-  const bool col_ok = active && g.grid_w > 0 && roi_axis(sample_coord(g.start_x, sc / kS, g.bin_w, sc % kS, kS), p.w, &x0, &lx);
+  const bool col_ok =
+      active && g.grid_w > 0 && roi_axis(sample_coord(g.start_x, sc / kS, g.bin_w, sc % kS, kS), p.w, &x0, &lx);
   const T hx = T(1) - lx;
   // x1 outside: the 2x2 starts one column left, its right pixel taking x0's
   // weight (see the taps below). wl and wr: the left and right columns'.
@@ -975,76 +991,127 @@ __device__ void roialign_forward_cols(const RoIAlignParams& p) {
   const bool leader = active && sc % kS == 0;
   const int bin_col = sc / kS;
 
-  for (int it = warp * per; it < it_end;) {
-    const int br = it / groups, g0 = it - br * groups, g1 = min(groups, g0 + (it_end - it));
-    it += g1 - g0;
-    // The lane's taps in this bin row: for sample row sr, the byte offset
-    // within a map of its top-left corner, and the weights of the 2x2
-    // pixels from there, in bilinear's expressions. A corner past the last
-    // column (or row) has weight 0, and the 2x2 is moved one pixel left (or
-    // up) instead, its far pixels taking the weights of the near ones: the
-    // four loads are then always at +0 and +4 bytes of two rows, every one
-    // inside the map (ops requires H, W >= 2). A sample outside the RoI's
-    // range (roi_taps' test, split into a row and a column test) has
-    // weights 0 at offset 0.
-    unsigned off[kS];
-    T w[kS][4];
+  // The bin's sum over its kS lanes, written by the first.
+  auto put = [&](int c, int br, T acc) {
+    T sum = acc;
 #pragma unroll
-    for (int sr = 0; sr < kS; ++sr) {
+    for (int j = 1; j < kS; ++j) sum += __shfl_down_sync(0xffffffffu, acc, j);
+    // count is kS*kS (1 for a bad RoI, whose sum is 0): for a power of
+    // two, multiplying by its inverse is exact and saves the division.
+    T avg;
+    if constexpr ((kS & (kS - 1)) == 0) {
+      avg = sum * (T(1) / T(kS * kS));
+    } else {
+      avg = sum / g.count;
+    }
+    if (leader && c < c_end) out[static_cast<int64_t>(c) * bins + br * p.pooled_w + bin_col] = avg;
+  };
+  if constexpr (kCM) {
+    __shared__ ColRow<T> rows[kColsMaxRows];
+    for (int r = threadIdx.x; r < p.pooled_h * kS; r += blockDim.x) {
       int y0 = 0;
       T ly = T(0);
-      const bool ok = col_ok && roi_axis(sample_coord(g.start_y, br, g.bin_h, sr, kS), p.h, &y0, &ly);
+      const bool ok = g.grid_h > 0 && roi_axis(sample_coord(g.start_y, r / kS, g.bin_h, r % kS, kS), p.h, &y0, &ly);
       const T hy = T(1) - ly;
-      const bool up = y0 + 1 >= p.h;  // y1 outside: the 2x2 starts one row up
-      const T top = ok ? (up ? T(0) : hy) : T(0), bottom = ok ? (up ? hy : ly) : T(0);
-      off[sr] = ok ? static_cast<unsigned>((y0 - up) * p.w + x0 - left) * static_cast<unsigned>(sizeof(T)) : 0u;
-      w[sr][0] = top * wl, w[sr][1] = top * wr, w[sr][2] = bottom * wl, w[sr][3] = bottom * wr;
+      const bool up = y0 + 1 >= p.h;  // as below
+      rows[r] = ColRow<T>{ok ? static_cast<unsigned>(y0 - up) * row_bytes : 0u, ok ? (up ? T(0) : hy) : T(0),
+                          ok ? (up ? hy : ly) : T(0)};
     }
-    // Channel c's sum over the lane's samples of this bin row, sample by
-    // sample in the CPU twin's order.
-    auto gather = [&](int c) {
-      const char* m = reinterpret_cast<const char*>(x) + static_cast<int64_t>(c) * plane_bytes;
-      T v[kS][4];
+    __syncthreads();
+    const unsigned col_off = col_ok ? static_cast<unsigned>(x0 - left) * static_cast<unsigned>(sizeof(T)) : 0u;
+    // Items (group of channels, bin row), bin rows fastest.
+    const int ph = p.pooled_h;
+    for (int it = warp * per; it < it_end;) {
+      const int gi = it / ph, b0 = it - gi * ph, b1 = min(ph, b0 + (it_end - it));
+      it += b1 - b0;
+      const int c = c_begin + gi * slots + slot;
+      const char* m = reinterpret_cast<const char*>(x) + static_cast<int64_t>(c < c_end ? c : c_begin) * plane_bytes;
+      auto gather = [&](int br) {
+        T v[kS][4], w[kS][4];
+#pragma unroll
+        for (int sr = 0; sr < kS; ++sr) {
+          const ColRow<T> e = rows[br * kS + sr];
+          const T* r0 = reinterpret_cast<const T*>(m + e.off + col_off);
+          const T* r1 = reinterpret_cast<const T*>(m + e.off + col_off + row_bytes);
+          v[sr][0] = __ldg(r0), v[sr][1] = __ldg(r0 + 1), v[sr][2] = __ldg(r1), v[sr][3] = __ldg(r1 + 1);
+          w[sr][0] = e.top * wl, w[sr][1] = e.top * wr, w[sr][2] = e.bottom * wl, w[sr][3] = e.bottom * wr;
+        }
+        T acc = w[0][0] * v[0][0] + w[0][1] * v[0][1] + w[0][2] * v[0][2] + w[0][3] * v[0][3];
+#pragma unroll
+        for (int sr = 1; sr < kS; ++sr) {
+          acc += w[sr][0] * v[sr][0] + w[sr][1] * v[sr][1] + w[sr][2] * v[sr][2] + w[sr][3] * v[sr][3];
+        }
+        return acc;
+      };
+      for (int br = b0; br < b1; br += kU) {
+        T acc[kU];
+#pragma unroll
+        for (int u = 0; u < kU; ++u) acc[u] = gather(min(br + u, b1 - 1));
+#pragma unroll
+        for (int u = 0; u < kU; ++u) {
+          if (br + u < b1) put(c, br + u, acc[u]);
+        }
+      }
+    }
+  } else {
+    for (int it = warp * per; it < it_end;) {
+      const int br = it / groups, g0 = it - br * groups, g1 = min(groups, g0 + (it_end - it));
+      it += g1 - g0;
+      // The lane's taps in this bin row: for sample row sr, the byte offset
+      // within a map of its top-left corner, and the weights of the 2x2
+      // pixels from there, in bilinear's expressions. A corner past the last
+      // column (or row) has weight 0, and the 2x2 is moved one pixel left (or
+      // up) instead, its far pixels taking the weights of the near ones: the
+      // four loads are then always at +0 and +4 bytes of two rows, every one
+      // inside the map (ops requires H, W >= 2). A sample outside the RoI's
+      // range (roi_taps' test, split into a row and a column test) has
+      // weights 0 at offset 0.
+      unsigned off[kS];
+      T w[kS][4];
 #pragma unroll
       for (int sr = 0; sr < kS; ++sr) {
-        const T* r0 = reinterpret_cast<const T*>(m + off[sr]);
-        const T* r1 = reinterpret_cast<const T*>(m + off[sr] + row_bytes);
-        v[sr][0] = __ldg(r0), v[sr][1] = __ldg(r0 + 1), v[sr][2] = __ldg(r1), v[sr][3] = __ldg(r1 + 1);
+        int y0 = 0;
+        T ly = T(0);
+        const bool ok = col_ok && roi_axis(sample_coord(g.start_y, br, g.bin_h, sr, kS), p.h, &y0, &ly);
+        const T hy = T(1) - ly;
+        const bool up = y0 + 1 >= p.h;  // y1 outside: the 2x2 starts one row up
+        const T top = ok ? (up ? T(0) : hy) : T(0), bottom = ok ? (up ? hy : ly) : T(0);
+        off[sr] = ok ? static_cast<unsigned>((y0 - up) * p.w + x0 - left) * static_cast<unsigned>(sizeof(T)) : 0u;
+        w[sr][0] = top * wl, w[sr][1] = top * wr, w[sr][2] = bottom * wl, w[sr][3] = bottom * wr;
       }
-      // (0 + the first sample is the first sample: no add of 0.)
-      T acc = w[0][0] * v[0][0] + w[0][1] * v[0][1] + w[0][2] * v[0][2] + w[0][3] * v[0][3];
+      // Channel c's sum over the lane's samples of this bin row, sample by
+      // sample in the CPU twin's order.
+      auto gather = [&](int c) {
+        const char* m = reinterpret_cast<const char*>(x) + static_cast<int64_t>(c) * plane_bytes;
+        T v[kS][4];
 #pragma unroll
-      for (int sr = 1; sr < kS; ++sr) acc += w[sr][0] * v[sr][0] + w[sr][1] * v[sr][1] + w[sr][2] * v[sr][2] + w[sr][3] * v[sr][3];
-      return acc;
-    };
-    // The bin's sum over its kS lanes, written by the first.
-    auto put = [&](int c, T acc) {
-      T sum = acc;
+        for (int sr = 0; sr < kS; ++sr) {
+          const T* r0 = reinterpret_cast<const T*>(m + off[sr]);
+          const T* r1 = reinterpret_cast<const T*>(m + off[sr] + row_bytes);
+          v[sr][0] = __ldg(r0), v[sr][1] = __ldg(r0 + 1), v[sr][2] = __ldg(r1), v[sr][3] = __ldg(r1 + 1);
+        }
+        // (0 + the first sample is the first sample: no add of 0.)
+        T acc = w[0][0] * v[0][0] + w[0][1] * v[0][1] + w[0][2] * v[0][2] + w[0][3] * v[0][3];
 #pragma unroll
-      for (int j = 1; j < kS; ++j) sum += __shfl_down_sync(0xffffffffu, acc, j);
-      // count is kS*kS (1 for a bad RoI, whose sum is 0): for a power of
-      // two, multiplying by its inverse is exact and saves the division.
-      T avg;
-      if constexpr ((kS & (kS - 1)) == 0) {
-        avg = sum * (T(1) / T(kS * kS));
-      } else {
-        avg = sum / g.count;
-      }
-      if (leader && c < c_end) out[static_cast<int64_t>(c) * bins + br * p.pooled_w + bin_col] = avg;
-    };
-    // kU groups at a time, so that kU times the loads are in flight.
-    // Lanes past the channels load channel c_begin's map (in bounds) and
-    // write nothing.
-    for (int gi = g0; gi < g1; gi += kU) {
-      T acc[kU];
+        for (int sr = 1; sr < kS; ++sr) {
+          acc += w[sr][0] * v[sr][0] + w[sr][1] * v[sr][1] + w[sr][2] * v[sr][2] + w[sr][3] * v[sr][3];
+        }
+        return acc;
+      };
+      // kU groups at a time, so that kU times the loads are in flight.
+      // Lanes past the channels load channel c_begin's map (in bounds) and
+      // write nothing.
+      for (int gi = g0; gi < g1; gi += kU) {
+        T acc[kU];
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        const int c = c_begin + (gi + u) * slots + slot;
-        acc[u] = gather(gi + u < g1 && c < c_end ? c : c_begin);
-      }
+        for (int u = 0; u < kU; ++u) {
+          const int c = c_begin + (gi + u) * slots + slot;
+          acc[u] = gather(gi + u < g1 && c < c_end ? c : c_begin);
+        }
 #pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        if (gi + u < g1) put(c_begin + (gi + u) * slots + slot, acc[u]);
+        for (int u = 0; u < kU; ++u) {
+          if (gi + u < g1) put(c_begin + (gi + u) * slots + slot, br, acc[u]);
+        }
       }
     }
   }
@@ -1122,16 +1189,26 @@ __global__ void __launch_bounds__(256) roialign_forward_nchw8_f32(stheno::RoIAli
 // Lanes on sample columns (fixed ratio S, PW*S <= 32), one kernel per
 // ratio. (Registers capped for 4 or 5 blocks per SM measured no faster:
 // the ratio-2 kernel needs 64.)
-#define STHENO_ROIALIGN_COLS(name, T, S) \
-  __global__ void __launch_bounds__(256) name(stheno::RoIAlignParams p) { stheno::roialign_forward_cols<T, S>(p); }
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f32, float, 1)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f32, float, 2)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f32, float, 3)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f32, float, 4)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f64, double, 1)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f64, double, 2)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f64, double, 3)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f64, double, 4)
+#define STHENO_ROIALIGN_COLS(name, T, S, CM)                                 \
+  __global__ void __launch_bounds__(256) name(stheno::RoIAlignParams p) { \
+    stheno::roialign_forward_cols<T, S, CM>(p);                           \
+  }
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f32, float, 1, false)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_cm_f32, float, 1, true)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f32, float, 2, false)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_cm_f32, float, 2, true)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f32, float, 3, false)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_cm_f32, float, 3, true)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f32, float, 4, false)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_cm_f32, float, 4, true)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f64, double, 1, false)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_cm_f64, double, 1, true)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f64, double, 2, false)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_cm_f64, double, 2, true)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f64, double, 3, false)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_cm_f64, double, 3, true)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f64, double, 4, false)
+STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_cm_f64, double, 4, true)
 __global__ void __launch_bounds__(256) roialign_forward_nchw4_f64(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<double, 4>(p);
 }

@@ -245,13 +245,15 @@ func roiAlignVariants(backward bool, dt tensor.Dtype) []roiAlignKernel {
 	return vs
 }
 
-// roiAlignColsVariants are the roialign_forward_cols kernel for s's
-// sampling ratio with the channels in colsSlices' count or 4, 16 or 64
+// roiAlignColsVariants are the roialign_forward_cols kernels for s's
+// sampling ratio, row-major and channel-major (_cm), with the channels in colsSlices' count or 4, 16 or 64
 // slices.
 func roiAlignColsVariants(s roiAlignShape) []roiAlignKernel {
 	var kvs []roiAlignKernel
-	for _, slices := range []int{0, 4, 16, 64} {
-		kvs = append(kvs, roiAlignColsKernel(s, slices))
+	for _, cm := range []bool{false, true} {
+		for _, slices := range []int{0, 4, 16, 64} {
+			kvs = append(kvs, roiAlignColsKernel(s, cm, slices))
+		}
 	}
 	return kvs
 }

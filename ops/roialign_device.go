@@ -104,23 +104,33 @@ func (kv roiAlignKernel) String() string {
 func (kv roiAlignKernel) nchw() bool { return kv.cpt > 0 || kv.cols }
 
 // roiAlignColsKernel is roialign_forward_cols for s, the kernel for its
-// sampling ratio (_s<ratio>), with the channels in slices slices (0:
-// colsSlices).
-func roiAlignColsKernel(s roiAlignShape, slices int) roiAlignKernel {
-	return roiAlignKernel{name: fmt.Sprintf("roialign_forward_cols_s%d_%s", s.cfg.SamplingRatio, dtypeSuffix(s.dt)), cols: true, slices: slices}
+// sampling ratio (_s<ratio>; cm: channel-major, _cm), with the channels in
+// slices slices (0: colsSlices).
+func roiAlignColsKernel(s roiAlignShape, cm bool, slices int) roiAlignKernel {
+	name := fmt.Sprintf("roialign_forward_cols_s%d_", s.cfg.SamplingRatio)
+	if cm {
+		name += "cm_"
+	}
+	return roiAlignKernel{name: name + dtypeSuffix(s.dt), cols: true, slices: slices}
 }
 
-// roiAlignColsMaxRatio is kColsMaxS of roialign.cu: the largest sampling
-// ratio roialign_forward_cols takes.
-const roiAlignColsMaxRatio = 4
+// roiAlignColsMaxRatio and roiAlignColsMaxRows are kColsMaxS and
+// kColsMaxRows of roialign.cu: the largest sampling ratio
+// roialign_forward_cols takes, and the most sample rows (PooledH times the
+// ratio) its _cm kernels' table holds.
+const (
+	roiAlignColsMaxRatio = 4
+	roiAlignColsMaxRows  = 128
+)
 
 // colsFit reports whether roialign_forward_cols takes s: a fixed sampling
 // ratio of at most roiAlignColsMaxRatio, a bin row's sample columns
-// (PooledW times the ratio) within a warp's 32 lanes, maps of at least 2x2
+// (PooledW times the ratio) within a warp's 32 lanes, at most
+// roiAlignColsMaxRows sample rows, maps of at least 2x2
 // (its 2x2 loads stay inside) whose bytes fit 32 bits (its tap offsets).
 func (s roiAlignShape) colsFit() bool {
 	r := s.cfg.SamplingRatio
-	return r >= 1 && r <= roiAlignColsMaxRatio && s.cfg.PooledW*r <= 32 &&
+	return r >= 1 && r <= roiAlignColsMaxRatio && s.cfg.PooledW*r <= 32 && s.cfg.PooledH*r <= roiAlignColsMaxRows &&
 		s.h >= 2 && s.w >= 2 && int64(s.h)*int64(s.w)*int64(s.dt.Size()) <= math.MaxUint32
 }
 
@@ -147,6 +157,9 @@ func (s roiAlignShape) colsSlices() int {
 const (
 	roiAlignColsSliceBytes = 9 << 20
 	roiAlignColsBlocks     = 3072
+	// Maps above this many bytes take roialign_forward_cols' channel-major
+	// kernels (roiAlignKernelFor).
+	roiAlignColsCMBytes = 64 << 20
 )
 
 // roiAlignKernelFor picks the kernel, by BenchmarkGPURoIAlignVariants on
@@ -184,10 +197,13 @@ func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel
 		return roiAlignKernel{name: "roialign_backward_" + sfx}
 	}
 	if s.dt == tensor.Float32 && s.colsFit() {
-		// Lanes on sample columns: against nchw4_b4 in one session (H200,
-		// colsSlices' counts) box_head 0.212 -> 0.178 ms, mask_head 0.188
-		// -> 0.141, infer 0.167 -> 0.133.
-		return roiAlignColsKernel(s, s.colsSlices())
+		// Lanes on sample columns, channel-major (_cm) where the maps are
+		// larger than roiAlignColsCMBytes. H200, one session, colsSlices'
+		// counts, ms: box_head (137 MB of maps) nchw4_b4 0.207, cols
+		// 0.191, cols_cm 0.171; mask_head (137 MB) 0.188 / 0.152 / 0.130;
+		// infer (17 MB) 0.167 / 0.129 / 0.135.
+		bytes := s.n * s.c * s.h * s.w * int(s.dt.Size())
+		return roiAlignColsKernel(s, bytes > roiAlignColsCMBytes, s.colsSlices())
 	}
 	if s.dt == tensor.Float32 {
 		// Registers capped for 4 blocks per SM instead of 3: box_head

@@ -201,12 +201,18 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
     // roialign_forward_cols: lanes on sample columns; the channels in 1, 2,
     // 3 or 8 slices (grid y), blocks of 8 or 2 warps (runs of items that
     // cross bin rows, or not).
-    // The kernel for this ratio.
+    // The kernels for this ratio, row- and channel-major.
     const K by_ratio[2][4] = {{roialign_forward_cols_s1_f32, roialign_forward_cols_s2_f32, roialign_forward_cols_s3_f32,
                                roialign_forward_cols_s4_f32},
                               {(K)roialign_forward_cols_s1_f64, (K)roialign_forward_cols_s2_f64,
                                (K)roialign_forward_cols_s3_f64, (K)roialign_forward_cols_s4_f64}};
-    std::vector<std::pair<std::string, K>> kerns = {{"cols", by_ratio[f ? 0 : 1][sampling - 1]}};
+    const K by_ratio_cm[2][4] = {
+        {roialign_forward_cols_s1_cm_f32, roialign_forward_cols_s2_cm_f32, roialign_forward_cols_s3_cm_f32,
+         roialign_forward_cols_s4_cm_f32},
+        {(K)roialign_forward_cols_s1_cm_f64, (K)roialign_forward_cols_s2_cm_f64, (K)roialign_forward_cols_s3_cm_f64,
+         (K)roialign_forward_cols_s4_cm_f64}};
+    std::vector<std::pair<std::string, K>> kerns = {{"cols", by_ratio[f ? 0 : 1][sampling - 1]},
+                                                    {"cols cm", by_ratio_cm[f ? 0 : 1][sampling - 1]}};
     // A kernel launched for another ratio writes nothing (ops never does).
     {
       std::vector<T> q(outn, T(NAN));
