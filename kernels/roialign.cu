@@ -35,6 +35,7 @@
 // slices, so that the gradient being scattered into at once fits L2 better).
 #include "atomics.cuh"
 #include "bilinear.cuh"
+#include "smem.cuh"
 
 namespace stheno {
 
@@ -1117,6 +1118,192 @@ __device__ void roialign_forward_cols(const RoIAlignParams& p) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// roialign_forward_plane: one channel map at a time, staged in shared memory.
+//
+// The kernels above gather every tap from L2: a fixed-ratio forward on
+// TARGETS.md's cases moves several times the map's bytes through L1/L2, and
+// that traffic bounds them. Here a block copies one band of rows of one
+// channel map (n, c) into shared memory with coalesced 16-byte loads, once,
+// and then works out that channel for every bin row of every RoI of image n
+// that its band owns: the map is read from L2 about once (plus the bands'
+// overlap), and the taps become shared-memory loads.
+//
+// Blocks are (chunk of image n's RoIs: grid x, band: grid y, map n*C+c:
+// grid z). Band b owns map rows [b*band_rows, (b+1)*band_rows) and keeps
+// tile_rows rows from its first (the overlap is for bin rows that run past
+// its last owned row). A bin row belongs to the band that owns its first
+// sample row's top pixel row (after the move-in below), so exactly one
+// block writes it; a sample row outside the block's tile (a tall bin) is
+// read from global memory instead, which is slower but the same sum.
+//
+// A warp takes RoIs of image n in turn; lanes are on a bin row's PW*kS
+// sample columns as in roialign_forward_cols, with 32/(PW*kS) bin rows at a
+// time; lane j holds the RoI's sample row j (so PH*kS <= 32), which the
+// lanes read with shuffles. Every block works out the RoI geometry again for
+// its channel: that costs instructions, not memory traffic.
+struct RoIPlaneParams {
+  RoIAlignParams a;
+  int32_t band_rows;  // map rows a band (grid y) owns, >= 1
+  int32_t tile_rows;  // map rows from its first that a block stages, in [band_rows, H]
+};
+static_assert(sizeof(RoIPlaneParams) == 96, "ops/roialign_device.go mirrors RoIPlaneParams");
+
+// Sample rows of a RoI (PH*S) roialign_forward_plane takes: one per lane.
+constexpr int kPlaneMaxRows = 32;
+
+// The image of a RoI row as roi_geometry reads it; a bad batch index (whose
+// outputs are 0) counts as image 0.
+template <typename T>
+__device__ __forceinline__ int roi_image(const RoIAlignParams& p, T b) {
+  return b > T(-1) && b < static_cast<T>(p.n) ? static_cast<int>(b) : 0;
+}
+
+template <int kS>
+__device__ void roialign_forward_plane(const RoIPlaneParams& q) {
+  using T = float;
+  static_assert(kS >= 1 && kS <= kColsMaxS, "kS");
+  const RoIAlignParams& p = q.a;
+  // ops launches it only where it fits (planeFit, the ratio kS).
+  if (p.sampling_ratio != kS || p.pooled_w * kS > 32 || p.pooled_h * kS > kPlaneMaxRows || q.band_rows < 1 ||
+      q.tile_rows < q.band_rows || p.h < 2 || p.w < 2) {
+    return;
+  }
+  const int map_index = blockIdx.z, img = map_index / p.c, ch = map_index - img * p.c;
+  const int own0 = blockIdx.y * q.band_rows, own1 = min(p.h, own0 + q.band_rows);
+  const int t1 = min(p.h, own0 + q.tile_rows);  // the tile: rows [own0, t1)
+  const int w = p.w;
+  const T* map = reinterpret_cast<const T*>(p.feat) + static_cast<int64_t>(map_index) * p.h * w;
+  T* tile = reinterpret_cast<T*>(dynamic_smem());
+
+  // Stage the tile: 16-byte loads where the rows start 16-byte aligned, 4
+  // of them in flight per thread.
+  {
+    const T* src = map + static_cast<int64_t>(own0) * w;
+    const int n = (t1 - own0) * w;
+    int done = 0;
+    if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
+      const int n4 = n >> 2;
+      const float4* s4 = reinterpret_cast<const float4*>(src);
+      float4* d4 = reinterpret_cast<float4*>(tile);
+      for (int i = threadIdx.x; i < n4; i += 4 * blockDim.x) {
+        float4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int j = i + u * blockDim.x;
+          if (j < n4) v[u] = __ldg(s4 + j);
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          const int j = i + u * blockDim.x;
+          if (j < n4) d4[j] = v[u];
+        }
+      }
+      done = n4 << 2;
+    }
+    for (int i = done + threadIdx.x; i < n; i += blockDim.x) tile[i] = __ldg(src + i);
+  }
+  __syncthreads();
+
+  const int cols = p.pooled_w * kS, slots = 32 / cols;  // sample columns of a bin row; bin rows a warp does at once
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  const int slot = lane / cols, sc = lane - slot * cols;
+  const bool active = slot < slots;  // idle lanes past the last slot still take part in the shuffles
+  const int bins = p.pooled_h * p.pooled_w, bin_col = sc / kS;
+  const bool leader = active && sc % kS == 0;
+  const unsigned full = 0xffffffffu;
+  const T* rois = reinterpret_cast<const T*>(p.rois);
+  // This block's share of image img's RoIs: their ranks in index order,
+  // dealt round-robin to (chunk, warp) pairs.
+  const int deal = gridDim.x * warps, mine = blockIdx.x * warps + warp;
+  const bool report = blockIdx.y == 0 && blockIdx.z == 0;  // one block per RoI reports its status
+
+  int rank = 0;
+  for (int base = 0; base < p.k; base += 32) {
+    const int r_lane = base + lane;
+    const bool ours = r_lane < p.k && roi_image(p, rois[static_cast<int64_t>(r_lane) * 5]) == img;
+    const unsigned ours_mask = __ballot_sync(full, ours);
+    // The lanes' ranks among img's RoIs, and which of them are this warp's.
+    const int my_rank = rank + __popc(ours_mask & ((1u << lane) - 1u));
+    unsigned todo = __ballot_sync(full, ours && my_rank % deal == mine);
+    rank += __popc(ours_mask);
+    while (todo != 0) {
+      const int64_t roi = base + __ffs(todo) - 1;
+      todo &= todo - 1;
+      RoIGeom<T> g;
+      const int status = roi_geometry(p, rois + roi * 5, &g);
+      if (status != kStatusOK && report && lane == 0) atomicMax(reinterpret_cast<int*>(p.status), status);
+
+      // The lane's sample column, as in roialign_forward_cols: pixels
+      // xo and xo+1 with weights wl and wr (0 for a column outside).
+      int x0 = 0;
+      T lx = T(0);
+      const bool col_ok =
+          active && g.grid_w > 0 && roi_axis(sample_coord(g.start_x, bin_col, g.bin_w, sc % kS, kS), w, &x0, &lx);
+      const T hx = T(1) - lx;
+      const int left = x0 + 1 >= w ? 1 : 0;
+      const T wl = col_ok ? (left ? T(0) : hx) : T(0), wr = col_ok ? (left ? hx : lx) : T(0);
+      const int xo = col_ok ? x0 - left : 0;
+      // Lane j's sample row j: top pixel row ry (moved up one at the last
+      // row), weights of the top and bottom rows (0 outside the map).
+      int ry = 0;
+      T top = T(0), bottom = T(0);
+      if (lane < p.pooled_h * kS) {
+        int y0 = 0;
+        T ly = T(0);
+        if (g.grid_h > 0 && roi_axis(sample_coord(g.start_y, lane / kS, g.bin_h, lane % kS, kS), p.h, &y0, &ly)) {
+          const T hy = T(1) - ly;
+          const bool up = y0 + 1 >= p.h;
+          ry = y0 - up;
+          top = up ? T(0) : hy;
+          bottom = up ? hy : ly;
+        }
+      }
+      // Bin rows this band owns: lane ph tests bin row ph's first sample row.
+      const int key = __shfl_sync(full, ry, min(lane, p.pooled_h - 1) * kS);
+      unsigned left_rows = __ballot_sync(full, lane < p.pooled_h && key >= own0 && key < own1);
+      T* out_map = reinterpret_cast<T*>(p.pooled) + (roi * p.c + ch) * bins;
+      while (left_rows != 0) {
+        // Slot s takes the s-th lowest bin row left.
+        unsigned m = left_rows;
+        for (int s = 0; s < slot && m != 0; ++s) m &= m - 1;
+        const int ph = active && m != 0 ? __ffs(m) - 1 : -1;
+        for (int s = 0; s < slots && left_rows != 0; ++s) left_rows &= left_rows - 1;
+        T acc = T(0);
+#pragma unroll
+        for (int sr = 0; sr < kS; ++sr) {
+          const int src = max(ph, 0) * kS + sr;
+          const int y = __shfl_sync(full, ry, src);
+          const T wt = __shfl_sync(full, top, src), wb = __shfl_sync(full, bottom, src);
+          if (ph >= 0) {
+            T v[4];
+            if (y + 1 < t1 && y >= own0) {
+              const T* s0 = tile + (y - own0) * w + xo;
+              v[0] = s0[0], v[1] = s0[1], v[2] = s0[w], v[3] = s0[w + 1];
+            } else {
+              const T* g0 = map + static_cast<int64_t>(y) * w + xo;
+              v[0] = __ldg(g0), v[1] = __ldg(g0 + 1), v[2] = __ldg(g0 + w), v[3] = __ldg(g0 + w + 1);
+            }
+            // roialign_forward_cols' expression, sample row by sample row.
+            const T s = wt * wl * v[0] + wt * wr * v[1] + wb * wl * v[2] + wb * wr * v[3];
+            acc = sr == 0 ? s : acc + s;
+          }
+        }
+        T sum = acc;
+#pragma unroll
+        for (int j = 1; j < kS; ++j) sum += __shfl_down_sync(full, acc, j);
+        T avg;
+        if constexpr ((kS & (kS - 1)) == 0) {
+          avg = sum * (T(1) / T(kS * kS));
+        } else {
+          avg = sum / g.count;
+        }
+        if (leader && ph >= 0) out_map[ph * p.pooled_w + bin_col] = avg;
+      }
+    }
+  }
+}
+
 // Transposes [N][A][B] to [N][B][A] through shared-memory tiles of 32 rows
 // of A by kTB columns of B, reads and writes both coalesced: NCHW <-> NHWC
 // with (A, B) = (C, HW) or (HW, C). A block of 32x8 threads moves a whole
@@ -1209,6 +1396,16 @@ STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f64, double, 3, false)
 STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_cm_f64, double, 3, true)
 STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f64, double, 4, false)
 STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_cm_f64, double, 4, true)
+// A channel map a block, staged in shared memory (ops sizes it: planeFit);
+// up to 512 threads, registers capped for 2 such blocks per SM.
+#define STHENO_ROIALIGN_PLANE(name, S)                                          \
+  __global__ void __launch_bounds__(512, 2) name(stheno::RoIPlaneParams p) { \
+    stheno::roialign_forward_plane<S>(p);                                    \
+  }
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s1_f32, 1)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s2_f32, 2)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s3_f32, 3)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s4_f32, 4)
 __global__ void __launch_bounds__(256) roialign_forward_nchw4_f64(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<double, 4>(p);
 }
