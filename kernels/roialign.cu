@@ -1119,73 +1119,140 @@ __device__ void roialign_forward_cols(const RoIAlignParams& p) {
 }
 
 // ---------------------------------------------------------------------------
-// roialign_forward_plane: one channel map at a time, staged in shared memory.
+// roialign_forward_plane: channel maps staged in shared memory.
 //
-// The kernels above gather every tap from L2: a fixed-ratio forward on
-// TARGETS.md's cases moves several times the map's bytes through L1/L2, and
-// that traffic bounds them. Here a block copies one band of rows of one
-// channel map (n, c) into shared memory with coalesced 16-byte loads, once,
-// and then works out that channel for every bin row of every RoI of image n
-// that its band owns: the map is read from L2 about once (plus the bands'
-// overlap), and the taps become shared-memory loads.
+// The kernels above gather every tap from L2 through L1: on TARGETS.md's
+// fixed-ratio cases that traffic, with the instructions of the gathers,
+// bounds them (BENCHMARKS.md). Here a block copies one band of rows of kC
+// channel maps into shared memory with coalesced 16-byte loads, once, and
+// then works out those channels for every bin row of every RoI of their
+// image that its band owns: the maps are read from L2 about once (plus the
+// bands' overlap), and the taps become shared-memory loads.
 //
-// Blocks are (chunk of image n's RoIs: grid x, band: grid y, map n*C+c:
-// grid z). Band b owns map rows [b*band_rows, (b+1)*band_rows) and keeps
-// tile_rows rows from its first (the overlap is for bin rows that run past
-// its last owned row). A bin row belongs to the band that owns its first
-// sample row's top pixel row (after the move-in below), so exactly one
+// Blocks are (chunk of the RoIs: grid x, band: grid y, group of kC
+// channels of an image: grid z). Band b owns map rows
+// [b*band_rows, (b+1)*band_rows) and stages tile_rows rows from its first:
+// the overlap is for bin rows that start in the band and run past its last
+// row. A bin row belongs to the band that owns its first sample row's top
+// pixel row (after the move-in of roialign_forward_cols), so exactly one
 // block writes it; a sample row outside the block's tile (a tall bin) is
-// read from global memory instead, which is slower but the same sum.
+// read from global memory instead, the same sum, slower.
 //
-// A warp takes RoIs of image n in turn; lanes are on a bin row's PW*kS
-// sample columns as in roialign_forward_cols, with 32/(PW*kS) bin rows at a
-// time; lane j holds the RoI's sample row j (so PH*kS <= 32), which the
-// lanes read with shuffles. Every block works out the RoI geometry again for
-// its channel: that costs instructions, not memory traffic.
+// roialign_plane_table works out each RoI's sample columns and rows once
+// (PlaneLane, lane j: column j and row j) and the range of its bin rows'
+// first rows (PlaneRoI), so that a block skips the RoIs that miss its band
+// with one load per 32 RoIs and pays for a RoI's geometry with two loads.
+// Lanes are on a bin row's PW*kS sample columns, 32/(PW*kS) bin rows at a
+// time (slots); the lanes read a sample row's taps from the lane that holds
+// it with shuffles, once for kC channels.
 struct RoIPlaneParams {
   RoIAlignParams a;
+  uint64_t table;     // PlaneLane [K][32], then PlaneRoI [K]: roialign_plane_table's
   int32_t band_rows;  // map rows a band (grid y) owns, >= 1
-  int32_t tile_rows;  // map rows from its first that a block stages, in [band_rows, H]
+  int32_t tile_rows;  // map rows from its first a block stages, in [band_rows, H]
 };
-static_assert(sizeof(RoIPlaneParams) == 96, "ops/roialign_device.go mirrors RoIPlaneParams");
+static_assert(sizeof(RoIPlaneParams) == 104, "ops/roialign_device.go mirrors RoIPlaneParams");
 
 // Sample rows of a RoI (PH*S) roialign_forward_plane takes: one per lane.
 constexpr int kPlaneMaxRows = 32;
 
-// The image of a RoI row as roi_geometry reads it; a bad batch index (whose
-// outputs are 0) counts as image 0.
-template <typename T>
-__device__ __forceinline__ int roi_image(const RoIAlignParams& p, T b) {
-  return b > T(-1) && b < static_cast<T>(p.n) ? static_cast<int>(b) : 0;
+// Lane j's part of a RoI: sample column j (pixels xo and xo+1, weights wl
+// and wr; 0 past the last column or outside the map) and sample row j
+// (pixel rows ry and ry+1, weights top and bottom), as roialign_forward_cols
+// works them out.
+struct alignas(16) PlaneLane {
+  int xo;
+  float wl, wr;
+  int ry;
+  float top, bottom;
+  int unused[2];
+};
+static_assert(sizeof(PlaneLane) == 32, "ops/roialign_device.go sizes the table");
+
+// A RoI's image (0 for a bad batch index, whose weights are all 0) and the
+// least and greatest first row of its bin rows.
+struct alignas(16) PlaneRoI {
+  int image, key_min, key_max, unused;
+};
+
+// A warp per RoI.
+__device__ void roialign_plane_table(const RoIPlaneParams& q) {
+  using T = float;
+  const RoIAlignParams& p = q.a;
+  const int lane = threadIdx.x & 31;
+  const int64_t roi = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int s = p.sampling_ratio;
+  if (roi >= p.k || s < 1 || p.pooled_w * s > 32 || p.pooled_h * s > kPlaneMaxRows) return;  // whole warps
+  RoIGeom<T> g;
+  const int status = roi_geometry(p, reinterpret_cast<const T*>(p.rois) + roi * 5, &g);
+  if (status != kStatusOK && lane == 0) atomicMax(reinterpret_cast<int*>(p.status), status);
+  PlaneLane e{};
+  int x0 = 0, y0 = 0;
+  T lx = T(0), ly = T(0);
+  if (lane < p.pooled_w * s && g.grid_w > 0 &&
+      roi_axis(sample_coord(g.start_x, lane / s, g.bin_w, lane % s, s), p.w, &x0, &lx)) {
+    const T hx = T(1) - lx;
+    const bool left = x0 + 1 >= p.w;  // x1 outside: the 2x2 starts one column left
+    e.xo = x0 - left;
+    e.wl = left ? T(0) : hx;
+    e.wr = left ? hx : lx;
+  }
+  if (lane < p.pooled_h * s && g.grid_h > 0 &&
+      roi_axis(sample_coord(g.start_y, lane / s, g.bin_h, lane % s, s), p.h, &y0, &ly)) {
+    const T hy = T(1) - ly;
+    const bool up = y0 + 1 >= p.h;  // y1 outside: one row up
+    e.ry = y0 - up;
+    e.top = up ? T(0) : hy;
+    e.bottom = up ? hy : ly;
+  }
+  reinterpret_cast<PlaneLane*>(q.table)[roi * 32 + lane] = e;
+  const bool first = lane < p.pooled_h * s && lane % s == 0;  // a bin row's first sample row
+  int lo = first ? e.ry : 0x7fffffff, hi = first ? e.ry : -0x7fffffff;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+    hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+  }
+  if (lane == 0) {
+    reinterpret_cast<PlaneRoI*>(q.table + static_cast<uint64_t>(p.k) * 32 * sizeof(PlaneLane))[roi] =
+        PlaneRoI{max(g.batch, 0), lo, hi, 0};
+  }
 }
 
-template <int kS>
+// Floats between two channels' tiles: a multiple of 4, so that each starts
+// 16-byte aligned.
+__host__ __device__ constexpr int plane_tile_stride(int tile_rows, int w) { return (tile_rows * w + 3) & ~3; }
+
+template <int kS, int kC>
 __device__ void roialign_forward_plane(const RoIPlaneParams& q) {
   using T = float;
-  static_assert(kS >= 1 && kS <= kColsMaxS, "kS");
+  static_assert(kS >= 1 && kS <= kColsMaxS && kC >= 1, "kS, kC");
   const RoIAlignParams& p = q.a;
   // ops launches it only where it fits (planeFit, the ratio kS).
   if (p.sampling_ratio != kS || p.pooled_w * kS > 32 || p.pooled_h * kS > kPlaneMaxRows || q.band_rows < 1 ||
       q.tile_rows < q.band_rows || p.h < 2 || p.w < 2) {
     return;
   }
-  const int map_index = blockIdx.z, img = map_index / p.c, ch = map_index - img * p.c;
+  const int groups = (p.c + kC - 1) / kC;
+  const int img = blockIdx.z / groups, c0 = (blockIdx.z - img * groups) * kC, nch = min(kC, p.c - c0);
   const int own0 = blockIdx.y * q.band_rows, own1 = min(p.h, own0 + q.band_rows);
   const int t1 = min(p.h, own0 + q.tile_rows);  // the tile: rows [own0, t1)
-  const int w = p.w;
-  const T* map = reinterpret_cast<const T*>(p.feat) + static_cast<int64_t>(map_index) * p.h * w;
+  const int w = p.w, stride = plane_tile_stride(q.tile_rows, w);
+  const int64_t plane = static_cast<int64_t>(p.h) * w;
+  const T* map = reinterpret_cast<const T*>(p.feat) + (static_cast<int64_t>(img) * p.c + c0) * plane;
   T* tile = reinterpret_cast<T*>(dynamic_smem());
 
-  // Stage the tile: 16-byte loads where the rows start 16-byte aligned, 4
-  // of them in flight per thread.
-  {
-    const T* src = map + static_cast<int64_t>(own0) * w;
+  // Stage the tiles: 16-byte loads where a channel's rows start 16-byte
+  // aligned, 4 of them in flight per thread.
+  for (int c = 0; c < nch; ++c) {
+    const T* src = map + c * plane + static_cast<int64_t>(own0) * w;
+    T* dst = tile + c * stride;
     const int n = (t1 - own0) * w;
     int done = 0;
     if ((reinterpret_cast<uintptr_t>(src) & 15) == 0) {
       const int n4 = n >> 2;
       const float4* s4 = reinterpret_cast<const float4*>(src);
-      float4* d4 = reinterpret_cast<float4*>(tile);
+      float4* d4 = reinterpret_cast<float4*>(dst);
       for (int i = threadIdx.x; i < n4; i += 4 * blockDim.x) {
         float4 v[4];
 #pragma unroll
@@ -1201,7 +1268,7 @@ __device__ void roialign_forward_plane(const RoIPlaneParams& q) {
       }
       done = n4 << 2;
     }
-    for (int i = done + threadIdx.x; i < n; i += blockDim.x) tile[i] = __ldg(src + i);
+    for (int i = done + threadIdx.x; i < n; i += blockDim.x) dst[i] = __ldg(src + i);
   }
   __syncthreads();
 
@@ -1212,93 +1279,80 @@ __device__ void roialign_forward_plane(const RoIPlaneParams& q) {
   const int bins = p.pooled_h * p.pooled_w, bin_col = sc / kS;
   const bool leader = active && sc % kS == 0;
   const unsigned full = 0xffffffffu;
-  const T* rois = reinterpret_cast<const T*>(p.rois);
-  // This block's share of image img's RoIs: their ranks in index order,
-  // dealt round-robin to (chunk, warp) pairs.
+  const PlaneLane* lanes = reinterpret_cast<const PlaneLane*>(q.table);
+  const PlaneRoI* info = reinterpret_cast<const PlaneRoI*>(q.table + static_cast<uint64_t>(p.k) * 32 * sizeof(PlaneLane));
+  // The RoIs of image img with a bin row in this band, dealt round-robin by
+  // their rank (in index order) to (chunk, warp) pairs.
   const int deal = gridDim.x * warps, mine = blockIdx.x * warps + warp;
-  const bool report = blockIdx.y == 0 && blockIdx.z == 0;  // one block per RoI reports its status
-
   int rank = 0;
   for (int base = 0; base < p.k; base += 32) {
     const int r_lane = base + lane;
-    const bool ours = r_lane < p.k && roi_image(p, rois[static_cast<int64_t>(r_lane) * 5]) == img;
+    bool ours = false;
+    if (r_lane < p.k) {
+      const PlaneRoI e = info[r_lane];
+      ours = e.image == img && e.key_max >= own0 && e.key_min < own1;
+    }
     const unsigned ours_mask = __ballot_sync(full, ours);
-    // The lanes' ranks among img's RoIs, and which of them are this warp's.
     const int my_rank = rank + __popc(ours_mask & ((1u << lane) - 1u));
     unsigned todo = __ballot_sync(full, ours && my_rank % deal == mine);
     rank += __popc(ours_mask);
     while (todo != 0) {
       const int64_t roi = base + __ffs(todo) - 1;
       todo &= todo - 1;
-      RoIGeom<T> g;
-      const int status = roi_geometry(p, rois + roi * 5, &g);
-      if (status != kStatusOK && report && lane == 0) atomicMax(reinterpret_cast<int*>(p.status), status);
-
-      // The lane's sample column, as in roialign_forward_cols: pixels
-      // xo and xo+1 with weights wl and wr (0 for a column outside).
-      int x0 = 0;
-      T lx = T(0);
-      const bool col_ok =
-          active && g.grid_w > 0 && roi_axis(sample_coord(g.start_x, bin_col, g.bin_w, sc % kS, kS), w, &x0, &lx);
-      const T hx = T(1) - lx;
-      const int left = x0 + 1 >= w ? 1 : 0;
-      const T wl = col_ok ? (left ? T(0) : hx) : T(0), wr = col_ok ? (left ? hx : lx) : T(0);
-      const int xo = col_ok ? x0 - left : 0;
-      // Lane j's sample row j: top pixel row ry (moved up one at the last
-      // row), weights of the top and bottom rows (0 outside the map).
-      int ry = 0;
-      T top = T(0), bottom = T(0);
-      if (lane < p.pooled_h * kS) {
-        int y0 = 0;
-        T ly = T(0);
-        if (g.grid_h > 0 && roi_axis(sample_coord(g.start_y, lane / kS, g.bin_h, lane % kS, kS), p.h, &y0, &ly)) {
-          const T hy = T(1) - ly;
-          const bool up = y0 + 1 >= p.h;
-          ry = y0 - up;
-          top = up ? T(0) : hy;
-          bottom = up ? hy : ly;
-        }
-      }
-      // Bin rows this band owns: lane ph tests bin row ph's first sample row.
-      const int key = __shfl_sync(full, ry, min(lane, p.pooled_h - 1) * kS);
-      unsigned left_rows = __ballot_sync(full, lane < p.pooled_h && key >= own0 && key < own1);
-      T* out_map = reinterpret_cast<T*>(p.pooled) + (roi * p.c + ch) * bins;
-      while (left_rows != 0) {
+      const PlaneLane e = lanes[roi * 32 + lane];
+      // The lane's sample column, from lane sc.
+      const int xo = __shfl_sync(full, e.xo, sc);
+      const T wl0 = __shfl_sync(full, e.wl, sc), wr0 = __shfl_sync(full, e.wr, sc);
+      const T wl = active ? wl0 : T(0), wr = active ? wr0 : T(0);
+      // Bin rows this band owns: lane ph tests bin row ph's first row.
+      const int key = __shfl_sync(full, e.ry, min(lane, p.pooled_h - 1) * kS);
+      unsigned rows_left = __ballot_sync(full, lane < p.pooled_h && key >= own0 && key < own1);
+      T* out = reinterpret_cast<T*>(p.pooled) + (roi * p.c + c0) * bins + bin_col;
+      while (rows_left != 0) {
         // Slot s takes the s-th lowest bin row left.
-        unsigned m = left_rows;
+        unsigned m = rows_left;
         for (int s = 0; s < slot && m != 0; ++s) m &= m - 1;
         const int ph = active && m != 0 ? __ffs(m) - 1 : -1;
-        for (int s = 0; s < slots && left_rows != 0; ++s) left_rows &= left_rows - 1;
-        T acc = T(0);
+        for (int s = 0; s < slots && rows_left != 0; ++s) rows_left &= rows_left - 1;
+        T acc[kC];
 #pragma unroll
         for (int sr = 0; sr < kS; ++sr) {
           const int src = max(ph, 0) * kS + sr;
-          const int y = __shfl_sync(full, ry, src);
-          const T wt = __shfl_sync(full, top, src), wb = __shfl_sync(full, bottom, src);
-          if (ph >= 0) {
-            T v[4];
-            if (y + 1 < t1 && y >= own0) {
-              const T* s0 = tile + (y - own0) * w + xo;
-              v[0] = s0[0], v[1] = s0[1], v[2] = s0[w], v[3] = s0[w + 1];
-            } else {
-              const T* g0 = map + static_cast<int64_t>(y) * w + xo;
-              v[0] = __ldg(g0), v[1] = __ldg(g0 + 1), v[2] = __ldg(g0 + w), v[3] = __ldg(g0 + w + 1);
+          const int y = __shfl_sync(full, e.ry, src);
+          const T wt = __shfl_sync(full, e.top, src), wb = __shfl_sync(full, e.bottom, src);
+          // roialign_forward_cols' weights and sum, sample row by sample row.
+          const T w00 = wt * wl, w01 = wt * wr, w10 = wb * wl, w11 = wb * wr;
+          T v[kC][4];
+          if (y >= own0 && y + 1 < t1) {
+            const T* s0 = tile + (y - own0) * w + xo;
+#pragma unroll
+            for (int c = 0; c < kC; ++c) {
+              const T* sc0 = s0 + c * stride;
+              v[c][0] = sc0[0], v[c][1] = sc0[1], v[c][2] = sc0[w], v[c][3] = sc0[w + 1];
             }
-            // roialign_forward_cols' expression, sample row by sample row.
-            const T s = wt * wl * v[0] + wt * wr * v[1] + wb * wl * v[2] + wb * wr * v[3];
-            acc = sr == 0 ? s : acc + s;
+          } else {
+            const T* g0 = map + static_cast<int64_t>(y) * w + xo;
+#pragma unroll
+            for (int c = 0; c < kC; ++c) {
+              const T* gc = g0 + (c < nch ? c : 0) * plane;
+              v[c][0] = __ldg(gc), v[c][1] = __ldg(gc + 1), v[c][2] = __ldg(gc + w), v[c][3] = __ldg(gc + w + 1);
+            }
+          }
+#pragma unroll
+          for (int c = 0; c < kC; ++c) {
+            const T s = w00 * v[c][0] + w01 * v[c][1] + w10 * v[c][2] + w11 * v[c][3];
+            acc[c] = sr == 0 ? s : acc[c] + s;
           }
         }
-        T sum = acc;
 #pragma unroll
-        for (int j = 1; j < kS; ++j) sum += __shfl_down_sync(full, acc, j);
-        T avg;
-        if constexpr ((kS & (kS - 1)) == 0) {
-          avg = sum * (T(1) / T(kS * kS));
-        } else {
-          avg = sum / g.count;
+        for (int c = 0; c < kC; ++c) {
+          T sum = acc[c];
+#pragma unroll
+          for (int j = 1; j < kS; ++j) sum += __shfl_down_sync(full, acc[c], j);
+          // count is kS*kS (1 for a bad RoI, whose sum is 0)
+          const T avg = (kS & (kS - 1)) == 0 ? sum * (T(1) / T(kS * kS)) : sum / T(kS * kS);
+          if (leader && ph >= 0 && c < nch) out[c * bins + ph * p.pooled_w] = avg;
         }
-        if (leader && ph >= 0) out_map[ph * p.pooled_w + bin_col] = avg;
       }
     }
   }
@@ -1396,16 +1450,28 @@ STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f64, double, 3, false)
 STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_cm_f64, double, 3, true)
 STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f64, double, 4, false)
 STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_cm_f64, double, 4, true)
-// A channel map a block, staged in shared memory (ops sizes it: planeFit);
-// up to 512 threads, registers capped for 2 such blocks per SM.
-#define STHENO_ROIALIGN_PLANE(name, S)                                          \
+// kC channel maps a block, staged in shared memory (ops sizes it:
+// planeLayout); up to 512 threads, registers capped for 2 such blocks per
+// SM. roialign_plane_table first.
+__global__ void __launch_bounds__(256) roialign_plane_table_f32(stheno::RoIPlaneParams p) {
+  stheno::roialign_plane_table(p);
+}
+#define STHENO_ROIALIGN_PLANE(name, S, C)                                     \
   __global__ void __launch_bounds__(512, 2) name(stheno::RoIPlaneParams p) { \
-    stheno::roialign_forward_plane<S>(p);                                    \
+    stheno::roialign_forward_plane<S, C>(p);                                 \
   }
-STHENO_ROIALIGN_PLANE(roialign_forward_plane_s1_f32, 1)
-STHENO_ROIALIGN_PLANE(roialign_forward_plane_s2_f32, 2)
-STHENO_ROIALIGN_PLANE(roialign_forward_plane_s3_f32, 3)
-STHENO_ROIALIGN_PLANE(roialign_forward_plane_s4_f32, 4)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s1_c1_f32, 1, 1)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s1_c2_f32, 1, 2)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s1_c4_f32, 1, 4)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s2_c1_f32, 2, 1)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s2_c2_f32, 2, 2)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s2_c4_f32, 2, 4)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s3_c1_f32, 3, 1)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s3_c2_f32, 3, 2)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s3_c4_f32, 3, 4)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s4_c1_f32, 4, 1)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s4_c2_f32, 4, 2)
+STHENO_ROIALIGN_PLANE(roialign_forward_plane_s4_c4_f32, 4, 4)
 __global__ void __launch_bounds__(256) roialign_forward_nchw4_f64(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<double, 4>(p);
 }

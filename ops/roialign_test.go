@@ -392,3 +392,67 @@ func TestRoIAlignSlices(t *testing.T) {
 		}
 	}
 }
+
+// TestRoIAlignPlaneLayout checks roialign_forward_plane's layouts and where
+// it applies: TARGETS.md's P2 maps, two channels a block, in 8 bands of 25
+// rows whose tiles (41 rows with the halo) fit two blocks an SM; the P3
+// map in 2 bands, the RoIs in chunks for about roiAlignPlaneBlocks blocks;
+// explicit fields kept and clamped.
+func TestRoIAlignPlaneLayout(t *testing.T) {
+	f32 := func(ph, sampling, n, c, h, w, k int) roiAlignShape {
+		return roiAlignShape{cfg: RoIAlignConfig{ph, 7, 0.25, sampling, true}, n: n, c: c, h: h, w: w, k: k, dt: tensor.Float32}
+	}
+	cases := []struct {
+		s                         roiAlignShape
+		in, want                  roiPlaneLayout
+		bandRows, tileRows, bytes int
+		name                      string
+	}{
+		{f32(7, 2, 2, 256, 200, 336, 1024), roiPlaneLayout{}, roiPlaneLayout{2, 8, 16, 1, 512}, 25, 41, 2 * 41 * 336 * 4,
+			"roialign_forward_plane_s2_c2_f32"},
+		{f32(14, 2, 2, 256, 200, 336, 256), roiPlaneLayout{}, roiPlaneLayout{2, 8, 16, 1, 512}, 25, 41, 2 * 41 * 336 * 4,
+			"roialign_forward_plane_s2_c2_f32"},
+		{f32(7, 2, 1, 256, 100, 168, 1000), roiPlaneLayout{}, roiPlaneLayout{2, 2, 16, 4, 512}, 50, 66, 2 * 66 * 168 * 4,
+			"roialign_forward_plane_s2_c2_f32"},
+		// Few RoIs: no more chunks than warps' worth of them.
+		{f32(7, 2, 1, 4, 100, 168, 40), roiPlaneLayout{}, roiPlaneLayout{2, 2, 16, 2, 512}, 50, 66, 2 * 66 * 168 * 4,
+			"roialign_forward_plane_s2_c2_f32"},
+		// Explicit fields; 5 bands of 8 rows become 4 of 2 (none empty);
+		// a tile of 3x7 floats padded to 24.
+		{f32(7, 3, 1, 4, 8, 7, 4), roiPlaneLayout{4, 4, 1, 3, 96}, roiPlaneLayout{4, 4, 1, 3, 96}, 2, 3, 4 * 24 * 4,
+			"roialign_forward_plane_s3_c4_f32"},
+		{f32(7, 2, 1, 4, 8, 8, 4), roiPlaneLayout{bands: 5, channels: 1}, roiPlaneLayout{1, 4, 16, 1, 512}, 2, 8, 8 * 8 * 4,
+			"roialign_forward_plane_s2_c1_f32"},
+		{f32(7, 1, 1, 4, 8, 8, 4), roiPlaneLayout{bands: 50}, roiPlaneLayout{2, 8, 16, 1, 512}, 1, 8, 2 * 8 * 8 * 4,
+			"roialign_forward_plane_s1_c2_f32"},
+	}
+	for _, c := range cases {
+		l, bandRows, tileRows, bytes := c.s.planeLayout(c.in)
+		if l != c.want || bandRows != c.bandRows || tileRows != c.tileRows || bytes != c.bytes {
+			t.Errorf("planeLayout(%+v) on %dx%d maps = %+v, %d, %d, %d; want %+v, %d, %d, %d",
+				c.in, c.s.h, c.s.w, l, bandRows, tileRows, bytes, c.want, c.bandRows, c.tileRows, c.bytes)
+		}
+		if kv := roiAlignPlaneKernel(c.s, c.in); kv.name != c.name || !kv.plane || !kv.nchw() {
+			t.Errorf("roiAlignPlaneKernel(%+v) = %+v, want %s", c.in, kv, c.name)
+		}
+		if !c.s.planeFit() {
+			t.Errorf("planeFit(%+v) = false, want true", c.s)
+		}
+	}
+	f64 := f32(7, 2, 1, 4, 8, 8, 4)
+	f64.dt = tensor.Float64
+	for _, s := range []roiAlignShape{
+		f64,
+		f32(7, 0, 1, 4, 8, 8, 4),     // adaptive
+		f32(7, 5, 1, 4, 8, 8, 4),     // ratio above 4
+		f32(14, 4, 1, 4, 8, 8, 4),    // 56 sample rows
+		f32(7, 2, 1, 4, 1, 8, 4),     // one row
+		f32(7, 2, 1, 4, 8, 30000, 4), // a row alone over the budget
+		f32(7, 2, 300, 256, 8, 8, 4), // N*C over a grid's z
+	} {
+		if s.planeFit() {
+			t.Errorf("planeFit(%v ratio %d, %dx%d bins, N*C %d, %dx%d) = true, want false",
+				s.dt, s.cfg.SamplingRatio, s.cfg.PooledH, s.cfg.PooledW, s.n*s.c, s.h, s.w)
+		}
+	}
+}
