@@ -10,8 +10,6 @@
 
 #include <stdint.h>
 
-#include "smem.cuh"
-
 namespace stheno {
 
 // FastDiv divides a non-negative int below 2^31 by a divisor d >= 1 fixed
@@ -198,6 +196,16 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem_r
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(a));
+#endif
+}
+
+// The block's dynamic shared memory, 16-byte aligned.
+__device__ __forceinline__ unsigned char* dynamic_smem() {
+#ifdef STHENO_EMULATE
+  return emu_smem();
+#else
+  extern __shared__ __align__(16) unsigned char stheno_conv_smem[];
+  return stheno_conv_smem;
 #endif
 }
 

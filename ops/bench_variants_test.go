@@ -83,9 +83,6 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 					if s.colsFit() {
 						kvs = append(kvs, roiAlignColsVariants(s)...)
 					}
-					if s.planeFit() {
-						kvs = append(kvs, roiAlignPlaneBenchVariants(s)...)
-					}
 				}
 				for _, kv := range kvs {
 					b.Run("impl=cuda/case="+c.name+"/pass="+pass+"/order="+order+"/kernel="+kv.String(), func(b *testing.B) {

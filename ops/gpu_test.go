@@ -192,14 +192,6 @@ func TestGPURoIAlignParity(t *testing.T) {
 						withRoIAlignKernel(false, kv, func() { parity(t, dev, &roiAlignOp{s}, dt, x, rois) })
 					})
 				}
-				for _, kv := range roiAlignPlaneTestVariants(s) {
-					t.Run(kv.String(), func(t *testing.T) {
-						if !s.planeFit() {
-							t.Skip("roialign_forward_plane: needs float32, a sampling ratio of 1 to 4, PooledW*ratio and PooledH*ratio <= 32")
-						}
-						withRoIAlignKernel(false, kv, func() { parity(t, dev, &roiAlignOp{s}, dt, x, rois) })
-					})
-				}
 				for _, kv := range roiAlignQuadForwards {
 					t.Run(kv.String(), func(t *testing.T) {
 						if dt != tensor.Float32 || c.c%4 != 0 {
@@ -262,31 +254,6 @@ func roiAlignColsVariants(s roiAlignShape) []roiAlignKernel {
 		for _, slices := range []int{0, 4, 16, 64} {
 			kvs = append(kvs, roiAlignColsKernel(s, cm, slices))
 		}
-	}
-	return kvs
-}
-
-// roiAlignPlaneTestVariants are roialign_forward_plane kernels for s's
-// sampling ratio: the default layout; 1 and 4 channels a block with 4
-// bands and 1 row of halo (tall bins read from global memory), 3 chunks, 3
-// warps; one chunk of one warp.
-func roiAlignPlaneTestVariants(s roiAlignShape) []roiAlignKernel {
-	return []roiAlignKernel{
-		roiAlignPlaneKernel(s, roiPlaneLayout{}),
-		roiAlignPlaneKernel(s, roiPlaneLayout{channels: 1, bands: 4, halo: 1, chunks: 3, threads: 96}),
-		roiAlignPlaneKernel(s, roiPlaneLayout{channels: 4, bands: 4, halo: 1, chunks: 3, threads: 96}),
-		roiAlignPlaneKernel(s, roiPlaneLayout{chunks: 1, threads: 32}),
-	}
-}
-
-// roiAlignPlaneBenchVariants are the layouts BenchmarkGPURoIAlignVariants
-// times roialign_forward_plane with: 1, 2 or 4 channels a block, each
-// with halos of 8 and 16 rows, and a few other changes to the default.
-func roiAlignPlaneBenchVariants(s roiAlignShape) []roiAlignKernel {
-	var kvs []roiAlignKernel
-	for _, l := range []roiPlaneLayout{{channels: 1}, {channels: 1, halo: 8}, {channels: 2}, {channels: 2, halo: 8},
-		{channels: 4}, {channels: 4, halo: 8}, {chunks: 2}, {chunks: 4}, {threads: 256}} {
-		kvs = append(kvs, roiAlignPlaneKernel(s, l))
 	}
 	return kvs
 }

@@ -25,13 +25,6 @@ type roiAlignArgs struct {
 	MaxAdaptiveGrid            int32
 }
 
-// roiPlaneArgs mirrors RoIPlaneParams in kernels/roialign.cu.
-type roiPlaneArgs struct {
-	roiAlignArgs
-	Table              backend.DevicePtr
-	BandRows, TileRows int32
-}
-
 // transposeArgs mirrors TransposeParams in kernels/roialign.cu.
 type transposeArgs struct {
 	In, Out backend.DevicePtr
@@ -86,23 +79,16 @@ var roiAlignKernelOverride func(backward bool, dt tensor.Dtype) roiAlignKernel
 // roialign_forward_sep4 runs blocks of chunk bins of a RoI (0: a tile's
 // worth, roiAlignTileBins) and of one of its slices of the channels (0:
 // one).
-//
-// roialign_forward_plane (plane) stages a band of one channel map in shared
-// memory: blocks of (chunk of the RoIs, band, map), laid out by layout
-// (zero fields: planeLayout's defaults).
 type roiAlignKernel struct {
 	name   string
 	cpt    int
 	cols   bool
 	chunk  int
 	slices int
-	plane  bool
-	layout roiPlaneLayout
 }
 
 // String names the kernel and its launch shape, as benchmarks and tests
-// name their runs: name[_chunk<chunk>][_slices<slices>], and for plane
-// kernels the layout fields that are set.
+// name their runs: name[_chunk<chunk>][_slices<slices>].
 func (kv roiAlignKernel) String() string {
 	s := kv.name
 	if kv.chunk > 0 {
@@ -111,19 +97,11 @@ func (kv roiAlignKernel) String() string {
 	if kv.slices > 0 {
 		s += fmt.Sprintf("_slices%d", kv.slices)
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"channels", kv.layout.channels}, {"bands", kv.layout.bands}, {"halo", kv.layout.halo}, {"chunks", kv.layout.chunks}, {"threads", kv.layout.threads}} {
-		if f.v > 0 {
-			s += fmt.Sprintf("_%s%d", f.name, f.v)
-		}
-	}
 	return s
 }
 
 // nchw reports whether the kernel reads NCHW x directly.
-func (kv roiAlignKernel) nchw() bool { return kv.cpt > 0 || kv.cols || kv.plane }
+func (kv roiAlignKernel) nchw() bool { return kv.cpt > 0 || kv.cols }
 
 // roiAlignColsKernel is roialign_forward_cols for s, the kernel for its
 // sampling ratio (_s<ratio>; cm: channel-major, _cm), with the channels in
@@ -183,99 +161,6 @@ const (
 	// kernels (roiAlignKernelFor).
 	roiAlignColsCMBytes = 64 << 20
 )
-
-// roiPlaneLayout is how roialign_forward_plane covers a shape: blocks of
-// channels channel maps (its kC: 1, 2 or 4), each map in bands (grid y) of
-// ceil(H/bands) rows, a block staging its band and halo more rows below it
-// (for bin rows that start in the band and run past it); the RoIs in
-// chunks (grid x); threads per block. A zero field takes planeLayout's
-// default.
-type roiPlaneLayout struct {
-	channels, bands, halo, chunks, threads int
-}
-
-// roiAlignPlaneKernel is roialign_forward_plane for s's sampling ratio and
-// l's channels a block (zero fields of l: planeLayout's defaults).
-func roiAlignPlaneKernel(s roiAlignShape, l roiPlaneLayout) roiAlignKernel {
-	full, _, _, _ := s.planeLayout(l)
-	return roiAlignKernel{name: fmt.Sprintf("roialign_forward_plane_s%d_c%d_f32", s.cfg.SamplingRatio, full.channels), plane: true, layout: l}
-}
-
-const (
-	// roiAlignPlaneMaxRows is kPlaneMaxRows of roialign.cu: the most
-	// sample rows of a RoI (PooledH times the ratio) roialign_forward_plane
-	// takes.
-	roiAlignPlaneMaxRows = 32
-	// roiAlignPlaneLaneBytes and roiAlignPlaneRoIBytes are the sizes of
-	// PlaneLane and PlaneRoI: roialign_plane_table's table holds 32 of the
-	// first and one of the second per RoI.
-	roiAlignPlaneLaneBytes = 32
-	roiAlignPlaneRoIBytes  = 16
-	// roiAlignPlaneBlockBytes bounds the default layout's tiles: two
-	// blocks share an SM of 228 KB (H100, H200), so that one computes
-	// while the other stages its tiles.
-	roiAlignPlaneBlockBytes = 112 << 10
-	// roiAlignPlaneHalo is the default halo: on TARGETS.md's cases a bin
-	// row's samples span at most about 15 rows from its first.
-	roiAlignPlaneHalo     = 16
-	roiAlignPlaneChannels = 2
-	// roiAlignPlaneBlocks: chunks of the RoIs until there are about this
-	// many blocks (a few waves of 2 blocks per SM on 132 SMs).
-	roiAlignPlaneBlocks  = 1024
-	roiAlignPlaneThreads = 512 // __launch_bounds__ of roialign_forward_plane
-)
-
-// planeLayout fills l's zero fields with the defaults for s:
-// roiAlignPlaneChannels channels a block, roiAlignPlaneHalo rows of halo,
-// the fewest bands whose tiles fit roiAlignPlaneBlockBytes, chunks for
-// roiAlignPlaneBlocks blocks, roiAlignPlaneThreads threads. It returns the
-// layout, the rows a band owns and a block stages, and the bytes of shared
-// memory a block needs.
-func (s roiAlignShape) planeLayout(l roiPlaneLayout) (out roiPlaneLayout, bandRows, tileRows, smem int) {
-	if l.channels <= 0 {
-		l.channels = roiAlignPlaneChannels
-	}
-	if l.halo <= 0 {
-		l.halo = roiAlignPlaneHalo
-	}
-	bytes := func(rows int) int { return l.channels * planeTileStride(rows, s.w) * int(s.dt.Size()) }
-	if l.bands <= 0 {
-		l.bands = 1
-		for l.bands < s.h && bytes(min(s.h, ceilDiv(s.h, l.bands)+l.halo)) > roiAlignPlaneBlockBytes {
-			l.bands++
-		}
-	}
-	l.bands = max(1, min(l.bands, s.h))
-	bandRows = ceilDiv(s.h, l.bands)
-	l.bands = ceilDiv(s.h, bandRows) // no empty band
-	tileRows = min(s.h, bandRows+l.halo)
-	if l.chunks <= 0 {
-		l.chunks = max(1, min(ceilDiv(roiAlignPlaneBlocks, max(1, s.n*ceilDiv(s.c, l.channels)*l.bands)), ceilDiv(s.k, 32)))
-	}
-	if l.threads <= 0 {
-		l.threads = roiAlignPlaneThreads
-	}
-	return l, bandRows, tileRows, bytes(tileRows)
-}
-
-// planeTileStride is plane_tile_stride of roialign.cu: the floats between
-// two channels' tiles of rows x w, a multiple of 4.
-func planeTileStride(rows, w int) int { return (rows*w + 3) &^ 3 }
-
-// planeFit reports whether roialign_forward_plane takes s (float32; a
-// fixed sampling ratio of at most roiAlignColsMaxRatio; a bin row's sample
-// columns within a warp and the RoI's sample rows within a warp's lanes;
-// maps of at least 2x2; within the grid's limits) with its default
-// layout's tiles within roiAlignPlaneBlockBytes.
-func (s roiAlignShape) planeFit() bool {
-	r := s.cfg.SamplingRatio
-	if s.dt != tensor.Float32 || r < 1 || r > roiAlignColsMaxRatio || s.cfg.PooledW*r > 32 ||
-		s.cfg.PooledH*r > roiAlignPlaneMaxRows || s.h < 2 || s.w < 2 || s.n*s.c > 65535 {
-		return false
-	}
-	_, _, _, smem := s.planeLayout(roiPlaneLayout{})
-	return smem <= roiAlignPlaneBlockBytes
-}
 
 // roiAlignKernelFor picks the kernel, by BenchmarkGPURoIAlignVariants on
 // an H200 (TARGETS.md cases; BENCHMARKS.md has the table). With a fixed
@@ -407,9 +292,6 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 	if kv.cols && (!s.colsFit() || !strings.HasPrefix(kname, fmt.Sprintf("roialign_forward_cols_s%d_", p.SamplingRatio))) {
 		return fmt.Errorf("ops: %s: kernel %s does not take sampling ratio %d with PooledW %d", name, kname, p.SamplingRatio, p.PooledW)
 	}
-	if kv.plane && (!s.planeFit() || kname != roiAlignPlaneKernel(s, kv.layout).name) {
-		return fmt.Errorf("ops: %s: kernel %s does not take sampling ratio %d with %dx%d bins on %dx%d maps", name, kname, p.SamplingRatio, p.PooledH, p.PooledW, p.H, p.W)
-	}
 	k, err := dev.Kernel(roiAlignModule(kname), kname)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", name, err)
@@ -428,9 +310,6 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 		PooledH: int32(p.PooledH), PooledW: int32(p.PooledW),
 		SamplingRatio: int32(p.SamplingRatio), Aligned: boolInt32(p.Aligned),
 		MaxAdaptiveGrid: kernels.MaxAdaptiveGrid,
-	}
-	if kv.plane {
-		return s.launchPlane(name, dev, k, kv.layout, args)
 	}
 	if !kv.nchw() && p.K >= roiOrderMin && p.K <= roiOrderMax {
 		order, zeroed, err := s.roiOrder(name, dev, rois, zero)
@@ -486,49 +365,6 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 	}
 	if err := backend.Launch(k, cfg, args); err != nil {
 		return fmt.Errorf("ops: %s: %w", name, err)
-	}
-	return nil
-}
-
-// launchPlane queues roialign_plane_table into a scratch table and then
-// roialign_forward_plane k with layout l (planeLayout).
-func (s roiAlignShape) launchPlane(op string, dev *backend.Device, k *backend.Kernel, l roiPlaneLayout, args roiAlignArgs) error {
-	l, bandRows, tileRows, smem := s.planeLayout(l)
-	groups := s.n * ceilDiv(s.c, l.channels)
-	if l.bands > 65535 || groups > 65535 || l.chunks > math.MaxInt32 || l.threads%32 != 0 || l.threads < 32 || l.threads > roiAlignPlaneThreads {
-		return fmt.Errorf("ops: %s: %s cannot be launched with %d bands, %d channel groups, %d chunks, %d threads", op, k, l.bands, groups, l.chunks, l.threads)
-	}
-	if byDefault, optIn := dev.MaxSharedMemory(); smem > byDefault {
-		if smem > optIn {
-			return fmt.Errorf("ops: %s: %s needs %d bytes of shared memory; this GPU allows %d", op, k, smem, optIn)
-		}
-		if err := k.SetMaxDynamicSharedMemory(smem); err != nil {
-			return fmt.Errorf("ops: %s: %w", op, err)
-		}
-	}
-	tk, err := dev.Kernel("roialign", "roialign_plane_table_f32")
-	if err != nil {
-		return fmt.Errorf("ops: %s: %w", op, err)
-	}
-	table, err := dev.Alloc(int64(s.k) * (32*roiAlignPlaneLaneBytes + roiAlignPlaneRoIBytes))
-	if err != nil {
-		return fmt.Errorf("ops: %s: RoI table: %w", op, err)
-	}
-	// The stream orders the free after the kernels that use it.
-	defer dev.Free(table)
-	pa := roiPlaneArgs{roiAlignArgs: args, Table: table, BandRows: int32(bandRows), TileRows: int32(tileRows)}
-	// A warp a RoI.
-	tcfg := backend.LaunchConfig{Grid: backend.Dim3{X: uint32(ceilDiv(s.k, 8)), Y: 1, Z: 1}, Block: backend.Dim3{X: 256, Y: 1, Z: 1}}
-	if err := backend.Launch(tk, tcfg, pa); err != nil {
-		return fmt.Errorf("ops: %s: %w", op, err)
-	}
-	cfg := backend.LaunchConfig{
-		Grid:      backend.Dim3{X: uint32(l.chunks), Y: uint32(l.bands), Z: uint32(groups)},
-		Block:     backend.Dim3{X: uint32(l.threads), Y: 1, Z: 1},
-		SharedMem: uint32(smem),
-	}
-	if err := backend.Launch(k, cfg, pa); err != nil {
-		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	return nil
 }
@@ -725,10 +561,9 @@ func boolInt32(b bool) int32 {
 
 // The params structs must be laid out as the C++ ones: 5 pointers, a
 // double and 10 ints; 2 pointers, a double, 2 ints, a pointer and an
-// int64; 2 pointers and 2 ints; the first, a pointer and 2 ints.
+// int64; 2 pointers and 2 ints.
 var (
-	_ [88]byte  = [unsafe.Sizeof(roiAlignArgs{})]byte{}
-	_ [48]byte  = [unsafe.Sizeof(roiOrderArgs{})]byte{}
-	_ [24]byte  = [unsafe.Sizeof(transposeArgs{})]byte{}
-	_ [104]byte = [unsafe.Sizeof(roiPlaneArgs{})]byte{}
+	_ [88]byte = [unsafe.Sizeof(roiAlignArgs{})]byte{}
+	_ [48]byte = [unsafe.Sizeof(roiOrderArgs{})]byte{}
+	_ [24]byte = [unsafe.Sizeof(transposeArgs{})]byte{}
 )

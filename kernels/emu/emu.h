@@ -10,9 +10,8 @@
 // - __syncthreads as a std::barrier over the block, __syncwarp as one over
 //   the warp; a thread that returns drops out of both, as on the GPU;
 // - warp shuffles (__shfl_sync, __shfl_xor_sync, __shfl_down_sync, with
-//   widths) and __ballot_sync through a per-warp exchange buffer between
-//   two warp barriers: every lane of the warp must take part (full masks
-//   only); __popc and __ffs;
+//   widths) through a per-warp exchange buffer between two warp barriers:
+//   every lane of the warp must take part (full masks only);
 // - mma.sync.m16n8k8 TF32 (operands truncated to TF32 as the tensor cores
 //   read them, FP32 accumulation), cvt.rna.tf32, ldmatrix .x4;
 // - cp.async: a thread's copies are queued and land at the latest moment
@@ -187,19 +186,6 @@ inline V __shfl_down_sync(unsigned mask, V v, unsigned delta, int width = 32) {
   const int i = (emu::T_.lane & (width - 1)) + static_cast<int>(delta);
   return emu::shfl_from(v, i < width ? i : -1, width);
 }
-
-inline unsigned __ballot_sync(unsigned mask, int pred) {
-  emu::full_mask(mask);
-  auto& x = emu::T_.blk->xchg[emu::T_.warp];
-  x[emu::T_.lane] = pred != 0;
-  emu::warp_wait();
-  unsigned r = 0;
-  for (int l = 0; l < 32; ++l) r |= x[l] != 0 ? 1u << l : 0u;
-  emu::warp_wait();
-  return r;
-}
-inline int __popc(unsigned v) { return __builtin_popcount(v); }
-inline int __ffs(unsigned v) { return v != 0 ? __builtin_ctz(v) + 1 : 0; }
 
 inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((static_cast<uint64_t>(a) * b) >> 32); }
 inline float bits_to_float(uint32_t u) {
