@@ -359,6 +359,8 @@ void cases() {
   // 4x9 bins: the second chunk of 32 starts at an odd column (a bin pair
   // split across chunks).
   run_case<T>("sampling 2, 4x9, C 12, small bins", 1, 12, 16, 20, 9, 4, 9, 0.25, 2, true, 80);
+  // Ratio 4, and a bad RoI with a fixed ratio (its outputs 0 in every kernel).
+  run_case<T>("sampling 4, 6x7, C 8, a bad RoI", 2, 8, 18, 21, 11, 6, 7, 0.5, 4, true, 40, true);
   // (Output gradients of 1e5: a bin of 400x400 samples divides them by
   // 160000. At coordinates of 400 pixels float32 sample positions are off
   // by ~3e-5 pixels, about 4e-5 of a gradient: float32 is checked against
