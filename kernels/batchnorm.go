@@ -94,127 +94,153 @@ func invStd[T Float](v T, eps float64) T {
 	return 1 / T(math.Sqrt(float64(v+T(eps))))
 }
 
-// BatchNormForward computes y from z (see BatchNormParams); residual may be
-// nil. In training mode it also updates runMean and runVar in place (M =
-// N*HW must be over 1: the ops package checks it); in inference mode it reads
-// them. The per-channel affine map is computed once per channel, so each
-// element costs one multiply-add.
-func BatchNormForward[T Float](p BatchNormParams, z, gamma, beta, residual, runMean, runVar, y []T) {
-	// y = (z - center)*scale + shift. In training the batch mean is
-	// subtracted before scaling, which keeps the precision of z's deviations
-	// when the mean is large; in inference the running statistics fold into
-	// one multiply-add, scale = gamma/sqrt(rv+eps), shift = beta - rm*scale.
-	center, scale, shift := make([]T, p.C), make([]T, p.C), make([]T, p.C)
+// BNCoefStride is the number of per-channel constants the BatchNorm passes
+// hand each other (mirroring kCoefStride in conv.cuh). The forward's
+// (BatchNormCoef, read by BatchNormApply and by both backward passes):
+//
+//	coef[c*BNCoefStride+0..4] = center, scale, shift, mean, invstd
+//
+// with y = act((z - center)*scale + shift + residual). The backward's
+// (BatchNormBackwardStats, read by BatchNormBackwardApply):
+//
+//	bcoef[c*BNCoefStride+0..4] = mean, invstd, gamma*invstd, mean(g), mean(g*xhat)
+//
+// The rest of each channel's stride is zero.
+const BNCoefStride = 8
+
+// BatchNormCoef computes the forward pass's per-channel constants (see
+// BNCoefStride) from z in training mode, updating runMean and runVar in
+// place (M = N*HW must be over 1: the ops package checks it), or from the
+// running statistics in inference mode.
+func BatchNormCoef[T Float](p BatchNormParams, z, gamma, beta, runMean, runVar, coef []T) {
+	// In training the batch mean is subtracted before scaling, which keeps
+	// the precision of z's deviations when the mean is large; in inference
+	// the running statistics fold into one multiply-add, scale =
+	// gamma/sqrt(rv+eps), shift = beta - rm*scale.
+	clear(coef[:p.C*BNCoefStride])
 	if p.Training {
-		variance := make([]T, p.C)
-		BatchNormStats(p, z, center, variance)
+		mean, variance := make([]T, p.C), make([]T, p.C)
+		BatchNormStats(p, z, mean, variance)
 		m := T(p.N * p.HW)
 		mom := T(p.Momentum)
 		for c := range p.C {
-			scale[c] = gamma[c] * invStd(variance[c], p.Eps)
-			shift[c] = beta[c]
-			runMean[c] = (1-mom)*runMean[c] + mom*center[c]
+			is := invStd(variance[c], p.Eps)
+			cf := coef[c*BNCoefStride:]
+			cf[0], cf[1], cf[2], cf[3], cf[4] = mean[c], gamma[c]*is, beta[c], mean[c], is
+			runMean[c] = (1-mom)*runMean[c] + mom*mean[c]
 			runVar[c] = (1-mom)*runVar[c] + mom*variance[c]*m/(m-1)
 		}
-	} else {
-		for c := range p.C {
-			scale[c] = gamma[c] * invStd(runVar[c], p.Eps)
-			shift[c] = beta[c] - runMean[c]*scale[c]
-		}
+		return
 	}
+	for c := range p.C {
+		is := invStd(runVar[c], p.Eps)
+		scale := gamma[c] * is
+		cf := coef[c*BNCoefStride:]
+		cf[0], cf[1], cf[2], cf[3], cf[4] = 0, scale, beta[c]-runMean[c]*scale, runMean[c], is
+	}
+}
+
+// BatchNormApply computes y from z with BatchNormCoef's constants;
+// residual may be nil. Each element costs one multiply-add.
+func BatchNormApply[T Float](p BatchNormParams, z, coef, residual, y []T) {
 	parallelFor(p.N*p.C, 1, func(lo, hi int) {
 		for row := lo; row < hi; row++ {
-			c := row % p.C
+			cf := coef[(row%p.C)*BNCoefStride:]
 			off := row * p.HW
-			zr, yr := z[off:off+p.HW], y[off:off+p.HW]
-			var rr []T
-			if residual != nil {
-				rr = residual[off : off+p.HW]
-			}
-			affine(yr, zr, rr, center[c], scale[c], shift[c], p.ReLU)
+			affine(y[off:off+p.HW], z[off:off+p.HW], rowOf(residual, off, p.HW), cf[0], cf[1], cf[2], p.ReLU)
 		}
 	})
 }
 
-// BNCoefStride is the number of per-channel constants of the backward pass
-// (BatchNormBackwardStats' coef) per channel, mirroring kCoefStride in
-// conv.cuh; the first five are used:
-//
-//	coef[c*BNCoefStride+0..4] = mean, invstd, gamma*invstd, mean(g), mean(g*xhat)
-const BNCoefStride = 8
+// BatchNormForward computes y from z (see BatchNormParams): BatchNormCoef,
+// then BatchNormApply.
+func BatchNormForward[T Float](p BatchNormParams, z, gamma, beta, residual, runMean, runVar, y []T) {
+	coef := make([]T, p.C*BNCoefStride)
+	BatchNormCoef(p, z, gamma, beta, runMean, runVar, coef)
+	BatchNormApply(p, z, coef, residual, y)
+}
+
+// rowOf returns t[off:off+n], or nil for a nil t.
+func rowOf[T Float](t []T, off, n int) []T {
+	if t == nil {
+		return nil
+	}
+	return t[off : off+n]
+}
 
 // BatchNormBackward computes the gradients of BatchNormForward with respect
-// to z, gamma and beta from dy (masked by y > 0 when p.ReLU; y is not read
-// otherwise and may be nil): BatchNormBackwardStats, then
+// to z, gamma and beta from dy, given the forward's constants (coef) and
+// residual (nil if none): BatchNormBackwardStats, then
 // BatchNormBackwardApply. dz, dgamma and dbeta are overwritten.
-func BatchNormBackward[T Float](p BatchNormParams, z, gamma, runMean, runVar, y, dy, dz, dgamma, dbeta []T) {
-	coef := make([]T, p.C*BNCoefStride)
-	BatchNormBackwardStats(p, z, gamma, runMean, runVar, y, dy, dgamma, dbeta, coef)
-	BatchNormBackwardApply(p, z, y, dy, coef, dz)
+func BatchNormBackward[T Float](p BatchNormParams, z, gamma, coef, residual, dy, dz, dgamma, dbeta []T) {
+	bcoef := make([]T, p.C*BNCoefStride)
+	BatchNormBackwardStats(p, z, gamma, coef, residual, dy, dgamma, dbeta, bcoef)
+	BatchNormBackwardApply(p, z, coef, residual, dy, bcoef, dz)
+}
+
+// reluGrad returns g for the row of z at off: dy's row where the layer's
+// output is positive when p.ReLU, else dy's row. The output is recomputed
+// into buf (the row's length) from z, the residual and the forward's
+// constants with BatchNormApply's own expressions, so the mask is the
+// forward's y > 0 bit for bit, without reading y.
+func reluGrad[T Float](p BatchNormParams, buf, dy, z, coef, residual []T, off int) []T {
+	n := len(buf)
+	if !p.ReLU {
+		return dy[off : off+n]
+	}
+	cf := coef[((off/p.HW)%p.C)*BNCoefStride:]
+	affine(buf, z[off:off+n], rowOf(residual, off, n), cf[0], cf[1], cf[2], true)
+	gate(buf, dy[off:off+n], buf)
+	return buf
 }
 
 // BatchNormBackwardStats is the reduction of the backward pass: dbeta =
 // sum(g) and dgamma = sum(g*xhat), accumulated in float64 like the
-// statistics, and the per-channel constants (coef, BNCoefStride per
+// statistics, and the per-channel constants (bcoef, BNCoefStride per
 // channel) of
 //
 //	dz = gamma*invstd * (g - mean(g) - xhat*mean(g*xhat)),  xhat = (z-mean)*invstd
 //
-// where g is dy masked by y > 0 when p.ReLU. In training mode it recomputes
-// the batch statistics from z; in inference mode they are the running ones
-// (constants), and dz = g*gamma*invstd. The residual's gradient is g itself
-// (MaskReLU).
-func BatchNormBackwardStats[T Float](p BatchNormParams, z, gamma, runMean, runVar, y, dy, dgamma, dbeta, coef []T) {
-	mean, istd := make([]T, p.C), make([]T, p.C)
-	if p.Training {
-		BatchNormStats(p, z, mean, istd)
-		for c := range p.C {
-			istd[c] = invStd(istd[c], p.Eps)
-		}
-	} else {
-		for c := range p.C {
-			mean[c], istd[c] = runMean[c], invStd(runVar[c], p.Eps)
-		}
-	}
-	if !p.ReLU {
-		y = nil
-	}
+// where g is dy masked by the forward's y > 0 when p.ReLU (reluGrad), and
+// mean and invstd are the forward's (coef): the batch's in training mode,
+// the running ones in inference mode, where dz = g*gamma*invstd. The
+// residual's gradient is g itself (MaskReLU).
+func BatchNormBackwardStats[T Float](p BatchNormParams, z, gamma, coef, residual, dy, dgamma, dbeta, bcoef []T) {
 	plane := p.C * p.HW
 	m := float64(p.N * p.HW)
 	parallelFor(p.C, 1, func(c0, c1 int) {
 		g := make([]T, p.HW)
 		for c := c0; c < c1; c++ {
-			mu, is := mean[c], istd[c]
+			fc := coef[c*BNCoefStride:]
+			mu, is := fc[3], fc[4]
 			// sum(g) and sum(g*xhat) = istd*sum(g*(z-mean)), per row first.
 			var sg, sgz float64
 			for n := range p.N {
 				off := n*plane + c*p.HW
-				gr := maskedGrad(g, dy[off:off+p.HW], y, off)
+				gr := reluGrad(p, g, dy, z, coef, residual, off)
 				sg += sum64(gr)
 				sgz += dotDev64(gr, z[off:off+p.HW], mu)
 			}
 			sgx := sgz * float64(is)
 			dbeta[c], dgamma[c] = T(sg), T(sgx)
-			cf := coef[c*BNCoefStride : (c+1)*BNCoefStride]
+			cf := bcoef[c*BNCoefStride : (c+1)*BNCoefStride]
 			clear(cf)
 			cf[0], cf[1], cf[2], cf[3], cf[4] = mu, is, gamma[c]*is, T(sg/m), T(sgx/m)
 		}
 	})
 }
 
-// BatchNormBackwardApply writes dz from BatchNormBackwardStats' constants:
-// one more read of z and dy (and y when p.ReLU).
-func BatchNormBackwardApply[T Float](p BatchNormParams, z, y, dy, coef, dz []T) {
-	if !p.ReLU {
-		y = nil
-	}
+// BatchNormBackwardApply writes dz from BatchNormBackwardStats' constants
+// (bcoef): one more read of z and dy (and of the residual, for the mask of
+// a layer with a residual and a ReLU).
+func BatchNormBackwardApply[T Float](p BatchNormParams, z, coef, residual, dy, bcoef, dz []T) {
 	parallelFor(p.N*p.C, 1, func(lo, hi int) {
 		g := make([]T, p.HW)
 		for row := lo; row < hi; row++ {
 			off := row * p.HW
-			cf := coef[(row%p.C)*BNCoefStride:]
+			cf := bcoef[(row%p.C)*BNCoefStride:]
 			mu, is, k, mg, mgx := cf[0], cf[1], cf[2], cf[3], cf[4]
-			gr := maskedGrad(g, dy[off:off+p.HW], y, off)
+			gr := reluGrad(p, g, dy, z, coef, residual, off)
 			zr, dzr := z[off:off+p.HW], dz[off:off+p.HW]
 			if p.Training {
 				for i, v := range gr {
@@ -254,16 +280,6 @@ func MaskReLUSums[T Float](n, c, hw int, y, dy, g, sums []T) {
 			}
 		}
 	})
-}
-
-// maskedGrad returns dy's row, masked by the row of y at off when y is
-// non-nil (in buf, which has the row's length).
-func maskedGrad[T Float](buf, dy, y []T, off int) []T {
-	if y == nil {
-		return dy
-	}
-	gate(buf, dy, y[off:off+len(buf)])
-	return buf
 }
 
 // dotDev64 returns sum g[i]*(z[i]-mu) accumulated in float64, each

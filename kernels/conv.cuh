@@ -70,8 +70,8 @@ static_assert(sizeof(ConvGemmParams) == 288, "ops/conv_device.go mirrors ConvGem
 struct BNParams {
   uint64_t z;            // [N,C,HW], the convolution's output
   uint64_t dy;           // backward: the output's gradient, or 0 (forward)
-  uint64_t y;            // the layer's output, whose ReLU masks dy, or 0
-  uint64_t residual;     // forward apply: added before the ReLU, or 0
+  uint64_t fcoef;        // backward: the forward's constants, for the ReLU's mask of dy
+  uint64_t residual;     // added before the ReLU (forward apply; backward mask), or 0
   uint64_t out;          // apply: y (forward) or dz (backward)
   uint64_t partial;      // per (slot, channel) records of `rec` doubles
   uint64_t gamma, beta;  // [C]
@@ -82,7 +82,7 @@ struct BNParams {
   double eps, momentum;
   int32_t n, c, hw;
   int32_t slots;         // records per channel in partial
-  int32_t rec;           // doubles per record: 3 (count, sum, M2) or 5 (+ sum g, sum g*(z-mean))
+  int32_t rec;           // doubles per record: 3 (count, sum, M2) or, backward, 2 (sum g, sum g*(z-mean))
   int32_t chunk;         // reduce: elements of a plane per block
   int32_t training, relu;
 };

@@ -10,15 +10,22 @@
 // bn_apply, which reads z (and the residual) once and writes y. Inference
 // folds the running statistics into the same constants.
 //
-// Backward: bn_reduce makes records {count, sum, M2, sum g, sum g*(z-mean)}
-// (g = dy masked by the ReLU) in one read of z, dy and y; bn_finalize turns
-// them into dgamma, dbeta and the constants of dz; bn_backward_apply writes
-// dz in a second read. The statistics are recomputed from z rather than kept
-// from the forward pass, as on the CPU, so that each op is a pure function of
-// its inputs. That second read is also the only pass the convolution's
-// backward GEMMs get over their operand: the _tf32 variants store dz rounded
-// to TF32 (what the tensor cores read; conv_sm90a.cu's wgrad reads it from
-// shared memory as it is).
+// bn_finalize leaves the forward's per-channel constants {center, scale,
+// shift, mean, istd} (kernels.BatchNormCoef), which the op hands on as a
+// tensor of their own: bn_apply reads them, and so does the backward.
+//
+// Backward: bn_grad_reduce makes records {sum g, sum g*(z-mean)} in one
+// read of z and dy, with g = dy masked by the ReLU and the forward's mean
+// (the statistics are kept from the forward pass, as PyTorch keeps them);
+// bn_finalize turns them into dgamma, dbeta and the constants of dz;
+// bn_backward_apply writes dz in a second read of z and dy. The ReLU's mask
+// is not read from y: it is recomputed from z (and the residual) with the
+// forward's constants and its own expression (bn_preact), so it is the
+// forward's y > 0 bit for bit, and each backward pass reads two tensors
+// instead of three. That second read is also the only pass the
+// convolution's backward GEMMs get over their operand: the _tf32 variants
+// store dz rounded to TF32 (what the tensor cores read; conv_sm90a.cu's
+// wgrad reads it from shared memory as it is).
 //
 // A plain Conv layer's backward has one pass too, relu_mask_sum: g (dy
 // masked by the ReLU) for both GEMMs, rounded to TF32 in float32, and the
@@ -69,22 +76,20 @@ __device__ __forceinline__ T gemm_operand(T v) {
 }
 
 // Adds one element to a chunk's sums about its shift k (its first value):
-// v = {sum d, sum d^2, sum g, sum g*d} with d = z - k, in float64.
-__device__ __forceinline__ void reduce_add(double (&v)[4], double k, double z, double g) {
+// v = {sum d, sum d^2} with d = z - k, in float64.
+__device__ __forceinline__ void reduce_add(double (&v)[2], double k, double z) {
   const double d = z - k;
   v[0] += d;
   v[1] += d * d;
-  v[2] += g;
-  v[3] += g * d;
 }
 
 // Grid (chunks, N, C): block (k, n, c) reduces elements [k*chunk, ...) of
-// plane (n, c) into record (n*chunks + k, c), in one read of each element:
-// sums of deviations from a shift (the chunk's first value), from which
-// the chunk's mean, M2 and gradient sum about the mean follow exactly in
-// float64 (the shift keeps the cancellation in M2 = sum d^2 - (sum d)^2/n
-// to the size of the chunk's spread). float32 planes of whole float4s,
-// 16-byte aligned, are read four elements at a time.
+// plane (n, c) into the statistics record (n*chunks + k, c), {count, sum,
+// M2}, in one read of each element: sums of deviations from a shift (the
+// chunk's first value), from which the chunk's mean and M2 follow exactly
+// in float64 (the shift keeps the cancellation in M2 = sum d^2 - (sum
+// d)^2/n to the size of the chunk's spread). float32 planes of whole
+// float4s, 16-byte aligned, are read four elements at a time.
 template <typename T>
 __device__ __forceinline__ void bn_reduce(const BNParams& p) {
   const int c = blockIdx.z, n = blockIdx.y;
@@ -92,40 +97,25 @@ __device__ __forceinline__ void bn_reduce(const BNParams& p) {
   const int hi = min(lo + p.chunk, p.hw);
   const int64_t plane = (static_cast<int64_t>(n) * p.c + c) * p.hw;
   const T* __restrict__ z = reinterpret_cast<const T*>(p.z) + plane;
-  const T* __restrict__ dy = p.dy != 0 ? reinterpret_cast<const T*>(p.dy) + plane : nullptr;
-  const T* __restrict__ y = p.y != 0 ? reinterpret_cast<const T*>(p.y) + plane : nullptr;
   const double k = static_cast<double>(z[lo]);
-  double v[4] = {0.0, 0.0, 0.0, 0.0};
+  double v[2] = {0.0, 0.0};
   bool done = false;
   if constexpr (sizeof(T) == 4) {
-    if ((p.hw & 3) == 0 && ((p.z | p.dy | p.y) & 15) == 0) {
+    if ((p.hw & 3) == 0 && (p.z & 15) == 0) {
       const float4* z4 = reinterpret_cast<const float4*>(z);
-      const float4* dy4 = reinterpret_cast<const float4*>(dy);
-      const float4* y4 = reinterpret_cast<const float4*>(y);
 #pragma unroll 4
       for (int i = lo / 4 + threadIdx.x; i < hi / 4; i += blockDim.x) {
         const float4 zv = z4[i];
-        float4 gv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (dy4 != nullptr) gv = dy4[i];
-        if (y4 != nullptr) {
-          const float4 yv = y4[i];
-          gv.x = !(yv.x > 0.0f) ? 0.0f : gv.x;
-          gv.y = !(yv.y > 0.0f) ? 0.0f : gv.y;
-          gv.z = !(yv.z > 0.0f) ? 0.0f : gv.z;
-          gv.w = !(yv.w > 0.0f) ? 0.0f : gv.w;
-        }
-        reduce_add(v, k, zv.x, gv.x);
-        reduce_add(v, k, zv.y, gv.y);
-        reduce_add(v, k, zv.z, gv.z);
-        reduce_add(v, k, zv.w, gv.w);
+        reduce_add(v, k, zv.x);
+        reduce_add(v, k, zv.y);
+        reduce_add(v, k, zv.z);
+        reduce_add(v, k, zv.w);
       }
       done = true;
     }
   }
   if (!done) {
-    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-      reduce_add(v, k, static_cast<double>(z[i]), dy != nullptr ? static_cast<double>(masked_grad(dy, y, i)) : 0.0);
-    }
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) reduce_add(v, k, static_cast<double>(z[i]));
   }
   block_sum(v, reinterpret_cast<double*>(dynamic_smem()));
   if (threadIdx.x == 0) {
@@ -135,10 +125,99 @@ __device__ __forceinline__ void bn_reduce(const BNParams& p) {
     r[0] = count;
     r[1] = k * count + v[0];
     r[2] = fmax(v[1] - v[0] * dm, 0.0);
-    if (p.rec == 5) {
-      r[3] = v[2];
-      r[4] = v[3] - dm * v[2];
+  }
+}
+
+// a*b + c rounded once, in T.
+__device__ __forceinline__ float fma_rn(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double fma_rn(double a, double b, double c) { return fma(a, b, c); }
+
+// The layer's output before the residual and the activation, (z -
+// center)*scale + shift, with one explicit fused multiply-add: the
+// forward's apply and the backward's ReLU mask compute it alike, bit for
+// bit, whatever the compiler would contract.
+template <typename T>
+__device__ __forceinline__ T bn_preact(T z, T center, T scale, T shift) {
+  return fma_rn(z - center, scale, shift);
+}
+
+// The forward's constants of channel c: center, scale, shift, mean, istd.
+template <typename T>
+struct FwdCoef {
+  T center, scale, shift, mean, istd;
+};
+
+template <typename T>
+__device__ __forceinline__ FwdCoef<T> fwd_coef(uint64_t coef, int c) {
+  const T* q = reinterpret_cast<const T*>(coef) + static_cast<int64_t>(c) * kCoefStride;
+  return FwdCoef<T>{q[0], q[1], q[2], q[3], q[4]};
+}
+
+// g: dy where the forward's y = act(preact + r) is positive, when the layer
+// ends in a ReLU (r is the residual, or 0). y > 0 exactly when preact + r >
+// 0 (a NaN passes neither), and preact is the forward's own expression, so
+// the mask is the forward's without a read of y.
+template <typename T>
+__device__ __forceinline__ T relu_grad(T dy, T z, T r, const FwdCoef<T>& f, bool relu) {
+  if (!relu) return dy;
+  return bn_preact(z, f.center, f.scale, f.shift) + r > T(0) ? dy : T(0);
+}
+
+// Adds one element to a backward record: v = {sum g, sum g*(z - mean)},
+// each deviation taken in T (as the CPU twin's dotDev64), summed in float64.
+template <typename T>
+__device__ __forceinline__ void grad_add(double (&v)[2], T g, T z, T mean) {
+  v[0] += static_cast<double>(g);
+  v[1] += static_cast<double>(g) * static_cast<double>(z - mean);
+}
+
+// The backward's reduction. Grid (chunks, N, C): block (k, n, c) sums g and
+// g*(z - mean) over elements [k*chunk, ...) of plane (n, c) into record
+// (n*chunks + k, c), reading z and dy (and the residual, for the mask of a
+// layer with a residual and a ReLU) once, with the forward's mean. float32
+// planes of whole float4s, 16-byte aligned, four elements at a time.
+template <typename T>
+__device__ __forceinline__ void bn_grad_reduce(const BNParams& p) {
+  const int c = blockIdx.z, n = blockIdx.y;
+  const int lo = blockIdx.x * p.chunk;
+  const int hi = min(lo + p.chunk, p.hw);
+  const int64_t plane = (static_cast<int64_t>(n) * p.c + c) * p.hw;
+  const T* __restrict__ z = reinterpret_cast<const T*>(p.z) + plane;
+  const T* __restrict__ dy = reinterpret_cast<const T*>(p.dy) + plane;
+  const bool relu = p.relu != 0;
+  const T* __restrict__ res = relu && p.residual != 0 ? reinterpret_cast<const T*>(p.residual) + plane : nullptr;
+  const FwdCoef<T> f = fwd_coef<T>(p.fcoef, c);
+  double v[2] = {0.0, 0.0};
+  bool done = false;
+  if constexpr (sizeof(T) == 4) {
+    if ((p.hw & 3) == 0 && ((p.z | p.dy | p.residual) & 15) == 0) {
+      const float4* z4 = reinterpret_cast<const float4*>(z);
+      const float4* dy4 = reinterpret_cast<const float4*>(dy);
+      const float4* r4 = reinterpret_cast<const float4*>(res);
+#pragma unroll 4
+      for (int i = lo / 4 + threadIdx.x; i < hi / 4; i += blockDim.x) {
+        const float4 zv = z4[i], dv = dy4[i];
+        float4 rv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r4 != nullptr) rv = r4[i];
+        grad_add(v, relu_grad(dv.x, zv.x, rv.x, f, relu), zv.x, f.mean);
+        grad_add(v, relu_grad(dv.y, zv.y, rv.y, f, relu), zv.y, f.mean);
+        grad_add(v, relu_grad(dv.z, zv.z, rv.z, f, relu), zv.z, f.mean);
+        grad_add(v, relu_grad(dv.w, zv.w, rv.w, f, relu), zv.w, f.mean);
+      }
+      done = true;
     }
+  }
+  if (!done) {
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+      grad_add(v, relu_grad(dy[i], z[i], res != nullptr ? res[i] : T(0), f, relu), z[i], f.mean);
+    }
+  }
+  block_sum(v, reinterpret_cast<double*>(dynamic_smem()));
+  if (threadIdx.x == 0) {
+    const int64_t slot = static_cast<int64_t>(n) * gridDim.x + blockIdx.x;
+    double* r = reinterpret_cast<double*>(p.partial) + (slot * p.c + c) * p.rec;
+    r[0] = v[0];
+    r[1] = v[1];
   }
 }
 
@@ -167,69 +246,64 @@ __device__ __forceinline__ Moments block_merge(Moments mo, double* scratch) {
 }
 
 // One block per channel. Forward (dgamma == 0) leaves coef = {center, scale,
-// shift}; backward leaves coef = {mean, istd, gamma*istd, mean g, mean
-// g*xhat} and writes dgamma, dbeta. Every expression follows
-// BatchNormForward and BatchNormBackward in kernels/batchnorm.go.
+// shift, mean, istd} from the statistics records (training) or the running
+// statistics (inference). Backward sums the records of bn_grad_reduce and,
+// with the forward's mean and istd (fcoef), leaves coef = {mean, istd,
+// gamma*istd, mean g, mean g*xhat} and writes dgamma, dbeta. Every
+// expression follows BatchNormCoef and BatchNormBackwardStats in
+// kernels/batchnorm.go.
 template <typename T>
 __device__ __forceinline__ void bn_finalize(const BNParams& p) {
   const int c = blockIdx.x;
-  const bool backward = p.dgamma != 0;
   double* scratch = reinterpret_cast<double*>(dynamic_smem());
   const double* part = reinterpret_cast<const double*>(p.partial);
   const T gamma = reinterpret_cast<const T*>(p.gamma)[c];
   const double m = static_cast<double>(p.n) * p.hw;
-
-  Moments mo{0.0, 0.0, 0.0};
-  if (part != nullptr) {
-    for (int s = threadIdx.x; s < p.slots; s += blockDim.x) {
-      const double* r = part + (static_cast<int64_t>(s) * p.c + c) * p.rec;
-      if (r[0] > 0) mo = merge(mo, Moments{r[0], r[1] / r[0], r[2]});
-    }
-    mo = block_merge(mo, scratch);
-  }
-  T mu, var = T(0), istd;
-  if (p.training) {
-    mu = static_cast<T>(mo.mean);
-    var = static_cast<T>(mo.m2 / m);
-    istd = inv_std(var, p.eps);
-  } else {
-    mu = reinterpret_cast<const T*>(p.run_mean)[c];
-    istd = inv_std(reinterpret_cast<const T*>(p.run_var)[c], p.eps);
-  }
   T* coef = reinterpret_cast<T*>(p.coef) + static_cast<int64_t>(c) * kCoefStride;
 
-  if (backward) {
-    // sum g and sum g*(z - mu): each record's is about its own mean; move
-    // it to mu (sum g*(z-mu) = sum g*(z-mean_s) + (mean_s-mu)*sum g).
-    const double center = static_cast<double>(mu);
+  if (p.dgamma != 0) {
+    const FwdCoef<T> f = fwd_coef<T>(p.fcoef, c);
     double v[2] = {0.0, 0.0};
     for (int s = threadIdx.x; s < p.slots; s += blockDim.x) {
       const double* r = part + (static_cast<int64_t>(s) * p.c + c) * p.rec;
-      if (r[0] > 0) {
-        v[0] += r[3];
-        v[1] += r[4] + (r[1] / r[0] - center) * r[3];
-      }
+      v[0] += r[0];
+      v[1] += r[1];
     }
     block_sum(v, scratch);
     if (threadIdx.x == 0) {
-      const double sgx = v[1] * static_cast<double>(istd);
+      const double sgx = v[1] * static_cast<double>(f.istd);
       reinterpret_cast<T*>(p.dbeta)[c] = static_cast<T>(v[0]);
       reinterpret_cast<T*>(p.dgamma)[c] = static_cast<T>(sgx);
-      coef[0] = mu;
-      coef[1] = istd;
-      coef[2] = gamma * istd;
+      coef[0] = f.mean;
+      coef[1] = f.istd;
+      coef[2] = gamma * f.istd;
       coef[3] = static_cast<T>(v[0] / m);
       coef[4] = static_cast<T>(sgx / m);
       for (int k = 5; k < kCoefStride; ++k) coef[k] = T(0);  // as the CPU twin leaves them
     }
     return;
   }
+
+  Moments mo{0.0, 0.0, 0.0};
+  if (p.training) {
+    for (int s = threadIdx.x; s < p.slots; s += blockDim.x) {
+      const double* r = part + (static_cast<int64_t>(s) * p.c + c) * p.rec;
+      if (r[0] > 0) mo = merge(mo, Moments{r[0], r[1] / r[0], r[2]});
+    }
+    mo = block_merge(mo, scratch);
+  }
   if (threadIdx.x != 0) return;
   const T beta = reinterpret_cast<const T*>(p.beta)[c];
+  for (int k = 5; k < kCoefStride; ++k) coef[k] = T(0);
   if (p.training) {
+    const T mu = static_cast<T>(mo.mean);
+    const T var = static_cast<T>(mo.m2 / m);
+    const T istd = inv_std(var, p.eps);
     coef[0] = mu;
     coef[1] = gamma * istd;
     coef[2] = beta;
+    coef[3] = mu;
+    coef[4] = istd;
     if (p.run_mean != 0) {
       T* rm = reinterpret_cast<T*>(p.run_mean);
       T* rv = reinterpret_cast<T*>(p.run_var);
@@ -243,18 +317,21 @@ __device__ __forceinline__ void bn_finalize(const BNParams& p) {
       bs[p.c + c] = var;
     }
   } else {
+    const T mu = reinterpret_cast<const T*>(p.run_mean)[c];
+    const T istd = inv_std(reinterpret_cast<const T*>(p.run_var)[c], p.eps);
     const T scale = gamma * istd;
     coef[0] = T(0);
     coef[1] = scale;
     coef[2] = beta - mu * scale;
+    coef[3] = mu;
+    coef[4] = istd;
   }
 }
 
-// y = act((z - center)*scale + shift + residual), as the CPU twin's affine.
+// y = act(preact + residual), as the CPU twin's affine.
 template <typename T>
-__device__ __forceinline__ T bn_affine(T z, T center, T scale, T shift, const T* res, int64_t i, bool relu) {
-  T v = (z - center) * scale + shift;
-  if (res != nullptr) v += res[i];
+__device__ __forceinline__ T bn_affine(T z, const FwdCoef<T>& f, T r, bool relu) {
+  T v = bn_preact(z, f.center, f.scale, f.shift) + r;
   if (relu && v < T(0)) v = T(0);
   return v;
 }
@@ -264,16 +341,14 @@ __device__ __forceinline__ T bn_affine(T z, T center, T scale, T shift, const T*
 template <typename T>
 __device__ __forceinline__ void bn_apply(const BNParams& p) {
   const int64_t row = blockIdx.x;
-  const int c = static_cast<int>(row % p.c);
-  const T* cf = reinterpret_cast<const T*>(p.coef) + static_cast<int64_t>(c) * kCoefStride;
-  const T center = cf[0], scale = cf[1], shift = cf[2];
+  const FwdCoef<T> f = fwd_coef<T>(p.coef, static_cast<int>(row % p.c));
   const int64_t off = row * p.hw;
   const T* __restrict__ z = reinterpret_cast<const T*>(p.z) + off;
   const T* __restrict__ res = p.residual != 0 ? reinterpret_cast<const T*>(p.residual) + off : nullptr;
   T* __restrict__ out = reinterpret_cast<T*>(p.out) + off;
   const bool relu = p.relu != 0;
   for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < p.hw; i += gridDim.y * blockDim.x) {
-    out[i] = bn_affine(z[i], center, scale, shift, res, i, relu);
+    out[i] = bn_affine(z[i], f, res != nullptr ? res[i] : T(0), relu);
   }
 }
 
@@ -281,9 +356,7 @@ __device__ __forceinline__ void bn_apply(const BNParams& p) {
 // elements (16-byte aligned: the allocator's blocks are).
 __device__ __forceinline__ void bn_apply_x4(const BNParams& p) {
   const int64_t row = blockIdx.x;
-  const int c = static_cast<int>(row % p.c);
-  const float* cf = reinterpret_cast<const float*>(p.coef) + static_cast<int64_t>(c) * kCoefStride;
-  const float center = cf[0], scale = cf[1], shift = cf[2];
+  const FwdCoef<float> f = fwd_coef<float>(p.coef, static_cast<int>(row % p.c));
   const int64_t off = row * p.hw;
   const float4* __restrict__ z = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.z) + off);
   const float4* __restrict__ res =
@@ -295,24 +368,8 @@ __device__ __forceinline__ void bn_apply_x4(const BNParams& p) {
     const float4 zv = z[i];
     float4 r = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (res != nullptr) r = res[i];
-    float4 o;
-    o.x = bn_affine<float>(zv.x, center, scale, shift, nullptr, 0, false);
-    o.y = bn_affine<float>(zv.y, center, scale, shift, nullptr, 0, false);
-    o.z = bn_affine<float>(zv.z, center, scale, shift, nullptr, 0, false);
-    o.w = bn_affine<float>(zv.w, center, scale, shift, nullptr, 0, false);
-    if (res != nullptr) {
-      o.x += r.x;
-      o.y += r.y;
-      o.z += r.z;
-      o.w += r.w;
-    }
-    if (relu) {
-      if (o.x < 0.0f) o.x = 0.0f;
-      if (o.y < 0.0f) o.y = 0.0f;
-      if (o.z < 0.0f) o.z = 0.0f;
-      if (o.w < 0.0f) o.w = 0.0f;
-    }
-    out[i] = o;
+    out[i] = make_float4(bn_affine(zv.x, f, r.x, relu), bn_affine(zv.y, f, r.y, relu), bn_affine(zv.z, f, r.z, relu),
+                         bn_affine(zv.w, f, r.w, relu));
   }
 }
 
@@ -325,21 +382,26 @@ __device__ __forceinline__ T bn_dz(T g, T z, const T (&cf)[5], bool training) {
   return cf[2] * (g - cf[3] - xhat * cf[4]);
 }
 
-// dz, rounded to TF32 when kRound.
+// dz, rounded to TF32 when kRound: g from dy and the forward's mask
+// (relu_grad), the constants from bn_finalize's backward.
 template <typename T, bool kRound>
 __device__ __forceinline__ void bn_backward_apply(const BNParams& p) {
   const int64_t row = blockIdx.x;
   const int c = static_cast<int>(row % p.c);
   const T* q = reinterpret_cast<const T*>(p.coef) + static_cast<int64_t>(c) * kCoefStride;
   const T cf[5] = {q[0], q[1], q[2], q[3], q[4]};
+  const FwdCoef<T> f = fwd_coef<T>(p.fcoef, c);
   const int64_t off = row * p.hw;
+  const bool relu = p.relu != 0;
   const T* __restrict__ z = reinterpret_cast<const T*>(p.z) + off;
   const T* __restrict__ dy = reinterpret_cast<const T*>(p.dy) + off;
-  const T* __restrict__ y = p.y != 0 ? reinterpret_cast<const T*>(p.y) + off : nullptr;
+  const T* __restrict__ res = relu && p.residual != 0 ? reinterpret_cast<const T*>(p.residual) + off : nullptr;
   T* __restrict__ out = reinterpret_cast<T*>(p.out) + off;
   const bool training = p.training != 0;
   for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < p.hw; i += gridDim.y * blockDim.x) {
-    out[i] = gemm_operand<kRound>(bn_dz(masked_grad(dy, y, i), z[i], cf, training));
+    const T zi = z[i];
+    const T g = relu_grad(dy[i], zi, res != nullptr ? res[i] : T(0), f, relu);
+    out[i] = gemm_operand<kRound>(bn_dz(g, zi, cf, training));
   }
 }
 
@@ -351,27 +413,27 @@ __device__ __forceinline__ void bn_backward_apply_x4(const BNParams& p) {
   const int c = static_cast<int>(row % p.c);
   const float* q = reinterpret_cast<const float*>(p.coef) + static_cast<int64_t>(c) * kCoefStride;
   const float cf[5] = {q[0], q[1], q[2], q[3], q[4]};
+  const FwdCoef<float> f = fwd_coef<float>(p.fcoef, c);
   const int64_t off = row * p.hw;
+  const bool relu = p.relu != 0;
   const float4* __restrict__ z = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.z) + off);
   const float4* __restrict__ dy = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.dy) + off);
-  const float4* __restrict__ y =
-      p.y != 0 ? reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.y) + off) : nullptr;
+  const float4* __restrict__ res =
+      relu && p.residual != 0 ? reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.residual) + off)
+                              : nullptr;
   float4* __restrict__ out = reinterpret_cast<float4*>(reinterpret_cast<float*>(p.out) + off);
   const bool training = p.training != 0;
   const int n4 = p.hw / 4;
   for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < n4; i += gridDim.y * blockDim.x) {
     const float4 zv = z[i], dv = dy[i];
-    float g[4] = {dv.x, dv.y, dv.z, dv.w};
-    if (y != nullptr) {
-      const float4 yv = y[i];
-      const float ys[4] = {yv.x, yv.y, yv.z, yv.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) g[e] = !(ys[e] > 0.0f) ? 0.0f : g[e];
-    }
-    const float zs[4] = {zv.x, zv.y, zv.z, zv.w};
+    float4 rv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (res != nullptr) rv = res[i];
+    const float zs[4] = {zv.x, zv.y, zv.z, zv.w}, ds[4] = {dv.x, dv.y, dv.z, dv.w}, rs[4] = {rv.x, rv.y, rv.z, rv.w};
     float o[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[e] = gemm_operand<kRound>(bn_dz<float>(g[e], zs[e], cf, training));
+    for (int e = 0; e < 4; ++e) {
+      o[e] = gemm_operand<kRound>(bn_dz<float>(relu_grad(ds[e], zs[e], rs[e], f, relu), zs[e], cf, training));
+    }
     out[i] = make_float4(o[0], o[1], o[2], o[3]);
   }
 }
@@ -480,6 +542,8 @@ __device__ __forceinline__ void relu_mask_sum_x4(const MaskSumParams& p) {
 extern "C" {
 __global__ void bn_reduce_f32(stheno::BNParams p) { stheno::bn_reduce<float>(p); }
 __global__ void bn_reduce_f64(stheno::BNParams p) { stheno::bn_reduce<double>(p); }
+__global__ void bn_grad_reduce_f32(stheno::BNParams p) { stheno::bn_grad_reduce<float>(p); }
+__global__ void bn_grad_reduce_f64(stheno::BNParams p) { stheno::bn_grad_reduce<double>(p); }
 __global__ void bn_finalize_f32(stheno::BNParams p) { stheno::bn_finalize<float>(p); }
 __global__ void bn_finalize_f64(stheno::BNParams p) { stheno::bn_finalize<double>(p); }
 __global__ void bn_apply_f32(stheno::BNParams p) { stheno::bn_apply<float>(p); }

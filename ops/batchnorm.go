@@ -67,20 +67,25 @@ func NewBatchNorm(g *G.ExprGraph, dt tensor.Dtype, channels int, name string) (*
 }
 
 // ConvBN computes y = act(BN(conv2d(x, w)) + residual), a ResNet layer:
-// the convolution (as Conv, without bias, which BN would cancel) followed by
-// one op that normalises, scales and shifts each channel, adds the residual
-// and applies the activation in a single pass over the convolution's output.
+// the convolution (as Conv, without bias, which BN would cancel), a small op
+// that works out each channel's constants (the batch statistics in
+// training, which on a GPU come from the convolution's epilogue), and one op
+// that normalises, scales and shifts each channel, adds the residual and
+// applies the activation in a single pass over the convolution's output.
 //
 // x: [N,Cin,H,W]; w: [Cout,Cin,KH,KW]; bn: a BatchNorm of Cout channels with
 // the dtype of x; residual: nil or a tensor of the output's shape
 // [N,Cout,OutH,OutW]. cfg.Act applies after the residual is added.
 // Differentiable with respect to x, w, bn.Gamma, bn.Beta and residual. In
 // training mode N*OutH*OutW must exceed 1 (a variance needs two values), or
-// the run fails, as PyTorch's does. The backward pass reads z, y and dy
-// twice: once to reduce the gradients of Gamma and Beta and the batch
-// statistics dz depends on, once to write dz (masked by the ReLU and, on a
-// GPU, in the TF32 precision of the tensor cores), which the convolution's
-// two GEMMs read as it is.
+// the run fails, as PyTorch's does. The backward pass keeps the forward's
+// statistics, as PyTorch's does, and reads z and dy twice (and the
+// residual, for the ReLU's mask of a layer with both): once to reduce the
+// gradients of Gamma and Beta and the constants of dz, once to write dz
+// (masked by the ReLU and, on a GPU, in the TF32 precision of the tensor
+// cores), which the convolution's two GEMMs read as it is. The ReLU's mask
+// is recomputed from z with the forward's constants and expressions, so it
+// is the forward's y > 0 bit for bit without a read of y.
 func ConvBN(x, w *G.Node, bn *BatchNorm, residual *G.Node, cfg ConvConfig) (*G.Node, error) {
 	p, dt, err := convParams("ConvBN", x, w, cfg)
 	if err != nil {
@@ -99,7 +104,11 @@ func ConvBN(x, w *G.Node, bn *BatchNorm, residual *G.Node, cfg ConvConfig) (*G.N
 	if err != nil {
 		return nil, err
 	}
-	inputs := G.Nodes{z, bn.Gamma, bn.Beta}
+	coef, err := G.ApplyOp(&bnCoefOp{s}, z, bn.Gamma, bn.Beta)
+	if err != nil {
+		return nil, err
+	}
+	inputs := G.Nodes{z, bn.Gamma, bn.Beta, coef}
 	if residual != nil {
 		inputs = append(inputs, residual)
 	}
@@ -178,6 +187,10 @@ type bnShape struct {
 func (s bnShape) zShape() tensor.Shape { return tensor.Shape{s.n, s.c, s.h, s.w} }
 func (s bnShape) cShape() tensor.Shape { return tensor.Shape{s.c} }
 
+// coefShape is the shape of bnCoefOp's output: kernels.BNCoefStride
+// constants a channel.
+func (s bnShape) coefShape() tensor.Shape { return tensor.Shape{s.c * kernels.BNCoefStride} }
+
 // String names every parameter and the BatchNorm's identity: two layers
 // applied to the same input are different nodes, and merging them would
 // share (and double-update) one set of running statistics.
@@ -230,38 +243,30 @@ func (s bnShape) checkTraining(training bool) error {
 	return nil
 }
 
-// bnOp is the forward op: (z, gamma, beta[, residual]) -> y. In training
-// mode it also updates bn's running statistics.
-type bnOp struct{ bnShape }
+// bnCoefOp works out the forward pass's per-channel constants: (z, gamma,
+// beta) -> coef, kernels.BNCoefStride a channel (see kernels.BatchNormCoef).
+// In training mode they come from the batch's statistics, and it updates
+// bn's running statistics; in inference mode, from the running ones. It is
+// not differentiated: bnOp, which reads coef, also takes gamma and beta and
+// gives the whole gradient of the layer, the statistics' part included.
+type bnCoefOp struct{ bnShape }
 
-func (op *bnOp) Arity() int {
-	if op.residual {
-		return 4
-	}
-	return 3
-}
+func (op *bnCoefOp) Arity() int            { return 3 }
+func (op *bnCoefOp) Type() hm.Type         { return fnType(4, 1, 1, 1) }
+func (op *bnCoefOp) ReturnsPtr() bool      { return false }
+func (op *bnCoefOp) CallsExtern() bool     { return false }
+func (op *bnCoefOp) OverwritesInput() int  { return -1 }
+func (op *bnCoefOp) String() string        { return "BatchNormCoef(" + op.bnShape.String() + ")" }
+func (op *bnCoefOp) WriteHash(h hash.Hash) { writeHash(h, op) }
+func (op *bnCoefOp) Hashcode() uint32      { return hashOf(op) }
 
-func (op *bnOp) Type() hm.Type {
-	if op.residual {
-		return fnType(4, 1, 1, 4, 4)
-	}
-	return fnType(4, 1, 1, 4)
-}
+func (op *bnCoefOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.coefShape(), nil }
 
-func (op *bnOp) ReturnsPtr() bool      { return false }
-func (op *bnOp) CallsExtern() bool     { return false }
-func (op *bnOp) OverwritesInput() int  { return -1 }
-func (op *bnOp) String() string        { return "BatchNorm(" + op.bnShape.String() + ")" }
-func (op *bnOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *bnOp) Hashcode() uint32      { return hashOf(op) }
+func (op *bnCoefOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
 
-func (op *bnOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.zShape(), nil }
-
-func (op *bnOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *bnOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
+func (op *bnCoefOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	if len(in) != 3 {
+		return nil, fmt.Errorf("ops: %v: want 3 inputs, got %d", op, len(in))
 	}
 	training := op.bn.Training
 	if err := op.checkTraining(training); err != nil {
@@ -271,7 +276,7 @@ func (op *bnOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) 
 	if err != nil {
 		return nil, err
 	}
-	dev, err := inputsDevice("ConvBN", []string{"conv output", "bn.Gamma", "bn.Beta", "residual"}[:len(in)], in)
+	dev, err := inputsDevice("ConvBN", []string{"conv output", "bn.Gamma", "bn.Beta"}, in)
 	if err != nil {
 		return nil, err
 	}
@@ -293,19 +298,94 @@ func (op *bnOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) 
 	if err != nil {
 		return nil, err
 	}
+	coef := output(prealloc, op.dt, op.coefShape())
+	p := op.params(training)
+	switch op.dt {
+	case tensor.Float32:
+		kernels.BatchNormCoef(p, z.Float32s(), gamma.Float32s(), beta.Float32s(), rm.Float32s(), rv.Float32s(), coef.Float32s())
+	default:
+		kernels.BatchNormCoef(p, z.Float64s(), gamma.Float64s(), beta.Float64s(), rm.Float64s(), rv.Float64s(), coef.Float64s())
+	}
+	return coef, nil
+}
+
+func (op *bnCoefOp) DiffWRT(inputs int) []bool { return make([]bool, inputs) }
+
+func (op *bnCoefOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return nil, fmt.Errorf("ops: ConvBN: the BatchNorm constants are not differentiated (the BatchNorm op's gradient covers them)")
+}
+
+// bnOp is the forward op: (z, gamma, beta, coef[, residual]) -> y, from
+// bnCoefOp's constants. gamma and beta are inputs for the gradient, which
+// bnOp gives for z, gamma, beta and the residual; the values it computes
+// with are in coef.
+type bnOp struct{ bnShape }
+
+func (op *bnOp) Arity() int {
+	if op.residual {
+		return 5
+	}
+	return 4
+}
+
+func (op *bnOp) Type() hm.Type {
+	if op.residual {
+		return fnType(4, 1, 1, 1, 4, 4)
+	}
+	return fnType(4, 1, 1, 1, 4)
+}
+
+func (op *bnOp) ReturnsPtr() bool      { return false }
+func (op *bnOp) CallsExtern() bool     { return false }
+func (op *bnOp) OverwritesInput() int  { return -1 }
+func (op *bnOp) String() string        { return "BatchNorm(" + op.bnShape.String() + ")" }
+func (op *bnOp) WriteHash(h hash.Hash) { writeHash(h, op) }
+func (op *bnOp) Hashcode() uint32      { return hashOf(op) }
+
+func (op *bnOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.zShape(), nil }
+
+func (op *bnOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// bnInputNames names the inputs of bnOp for errors.
+var bnInputNames = []string{"conv output", "bn.Gamma", "bn.Beta", "BatchNorm constants", "residual"}
+
+func (op *bnOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
+	}
+	dev, err := inputsDevice("ConvBN", bnInputNames[:len(in)], in)
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return op.doDevice(dev, prealloc, in)
+	}
+	z, err := dense("ConvBN", "conv output", in[0], op.dt, op.zShape())
+	if err != nil {
+		return nil, err
+	}
+	for i, sh := range []tensor.Shape{op.cShape(), op.cShape()} {
+		if _, err := dense("ConvBN", bnInputNames[1+i], in[1+i], op.dt, sh); err != nil {
+			return nil, err
+		}
+	}
+	coef, err := dense("ConvBN", "BatchNorm constants", in[3], op.dt, op.coefShape())
+	if err != nil {
+		return nil, err
+	}
 	var res *tensor.Dense
 	if op.residual {
-		if res, err = dense("ConvBN", "residual", in[3], op.dt, op.zShape()); err != nil {
+		if res, err = dense("ConvBN", "residual", in[4], op.dt, op.zShape()); err != nil {
 			return nil, err
 		}
 	}
 	y := output(prealloc, op.dt, op.zShape())
-	p := op.params(training)
+	p := op.params(op.bn.Training)
 	switch op.dt {
 	case tensor.Float32:
-		kernels.BatchNormForward(p, z.Float32s(), gamma.Float32s(), beta.Float32s(), f32sOrNil(res), rm.Float32s(), rv.Float32s(), y.Float32s())
+		kernels.BatchNormApply(p, z.Float32s(), coef.Float32s(), f32sOrNil(res), y.Float32s())
 	default:
-		kernels.BatchNormForward(p, z.Float64s(), gamma.Float64s(), beta.Float64s(), f64sOrNil(res), rm.Float64s(), rv.Float64s(), y.Float64s())
+		kernels.BatchNormApply(p, z.Float64s(), coef.Float64s(), f64sOrNil(res), y.Float64s())
 	}
 	return y, nil
 }
@@ -313,7 +393,7 @@ func (op *bnOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) 
 func (op *bnOp) DiffWRT(inputs int) []bool {
 	d := make([]bool, inputs)
 	for i := range d {
-		d[i] = true
+		d[i] = i != 3 // not coef: its part of the gradient is in z's, gamma's and beta's
 	}
 	return d
 }
@@ -322,16 +402,27 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	if len(inputs) != op.Arity() {
 		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(inputs))
 	}
-	// Two passes over z, y and dy: the reduction (dgamma, dbeta and the
-	// constants of dz), then dz, which the convolution's GEMMs read as it
-	// is. The second is the only pass of the layer's backward that writes
-	// a full tensor, but for the residual's gradient of a layer with a
-	// residual and a ReLU (dy masked: a tensor of its own, for another op).
-	stats, err := G.ApplyOp(&bnGradStatsOp{op.bnShape}, inputs[0], inputs[1], output, grad)
+	// Two passes over z and dy (and the residual, for the ReLU's mask):
+	// the reduction (dgamma, dbeta and the constants of dz), then dz,
+	// which the convolution's GEMMs read as it is. The second is the only
+	// pass of the layer's backward that writes a full tensor, but for the
+	// residual's gradient of a layer with a residual and a ReLU (dy
+	// masked: a tensor of its own, for another op).
+	z, gamma, coef := inputs[0], inputs[1], inputs[3]
+	statsIn := G.Nodes{z, gamma, coef, grad}
+	applyIn := G.Nodes{z, coef, grad, nil}
+	if op.residual {
+		statsIn = append(statsIn, inputs[4])
+	}
+	stats, err := G.ApplyOp(&bnGradStatsOp{op.bnShape}, statsIn...)
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
 	}
-	dz, err := G.ApplyOp(&bnGradApplyOp{op.bnShape}, inputs[0], output, grad, stats)
+	applyIn[3] = stats
+	if op.residual {
+		applyIn = append(applyIn, inputs[4])
+	}
+	dz, err := G.ApplyOp(&bnGradApplyOp{op.bnShape}, applyIn...)
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
 	}
@@ -339,7 +430,7 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
 	}
-	parts := G.Nodes{dz, dgb[0], dgb[1]}
+	parts := G.Nodes{dz, dgb[0], dgb[1], nil}
 	if !op.residual {
 		return parts, nil
 	}
@@ -354,19 +445,30 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	return append(parts, dres), nil
 }
 
-// bnGradStatsOp is the backward pass's reduction: (z, gamma, y, dy) ->
-// [dgamma | dbeta | coef], packed into one vector, where coef holds the
-// per-channel constants of dz (kernels.BNCoefStride a channel; see
-// kernels.BatchNormBackwardStats) for bnGradApplyOp. It masks dy by y > 0 as
-// it reads it when the layer ends in a ReLU, and recomputes the batch
-// statistics from z in training mode rather than keeping them from the
-// forward pass, so that the op is a pure function of its inputs. Its output
-// is small: autograd.UnpackAt carves dgamma and dbeta out of it, and
-// bnGradApplyOp reads coef where it lies.
+// bnGradStatsOp is the backward pass's reduction: (z, gamma, coef, dy[,
+// residual]) -> [dgamma | dbeta | bcoef], packed into one vector, where
+// coef holds the forward's constants (bnCoefOp) and bcoef the per-channel
+// constants of dz (kernels.BNCoefStride a channel; see
+// kernels.BatchNormBackwardStats) for bnGradApplyOp. It masks dy by the
+// forward's y > 0, recomputed from z (and the residual) with coef, when the
+// layer ends in a ReLU. Its output is small: autograd.UnpackAt carves dgamma
+// and dbeta out of it, and bnGradApplyOp reads bcoef where it lies.
 type bnGradStatsOp struct{ bnShape }
 
-func (op *bnGradStatsOp) Arity() int            { return 4 }
-func (op *bnGradStatsOp) Type() hm.Type         { return fnType(4, 1, 4, 4, 1) }
+func (op *bnGradStatsOp) Arity() int {
+	if op.residual {
+		return 5
+	}
+	return 4
+}
+
+func (op *bnGradStatsOp) Type() hm.Type {
+	if op.residual {
+		return fnType(4, 1, 1, 4, 4, 1)
+	}
+	return fnType(4, 1, 1, 4, 1)
+}
+
 func (op *bnGradStatsOp) ReturnsPtr() bool      { return false }
 func (op *bnGradStatsOp) CallsExtern() bool     { return false }
 func (op *bnGradStatsOp) OverwritesInput() int  { return -1 }
@@ -378,59 +480,42 @@ func (op *bnGradStatsOp) InferShape(...G.DimSizer) (tensor.Shape, error) { retur
 
 func (op *bnGradStatsOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
 
-// statsShape is the shape of bnGradStatsOp's output: [dgamma | dbeta | coef].
+// statsShape is the shape of bnGradStatsOp's output: [dgamma | dbeta | bcoef].
 func (s bnShape) statsShape() tensor.Shape { return tensor.Shape{s.c * (2 + kernels.BNCoefStride)} }
+
+// bnGradStatsNames names the inputs of bnGradStatsOp for errors.
+var bnGradStatsNames = []string{"conv output", "bn.Gamma", "BatchNorm constants", "grad", "residual"}
 
 func (op *bnGradStatsOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	const name = "ConvBN backward"
-	if len(in) != 4 {
-		return nil, fmt.Errorf("ops: %v: want 4 inputs, got %d", op, len(in))
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
 	}
-	training := op.bn.Training
-	if err := op.checkTraining(training); err != nil {
-		return nil, err
-	}
-	rm, rv, err := op.runningStats()
-	if err != nil {
-		return nil, err
-	}
-	dev, err := inputsDevice(name, []string{"conv output", "bn.Gamma", "y", "grad"}, in)
+	dev, err := inputsDevice(name, bnGradStatsNames[:len(in)], in)
 	if err != nil {
 		return nil, err
 	}
 	if dev != nil {
-		return op.doDevice(dev, prealloc, in, training, rm, rv)
+		return op.doDevice(dev, prealloc, in)
 	}
-	if err := hostRunning(name, rm, rv); err != nil {
-		return nil, err
-	}
-	z, err := dense(name, "conv output", in[0], op.dt, op.zShape())
-	if err != nil {
-		return nil, err
-	}
-	gamma, err := dense(name, "bn.Gamma", in[1], op.dt, op.cShape())
-	if err != nil {
-		return nil, err
-	}
-	y, err := dense(name, "y", in[2], op.dt, op.zShape())
-	if err != nil {
-		return nil, err
-	}
-	dy, err := dense(name, "grad", in[3], op.dt, op.zShape())
-	if err != nil {
-		return nil, err
+	shapes := []tensor.Shape{op.zShape(), op.cShape(), op.coefShape(), op.zShape(), op.zShape()}
+	var d [5]*tensor.Dense
+	for i := range in {
+		if d[i], err = dense(name, bnGradStatsNames[i], in[i], op.dt, shapes[i]); err != nil {
+			return nil, err
+		}
 	}
 	out := output(prealloc, op.dt, op.statsShape())
-	p := op.params(training)
+	p := op.params(op.bn.Training)
 	c := op.c
 	switch op.dt {
 	case tensor.Float32:
 		o := out.Float32s()
-		kernels.BatchNormBackwardStats(p, z.Float32s(), gamma.Float32s(), rm.Float32s(), rv.Float32s(), y.Float32s(), dy.Float32s(),
+		kernels.BatchNormBackwardStats(p, d[0].Float32s(), d[1].Float32s(), d[2].Float32s(), f32sOrNil(d[4]), d[3].Float32s(),
 			o[:c], o[c:2*c], o[2*c:])
 	default:
 		o := out.Float64s()
-		kernels.BatchNormBackwardStats(p, z.Float64s(), gamma.Float64s(), rm.Float64s(), rv.Float64s(), y.Float64s(), dy.Float64s(),
+		kernels.BatchNormBackwardStats(p, d[0].Float64s(), d[1].Float64s(), d[2].Float64s(), f64sOrNil(d[4]), d[3].Float64s(),
 			o[:c], o[c:2*c], o[2*c:])
 	}
 	return out, nil
@@ -439,21 +524,36 @@ func (op *bnGradStatsOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value
 // DiffWRT claims the differentiable inputs so that a second derivative
 // reaches SymDiff and its error, rather than gorgonia's report of a
 // non-differentiable path.
-func (op *bnGradStatsOp) DiffWRT(inputs int) []bool { return []bool{true, true, false, true} }
+func (op *bnGradStatsOp) DiffWRT(inputs int) []bool {
+	return []bool{true, true, false, true, true}[:inputs]
+}
 
 func (op *bnGradStatsOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, errNoSecondDerivative("ConvBN")
 }
 
-// bnGradApplyOp is the backward pass's second read: (z, y, dy, stats) -> dz,
-// with bnGradStatsOp's constants (stats) and dy masked by y > 0 when the
-// layer ends in a ReLU. With gemmDz (a ConvBN layer), dz is stored rounded
-// to TF32 on a GPU in float32: it is the operand of the convolution's TF32
-// backward GEMMs, which read it as it is; elsewhere it is exact.
+// bnGradApplyOp is the backward pass's second read: (z, coef, dy, stats[,
+// residual]) -> dz, with the forward's constants (coef) for the ReLU's mask
+// as bnGradStatsOp makes it and bnGradStatsOp's constants (stats). With
+// gemmDz (a ConvBN layer), dz is stored rounded to TF32 on a GPU in
+// float32: it is the operand of the convolution's TF32 backward GEMMs,
+// which read it as it is; elsewhere it is exact.
 type bnGradApplyOp struct{ bnShape }
 
-func (op *bnGradApplyOp) Arity() int            { return 4 }
-func (op *bnGradApplyOp) Type() hm.Type         { return fnType(4, 4, 4, 1, 4) }
+func (op *bnGradApplyOp) Arity() int {
+	if op.residual {
+		return 5
+	}
+	return 4
+}
+
+func (op *bnGradApplyOp) Type() hm.Type {
+	if op.residual {
+		return fnType(4, 1, 4, 1, 4, 4)
+	}
+	return fnType(4, 1, 4, 1, 4)
+}
+
 func (op *bnGradApplyOp) ReturnsPtr() bool      { return false }
 func (op *bnGradApplyOp) CallsExtern() bool     { return false }
 func (op *bnGradApplyOp) OverwritesInput() int  { return -1 }
@@ -465,51 +565,43 @@ func (op *bnGradApplyOp) InferShape(...G.DimSizer) (tensor.Shape, error) { retur
 
 func (op *bnGradApplyOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
 
+// bnGradApplyNames names the inputs of bnGradApplyOp for errors.
+var bnGradApplyNames = []string{"conv output", "BatchNorm constants", "grad", "statistics", "residual"}
+
 func (op *bnGradApplyOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
 	const name = "ConvBN backward"
-	if len(in) != 4 {
-		return nil, fmt.Errorf("ops: %v: want 4 inputs, got %d", op, len(in))
+	if len(in) != op.Arity() {
+		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
 	}
-	training := op.bn.Training
-	if err := op.checkTraining(training); err != nil {
-		return nil, err
-	}
-	dev, err := inputsDevice(name, []string{"conv output", "y", "grad", "statistics"}, in)
+	dev, err := inputsDevice(name, bnGradApplyNames[:len(in)], in)
 	if err != nil {
 		return nil, err
 	}
 	if dev != nil {
-		return op.doDevice(dev, prealloc, in, training)
+		return op.doDevice(dev, prealloc, in)
 	}
-	z, err := dense(name, "conv output", in[0], op.dt, op.zShape())
-	if err != nil {
-		return nil, err
-	}
-	y, err := dense(name, "y", in[1], op.dt, op.zShape())
-	if err != nil {
-		return nil, err
-	}
-	dy, err := dense(name, "grad", in[2], op.dt, op.zShape())
-	if err != nil {
-		return nil, err
-	}
-	stats, err := dense(name, "statistics", in[3], op.dt, op.statsShape())
-	if err != nil {
-		return nil, err
+	shapes := []tensor.Shape{op.zShape(), op.coefShape(), op.zShape(), op.statsShape(), op.zShape()}
+	var d [5]*tensor.Dense
+	for i := range in {
+		if d[i], err = dense(name, bnGradApplyNames[i], in[i], op.dt, shapes[i]); err != nil {
+			return nil, err
+		}
 	}
 	dz := output(prealloc, op.dt, op.zShape())
-	p := op.params(training)
+	p := op.params(op.bn.Training)
 	c := op.c
 	switch op.dt {
 	case tensor.Float32:
-		kernels.BatchNormBackwardApply(p, z.Float32s(), y.Float32s(), dy.Float32s(), stats.Float32s()[2*c:], dz.Float32s())
+		kernels.BatchNormBackwardApply(p, d[0].Float32s(), d[1].Float32s(), f32sOrNil(d[4]), d[2].Float32s(), d[3].Float32s()[2*c:], dz.Float32s())
 	default:
-		kernels.BatchNormBackwardApply(p, z.Float64s(), y.Float64s(), dy.Float64s(), stats.Float64s()[2*c:], dz.Float64s())
+		kernels.BatchNormBackwardApply(p, d[0].Float64s(), d[1].Float64s(), f64sOrNil(d[4]), d[2].Float64s(), d[3].Float64s()[2*c:], dz.Float64s())
 	}
 	return dz, nil
 }
 
-func (op *bnGradApplyOp) DiffWRT(inputs int) []bool { return []bool{true, false, true, true} }
+func (op *bnGradApplyOp) DiffWRT(inputs int) []bool {
+	return []bool{true, false, true, true, true}[:inputs]
+}
 
 func (op *bnGradApplyOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, errNoSecondDerivative("ConvBN")

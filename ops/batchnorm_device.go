@@ -18,12 +18,12 @@ import (
 //
 // Batch statistics. In training, the convolution of a ConvBN layer reduces
 // each channel's count, sum and M2 over every output tile in its epilogue
-// and hands the records to the layer's BatchNorm op (bnStatsLink), so the
+// and hands the records to the layer's bnCoefOp (bnStatsLink), so the
 // forward pass reads the convolution's output once, to normalise it; for an
 // input that did not come from the layer's convolution (a direct Do, a
 // graph that rearranged the nodes) the op reduces it itself, one extra
-// read. The backward op recomputes the statistics from z, as on the CPU,
-// in the same read that sums the gradient.
+// read. The backward ops take the forward's constants (mean, istd and the
+// ReLU's mask from them) and read z and dy, not y.
 //
 // Running statistics. bn.RunningMean and bn.RunningVar may live in host
 // memory (NewBatchNorm makes them there) or on the GPU that runs the layer
@@ -36,13 +36,13 @@ import (
 
 // bnArgs mirrors BNParams in kernels/conv.cuh field for field.
 type bnArgs struct {
-	Z, DY, Y, Residual, Out, Partial backend.DevicePtr
-	Gamma, Beta, RunMean, RunVar     backend.DevicePtr
-	BatchStats, Coef, DGamma, DBeta  backend.DevicePtr
-	Eps, Momentum                    float64
-	N, C, HW                         int32
-	Slots, Rec, Chunk                int32
-	Training, ReLU                   int32
+	Z, DY, FCoef, Residual, Out, Partial backend.DevicePtr
+	Gamma, Beta, RunMean, RunVar         backend.DevicePtr
+	BatchStats, Coef, DGamma, DBeta      backend.DevicePtr
+	Eps, Momentum                        float64
+	N, C, HW                             int32
+	Slots, Rec, Chunk                    int32
+	Training, ReLU                       int32
 }
 
 // maskArgs mirrors MaskParams in kernels/conv_bn.cu.
@@ -58,7 +58,7 @@ var (
 
 const (
 	bnRecForward  = 3 // float64s per statistics record: count, sum, M2
-	bnRecBackward = 5 // and sum g, sum g*(z - mean)
+	bnRecBackward = 2 // per gradient record: sum g, sum g*(z - mean)
 	bnThreads     = 256
 	bnChunk       = 4096       // elements of a plane per bn_reduce block
 	bnCoefStride  = 8          // kCoefStride in conv.cuh
@@ -200,10 +200,10 @@ func (s bnShape) deviceRunning(op string, dev *backend.Device, rm, rv *tensor.De
 	return r, nil
 }
 
-// reduce queues bn_reduce over z (and dy, y when set in args) into new
-// records of rec float64s, which the caller frees, and returns them with
+// reduce queues kernel (bn_reduce or bn_grad_reduce) over the planes into
+// new records of rec float64s, which the caller frees, and returns them with
 // their number of slots.
-func (s bnShape) reduce(op string, dev *backend.Device, args bnArgs, rec int) (*tensor.Dense, int, error) {
+func (s bnShape) reduce(op string, dev *backend.Device, kernel string, args bnArgs, rec int) (*tensor.Dense, int, error) {
 	hw := s.h * s.w
 	chunk := min(hw, bnChunk)
 	chunks := ceilDiv(hw, chunk)
@@ -222,7 +222,7 @@ func (s bnShape) reduce(op string, dev *backend.Device, args bnArgs, rec int) (*
 		Block:     backend.Dim3{X: bnThreads, Y: 1, Z: 1},
 		SharedMem: bnScratch,
 	}
-	if err := launchBN(op, dev, "bn_reduce_"+dtypeSuffix(s.dt), cfg, args); err != nil {
+	if err := launchBN(op, dev, kernel+"_"+dtypeSuffix(s.dt), cfg, args); err != nil {
 		_ = dev.FreeDense(partial)
 		return nil, 0, err
 	}
@@ -238,23 +238,6 @@ func launchBN(op string, dev *backend.Device, kernel string, cfg backend.LaunchC
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	return nil
-}
-
-// finalizeAndApply queues bn_finalize (one block per channel) and the
-// forward apply kernel, with a new coef buffer.
-func (s bnShape) finalizeAndApply(op string, dev *backend.Device, args bnArgs) error {
-	coef, err := dev.NewDense(s.dt, s.c*bnCoefStride)
-	if err != nil {
-		return fmt.Errorf("ops: %s: %w", op, err)
-	}
-	defer dev.FreeDense(coef)
-	if args.Coef, err = dev.Ptr(coef); err != nil {
-		return fmt.Errorf("ops: %s: %w", op, err)
-	}
-	if err := s.finalize(op, dev, args); err != nil {
-		return err
-	}
-	return s.apply(op, dev, args, false)
 }
 
 // finalize queues bn_finalize, one block per channel, into args.Coef (and,
@@ -275,7 +258,7 @@ func (s bnShape) apply(op string, dev *backend.Device, args bnArgs, backward boo
 	hw := s.h * s.w
 	// Planes of whole float4s: every plane starts 16-byte aligned when the
 	// tensors do (a view may not).
-	x4 := s.dt == tensor.Float32 && hw%4 == 0 && (args.Z|args.DY|args.Y|args.Residual|args.Out)%16 == 0
+	x4 := s.dt == tensor.Float32 && hw%4 == 0 && (args.Z|args.DY|args.Residual|args.Out)%16 == 0
 	kernel := "bn_apply_"
 	if backward {
 		kernel = "bn_backward_apply_"
@@ -295,7 +278,7 @@ func (s bnShape) apply(op string, dev *backend.Device, args bnArgs, backward boo
 	return launchBN(op, dev, kernel, cfg, args)
 }
 
-func (op *bnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, training bool, rm, rv *tensor.Dense) (G.Value, error) {
+func (op *bnCoefOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, training bool, rm, rv *tensor.Dense) (G.Value, error) {
 	const name = "ConvBN"
 	if err := op.checkDeviceSizes(name); err != nil {
 		return nil, err
@@ -311,16 +294,11 @@ func (op *bnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, tr
 	if args.Beta, err = deviceArg(name, "bn.Beta", dev, in[2], op.dt, op.cShape()); err != nil {
 		return nil, err
 	}
-	if op.residual {
-		if args.Residual, err = deviceArg(name, "residual", dev, in[3], op.dt, op.zShape()); err != nil {
-			return nil, err
-		}
-	}
-	y, yPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.zShape())
+	coef, coefPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.coefShape())
 	if err != nil {
 		return nil, err
 	}
-	args.Out = yPtr
+	args.Coef = coefPtr
 	run, err := op.deviceRunning(name, dev, rm, rv, !training)
 	if err != nil {
 		return nil, err
@@ -331,7 +309,7 @@ func (op *bnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, tr
 	if training {
 		partial, slots, ok := op.stats.take(dev, in[0], args.Z)
 		if !ok {
-			if partial, slots, err = op.reduce(name, dev, args, bnRecForward); err != nil {
+			if partial, slots, err = op.reduce(name, dev, "bn_reduce", args, bnRecForward); err != nil {
 				return nil, err
 			}
 		}
@@ -350,7 +328,7 @@ func (op *bnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, tr
 			}
 		}
 	}
-	if err := op.finalizeAndApply(name, dev, args); err != nil {
+	if err := op.finalize(name, dev, args); err != nil {
 		return nil, err
 	}
 	if batch != nil {
@@ -368,6 +346,40 @@ func (op *bnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, tr
 			updateRunning(rm.Float64s(), rv.Float64s(), host.Float64s(), op.momentum, m)
 		}
 	}
+	return coef, nil
+}
+
+func (op *bnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+	const name = "ConvBN"
+	if err := op.checkDeviceSizes(name); err != nil {
+		return nil, err
+	}
+	args := op.bnArgs(op.bn.Training)
+	var err error
+	if args.Z, err = deviceArg(name, "conv output", dev, in[0], op.dt, op.zShape()); err != nil {
+		return nil, err
+	}
+	for i := 1; i <= 2; i++ {
+		if _, err = deviceArg(name, bnInputNames[i], dev, in[i], op.dt, op.cShape()); err != nil {
+			return nil, err
+		}
+	}
+	if args.Coef, err = deviceArg(name, "BatchNorm constants", dev, in[3], op.dt, op.coefShape()); err != nil {
+		return nil, err
+	}
+	if op.residual {
+		if args.Residual, err = deviceArg(name, "residual", dev, in[4], op.dt, op.zShape()); err != nil {
+			return nil, err
+		}
+	}
+	y, yPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.zShape())
+	if err != nil {
+		return nil, err
+	}
+	args.Out = yPtr
+	if err := op.apply(name, dev, args, false); err != nil {
+		return nil, err
+	}
 	return y, nil
 }
 
@@ -383,27 +395,44 @@ func updateRunning[T kernels.Float](rm, rv, batch []T, momentum float64, m int) 
 	}
 }
 
-func (op *bnGradStatsOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, training bool, rm, rv *tensor.Dense) (G.Value, error) {
+// gradArgs checks the inputs the backward ops share, z, the forward's
+// constants, dy and the residual (when the layer has one), at the positions
+// given, and returns the launch arguments that point at them. The residual
+// is read, for the ReLU's mask, only by a layer with a ReLU.
+func (s bnShape) gradArgs(name string, dev *backend.Device, in []G.Value, names []string, z, coef, dy, res int) (bnArgs, error) {
+	args := s.bnArgs(s.bn.Training)
+	var err error
+	if args.Z, err = deviceArg(name, names[z], dev, in[z], s.dt, s.zShape()); err != nil {
+		return args, err
+	}
+	if args.FCoef, err = deviceArg(name, names[coef], dev, in[coef], s.dt, s.coefShape()); err != nil {
+		return args, err
+	}
+	if args.DY, err = deviceArg(name, names[dy], dev, in[dy], s.dt, s.zShape()); err != nil {
+		return args, err
+	}
+	if s.residual {
+		r, err := deviceArg(name, names[res], dev, in[res], s.dt, s.zShape())
+		if err != nil {
+			return args, err
+		}
+		if s.act == ActReLU {
+			args.Residual = r
+		}
+	}
+	return args, nil
+}
+
+func (op *bnGradStatsOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
 	const name = "ConvBN backward"
 	if err := op.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	args := op.bnArgs(training)
-	var err error
-	if args.Z, err = deviceArg(name, "conv output", dev, in[0], op.dt, op.zShape()); err != nil {
-		return nil, err
-	}
-	if args.Gamma, err = deviceArg(name, "bn.Gamma", dev, in[1], op.dt, op.cShape()); err != nil {
-		return nil, err
-	}
-	y, err := deviceArg(name, "y", dev, in[2], op.dt, op.zShape())
+	args, err := op.gradArgs(name, dev, in, bnGradStatsNames, 0, 2, 3, 4)
 	if err != nil {
 		return nil, err
 	}
-	if op.act == ActReLU {
-		args.Y = y
-	}
-	if args.DY, err = deviceArg(name, "grad", dev, in[3], op.dt, op.zShape()); err != nil {
+	if args.Gamma, err = deviceArg(name, "bn.Gamma", dev, in[1], op.dt, op.cShape()); err != nil {
 		return nil, err
 	}
 	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.statsShape())
@@ -414,15 +443,7 @@ func (op *bnGradStatsOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.
 	args.DGamma = outPtr
 	args.DBeta = outPtr + backend.DevicePtr(op.c)*elem
 	args.Coef = outPtr + 2*backend.DevicePtr(op.c)*elem
-	run, err := op.deviceRunning(name, dev, rm, rv, !training)
-	if err != nil {
-		return nil, err
-	}
-	defer run.free()
-	if !training {
-		args.RunMean, args.RunVar = run.mean, run.variance
-	}
-	partial, slots, err := op.reduce(name, dev, args, bnRecBackward)
+	partial, slots, err := op.reduce(name, dev, "bn_grad_reduce", args, bnRecBackward)
 	if err != nil {
 		return nil, err
 	}
@@ -437,24 +458,13 @@ func (op *bnGradStatsOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.
 	return out, nil
 }
 
-func (op *bnGradApplyOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, training bool) (G.Value, error) {
+func (op *bnGradApplyOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
 	const name = "ConvBN backward"
 	if err := op.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	args := op.bnArgs(training)
-	var err error
-	if args.Z, err = deviceArg(name, "conv output", dev, in[0], op.dt, op.zShape()); err != nil {
-		return nil, err
-	}
-	y, err := deviceArg(name, "y", dev, in[1], op.dt, op.zShape())
+	args, err := op.gradArgs(name, dev, in, bnGradApplyNames, 0, 1, 2, 4)
 	if err != nil {
-		return nil, err
-	}
-	if op.act == ActReLU {
-		args.Y = y
-	}
-	if args.DY, err = deviceArg(name, "grad", dev, in[2], op.dt, op.zShape()); err != nil {
 		return nil, err
 	}
 	stats, err := deviceArg(name, "statistics", dev, in[3], op.dt, op.statsShape())

@@ -457,12 +457,12 @@ func TestConvBNHashDistinguishesLayers(t *testing.T) {
 		}
 		seen[n] = v.name
 	}
-	// The backward ops of one layer, and dz for the GEMMs or exact.
+	// The ops of one layer, and dz for the GEMMs or exact.
 	hashes := map[uint32]string{}
 	s := bnShape{n: 2, c: 3, h: 5, w: 5, dt: tensor.Float32, bn: bn1}
 	ready := s
 	ready.gemmDz = true
-	for _, op := range []G.Op{&bnOp{s}, &bnGradStatsOp{s}, &bnGradApplyOp{s}, &bnGradApplyOp{ready}, &reluMaskOp{shape: s.zShape(), dt: s.dt}} {
+	for _, op := range []G.Op{&bnCoefOp{s}, &bnOp{s}, &bnGradStatsOp{s}, &bnGradApplyOp{s}, &bnGradApplyOp{ready}, &reluMaskOp{shape: s.zShape(), dt: s.dt}} {
 		h := op.Hashcode()
 		if prev, ok := hashes[h]; ok {
 			t.Errorf("%v hashes like %v", op, prev)

@@ -128,11 +128,11 @@ func partOf(dev *backend.Device, dst, src *tensor.Dense, off int) error {
 //     GPU, the bias gradient summed: one pass), dgrad and wgrad reading its
 //     output where it lies, and the copy of the bias gradient out of it;
 //   - pass=convbn_fwd: a ConvBN layer with ReLU in training: the
-//     convolution with the batch statistics in its epilogue (GPU), then
-//     BatchNorm+ReLU;
-//   - pass=convbn_bwd: its backward: bnGradStatsOp (the reduction),
-//     bnGradApplyOp (dz, rounded to TF32 on the GPU), dgrad, wgrad, and the
-//     copies of dgamma and dbeta.
+//     convolution with the batch statistics in its epilogue (GPU), the
+//     BatchNorm's constants from them (bnCoefOp), then BatchNorm+ReLU;
+//   - pass=convbn_bwd: its backward: bnGradStatsOp (the reduction, over z
+//     and dy), bnGradApplyOp (dz, rounded to TF32 on the GPU), dgrad,
+//     wgrad, and the copies of dgamma and dbeta.
 //
 // On the GPU, for a side-by-side in one run, pass=bwd_twopasses and
 // pass=convbn_bwd_twopasses run the work the graphs did before the
@@ -259,12 +259,13 @@ func benchConvCase(b *testing.B, dev *backend.Device, seed uint64, c convGPUCase
 	bs := bnShape{n: p.N, c: p.Cout, h: p.OutH, w: p.OutW, eps: DefaultEps, momentum: DefaultMomentum,
 		act: ActReLU, dt: dt, bn: bn, stats: link, gemmDz: true}
 	gamma, beta := draw(0.5, 1.5, p.Cout), draw(-0.5, 0.5, p.Cout)
-	cfwd, bfwd, bstats, bapply := &convOp{cs}, &bnOp{bs}, &bnGradStatsOp{bs}, &bnGradApplyOp{bs}
+	cfwd, bcoef, bfwd, bstats, bapply := &convOp{cs}, &bnCoefOp{bs}, &bnOp{bs}, &bnGradStatsOp{bs}, &bnGradApplyOp{bs}
 	cdgrad, cwgrad := &convDgradOp{cs}, &convWgradOp{cs}
 	z := do(cfwd, x, w)
-	yb := do(bfwd, z, gamma, beta)
-	stats := do(bstats, z, gamma, yb, dy)
-	dz := do(bapply, z, yb, dy, stats)
+	coef := do(bcoef, z, gamma, beta)
+	yb := do(bfwd, z, gamma, beta, coef)
+	stats := do(bstats, z, gamma, coef, dy)
+	dz := do(bapply, z, coef, dy, stats)
 	dwz := do(cwgrad, x, z, dz)
 	dgamma, dbeta := zeros(p.Cout), zeros(p.Cout)
 	run("convbn_fwd", flops, func() error {
@@ -272,7 +273,11 @@ func benchConvCase(b *testing.B, dev *backend.Device, seed uint64, c convGPUCase
 		if err != nil {
 			return err
 		}
-		_, err = bfwd.UsePreallocDo(yb, zz, gamma, beta)
+		cf, err := bcoef.UsePreallocDo(coef, zz, gamma, beta)
+		if err != nil {
+			return err
+		}
+		_, err = bfwd.UsePreallocDo(yb, zz, gamma, beta, cf)
 		return err
 	})
 	if dev != nil && link.taken == 0 {
@@ -280,10 +285,10 @@ func benchConvCase(b *testing.B, dev *backend.Device, seed uint64, c convGPUCase
 	}
 	bnBackward := func(apply G.UsePreallocDoer, wgrad G.UsePreallocDoer, dzw, dzr *tensor.Dense) func() error {
 		return func() error {
-			if _, err := bstats.UsePreallocDo(stats, z, gamma, yb, dy); err != nil {
+			if _, err := bstats.UsePreallocDo(stats, z, gamma, coef, dy); err != nil {
 				return err
 			}
-			if _, err := apply.UsePreallocDo(dzw, z, yb, dy, stats); err != nil {
+			if _, err := apply.UsePreallocDo(dzw, z, coef, dy, stats); err != nil {
 				return err
 			}
 			if dzw != dzr { // the copy out of the packed vector the old op wrote

@@ -981,7 +981,9 @@ func TestGPUBatchNormOpsParity(t *testing.T) {
 							if residual {
 								in = append(in, randTensor(rng, dt, -1, 1, n, c, h, w))
 							}
-							want, err := (&bnOp{shape(cpuBN)}).Do(toValues(in)...)
+							// The constants, then y from them (the CPU's
+							// constants on both sides, as for the backward).
+							cpuCoef, err := (&bnCoefOp{shape(cpuBN)}).Do(toValues(in[:3])...)
 							if err != nil {
 								t.Fatal(err)
 							}
@@ -989,37 +991,54 @@ func TestGPUBatchNormOpsParity(t *testing.T) {
 							for _, d := range in {
 								onDev = append(onDev, toDev(t, dev, d))
 							}
-							got, err := (&bnOp{shape(gpuBN)}).Do(onDev...)
+							gotCoef, err := (&bnCoefOp{shape(gpuBN)}).Do(onDev[:3]...)
 							if err != nil {
 								t.Fatal(err)
 							}
-							if err := tol.Compare(fromDev(t, dev, got), toFloat64s(t, want)); err != nil {
-								t.Errorf("y: %v", err)
+							if err := tol.Compare(fromDev(t, dev, gotCoef), toFloat64s(t, cpuCoef)); err != nil {
+								t.Errorf("constants: %v", err)
 							}
+							coef := cpuCoef.(*tensor.Dense)
+							fwdIn := []*tensor.Dense{z, gamma, beta, coef}
+							if residual {
+								fwdIn = append(fwdIn, in[3])
+							}
+							want, err := (&bnOp{shape(cpuBN)}).Do(toValues(fwdIn)...)
+							if err != nil {
+								t.Fatal(err)
+							}
+							parityOf(t, dev, &bnOp{shape(cpuBN)}, &bnOp{shape(gpuBN)}, []segment{{tol: tol}}, fwdIn...)
 							if err := tol.Compare(runningOf(t, dev, gpuBN.RunningMean), toFloat64s(t, cpuBN.RunningMean)); err != nil {
 								t.Errorf("running mean: %v", err)
 							}
 							if err := tol.Compare(runningOf(t, dev, gpuBN.RunningVar), toFloat64s(t, cpuBN.RunningVar)); err != nil {
 								t.Errorf("running variance: %v", err)
 							}
-							// Backward, with the CPU's y for the mask.
+							// Backward, from the CPU's constants.
 							dy := randTensor(rng, dt, -1, 1, n, c, h, w)
 							s := shape(bnGPULayer(t, dev, rm, rv, training, onDevice))
 							cpuS := shape(bnGPULayer(t, dev, rm, rv, training, false))
-							parityOf(t, dev, &bnGradStatsOp{cpuS}, &bnGradStatsOp{s}, []segment{{tol: tol}}, z, gamma, want.(*tensor.Dense), dy)
+							statsIn := []*tensor.Dense{z, gamma, coef, dy}
+							if residual {
+								statsIn = append(statsIn, in[3])
+							}
+							parityOf(t, dev, &bnGradStatsOp{cpuS}, &bnGradStatsOp{s}, []segment{{tol: tol}}, statsIn...)
 							// dz from the CPU's constants on both sides; with
 							// gemmDz the GPU stores it rounded to TF32 in float32.
-							stats, err := (&bnGradStatsOp{cpuS}).Do(z, gamma, want, dy)
+							stats, err := (&bnGradStatsOp{cpuS}).Do(toValues(statsIn)...)
 							if err != nil {
 								t.Fatal(err)
+							}
+							applyIn := []*tensor.Dense{z, coef, dy, stats.(*tensor.Dense)}
+							if residual {
+								applyIn = append(applyIn, in[3])
 							}
 							for _, gemmDz := range []bool{false, true} {
 								s, cpuS := s, cpuS
 								s.gemmDz, cpuS.gemmDz = gemmDz, gemmDz
-								parityOf(t, dev, &bnGradApplyOp{cpuS}, &bnGradApplyOp{s}, []segment{{tol: tf32Tol(dt, gemmDz, tol)}},
-									z, want.(*tensor.Dense), dy, stats.(*tensor.Dense))
+								parityOf(t, dev, &bnGradApplyOp{cpuS}, &bnGradApplyOp{s}, []segment{{tol: tf32Tol(dt, gemmDz, tol)}}, applyIn...)
 								if gemmDz && dt == tensor.Float32 {
-									expectTF32(t, dev, &bnGradApplyOp{s}, n*c*h*w, z, want.(*tensor.Dense), dy, stats.(*tensor.Dense))
+									expectTF32(t, dev, &bnGradApplyOp{s}, n*c*h*w, applyIn...)
 								}
 							}
 							if act == ActReLU {
