@@ -8,6 +8,10 @@ runs after warm-up, one line per case and variant:
     anchor=cudnn_fp32   conv2d+bias+ReLU, fp32 without TF32
     anchor=eager_bn     conv2d -> batch_norm(training) -> ReLU, TF32, each op
                         its own kernel(s): how a PyTorch user trains the layer
+    anchor=cudnn_tf32_bare  conv2d alone (no bias, no ReLU), TF32: not a
+                        TARGETS.md anchor; the convolution that eager_bn
+                        runs, to show what the fused layers' GEMMs compete
+                        with once the elementwise passes are set aside
 
     python3 kernels/bench/anchors_conv.py [case ...]
 
@@ -65,16 +69,19 @@ def leaf(t, dtype, channels_last):
     return t.requires_grad_(True)
 
 
-def bench_conv(anchor, name, xs, ws, pad, dtype, channels_last, tf32, gen):
+def bench_conv(anchor, name, xs, ws, pad, dtype, channels_last, tf32, gen, bare=False):
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cuda.matmul.allow_tf32 = tf32
     x = leaf(torch.rand(xs, generator=gen) * 2 - 1, dtype, channels_last)
     w = leaf((torch.rand(ws, generator=gen) * 2 - 1) * 0.05, dtype, channels_last)
     b = leaf((torch.rand(ws[0], generator=gen) * 2 - 1) * 0.1, dtype, False)
-    fwd = lambda: F.relu(F.conv2d(x, w, b, padding=pad))
+    if bare:
+        fwd = lambda: F.conv2d(x, w, None, padding=pad)
+    else:
+        fwd = lambda: F.relu(F.conv2d(x, w, b, padding=pad))
     y = fwd()
     g = torch.rand_like(y) * 2 - 1
-    bwd = lambda: torch.autograd.grad(y, (x, w, b), g, retain_graph=True)
+    bwd = lambda: torch.autograd.grad(y, (x, w) if bare else (x, w, b), g, retain_graph=True)
     report(anchor, name, conv_flops(xs, ws, pad), fwd, bwd)
 
 
@@ -108,3 +115,4 @@ if __name__ == "__main__":
         bench_conv("cudnn_bf16", name, xs, ws, pad, torch.bfloat16, True, True, gen)
         bench_conv("cudnn_fp32", name, xs, ws, pad, torch.float32, False, False, gen)
         bench_eager_bn(name, xs, ws, pad, gen)
+        bench_conv("cudnn_tf32_bare", name, xs, ws, pad, torch.float32, False, True, gen, bare=True)
