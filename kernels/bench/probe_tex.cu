@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -278,8 +279,13 @@ int main() {
       int kind;  // 0 cols_s2, 1 cols_s2_cm, 2 tex_rm, 3 tex_cm
     } vs[] = {{"cols_s2", 0}, {"cols_s2_cm", 1}, {"tex_rm", 2}, {"tex_cm", 3}, {"pair_rm", 4}, {"pair_cm", 5}};
     std::vector<float> ref(nout), got(nout);
-    for (int slices : {def_slices, 8, 32}) {
+    // PROBE_SWEEP=1: only the global-load kernels, over many slice counts.
+    const bool sweep = getenv("PROBE_SWEEP") != nullptr;
+    std::vector<int> slice_list = {def_slices, 8, 32};
+    if (sweep) slice_list = {2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 16, 20, 24, 28, 32, 40, 48, 64};
+    for (int slices : slice_list) {
       for (const V& v : vs) {
+        if (sweep && v.kind > 1) continue;
         p.pooled = reinterpret_cast<uint64_t>(v.kind == 0 ? d0 : d1);
         dim3 grid(cs.k, slices), block(256);
         auto launch = [&] {
