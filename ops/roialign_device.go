@@ -83,6 +83,7 @@ type roiAlignKernel struct {
 	name   string
 	cpt    int
 	cols   bool
+	cm     bool // roialign_forward_cols' channel-major kernel (_cm)
 	chunk  int
 	slices int
 }
@@ -111,7 +112,7 @@ func roiAlignColsKernel(s roiAlignShape, cm bool, slices int) roiAlignKernel {
 	if cm {
 		name += "cm_"
 	}
-	return roiAlignKernel{name: name + dtypeSuffix(s.dt), cols: true, slices: slices}
+	return roiAlignKernel{name: name + dtypeSuffix(s.dt), cols: true, cm: cm, slices: slices}
 }
 
 // roiAlignColsMaxRatio and roiAlignColsMaxRows are kColsMaxS and
@@ -147,16 +148,33 @@ func (s roiAlignShape) colsFit() bool {
 // RoIs) 0.131-0.133 with 4 (this rule), 0.134 with 16, 0.183 with 64. (Two
 // slices of 32 channels or more, as a first rule gave, were 0.34 ms on
 // box_head.)
-func (s roiAlignShape) colsSlices() int {
+//
+// The channel-major kernel (cm) instead takes slices of about
+// roiAlignColsCMItems (bin row, group of channels) items a block, 14 a
+// warp, still for at least roiAlignColsBlocks blocks: enough to pay for the block's setup (the RoI's geometry and its
+// table of sample rows), few enough that the blocks even out. H200, one
+// session, cols_s2_cm, ms (PROBE_SWEEP=1 probe_tex, commit e614ded, two runs each):
+// box_head_P2 (7 bin rows, 2 channels a warp) 0.181 / 0.172 / 0.161 /
+// 0.163 / 0.167 / 0.210 with 4 / 6 / 8 (this rule) / 12 / 15 / 32 slices;
+// mask_head_P2 (14 bin rows, 1 channel a warp) 0.169 / 0.135 / 0.125 /
+// 0.121 / 0.120 (this rule) / 0.145 with 4 / 8 / 15 / 16 / 32 / 64.
+func (s roiAlignShape) colsSlices(cm bool) int {
 	slots := max(1, 32/(s.cfg.PooledW*max(s.cfg.SamplingRatio, 1))) // channels a warp reads at once
-	bytes := s.n * s.c * s.h * s.w * int(s.dt.Size())
-	want := max(ceilDiv(bytes, roiAlignColsSliceBytes), ceilDiv(roiAlignColsBlocks, max(s.k, 1)))
-	return max(1, min(want, ceilDiv(s.c, slots), 65535))
+	groups := ceilDiv(s.c, slots)
+	want := ceilDiv(roiAlignColsBlocks, max(s.k, 1))
+	if cm {
+		want = max(want, ceilDiv(groups*s.cfg.PooledH, roiAlignColsCMItems))
+	} else {
+		bytes := s.n * s.c * s.h * s.w * int(s.dt.Size())
+		want = max(want, ceilDiv(bytes, roiAlignColsSliceBytes))
+	}
+	return max(1, min(want, groups, 65535))
 }
 
 const (
 	roiAlignColsSliceBytes = 9 << 20
 	roiAlignColsBlocks     = 3072
+	roiAlignColsCMItems    = 112
 	// Maps above this many bytes take roialign_forward_cols' channel-major
 	// kernels (roiAlignKernelFor).
 	roiAlignColsCMBytes = 64 << 20
@@ -203,7 +221,8 @@ func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel
 		// 0.191, cols_cm 0.171; mask_head (137 MB) 0.188 / 0.152 / 0.130;
 		// infer (17 MB) 0.167 / 0.129 / 0.135.
 		bytes := s.n * s.c * s.h * s.w * int(s.dt.Size())
-		return roiAlignColsKernel(s, bytes > roiAlignColsCMBytes, s.colsSlices())
+		cm := bytes > roiAlignColsCMBytes
+		return roiAlignColsKernel(s, cm, s.colsSlices(cm))
 	}
 	if s.dt == tensor.Float32 {
 		// Registers capped for 4 blocks per SM instead of 3: box_head
@@ -350,7 +369,7 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 		// Blocks of (RoI, slice of the channels), 8 warps.
 		slices := kv.slices
 		if slices <= 0 {
-			slices = s.colsSlices()
+			slices = s.colsSlices(kv.cm)
 		}
 		cfg.Grid.Y, cfg.Grid.Z = uint32(slices), 1
 	}

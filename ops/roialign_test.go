@@ -338,13 +338,17 @@ func TestRoIAlignKernelFor(t *testing.T) {
 			false, "roialign_forward_nchw4_b4_f32"},
 		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, 2, true}, n: 1, c: 8, h: 1, w: 8, k: 1, dt: tensor.Float32},
 			false, "roialign_forward_nchw4_b4_f32"},
-		// TARGETS.md's box_head_P2 (137 MB of maps: channel-major, 15
-		// slices), mask_head_P2 (the same) and infer_1000_P3 (17 MB, 1000
-		// RoIs: row-major, 4 slices).
+		// TARGETS.md's box_head_P2 (137 MB of maps: channel-major, slices
+		// of 112 items: 8), mask_head_P2 (the same maps, 14 bin rows of one
+		// channel a warp: 32) and infer_1000_P3 (17 MB, 1000 RoIs:
+		// row-major, 4 slices). A channel-major kernel with few RoIs still
+		// gets roiAlignColsBlocks blocks.
 		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, 2, true}, n: 2, c: 256, h: 200, w: 336, k: 1024, dt: tensor.Float32},
-			false, "roialign_forward_cols_s2_cm_f32_slices15"},
+			false, "roialign_forward_cols_s2_cm_f32_slices8"},
 		{false, roiAlignShape{cfg: RoIAlignConfig{14, 14, 0.25, 2, true}, n: 2, c: 256, h: 200, w: 336, k: 256, dt: tensor.Float32},
-			false, "roialign_forward_cols_s2_cm_f32_slices15"},
+			false, "roialign_forward_cols_s2_cm_f32_slices32"},
+		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, 2, true}, n: 2, c: 256, h: 200, w: 336, k: 64, dt: tensor.Float32},
+			false, "roialign_forward_cols_s2_cm_f32_slices48"},
 		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.125, 2, true}, n: 1, c: 256, h: 100, w: 168, k: 1000, dt: tensor.Float32},
 			false, "roialign_forward_cols_s2_f32_slices4"},
 		// Adaptive forward: 16-byte loads for float32 with C % 4 == 0, in
