@@ -136,11 +136,12 @@ func (s roiAlignShape) colsFit() bool {
 }
 
 // colsSlices is the number of slices of the channels (grid y) that
-// roialign_forward_cols takes them in. Blocks run RoI fastest, so the
-// blocks running together read one slice of the maps: slices of at most
-// roiAlignColsSliceBytes stay in L2. And at least roiAlignColsBlocks
+// roialign_forward_cols takes them in, for its row-major or channel-major
+// (cm) kernel. Blocks run RoI fastest, so the blocks running together read
+// one slice of the maps. Both rules ask for at least roiAlignColsBlocks
 // blocks in all, a few waves, so that RoIs of unequal cost even out.
 //
+// Row-major: slices of at most roiAlignColsSliceBytes, which L2 holds.
 // H200 (BenchmarkGPURoIAlignVariants, cols_s2_f32, one session, ms):
 // box_head_P2 (137 MB of maps, 1024 RoIs) 0.198 / 0.178 / 0.172 / 0.201
 // with 4 / 15 (this rule) / 16 / 64 slices; mask_head_P2 (the same maps,
@@ -149,15 +150,16 @@ func (s roiAlignShape) colsFit() bool {
 // slices of 32 channels or more, as a first rule gave, were 0.34 ms on
 // box_head.)
 //
-// The channel-major kernel (cm) instead takes slices of about
-// roiAlignColsCMItems (bin row, group of channels) items a block, 14 a
-// warp, still for at least roiAlignColsBlocks blocks: enough to pay for the block's setup (the RoI's geometry and its
-// table of sample rows), few enough that the blocks even out. H200, one
-// session, cols_s2_cm, ms (PROBE_SWEEP=1 probe_tex, commit e614ded, two runs each):
-// box_head_P2 (7 bin rows, 2 channels a warp) 0.181 / 0.172 / 0.161 /
-// 0.163 / 0.167 / 0.210 with 4 / 6 / 8 (this rule) / 12 / 15 / 32 slices;
-// mask_head_P2 (14 bin rows, 1 channel a warp) 0.169 / 0.135 / 0.125 /
-// 0.121 / 0.120 (this rule) / 0.145 with 4 / 8 / 15 / 16 / 32 / 64.
+// Channel-major: slices of about roiAlignColsCMItems (bin row, group of
+// channels) items a block, 14 a warp: enough to pay for the block's setup
+// (the RoI's geometry and its table of sample rows), few enough that the
+// blocks even out. H200, one session, cols_s2_cm, ms (kernels/bench/
+// probe_tex.cu with PROBE_SWEEP=1, two runs each): box_head_P2 (7 bin
+// rows, 2 channels a warp) 0.181 / 0.172 / 0.161 / 0.163 / 0.167 / 0.210
+// with 4 / 6 / 8 (this rule) / 12 / 15 / 32 slices; mask_head_P2 (14 bin
+// rows, 1 channel a warp) 0.169 / 0.135 / 0.125 / 0.121 / 0.120 (this
+// rule) / 0.145 with 4 / 8 / 15 / 16 / 32 / 64. Through the op, same
+// session: box_head 0.165 against 0.175 with 16 slices.
 func (s roiAlignShape) colsSlices(cm bool) int {
 	slots := max(1, 32/(s.cfg.PooledW*max(s.cfg.SamplingRatio, 1))) // channels a warp reads at once
 	groups := ceilDiv(s.c, slots)
