@@ -113,38 +113,10 @@ __device__ __forceinline__ void wgmma_tf32(float (&d)[128], const uint32_t (&a)[
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
 }
 
-// d[64x256] += a[64x8] * b[8x256] for one warpgroup with both operands
-// in shared memory, through their descriptors (K-major, 128-byte swizzle):
-// nothing to load into registers, so a k-tile's MMAs can be issued while
-// the previous ones still run.
-__device__ __forceinline__ void wgmma_tf32_ss(float (&d)[128], uint64_t a, uint64_t b) {
-  asm volatile(
-      "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
-      "%128, %129, 1, 1, 1;\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(a), "l"(b));
-}
-
 // The block tile and shared memory: kBM output channels (the MMAs' N, 128
 // or 256) x 128 pixels, kStages stages. BPixelPipe reads BK, LDB, kBRows,
 // kBKPer, kBNPer and kMaskTaps; the epilogue BM, BN, NT and LDC.
-template <int kBM, int kNumStages, bool kDeferWait, bool kWgrad = false, bool kSwizzledGather = false>
+template <int kBM, int kNumStages, bool kDeferWait, bool kWgrad = false>
 struct WgmmaPipe {
   static constexpr int BM = kBM, BN = 128, BK = 32, NT = 256;
   static constexpr int kStages = kNumStages;
@@ -162,10 +134,7 @@ struct WgmmaPipe {
   static constexpr int kAcc = BM / 2;  // accumulators per thread: 64 x BM over 128 threads
   static constexpr int LDB = kNMajorB ? BK + 4 : BN + 8, LDC = BN + 8;
   static constexpr int kABytes = BM * BK * 4;                        // the swizzled weight (or dy) tile
-  // kSwizzledB (v8): the gathered tile is K-major too, a pixel's 32 k a
-  // 128-byte row in the weights' swizzle, read by the MMAs as the weights.
-  static constexpr bool kSwizzledB = kSwizzledGather;
-  static constexpr int kBBytes = kSwizzledB ? BN * BK * 4 : (kNMajorB ? BN : BK) * LDB * 4;  // the gathered tile
+  static constexpr int kBBytes = (kNMajorB ? BN : BK) * LDB * 4;  // the gathered tile
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kPipeBytes = kStages * kStageBytes;
   static constexpr int kCBytes = BM * LDC * 4;
@@ -191,13 +160,10 @@ struct WgmmaPipe {
 using WgmmaV5 = WgmmaPipe<128, 3, false>;
 using WgmmaV6 = WgmmaPipe<256, 4, true>;
 using WgmmaV7 = WgmmaPipe<128, 4, true>;
-// v8: v6's tile and stages, both MMA operands in shared memory.
-using WgmmaV8 = WgmmaPipe<256, 4, true, false, true>;
 // wgrad: 128 (v5) or 256 (v6) output channels x 128 taps, pixels reduced.
 using WgradV5 = WgmmaPipe<128, 3, false, true>;
 using WgradV6 = WgmmaPipe<256, 4, true, true>;
 static_assert(WgmmaV5::kSmemBytes == 104448 && WgmmaV6::kSmemBytes == 203776 && WgmmaV7::kSmemBytes == 138240 &&
-                  WgmmaV8::kSmemBytes == 199680 &&
                   WgradV5::kSmemBytes == 107520 && WgradV6::kSmemBytes == 207872,
               "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
 
@@ -398,197 +364,6 @@ __device__ __forceinline__ void conv_wgmma(const ConvGemmParams& p) {
   epilogue<float, kMode, C>(p, sc, m0, n0, tile_n, 0);
 }
 
-// v8's gather: BPixelPipe's elements (x through PixelGather, row parts
-// from the same k-tile tables) into a K-major tile, pixel j's 32 k one
-// 128-byte row, k's 16-byte chunk k/4 at chunk (k/4) ^ (j%8), as the
-// weights lie. A warp copy covers 8 pixels x 4 k (lane%8, lane/8): one
-// 32-byte stretch of 4 source rows, and 32 different banks in shared
-// memory (8 chunks x 4 words). Thread (warp w, lane) owns pixels lane%8 +
-// 8*w + 64*b and k rows lane/8 + 4*q. cp.async cannot round, so each
-// thread rounds its own elements once they land (round), before the
-// barrier that hands the stage to the MMAs. Pointwise gathers take the
-// mask path: their 16-byte copies run along pixels, not k.
-template <typename C, int kMode, int kGather, int kPixLanes = 8, bool kRound = true>
-struct SwizzledPixelPipe {
-  using G = PixelGather<kMode>;
-  using Rows = BPixelPipe<C, kMode, kGather>;  // the row tables
-  static_assert(C::kSwizzledB && C::BK == 32 && C::BN == 128 && C::NT == 256, "8 warps, 128 pixels, 32 k");
-  static_assert(kGather == kGatherMask || kGather == kGatherCompare, "4-byte copies");
-  static_assert(kPixLanes == 8 || kPixLanes == 32, "a warp copy: 8 pixels x 4 k, or 32 pixels x 1 k");
-  static constexpr bool kMask = kGather == kGatherMask;
-  // Pixels jl + kJStride*b, k rows kl + kKStride*a.
-  static constexpr int kJStride = kPixLanes == 8 ? 64 : 32, kCols = C::BN / kJStride;
-  static constexpr int kKStride = kPixLanes == 8 ? 4 : 8, kKRows = C::BK / kKStride;
-  int coff[kCols];
-  int ch[kMask ? 1 : kCols], cw[kMask ? 1 : kCols];
-  uint32_t taps[kMask ? kCols : 1];
-  int kl, j7;
-  uint32_t soff;  // byte offset of this thread's pixel row b = 0, word kl%4
-
-  __device__ __forceinline__ void init(const ConvGemmParams& p, int tid, int n0) {
-    const int lane = tid & 31, warp = tid >> 5;
-    const int jl = kPixLanes == 8 ? (lane & 7) + 8 * warp : lane;
-    kl = kPixLanes == 8 ? lane >> 3 : warp;
-    j7 = jl & 7;
-    soff = jl * 128 + 4 * (kl & 3);
-#pragma unroll
-    for (int b = 0; b < kCols; ++b) {
-      const int j = n0 + jl + kJStride * b;
-      int h0 = -kFar, w0 = 0;
-      coff[b] = j < p.ncols ? G::column(p, j, p.div_img, p.div_row, h0, w0) : 0;
-      if constexpr (kMask) {
-        uint32_t m = 0;
-        for (int kh = 0; kh < p.kh; ++kh) {
-          const int ih = h0 + G::dh(p, kh);
-          if (static_cast<unsigned>(ih) >= static_cast<unsigned>(G::rows(p))) continue;
-          for (int kw = 0; kw < p.kw; ++kw) {
-            const int iw = w0 + G::dw(p, kw);
-            if (static_cast<unsigned>(iw) < static_cast<unsigned>(G::cols(p))) m |= 1u << (kh * p.kw + kw);
-          }
-        }
-        taps[b] = m;
-      } else {
-        ch[b] = h0;
-        cw[b] = w0;
-      }
-    }
-  }
-
-  // Byte offset of element (pixel row b, k row kl + kKStride*a) from soff.
-  __device__ __forceinline__ int at(int a, int b) const {
-    return b * kJStride * 128 + ((((kl >> 2) + (kKStride / 4) * a) ^ j7) << 4);
-  }
-
-  __device__ __forceinline__ void load(const ConvGemmParams& p, const int4* tab, unsigned char* sb) const {
-    const float* __restrict__ x = reinterpret_cast<const float*>(p.b);
-#pragma unroll
-    for (int a = 0; a < kKRows; ++a) {
-      const int4 e = tab[kl + kKStride * a];
-#pragma unroll
-      for (int b = 0; b < kCols; ++b) {
-        bool ok;
-        if constexpr (kMask) {
-          ok = (taps[b] & static_cast<uint32_t>(e.w)) != 0;
-        } else {
-          ok = static_cast<unsigned>(ch[b] + e.y) < static_cast<unsigned>(G::rows(p)) &&
-               static_cast<unsigned>(cw[b] + e.z) < static_cast<unsigned>(G::cols(p));
-        }
-        const float* src = x + static_cast<unsigned>(coff[b] + e.x);
-        cp_async4(sb + soff + at(a, b), src, ok ? 4 : 0);
-      }
-    }
-  }
-
-  // This thread's elements of a landed tile rounded to TF32 for the MMAs
-  // (to_tf32_for_mma: half a TF32 ulp added, the MMA drops the low bits).
-  // Without kRound (a probe) the MMAs truncate them.
-  __device__ __forceinline__ void round(unsigned char* sb) const {
-    if constexpr (kRound) {
-#pragma unroll
-      for (int a = 0; a < kKRows; ++a) {
-#pragma unroll
-        for (int b = 0; b < kCols; ++b) {
-          uint32_t* e = reinterpret_cast<uint32_t*>(sb + soff + at(a, b));
-          *e = to_tf32_for_mma(bits_to_float(*e));
-        }
-      }
-    }
-  }
-};
-
-// v8's math: warpgroup wg's 64 pixels are rows 64*wg.. of the gathered
-// tile; each k-step's A and B descriptors advance 32 bytes within their
-// rows. The accumulators are WgmmaWarps' (same layout, same store).
-template <typename C>
-struct WgmmaSsWarps : WgmmaWarps<C> {
-  __device__ __forceinline__ void step(const unsigned char* st) {
-    const uint32_t w = smem_u32(st);
-    const uint32_t xs = smem_u32(st + C::kABytes) + (this->warp >> 2) * 64 * 128;
-#pragma unroll
-    for (int i = 0; i < C::kAcc; ++i) fence_operand(this->acc[i]);
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < C::BK / 8; ++ks) wgmma_tf32_ss(this->acc, desc_sw128(xs + ks * 32), desc_sw128(w + ks * 32));
-    wgmma_commit();
-    // This k-tile's MMAs keep running; the previous k-tile's are done
-    // after this, so its stage may be refilled after the next barrier.
-    wgmma_wait<1>();
-#pragma unroll
-    for (int i = 0; i < C::kAcc; ++i) fence_operand(this->acc[i]);
-  }
-};
-
-// conv_wgmma with v8's gather and MMAs. The loop: wait for this thread's
-// copies of k-tile kt and round them; fence them for the async proxy; one
-// barrier; the copies of k-tile kt+kAhead (kStages-2 ahead: the stage they
-// fill held k-tile kt-2, whose MMAs every warpgroup waited for at the end
-// of kt-1); kt's MMAs, issued while kt-1's may still run.
-template <typename C, int kMode, int kGather, int kPixLanes, bool kRound>
-__device__ __forceinline__ void conv_wgmma_ss(const ConvGemmParams& p) {
-  static_assert(C::kDefer && C::kAhead == C::kStages - 2, "a stage is refilled two k-tiles after its MMAs");
-  using BL = SwizzledPixelPipe<C, kMode, kGather, kPixLanes, kRound>;
-  unsigned char* raw = dynamic_smem();
-  unsigned char* smem = raw + ((1024 - (smem_u32(raw) & 1023)) & 1023);
-  int4* tabs = reinterpret_cast<int4*>(smem + C::kMainBytes);
-  const int tid = threadIdx.x, warp = tid >> 5;
-  const unsigned tiles_m = static_cast<unsigned>(p.tiles_m);
-  const int tile_m = static_cast<int>(blockIdx.x % tiles_m);
-  const int tile_n = static_cast<int>(blockIdx.x / tiles_m);
-  const int m0 = tile_m * C::BM, n0 = tile_n * C::BN;
-  const int k_tiles = (p.k + C::BK - 1) / C::BK;
-  auto stage = [&](int s) { return smem + s * C::kStageBytes; };
-  auto tab = [&](int kt) { return tabs + (kt & (C::kTabSlots - 1)) * C::BK; };
-
-  WeightPipe<C> al;
-  al.init(p, tid, m0);
-  BL bl;
-  bl.init(p, tid, n0);
-  WgmmaSsWarps<C> mm;
-  mm.init(tid);
-  auto load = [&](int kt, unsigned char* st) {
-    al.load(p, kt * C::BK, st);
-    bl.load(p, tab(kt), st + C::kABytes);
-  };
-
-  if (warp <= C::kAhead) BL::Rows::build_rows(p, warp * C::BK, p.k, tab(warp));
-  __syncthreads();
-#pragma unroll
-  for (int s = 0; s < C::kAhead; ++s) {
-    if (s < k_tiles) load(s, stage(s));
-    cp_async_commit();
-  }
-  int read = 0, write = C::kAhead;
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    cp_async_wait<C::kAhead - 1>();
-    bl.round(stage(read) + C::kABytes);
-    fence_proxy_async();
-    __syncthreads();
-    const int next = kt + C::kAhead;
-    if (next < k_tiles) load(next, stage(write));
-    cp_async_commit();
-    if (warp == (kt & (C::NT / 32 - 1)) && next + 1 < k_tiles) BL::Rows::build_rows(p, (next + 1) * C::BK, p.k, tab(next + 1));
-    mm.step(stage(read));
-    read = read == C::kStages - 1 ? 0 : read + 1;
-    write = write == C::kStages - 1 ? 0 : write + 1;
-  }
-  mm.finish();
-  cp_async_wait<0>();
-  __syncthreads();
-  float* sc = reinterpret_cast<float*>(smem);
-  mm.store(sc);
-  __syncthreads();
-  epilogue<float, kMode, C>(p, sc, m0, n0, tile_n, 0);
-}
-
-template <typename C, int kMode, int kPixLanes = 8, bool kRound = true>
-__device__ __forceinline__ void conv_wgmma_ss(const ConvGemmParams& p) {
-  if (p.kh * p.kw <= C::kMaskTaps) {
-    conv_wgmma_ss<C, kMode, kGatherMask, kPixLanes, kRound>(p);
-  } else {
-    conv_wgmma_ss<C, kMode, kGatherCompare, kPixLanes, kRound>(p);
-  }
-}
-
 // wgrad: dw (or split `split`'s partial tile of it) = dy' * col(x)^T over
 // the pixels of k-tiles [kt0, kt1), as conv_pipe's wgrad: dy' the
 // shared-memory operand (rows of channels, as the weights of fprop), the
@@ -680,17 +455,6 @@ __global__ void __launch_bounds__(256, 1) conv_fprop_f32_v6(stheno::ConvGemmPara
 __global__ void __launch_bounds__(256, 1) conv_fprop_f32_v7(stheno::ConvGemmParams p) {
   stheno::conv_wgmma<stheno::WgmmaV7, stheno::kFprop>(p);
 }
-__global__ void __launch_bounds__(256, 1) conv_fprop_f32_v8(stheno::ConvGemmParams p) {
-  stheno::conv_wgmma_ss<stheno::WgmmaV8, stheno::kFprop>(p);
-}
-// Probes: v8 with no rounding (the MMAs truncate x), and with warp copies of
-// 32 pixels x 1 k (4-way bank conflicts in shared memory, fewer L1 lines).
-__global__ void __launch_bounds__(256, 1) conv_fprop_f32_v8t(stheno::ConvGemmParams p) {
-  stheno::conv_wgmma_ss<stheno::WgmmaV8, stheno::kFprop, 8, false>(p);
-}
-__global__ void __launch_bounds__(256, 1) conv_fprop_f32_v8w(stheno::ConvGemmParams p) {
-  stheno::conv_wgmma_ss<stheno::WgmmaV8, stheno::kFprop, 32, true>(p);
-}
 // Stride 1 only; dy already masked (as conv_dgrad_f32_v2).
 __global__ void __launch_bounds__(256, 2) conv_dgrad_f32_v5(stheno::ConvGemmParams p) {
   stheno::conv_wgmma<stheno::WgmmaV5, stheno::kDgrad>(p);
@@ -700,9 +464,6 @@ __global__ void __launch_bounds__(256, 1) conv_dgrad_f32_v6(stheno::ConvGemmPara
 }
 __global__ void __launch_bounds__(256, 1) conv_dgrad_f32_v7(stheno::ConvGemmParams p) {
   stheno::conv_wgmma<stheno::WgmmaV7, stheno::kDgrad>(p);
-}
-__global__ void __launch_bounds__(256, 1) conv_dgrad_f32_v8(stheno::ConvGemmParams p) {
-  stheno::conv_wgmma_ss<stheno::WgmmaV8, stheno::kDgrad>(p);
 }
 // dy' masked and rounded to TF32 beforehand, OutH*OutW % 4 == 0, dy'
 // 16-byte aligned (as conv_wgrad_f32_v2's 16-byte copies of dy); no bias

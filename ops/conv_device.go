@@ -182,16 +182,11 @@ const (
 	convDgradF32V6  = "conv_dgrad_f32_v6"
 	convFpropF32V7  = "conv_fprop_f32_v7"
 	convDgradF32V7  = "conv_dgrad_f32_v7"
-	convFpropF32V8  = "conv_fprop_f32_v8"
-	convDgradF32V8  = "conv_dgrad_f32_v8"
-	convFpropF32V8t = "conv_fprop_f32_v8t"
-	convFpropF32V8w = "conv_fprop_f32_v8w"
 	convWgradF32V5  = "conv_wgrad_f32_v5"
 	convWgradF32V6  = "conv_wgrad_f32_v6"
 	convWgmmaSmem   = 104448
 	convWgmmaV6Smem = 203776
 	convWgmmaV7Smem = 138240
-	convWgmmaV8Smem = 199680
 	convWgradV5Smem = 107520
 	convWgradV6Smem = 207872
 )
@@ -200,7 +195,7 @@ const (
 func convWgmma(name string) bool {
 	switch name {
 	case convFpropF32V5, convDgradF32V5, convFpropF32V6, convDgradF32V6, convFpropF32V7, convDgradF32V7,
-		convFpropF32V8, convDgradF32V8, convFpropF32V8t, convFpropF32V8w, convWgradF32V5, convWgradF32V6:
+		convWgradF32V5, convWgradF32V6:
 		return true
 	}
 	return false
@@ -331,15 +326,13 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, gpu convGPU) (conv
 			return convWgmmaPick(mode, args, gpu), nil
 		}
 		return v2, nil
-	case convFpropF32V5, convFpropF32V6, convFpropF32V7, convFpropF32V8, convFpropF32V8t, convFpropF32V8w:
+	case convFpropF32V5, convFpropF32V6, convFpropF32V7:
 		want = v5
 		switch convFpropKernelOverride {
 		case convFpropF32V6:
 			want = convKernelChoice{convFpropF32V6, convWgmmaV6Smem, 256, 256}
 		case convFpropF32V7:
 			want = convKernelChoice{convFpropF32V7, convWgmmaV7Smem, 128, 256}
-		case convFpropF32V8, convFpropF32V8t, convFpropF32V8w:
-			want = convKernelChoice{convFpropKernelOverride, convWgmmaV8Smem, 256, 256}
 		}
 		if ok, why := convWgmmaFits(args, optIn, sm90a); !ok {
 			return convKernelChoice{}, fmt.Errorf("%s: %s", want.name, why)
@@ -470,7 +463,7 @@ func convBackwardKernel(mode int, args convGemmArgs, gpu convGPU, generic convKe
 			return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", override, c.smem, optIn)
 		}
 		return c, nil
-	case convDgradF32V5, convDgradF32V6, convDgradF32V7, convDgradF32V8:
+	case convDgradF32V5, convDgradF32V6, convDgradF32V7:
 		if mode != convDgrad {
 			return convKernelChoice{}, fmt.Errorf("no float32 %s kernel %q", convModeNames[mode], override)
 		}
@@ -482,11 +475,8 @@ func convBackwardKernel(mode int, args convGemmArgs, gpu convGPU, generic convKe
 		}
 		if override != convDgradF32V5 {
 			c := convKernelChoice{convDgradF32V6, convWgmmaV6Smem, 256, 256}
-			switch override {
-			case convDgradF32V7:
+			if override == convDgradF32V7 {
 				c = convKernelChoice{convDgradF32V7, convWgmmaV7Smem, 128, 256}
-			case convDgradF32V8:
-				c = convKernelChoice{convDgradF32V8, convWgmmaV8Smem, 256, 256}
 			}
 			if c.smem > optIn {
 				return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", override, c.smem, optIn)

@@ -263,7 +263,7 @@ func TestConvKernelChoiceSM90a(t *testing.T) {
 		if err != nil || got != c.want {
 			t.Errorf("%s: got %+v, %v; want %+v", what, got, err, c.want)
 		}
-		if convModule(got.name) != map[bool]string{true: "conv_sm90a", false: "conv"}[strings.HasSuffix(got.name, "_v5") || strings.HasSuffix(got.name, "_v6") || strings.HasSuffix(got.name, "_v7") || strings.HasSuffix(got.name, "_v8")] {
+		if convModule(got.name) != map[bool]string{true: "conv_sm90a", false: "conv"}[strings.HasSuffix(got.name, "_v5") || strings.HasSuffix(got.name, "_v6") || strings.HasSuffix(got.name, "_v7")] {
 			t.Errorf("%s: module %s for %s", what, convModule(got.name), got.name)
 		}
 	}
@@ -566,7 +566,7 @@ func TestGPUConvFpropVariants(t *testing.T) {
 	// an order of its own: it is compared with the CPU, not bit for bit.
 	parityKernels := kernels
 	if err := convWgmmaError(dev); err == nil {
-		parityKernels = append(parityKernels[:len(kernels):len(kernels)], convFpropF32V5, convFpropF32V6, convFpropF32V7, convFpropF32V8, convFpropF32V8w)
+		parityKernels = append(parityKernels[:len(kernels):len(kernels)], convFpropF32V5, convFpropF32V6, convFpropF32V7)
 	} else if major, minor := dev.ComputeCapability(); major == 9 && minor == 0 {
 		t.Errorf("%s does not load on this compute capability 9.0 GPU: %v", convFpropF32V5, err)
 	} else {
@@ -701,7 +701,7 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
 		for _, mode := range []int{convDgrad, convWgrad} {
 			kernels := []string{convDgradF32V1, convDgradF32V2}
-			wgmma := []string{convDgradF32V5, convDgradF32V6, convDgradF32V7, convDgradF32V8}
+			wgmma := []string{convDgradF32V5, convDgradF32V6, convDgradF32V7}
 			if mode == convWgrad {
 				kernels = []string{convWgradF32V1, convWgradF32V2}
 				wgmma = []string{convWgradF32V5, convWgradF32V6}
