@@ -71,9 +71,15 @@ __device__ __forceinline__ T group_sum(T v, int group) {
 // The pixel position of a normalised location on a level:
 // grid_sample(align_corners=False) maps loc to loc*size - 0.5.
 template <typename T>
+__device__ __forceinline__ void level_xy(const T* loc, const Level& lv, T* x, T* y) {
+  *x = loc[0] * static_cast<T>(lv.w) - T(0.5);
+  *y = loc[1] * static_cast<T>(lv.h) - T(0.5);
+}
+
+template <typename T>
 __device__ __forceinline__ bool level_taps(const T* loc, const Level& lv, Taps<T>* t) {
-  const T x = loc[0] * static_cast<T>(lv.w) - T(0.5);
-  const T y = loc[1] * static_cast<T>(lv.h) - T(0.5);
+  T x, y;
+  level_xy(loc, lv, &x, &y);
   return grid_taps(y, x, lv.h, lv.w, t);
 }
 
@@ -801,6 +807,307 @@ __device__ __forceinline__ void msdeform_query_place(const MSDeformOrderParams& 
   reinterpret_cast<int*>(p.order)[static_cast<int64_t>(n) * p.lq + atomicAdd(&starts[cell], 1)] = q;
 }
 
+
+// ---------------------------------------------------------------------------
+// The backward by pixel (_px): grad_value gathered instead of scattered.
+//
+// The scatter kernels above add every corner's gradient to grad_value with
+// one reduction per corner and group: on the encoder that is 22.7 M
+// 128-byte reductions plus as many 128-byte loads of value, and the L2
+// serves them at 85% of its peak (BENCHMARKS.md). Here the samples are
+// first sorted by the pixel at their top-left corner, and then one group
+// of lanes per (image, head, pixel) reads the samples whose corners fall on
+// its pixel, sums their gradients in registers and writes its pixel's
+// gradient once: no atomics, no zeroing, and the output gradient rows it
+// reads are the same few for neighbouring pixels, so many are L1 hits.
+// While it holds a sample's output gradient row it also takes its dot
+// product with the pixel's value: that is all the location and attention
+// weight gradients need of the corner (channel_grads summed over channels),
+// and a last pass combines a sample's four.
+//
+// Five launches, float32, D = 4*kG (a group's lanes take 4 channels each):
+// - msdeform_px_count: a thread per sample; counts it in the bucket of
+//   its top-left corner (the corner may lie one row or column before the
+//   map, so a level of h x w pixels has (h+1)*(w+1) buckets); a sample that
+//   samples nothing gets zero gradients here and no bucket.
+// - msdeform_px_scan: a block per (image, head) turns its counts into each
+//   bucket's first position in entries.
+// - msdeform_px_place: a thread per sample writes its entry (sample index,
+//   pixel coordinates, attention weight) at its bucket's next free
+//   position. Each bucket's bound then holds its end, which is the next
+//   bucket's start.
+// - msdeform_px_gather: a group per (image, head, pixel) reads the four
+//   buckets whose samples have a corner there: the pixel's own bucket (it is
+//   their top-left corner), the one to its left (top-right), and the two
+//   above (bottom-left, bottom-right). Coarse levels first: their pixels
+//   have the most samples.
+// - msdeform_px_finish: a thread per entry combines its four dot products
+//   into the location and attention weight gradients.
+//
+// The sums run in another order than the scatter's (within a pixel, in the
+// order the placing atomics gave), so results differ from it by rounding.
+
+struct MSDeformPxParams {
+  MSDeformParams a;    // value, loc, weight, grad_out and the three gradients
+  uint64_t bounds;     // int32 [N*M][buckets+1]: see msdeform_px_scan
+  uint64_t entries;    // int4 [N*M*seg]: PxEntry, by bucket
+  uint64_t dots;       // float [N*M*seg][4]: each entry's corners' dot products
+  int32_t buckets;     // buckets of one (image, head): sum of (H+1)*(W+1)
+  int32_t seg;         // entries reserved for one (image, head): Lq*L*P
+  int32_t level_bucket[16];  // each level's first bucket
+};
+
+constexpr int kPxScanThreads = 1024;
+
+// A sample as the gather reads it: its index in loc's layout, its position
+// in pixels (level_xy) and its attention weight, as one 16-byte load.
+struct PxEntry {
+  int s;
+  float x, y, a;
+};
+
+__device__ __forceinline__ PxEntry load_entry(const MSDeformPxParams& p, int64_t pos) {
+  const int4 v = __ldg(reinterpret_cast<const int4*>(p.entries) + pos);
+  return PxEntry{v.x, __int_as_float(v.y), __int_as_float(v.z), __int_as_float(v.w)};
+}
+
+// Sample s's bucket (within its (image, head)) and that (image, head)'s
+// index, with the sample's pixel coordinates and level; false if it samples
+// nothing.
+struct PxSample {
+  int seg, bucket;
+  float x, y;
+  Level lv;
+};
+
+__device__ __forceinline__ bool px_sample(const MSDeformPxParams& p, int64_t s, PxSample* r) {
+  const MSDeformParams& a = p.a;
+  const int lp = a.l * a.p;
+  const int64_t qm = s / lp;  // (n*Lq + q)*M + m
+  const int l = static_cast<int>(s - qm * lp) / a.p;
+  const int m = static_cast<int>(qm % a.m);
+  const int n = static_cast<int>(qm / (static_cast<int64_t>(a.lq) * a.m));
+  r->lv = level_of(a, l);
+  level_xy(reinterpret_cast<const float*>(a.loc) + 2 * s, r->lv, &r->x, &r->y);
+  if (!grid_inside(r->y, r->x, r->lv.h, r->lv.w)) return false;
+  // The top-left corner, as bilinear() finds it: -1 .. h-1, -1 .. w-1.
+  const int y0 = static_cast<int>(floorf(r->y)), x0 = static_cast<int>(floorf(r->x));
+  r->seg = n * a.m + m;
+  r->bucket = p.level_bucket[l] + (y0 + 1) * (r->lv.w + 1) + x0 + 1;
+  return true;
+}
+
+__device__ __forceinline__ int* px_bounds(const MSDeformPxParams& p, int seg) {
+  return reinterpret_cast<int*>(p.bounds) + static_cast<int64_t>(seg) * (p.buckets + 1);
+}
+
+__device__ __forceinline__ void msdeform_px_count(const MSDeformPxParams& p) {
+  const MSDeformParams& a = p.a;
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= static_cast<int64_t>(a.n) * a.lq * a.m * a.l * a.p) return;
+  PxSample r;
+  if (px_sample(p, s, &r)) {
+    atomicAdd(px_bounds(p, r.seg) + 1 + r.bucket, 1);
+  } else {
+    // Nothing sampled: nothing to gather, zero gradients.
+    reinterpret_cast<float*>(a.grad_weight)[s] = 0.f;
+    reinterpret_cast<float2*>(a.grad_loc)[s] = make_float2(0.f, 0.f);
+  }
+}
+
+// bounds of segment blockIdx.x: on entry [0] is anything and [1+b] bucket
+// b's count; on exit [0] is the segment's first entry (seg*blockIdx.x) and
+// [1+b] bucket b's first entry (its count is added back by the placing, so
+// that afterwards [b] and [b+1] bound bucket b). The counts are scanned in
+// chunks of kPxScanThreads*4: each thread loads 4 consecutive ones, the
+// block scans the threads' sums (warps, then the warps' totals) and adds
+// the chunks before.
+__device__ __forceinline__ void msdeform_px_scan(const MSDeformPxParams& p) {
+  __shared__ int warp_total[kPxScanThreads / 32];
+  __shared__ int carry;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+  int* b = px_bounds(p, blockIdx.x);
+  if (tid == 0) carry = static_cast<int>(blockIdx.x) * p.seg, b[0] = carry;
+  for (int c0 = 0; c0 < p.buckets; c0 += 4 * kPxScanThreads) {
+    int v[4], run = 0;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = c0 + 4 * tid + u;
+      v[u] = i < p.buckets ? b[1 + i] : 0;
+      run += v[u];
+    }
+    int incl = run;
+#pragma unroll
+    for (int o = 1; o < 32; o *= 2) {
+      const int t = __shfl_sync(0xffffffffu, incl, (lane - o) & 31);
+      if (lane >= o) incl += t;
+    }
+    if (lane == 31) warp_total[warp] = incl;
+    __syncthreads();  // also: carry is set
+    if (warp == 0) {
+      int t = warp_total[lane];
+#pragma unroll
+      for (int o = 1; o < 32; o *= 2) {
+        const int x = __shfl_sync(0xffffffffu, t, (lane - o) & 31);
+        if (lane >= o) t += x;
+      }
+      warp_total[lane] = t;  // inclusive: warps 0..lane
+    }
+    __syncthreads();
+    int pos = carry + incl - run + (warp > 0 ? warp_total[warp - 1] : 0);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = c0 + 4 * tid + u;
+      if (i < p.buckets) b[1 + i] = pos;
+      pos += v[u];
+    }
+    __syncthreads();  // every thread has read carry and warp_total
+    if (tid == kPxScanThreads - 1) carry = pos;
+  }
+}
+
+__device__ __forceinline__ void msdeform_px_place(const MSDeformPxParams& p) {
+  const MSDeformParams& a = p.a;
+  const int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (s >= static_cast<int64_t>(a.n) * a.lq * a.m * a.l * a.p) return;
+  PxSample r;
+  if (!px_sample(p, s, &r)) return;
+  const int pos = atomicAdd(px_bounds(p, r.seg) + 1 + r.bucket, 1);
+  const float w = __ldg(reinterpret_cast<const float*>(a.weight) + s);
+  reinterpret_cast<int4*>(p.entries)[pos] =
+      make_int4(static_cast<int>(s), __float_as_int(r.x), __float_as_int(r.y), __float_as_int(w));
+}
+
+// Group kG lanes (D = 4*kG channels, 4 a lane) per (image, head, pixel);
+// see the top of this part. Each round the group takes kG of its pixel's
+// entries, one a lane: the lane loads it and works out its output gradient
+// row and its weight (attention weight times the corner's bilinear weight),
+// then every lane reads its 4 channels of all kG rows (kG 16-byte loads in
+// flight), adds them weighted to its pixel's gradient and dots them with its
+// pixel's value; the dots are reduce-scattered over the group so that the
+// lane that loaded an entry ends with its dot product and writes it.
+template <int kG>
+__device__ __forceinline__ void msdeform_px_gather(const MSDeformPxParams& p) {
+  const MSDeformParams& a = p.a;
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int lane = static_cast<int>(threadIdx.x) % kG;
+  int64_t gid = tid / kG;
+  // (level, image, head, pixel) of the group: coarse levels first.
+  int l = a.l - 1;
+  Level lv = level_of(a, l);
+  for (;;) {
+    const int64_t count = static_cast<int64_t>(a.n) * a.m * lv.h * lv.w;
+    if (gid < count || l == 0) break;
+    gid -= count;
+    lv = level_of(a, --l);
+  }
+  const int hw = lv.h * lv.w;
+  // Groups past the last pixel stay for the shuffles with no entries.
+  const bool valid = gid < static_cast<int64_t>(a.n) * a.m * hw;
+  const int seg = valid ? static_cast<int>(gid / hw) : 0;
+  const int pix = valid ? static_cast<int>(gid - static_cast<int64_t>(seg) * hw) : 0;
+  const int y = pix / lv.w, x = pix - (pix / lv.w) * lv.w;
+  const int n = seg / a.m, m = seg - (seg / a.m) * a.m;
+  // The entries of the 4 buckets, as two runs: above the pixel, the
+  // samples whose top-left corner is up-left (the pixel is their
+  // bottom-right corner, 3) then up (bottom-left, 2); on its row, left
+  // (top-right, 1) then its own (top-left, 0).
+  const int* bd = px_bounds(p, seg);
+  const int b = p.level_bucket[l] + (y + 1) * (lv.w + 1) + x + 1;
+  int up0 = 0, up1 = 0, up2 = 0, row0 = 0, row1 = 0, row2 = 0;
+  if (valid) {
+    up0 = __ldg(bd + b - lv.w - 2), up1 = __ldg(bd + b - lv.w - 1), up2 = __ldg(bd + b - lv.w);
+    row0 = __ldg(bd + b - 1), row1 = __ldg(bd + b), row2 = __ldg(bd + b + 1);
+  }
+  const int n_up = up2 - up0, total = n_up + row2 - row0;
+  // Every group of the warp runs as many rounds, for the shuffles.
+  int rounds = total;
+#pragma unroll
+  for (int o = kG; o < 32; o *= 2) rounds = max(rounds, __shfl_xor_sync(0xffffffffu, rounds, o));
+  const int64_t pix_off = ((static_cast<int64_t>(n) * a.s + lv.start + pix) * a.m + m) * a.d + 4 * lane;
+  const float4 v = valid ? __ldg(reinterpret_cast<const float4*>(reinterpret_cast<const float*>(a.value) + pix_off))
+                         : make_float4(0.f, 0.f, 0.f, 0.f);
+  const float* gout = reinterpret_cast<const float*>(a.grad_out) + 4 * lane;
+  const int lp = a.l * a.p;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i0 = 0; i0 < rounds; i0 += kG) {
+    // The lane's entry of this round.
+    const int e = i0 + lane;
+    int pos = 0, corner = 0;
+    const bool has = e < total;
+    if (e < n_up) {
+      pos = up0 + e, corner = pos < up1 ? 3 : 2;
+    } else if (has) {
+      pos = row0 + e - n_up, corner = pos < row1 ? 1 : 0;
+    }
+    int row = 0;
+    float w = 0.f;
+    if (has) {
+      const PxEntry en = load_entry(p, pos);
+      row = en.s / lp;  // (n*Lq + q)*M + m: the sample's output gradient row
+      const Taps<float> t = bilinear(en.y, en.x, lv.h, lv.w);
+      // (Selects, not t.w[corner]: an indexed array would live in local memory.)
+      w = en.a * (corner == 0 ? t.w[0] : corner == 1 ? t.w[1] : corner == 2 ? t.w[2] : t.w[3]);
+    }
+    float4 g[kG];
+#pragma unroll
+    for (int k = 0; k < kG; ++k) {
+      const int rk = __shfl_sync(0xffffffffu, row, k, kG);
+      g[k] = i0 + k < total ? __ldg(reinterpret_cast<const float4*>(gout + static_cast<int64_t>(rk) * a.d))
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    float dot[kG];
+#pragma unroll
+    for (int k = 0; k < kG; ++k) {
+      const float wk = __shfl_sync(0xffffffffu, w, k, kG);
+      acc.x += wk * g[k].x, acc.y += wk * g[k].y, acc.z += wk * g[k].z, acc.w += wk * g[k].w;
+      dot[k] = v.x * g[k].x + v.y * g[k].y + v.z * g[k].z + v.w * g[k].w;
+    }
+    // Reduce-scatter: after the step over lane bit o, a lane holds the sums
+    // over the lanes that differ from it in bits >= o of the dots whose
+    // index agrees with it in those bits; in the end, dot[0] is the sum of
+    // its own entry's.
+#pragma unroll
+    for (int o = kG / 2; o > 0; o /= 2) {
+      const bool upper = (lane & o) != 0;
+#pragma unroll
+      for (int j = 0; j < o; ++j) {
+        const float send = upper ? dot[j] : dot[j + o];
+        const float keep = upper ? dot[j + o] : dot[j];
+        dot[j] = keep + __shfl_xor_sync(0xffffffffu, send, o, kG);
+      }
+    }
+    if (has) reinterpret_cast<float*>(p.dots)[4 * static_cast<int64_t>(pos) + corner] = dot[0];
+  }
+  if (valid) *reinterpret_cast<float4*>(reinterpret_cast<float*>(a.grad_value) + pix_off) = acc;
+}
+
+// A thread per entry position: the location and attention weight
+// gradients of its sample from its corners' dot products with the output
+// gradient (channel_grads, summed over the channels first). Positions past
+// their (image, head)'s last entry hold nothing.
+__device__ __forceinline__ void msdeform_px_finish(const MSDeformPxParams& p) {
+  const MSDeformParams& a = p.a;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j >= static_cast<int64_t>(a.n) * a.m * p.seg) return;
+  const int seg = static_cast<int>(j / p.seg);
+  if (j >= __ldg(px_bounds(p, seg) + p.buckets)) return;
+  const PxEntry en = load_entry(p, j);
+  const int lp = a.l * a.p;
+  const Level lv = level_of(a, (en.s % lp) / a.p);
+  const Taps<float> t = bilinear(en.y, en.x, lv.h, lv.w);
+  const float4 d4 = __ldg(reinterpret_cast<const float4*>(p.dots) + j);
+  // Corners outside the map have no owner and no dot product: 0, as the
+  // scatter's zero values there.
+  const float d[4] = {t.in[0] ? d4.x : 0.f, t.in[1] ? d4.y : 0.f, t.in[2] ? d4.z : 0.f, t.in[3] ? d4.w : 0.f};
+  const float hy = 1.f - t.ly, hx = 1.f - t.lx;
+  reinterpret_cast<float*>(a.grad_weight)[en.s] = t.w[0] * d[0] + t.w[1] * d[1] + t.w[2] * d[2] + t.w[3] * d[3];
+  // x = loc_x*W - 0.5, so d/dloc_x = W * d/dx.
+  reinterpret_cast<float2*>(a.grad_loc)[en.s] =
+      make_float2(en.a * static_cast<float>(lv.w) * (hy * (d[1] - d[0]) + t.ly * (d[3] - d[2])),
+                  en.a * static_cast<float>(lv.h) * (hx * (d[2] - d[0]) + t.lx * (d[3] - d[1])));
+}
+
 }  // namespace stheno
 
 // msdeform_sm90a.cu includes this file for its templates with
@@ -905,5 +1212,21 @@ STHENO_BWD_R(msdeform_backward_f64_v2_r16_h, double, 16, 2, true, 1)
 STHENO_BWD_R(msdeform_backward_f64_v4_r4_h, double, 4, 4, true, 1)
 STHENO_BWD_R(msdeform_backward_f64_v4_r8_h, double, 8, 4, true, 1)
 STHENO_BWD_R(msdeform_backward_f64_v4_r8, double, 8, 4, false, 1)
+}
+// The backward by pixel (see MSDeformPxParams): float32, D = 32.
+extern "C" {
+__global__ void __launch_bounds__(256) msdeform_px_count_f32(stheno::MSDeformPxParams p) { stheno::msdeform_px_count(p); }
+__global__ void __launch_bounds__(stheno::kPxScanThreads) msdeform_px_scan(stheno::MSDeformPxParams p) {
+  stheno::msdeform_px_scan(p);
+}
+__global__ void __launch_bounds__(256) msdeform_px_place_f32(stheno::MSDeformPxParams p) { stheno::msdeform_px_place(p); }
+__global__ void __launch_bounds__(256) msdeform_px_gather_f32_d32(stheno::MSDeformPxParams p) {
+  stheno::msdeform_px_gather<8>(p);
+}
+// Registers capped for 4 blocks per SM (64).
+__global__ void __launch_bounds__(256, 4) msdeform_px_gather_f32_d32_b4(stheno::MSDeformPxParams p) {
+  stheno::msdeform_px_gather<8>(p);
+}
+__global__ void __launch_bounds__(256) msdeform_px_finish_f32(stheno::MSDeformPxParams p) { stheno::msdeform_px_finish(p); }
 }
 #endif  // STHENO_MSDEFORM_TEMPLATES_ONLY
