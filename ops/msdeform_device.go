@@ -87,18 +87,12 @@ var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
 // 0.84-0.86 ms against v4_r4_h_b3's 1.41 on the same H200 (q4_r4_h 0.87,
 // q4_r8_h_b3 0.97, q4_r4_h_b4 1.18 spilling, q4_r2_h_b3 0.88, q4_r4_b3
 // queries fastest 1.01).
-//
-// px says whether the backward by pixel can take the shape (pxFits); where it
-// can, it is the backward (msDeformPxBackward, msdeform_px_*).
-func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned, quad, ordered, px bool) msDeformKernel {
+func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned, quad, ordered bool) msDeformKernel {
 	if msDeformKernelOverride != nil {
 		return msDeformKernelOverride(backward, dt)
 	}
 	sfx := dtypeSuffix(dt)
 	if backward {
-		if px {
-			return msDeformKernel{msDeformPxBackward, 4}
-		}
 		if dt == tensor.Float32 && quad && d%4 == 0 && aligned {
 			return msDeformKernel{msDeformQuadBackward, 4}
 		}
@@ -175,26 +169,7 @@ func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, arg
 	// pointer is 0).
 	aligned := (args.Value|args.Out|args.GradValue)%16 == 0
 	quad := backward && s.dt == tensor.Float32 && s.d%4 == 0 && aligned && msDeformQuad(dev)
-	pxErr := s.pxFits(aligned)
-	kv := msDeformKernelFor(backward, s.dt, s.d, aligned, quad, !backward && s.sortsQueries(), backward && pxErr == nil)
-	if gather, ok := strings.CutPrefix(kv.name, msDeformPxBackward); ok {
-		if pxErr != nil {
-			return fmt.Errorf("ops: %s: %s: %w", op, kv.name, pxErr)
-		}
-		return s.launchPx(op, dev, args, gather)
-	}
-	if backward {
-		// The scatter kernels add into grad_value: zero it first. (They write
-		// every location and weight gradient.)
-		var zero any = float64(0)
-		if s.dt == tensor.Float32 {
-			zero = float32(0)
-		}
-		size := int64(s.valueShape().TotalSize()) * int64(s.dt.Size())
-		if err := dev.Engine().Memset(backend.Memory{Ptr: args.GradValue, Size: size}, zero); err != nil {
-			return fmt.Errorf("ops: %s: %w", op, err)
-		}
-	}
+	kv := msDeformKernelFor(backward, s.dt, s.d, aligned, quad, !backward && s.sortsQueries())
 	k, err := dev.Kernel(msDeformModule(kv.name), kv.name)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
@@ -422,6 +397,15 @@ func (op *msDeformAttnGradOp) doDevice(dev *backend.Device, prealloc G.Value, in
 	args.GradValue = packedPtr
 	args.GradLoc = packedPtr + backend.DevicePtr(nv)*size
 	args.GradWeight = args.GradLoc + backend.DevicePtr(nl)*size
+	// Only the value gradient is a scatter that needs zeroing: the kernel
+	// writes every location and weight gradient.
+	var zero any = float64(0)
+	if op.dt == tensor.Float32 {
+		zero = float32(0)
+	}
+	if err := dev.Engine().Memset(backend.Memory{Ptr: packedPtr, Size: int64(nv) * int64(size)}, zero); err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", name, err)
+	}
 	if err := op.launch(name, dev, true, args); err != nil {
 		return nil, err
 	}

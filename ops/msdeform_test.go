@@ -709,29 +709,26 @@ func TestMSDeformKernelFor(t *testing.T) {
 		dt                     tensor.Dtype
 		d                      int
 		aligned, quad, ordered bool
-		px                     bool
 		want, wantMod          string
 	}{
-		{true, tensor.Float32, 32, true, true, false, true, msDeformPxBackward, "msdeform"},
-		{false, tensor.Float32, 32, true, true, false, true, "msdeform_forward_f32_v4_s_b5", "msdeform"},
-		{true, tensor.Float32, 32, true, true, false, false, msDeformQuadBackward, "msdeform_sm90a"},
-		{true, tensor.Float32, 32, true, false, false, false, "msdeform_backward_f32_v4_r4_h_b3", "msdeform"},
-		{true, tensor.Float32, 30, true, true, false, false, "msdeform_backward_f32_v4_r4_h_b3", "msdeform"},
-		{true, tensor.Float32, 32, false, true, false, false, "msdeform_backward_f32_v4_r4_h_b3", "msdeform"},
-		{true, tensor.Float64, 32, true, true, false, false, "msdeform_backward_f64_v4_r4_h", "msdeform"},
-		{false, tensor.Float32, 32, true, true, false, false, "msdeform_forward_f32_v4_s_b5", "msdeform"},
-		{false, tensor.Float32, 30, true, true, false, false, "msdeform_forward_f32_v1_s", "msdeform"},
-		{false, tensor.Float32, 32, true, true, true, false, "msdeform_forward_f32_v4_s_o", "msdeform"},
-		{false, tensor.Float32, 30, true, true, true, false, "msdeform_forward_f32_v1_s_o", "msdeform"},
-		{false, tensor.Float64, 32, true, false, true, false, "msdeform_forward_f64_v2_s_o", "msdeform"},
-		{false, tensor.Float64, 32, false, false, true, false, "msdeform_forward_f64_v1_s_o", "msdeform"},
-		{false, tensor.Float64, 32, true, false, false, false, "msdeform_forward_f64_v2_s", "msdeform"},
+		{true, tensor.Float32, 32, true, true, false, msDeformQuadBackward, "msdeform_sm90a"},
+		{true, tensor.Float32, 32, true, false, false, "msdeform_backward_f32_v4_r4_h_b3", "msdeform"},
+		{true, tensor.Float32, 30, true, true, false, "msdeform_backward_f32_v4_r4_h_b3", "msdeform"},
+		{true, tensor.Float32, 32, false, true, false, "msdeform_backward_f32_v4_r4_h_b3", "msdeform"},
+		{true, tensor.Float64, 32, true, true, false, "msdeform_backward_f64_v4_r4_h", "msdeform"},
+		{false, tensor.Float32, 32, true, true, false, "msdeform_forward_f32_v4_s_b5", "msdeform"},
+		{false, tensor.Float32, 30, true, true, false, "msdeform_forward_f32_v1_s", "msdeform"},
+		{false, tensor.Float32, 32, true, true, true, "msdeform_forward_f32_v4_s_o", "msdeform"},
+		{false, tensor.Float32, 30, true, true, true, "msdeform_forward_f32_v1_s_o", "msdeform"},
+		{false, tensor.Float64, 32, true, false, true, "msdeform_forward_f64_v2_s_o", "msdeform"},
+		{false, tensor.Float64, 32, false, false, true, "msdeform_forward_f64_v1_s_o", "msdeform"},
+		{false, tensor.Float64, 32, true, false, false, "msdeform_forward_f64_v2_s", "msdeform"},
 	}
 	for _, c := range cases {
-		k := msDeformKernelFor(c.backward, c.dt, c.d, c.aligned, c.quad, c.ordered, c.px)
+		k := msDeformKernelFor(c.backward, c.dt, c.d, c.aligned, c.quad, c.ordered)
 		if k.name != c.want || msDeformModule(k.name) != c.wantMod || k.ordered() != c.ordered {
-			t.Errorf("msDeformKernelFor(backward %v, %v, D %d, aligned %v, quad %v, ordered %v, px %v) = %s in %s, want %s in %s",
-				c.backward, c.dt, c.d, c.aligned, c.quad, c.ordered, c.px, k.name, msDeformModule(k.name), c.want, c.wantMod)
+			t.Errorf("msDeformKernelFor(backward %v, %v, D %d, aligned %v, quad %v, ordered %v) = %s in %s, want %s in %s",
+				c.backward, c.dt, c.d, c.aligned, c.quad, c.ordered, k.name, msDeformModule(k.name), c.want, c.wantMod)
 		}
 	}
 }

@@ -90,18 +90,6 @@ inline T min(T a, T b) { return b < a ? b : a; }
 template <class T>
 inline T max(T a, T b) { return a < b ? b : a; }
 
-// Bit casts between float and int.
-inline float __int_as_float(int i) {
-  float f;
-  memcpy(&f, &i, sizeof f);
-  return f;
-}
-inline int __float_as_int(float f) {
-  int i;
-  memcpy(&i, &f, sizeof i);
-  return i;
-}
-
 // __ldg: a plain load on the host.
 template <class V>
 inline V __ldg(const V* p) { return *p; }

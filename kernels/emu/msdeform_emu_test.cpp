@@ -231,70 +231,6 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
   return ok;
 }
 
-// The backward by pixel (msdeform_px_*, float32, D = 32, at most 16
-// levels): the five launches as ops queues them, every output poisoned with
-// NaN first (grad_value too: the gather writes all of it), against the
-// double reference.
-static bool run_px(const Case& c, void (*gather)(stheno::MSDeformPxParams), const char* name) {
-  const int L = c.levels.size();
-  std::vector<int> start;
-  int s = 0;
-  for (auto& lv : c.levels) start.push_back(s), s += lv.first * lv.second;
-  const size_t nv = (size_t)c.n * s * c.m * c.d, nw = (size_t)c.n * c.lq * c.m * L * c.p,
-               no = (size_t)c.n * c.lq * c.m * c.d;
-  std::mt19937_64 saved = rng;
-  rng.seed(std::hash<std::string>{}(c.name));
-  std::vector<double> value = randv(nv, -1, 1), loc = randv(2 * nw, c.lo, c.hi), wgt = randv(nw, 0, 1),
-                      gout = randv(no, -1, 1);
-  rng = saved;
-  if (c.nan_loc)
-    for (size_t j = 0; j < loc.size(); j += 7) loc[j] = NAN;
-  auto cast = [](std::vector<double>& v) {
-    std::vector<float> r(v.size());
-    for (size_t i = 0; i < v.size(); ++i) r[i] = static_cast<float>(v[i]), v[i] = r[i];
-    return r;
-  };
-  std::vector<float> tv = cast(value), tl = cast(loc), tw = cast(wgt), tg = cast(gout);
-  std::vector<double> gv, gl, gw;
-  reference(c, s, start, value, loc, wgt, gout, gv, gl, gw);
-  std::vector<float> ov(nv, NAN), ol(2 * nw, NAN), ow(nw, NAN);
-  stheno::MSDeformPxParams p;
-  memset(&p, 0, sizeof p);
-  p.a.value = (uint64_t)tv.data(), p.a.loc = (uint64_t)tl.data(), p.a.weight = (uint64_t)tw.data();
-  p.a.grad_out = (uint64_t)tg.data(), p.a.grad_value = (uint64_t)ov.data(), p.a.grad_loc = (uint64_t)ol.data();
-  p.a.grad_weight = (uint64_t)ow.data();
-  int buckets = 0;
-  for (int l = 0; l < L; ++l) {
-    p.a.inline_levels[3 * l] = c.levels[l].first, p.a.inline_levels[3 * l + 1] = c.levels[l].second;
-    p.a.inline_levels[3 * l + 2] = start[l];
-    p.level_bucket[l] = buckets;
-    buckets += (c.levels[l].first + 1) * (c.levels[l].second + 1);
-  }
-  p.a.n = c.n, p.a.s = s, p.a.m = c.m, p.a.d = c.d, p.a.lq = c.lq, p.a.l = L, p.a.p = c.p, p.a.group = 8;
-  p.buckets = buckets, p.seg = c.lq * L * c.p;
-  const size_t segs = (size_t)c.n * c.m, slots = segs * p.seg;
-  // Exact sizes, so that AddressSanitizer sees a read or write past them.
-  // The counts start at 0 (ops zeroes them); the rest is poisoned.
-  std::unique_ptr<int[]> bounds(new int[segs * (buckets + 1)]());
-  std::unique_ptr<int4[]> entries(new int4[slots]);
-  std::unique_ptr<float[]> dots(new float[4 * slots]);
-  memset(entries.get(), 0xff, slots * sizeof(int4));
-  for (size_t i = 0; i < 4 * slots; ++i) dots[i] = NAN;
-  p.bounds = (uint64_t)bounds.get(), p.entries = (uint64_t)entries.get(), p.dots = (uint64_t)dots.get();
-  const unsigned per_sample = (nw + 255) / 256, groups = (segs * s * 8 + 255) / 256, per_slot = (slots + 255) / 256;
-  emu::launch(msdeform_px_count_f32, dim3(per_sample), dim3(256), 0, p);
-  emu::launch(msdeform_px_scan, dim3(segs), dim3(stheno::kPxScanThreads), 0, p);
-  emu::launch(msdeform_px_place_f32, dim3(per_sample), dim3(256), 0, p);
-  emu::launch(gather, dim3(groups), dim3(256), 0, p);
-  emu::launch(msdeform_px_finish_f32, dim3(per_slot), dim3(256), 0, p);
-  const double tabs = 1e-5, trel = 1e-4;  // TolParity32
-  const Err ev = compare(ov, gv, tabs, trel), el = compare(ol, gl, tabs, trel), ew = compare(ow, gw, tabs, trel);
-  const bool ok = ev.bad + el.bad + ew.bad == 0;
-  printf("%-4s %-28s %-34s maxabs value %.2e loc %.2e weight %.2e | worst/tol %.3f %.3f %.3f\n", ok ? "ok" : "FAIL",
-         c.name.c_str(), name, ev.abs, el.abs, ew.abs, ev.worst, el.worst, ew.worst);
-  return ok;
-}
-
 // msdeform_query_cells, _starts and _place on nq queries per image (n images, stride elements
 // apart, a bands x cols grid): each image's order must be a permutation of
 // its queries whose cells, computed here as the kernel defines them, never
@@ -358,12 +294,6 @@ int main(int argc, char** argv) {
       {"D=100 M3 L3 P2", 1, 4, 3, 100, {{3, 5}, {2, 3}, {1, 1}}, 2, -0.2, 1.2, false},
       {"D=3 M5 L2 P4", 2, 5, 5, 3, {{3, 5}, {4, 3}}, 4, -0.2, 1.2, false},
       {"D=12 M8 L4 P4", 1, 6, 8, 12, {{7, 9}, {5, 3}, {3, 5}, {1, 2}}, 4, -0.2, 1.2, false},
-      // Many samples on few pixels (several rounds of a group), and a
-      // level with more buckets than one chunk of msdeform_px_scan.
-      {"crowded D32 M2 2x2", 2, 20, 2, 32, {{2, 2}, {1, 3}}, 4, -0.3, 1.3, false},
-      {"16 levels 16x16 D32 M1", 1, 10, 1, 32, {{16, 16}, {16, 16}, {16, 16}, {16, 16}, {16, 16}, {16, 16}, {16, 16}, {16, 16},
-                                                {16, 16}, {16, 16}, {16, 16}, {16, 16}, {16, 16}, {16, 16}, {16, 16}, {16, 16}},
-       2, -0.1, 1.1, false},
   };
   for (auto& c : cases)
     if (c.levels.empty())
@@ -418,15 +348,7 @@ int main(int argc, char** argv) {
                         run_order<double>(1, 2000, 2, 1, 1)};
     for (bool ok : oks) ++runs, failed += !ok;
   }
-  const bool px = only.empty() || std::any_of(only.begin(), only.end(), [](const std::string& o) {
-    return std::string("msdeform_px_*").find(o) != std::string::npos;
-  });
   for (auto& c : cases) {
-    if (px && c.d == 32 && c.levels.size() <= 16) {
-      runs += 2;
-      failed += !run_px(c, msdeform_px_gather_f32_d32, "msdeform_px_* (gather _d32)");
-      failed += !run_px(c, msdeform_px_gather_f32_d32_b4, "msdeform_px_* (gather _d32_b4)");
-    }
     for (const auto* set : {&f32, &f64})
       for (const auto& kv : *set) {
         if (!only.empty() && std::none_of(only.begin(), only.end(), [&](const std::string& o) {
