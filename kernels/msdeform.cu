@@ -346,14 +346,9 @@ __device__ __forceinline__ void scatter_merge(const T (&older)[3], T (&newer)[3]
 // reduction (red.global.v4.f32.add, PTX ISA 8.1) per corner: a quarter of
 // the atomic instructions, each a whole 16 bytes, so a group's covers 128
 // contiguous bytes of a pixel instead of one 32-byte sector.
-//
-// kPart (kQuad only) splits the work between two launches: bit 1, the
-// location and weight gradients (the corner loads and the channel sums),
-// bit 2, the value gradient (the reductions). 3 does both.
-template <typename T, int kK, int kV, int kG, bool kHeads, bool kQuad = false, int kPart = 3>
+template <typename T, int kK, int kV, int kG, bool kHeads, bool kQuad = false>
 __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformParams& p) {
   static_assert(!kQuad || (kV == 4 && sizeof(T) == 4), "kQuad: float, 4 channels per lane");
-  static_assert(kPart == 3 || (kQuad && (kPart == 1 || kPart == 2)), "kPart: 1 or 2 with kQuad only");
   static_assert(kK > 0 && (kK & (kK - 1)) == 0 && kK <= kG, "kK: a power of two, at most the group");
   constexpr int kCopies = kG / kK;  // lanes left holding each point's sums
   constexpr int kLevels = kK == 1 ? 0 : kK == 2 ? 1 : kK == 4 ? 2 : kK == 8 ? 3 : kK == 16 ? 4 : 5;
@@ -420,23 +415,21 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
           auto quad = [&](int dd, const T (&g)[4]) {
             const char* vd = value + dd * static_cast<int64_t>(sizeof(T));
             char* gd = gvalue + dd * static_cast<int64_t>(sizeof(T));
-            if constexpr ((kPart & 1) != 0) {
-              float4 v4[4];
+            float4 v4[4];
 #pragma unroll
-              for (int c = 0; c < 4; ++c) {
-                v4[c] = t.in[c] ? __ldg(reinterpret_cast<const float4*>(vd + off[c])) : make_float4(0.f, 0.f, 0.f, 0.f);
-              }
-              const T v[4][4] = {{v4[0].x, v4[1].x, v4[2].x, v4[3].x},
-                                 {v4[0].y, v4[1].y, v4[2].y, v4[3].y},
-                                 {v4[0].z, v4[1].z, v4[2].z, v4[3].z},
-                                 {v4[0].w, v4[1].w, v4[2].w, v4[3].w}};
-#pragma unroll
-              for (int j = 0; j < 4; ++j) channel_grads(t, v[j], g[j], g[j] * aw, g[j] * ah, &cur[0], &cur[1], &cur[2]);
+            for (int c = 0; c < 4; ++c) {
+              v4[c] = t.in[c] ? __ldg(reinterpret_cast<const float4*>(vd + off[c])) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
+            const T v[4][4] = {{v4[0].x, v4[1].x, v4[2].x, v4[3].x},
+                               {v4[0].y, v4[1].y, v4[2].y, v4[3].y},
+                               {v4[0].z, v4[1].z, v4[2].z, v4[3].z},
+                               {v4[0].w, v4[1].w, v4[2].w, v4[3].w}};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) channel_grads(t, v[j], g[j], g[j] * aw, g[j] * ah, &cur[0], &cur[1], &cur[2]);
             const T tg[4] = {g[0] * a, g[1] * a, g[2] * a, g[3] * a};
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
-              if ((kPart & 2) != 0 && t.in[c]) {
+              if (t.in[c]) {
                 red_add_v4(reinterpret_cast<float*>(gd + off[c]), t.w[c] * tg[0], t.w[c] * tg[1], t.w[c] * tg[2],
                            t.w[c] * tg[3]);
               }
@@ -472,56 +465,52 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
         }
       }
       if (++pt == p.p) pt = 0, ++l;
-      if constexpr ((kPart & 1) != 0) {  // (else no location or weight gradients)
-        // Merge cur up the tree for every trailing 1 bit of k (k is a
-        // constant here: the tree indices and lane bits are too).
-        bool placed = false;
+      // Merge cur up the tree for every trailing 1 bit of k (k is a
+      // constant here: the tree indices and lane bits are too).
+      bool placed = false;
 #pragma unroll
-        for (int lvl = 0; lvl < kLevels; ++lvl) {
-          if (!placed) {
-            if ((k >> lvl) & 1) {
-              scatter_merge(tree[lvl], cur, lane, kCopies << lvl);
-            } else {
+      for (int lvl = 0; lvl < kLevels; ++lvl) {
+        if (!placed) {
+          if ((k >> lvl) & 1) {
+            scatter_merge(tree[lvl], cur, lane, kCopies << lvl);
+          } else {
 #pragma unroll
-              for (int j = 0; j < 3; ++j) tree[lvl][j] = cur[j];
-              placed = true;
-            }
+            for (int j = 0; j < 3; ++j) tree[lvl][j] = cur[j];
+            placed = true;
           }
         }
-        if (!placed) {
+      }
+      if (!placed) {
 #pragma unroll
-          for (int j = 0; j < 3; ++j) top[j] = cur[j];
-        }
+        for (int j = 0; j < 3; ++j) top[j] = cur[j];
       }
     }
-    if constexpr ((kPart & 1) != 0) {
-      // The lanes holding the same point's sums add them up.
+    // The lanes holding the same point's sums add them up.
 #pragma unroll
-      for (int o = kCopies >> 1; o > 0; o >>= 1) {
+    for (int o = kCopies >> 1; o > 0; o >>= 1) {
 #pragma unroll
-        for (int j = 0; j < 3; ++j) top[j] += __shfl_xor_sync(0xffffffffu, top[j], o);
-      }
-      const int i = i0 + lane / kCopies;
-      // Points that sample nothing get 0, like every lane's share of them.
-      if (valid && i < lp) {
-        const int copy = lane % kCopies;
-        if (copy == 0) gwgt[i] = top[0];
-        if (copy == kCopies - 1) gloc[2 * i] = top[1], gloc[2 * i + 1] = top[2];
-      }
+      for (int j = 0; j < 3; ++j) top[j] += __shfl_xor_sync(0xffffffffu, top[j], o);
+    }
+    const int i = i0 + lane / kCopies;
+    // Points that sample nothing get 0, like every lane's share of them.
+    if (valid && i < lp) {
+      const int copy = lane % kCopies;
+      if (copy == 0) gwgt[i] = top[0];
+      if (copy == kCopies - 1) gloc[2 * i] = top[1], gloc[2 * i + 1] = top[2];
     }
   }
 }
 
 // Chunks of kK points, fewer for groups of fewer lanes.
-template <typename T, int kK, int kV, bool kHeads, bool kQuad = false, int kPart = 3>
+template <typename T, int kK, int kV, bool kHeads, bool kQuad = false>
 __device__ void msdeform_backward_scatter(const MSDeformParams& p) {
   switch (p.group) {
-    case 32: msdeform_backward_scatter_group<T, (kK < 32 ? kK : 32), kV, 32, kHeads, kQuad, kPart>(p); break;
-    case 16: msdeform_backward_scatter_group<T, (kK < 16 ? kK : 16), kV, 16, kHeads, kQuad, kPart>(p); break;
-    case 8: msdeform_backward_scatter_group<T, (kK < 8 ? kK : 8), kV, 8, kHeads, kQuad, kPart>(p); break;
-    case 4: msdeform_backward_scatter_group<T, (kK < 4 ? kK : 4), kV, 4, kHeads, kQuad, kPart>(p); break;
-    case 2: msdeform_backward_scatter_group<T, (kK < 2 ? kK : 2), kV, 2, kHeads, kQuad, kPart>(p); break;
-    default: msdeform_backward_scatter_group<T, 1, kV, 1, kHeads, kQuad, kPart>(p); break;
+    case 32: msdeform_backward_scatter_group<T, (kK < 32 ? kK : 32), kV, 32, kHeads, kQuad>(p); break;
+    case 16: msdeform_backward_scatter_group<T, (kK < 16 ? kK : 16), kV, 16, kHeads, kQuad>(p); break;
+    case 8: msdeform_backward_scatter_group<T, (kK < 8 ? kK : 8), kV, 8, kHeads, kQuad>(p); break;
+    case 4: msdeform_backward_scatter_group<T, (kK < 4 ? kK : 4), kV, 4, kHeads, kQuad>(p); break;
+    case 2: msdeform_backward_scatter_group<T, (kK < 2 ? kK : 2), kV, 2, kHeads, kQuad>(p); break;
+    default: msdeform_backward_scatter_group<T, 1, kV, 1, kHeads, kQuad>(p); break;
   }
 }
 

@@ -25,20 +25,7 @@
     stheno::msdeform_backward_scatter<float, K, 4, H, true>(p);              \
   }
 
-// The backward in two launches (ops' _split): the location and weight
-// gradients with queries fastest (neighbouring groups load neighbouring
-// corners of one head's map: L1 hits; no atomics to collide), then the
-// value gradient's reductions with heads fastest (neighbouring groups add
-// to different heads' channels).
-#define STHENO_BWD_QP(name, K, H, B, PART)                                   \
-  __global__ void __launch_bounds__(256, B) name(stheno::MSDeformParams p) { \
-    stheno::msdeform_backward_scatter<float, K, 4, H, true, PART>(p);        \
-  }
-
 extern "C" {
-STHENO_BWD_QP(msdeform_backward_f32_q4_r4_b3_grads, 4, false, 3, 1)
-STHENO_BWD_QP(msdeform_backward_f32_q4_h_b3_values, 4, true, 3, 2)
-STHENO_BWD_QP(msdeform_backward_f32_q4_h_b4_values, 4, true, 4, 2)
 STHENO_BWD_Q(msdeform_backward_f32_q4_r4_h, 4, true, 2)
 STHENO_BWD_Q(msdeform_backward_f32_q4_r4_h_b3, 4, true, 3)
 STHENO_BWD_Q(msdeform_backward_f32_q4_r4_h_b4, 4, true, 4)

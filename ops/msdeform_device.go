@@ -170,14 +170,9 @@ func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, arg
 	aligned := (args.Value|args.Out|args.GradValue)%16 == 0
 	quad := backward && s.dt == tensor.Float32 && s.d%4 == 0 && aligned && msDeformQuad(dev)
 	kv := msDeformKernelFor(backward, s.dt, s.d, aligned, quad, !backward && s.sortsQueries())
-	names := msDeformLaunches(kv.name)
-	ks := make([]*backend.Kernel, len(names))
-	for i, name := range names {
-		k, err := dev.Kernel(msDeformModule(name), name)
-		if err != nil {
-			return fmt.Errorf("ops: %s: %w", op, err)
-		}
-		ks[i] = k
+	k, err := dev.Kernel(msDeformModule(kv.name), kv.name)
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	if kv.ordered() {
 		order, err := s.queryOrder(op, dev, args.Loc)
@@ -216,28 +211,10 @@ func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, arg
 		Grid:  backend.Dim3{X: uint32(blocks), Y: 1, Z: 1},
 		Block: backend.Dim3{X: msDeformBlock, Y: 1, Z: 1},
 	}
-	for _, k := range ks {
-		if err := backend.Launch(k, cfg, args); err != nil {
-			return fmt.Errorf("ops: %s: %w", op, err)
-		}
+	if err := backend.Launch(k, cfg, args); err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	return nil
-}
-
-// msDeformLaunches is the kernels a variant runs, in order: the variant
-// itself, or for a _split backward (msdeform_sm90a.cu) its two halves, the
-// location and weight gradients with queries fastest, then the value
-// gradient with heads fastest (_split_b4: registers for 4 blocks per SM in
-// the second).
-func msDeformLaunches(name string) []string {
-	base, b, ok := strings.Cut(name, "_split")
-	if !ok {
-		return []string{name}
-	}
-	if b == "" {
-		b = "_b3"
-	}
-	return []string{base + "_r4_b3_grads", base + "_h" + b + "_values"}
 }
 
 func (op *msDeformAttnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {

@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
@@ -730,23 +729,6 @@ func TestMSDeformKernelFor(t *testing.T) {
 		if k.name != c.want || msDeformModule(k.name) != c.wantMod || k.ordered() != c.ordered {
 			t.Errorf("msDeformKernelFor(backward %v, %v, D %d, aligned %v, quad %v, ordered %v) = %s in %s, want %s in %s",
 				c.backward, c.dt, c.d, c.aligned, c.quad, c.ordered, k.name, msDeformModule(k.name), c.want, c.wantMod)
-		}
-	}
-}
-
-// A _split backward is its two launches; any other variant, itself.
-func TestMSDeformLaunches(t *testing.T) {
-	for name, want := range map[string][]string{
-		"msdeform_backward_f32_q4_split":    {"msdeform_backward_f32_q4_r4_b3_grads", "msdeform_backward_f32_q4_h_b3_values"},
-		"msdeform_backward_f32_q4_split_b4": {"msdeform_backward_f32_q4_r4_b3_grads", "msdeform_backward_f32_q4_h_b4_values"},
-		msDeformQuadBackward:                {msDeformQuadBackward},
-		"msdeform_forward_f32_v4_s_b5":      {"msdeform_forward_f32_v4_s_b5"},
-	} {
-		if got := msDeformLaunches(name); !slices.Equal(got, want) {
-			t.Errorf("msDeformLaunches(%s) = %v, want %v", name, got, want)
-		}
-		if m := msDeformModule(name); m != msDeformModule(msDeformLaunches(name)[0]) {
-			t.Errorf("%s: module %s, its first launch's %s", name, m, msDeformModule(msDeformLaunches(name)[0]))
 		}
 	}
 }

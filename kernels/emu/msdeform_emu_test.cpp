@@ -20,17 +20,6 @@
 
 using stheno::MSDeformParams;
 
-// ops' _split backward: its two launches, which write disjoint outputs, run
-// one after the other by every thread.
-static void msdeform_backward_f32_q4_split(MSDeformParams p) {
-  msdeform_backward_f32_q4_r4_b3_grads(p);
-  msdeform_backward_f32_q4_h_b3_values(p);
-}
-static void msdeform_backward_f32_q4_split_b4(MSDeformParams p) {
-  msdeform_backward_f32_q4_r4_b3_grads(p);
-  msdeform_backward_f32_q4_h_b4_values(p);
-}
-
 struct Case {
   std::string name;
   int n, lq, m, d;
@@ -339,7 +328,7 @@ int main(int argc, char** argv) {
       B(msdeform_backward_f32_v4_r4_h, 4),   B(msdeform_backward_f32_v4_r4_h_b3, 4),   B(msdeform_backward_f32_v4_r8_h, 4),   B(msdeform_backward_f32_v4_r8, 4),
       // msdeform_sm90a.cu's (vector reductions; D % 4 == 0 only).
       Q(msdeform_backward_f32_q4_r4_h),      Q(msdeform_backward_f32_q4_r4_h_b3),   Q(msdeform_backward_f32_q4_r4_h_b4),
-      Q(msdeform_backward_f32_q4_r8_h_b3),   Q(msdeform_backward_f32_q4_split),     Q(msdeform_backward_f32_q4_split_b4),
+      Q(msdeform_backward_f32_q4_r8_h_b3),
   };
   const std::vector<Kernel> f64 = {
       F(msdeform_forward_f64_v1_s, 1),       F(msdeform_forward_f64_v2_s, 2),       FO(msdeform_forward_f64_v1_s_o, 1),
