@@ -87,13 +87,10 @@ __device__ __forceinline__ T sample_coord(T start, int b, T bin, int i, int grid
 // the normalised location has been mapped to pixels (loc*size - 0.5): a point
 // whose four corners all lie outside contributes nothing (returns false).
 template <typename T>
-__device__ __forceinline__ bool grid_inside(T y, T x, int h, int w) {
-  return y > T(-1) && y < static_cast<T>(h) && x > T(-1) && x < static_cast<T>(w);
-}
-
-template <typename T>
 __device__ __forceinline__ bool grid_taps(T y, T x, int h, int w, Taps<T>* t) {
-  if (!grid_inside(y, x, h, w)) return false;
+  if (!(y > T(-1) && y < static_cast<T>(h) && x > T(-1) && x < static_cast<T>(w))) {
+    return false;
+  }
   *t = bilinear(y, x, h, w);
   return true;
 }

@@ -71,15 +71,9 @@ __device__ __forceinline__ T group_sum(T v, int group) {
 // The pixel position of a normalised location on a level:
 // grid_sample(align_corners=False) maps loc to loc*size - 0.5.
 template <typename T>
-__device__ __forceinline__ void level_xy(const T* loc, const Level& lv, T* x, T* y) {
-  *x = loc[0] * static_cast<T>(lv.w) - T(0.5);
-  *y = loc[1] * static_cast<T>(lv.h) - T(0.5);
-}
-
-template <typename T>
 __device__ __forceinline__ bool level_taps(const T* loc, const Level& lv, Taps<T>* t) {
-  T x, y;
-  level_xy(loc, lv, &x, &y);
+  const T x = loc[0] * static_cast<T>(lv.w) - T(0.5);
+  const T y = loc[1] * static_cast<T>(lv.h) - T(0.5);
   return grid_taps(y, x, lv.h, lv.w, t);
 }
 
@@ -325,50 +319,6 @@ __device__ __forceinline__ void scatter_merge(const T (&older)[3], T (&newer)[3]
   }
 }
 
-// Point k of a chunk (k a constant: the tree indices and lane bits are
-// too) enters the reduce-scatter of msdeform_backward_scatter_group: cur is
-// merged up the tree for every trailing 1 bit of k; the chunk's last point
-// leaves the whole chunk's sums in top.
-template <typename T, int kLevels, int kCopies>
-__device__ __forceinline__ void scatter_push(T (&tree)[kLevels > 0 ? kLevels : 1][3], T (&top)[3], T (&cur)[3],
-                                             int lane, int k) {
-  bool placed = false;
-#pragma unroll
-  for (int lvl = 0; lvl < kLevels; ++lvl) {
-    if (!placed) {
-      if ((k >> lvl) & 1) {
-        scatter_merge(tree[lvl], cur, lane, kCopies << lvl);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 3; ++j) tree[lvl][j] = cur[j];
-        placed = true;
-      }
-    }
-  }
-  if (!placed) {
-#pragma unroll
-    for (int j = 0; j < 3; ++j) top[j] = cur[j];
-  }
-}
-
-// The end of a chunk: the kCopies lanes holding the same point's sums add
-// them up, and one writes its weight gradient (*gw) and another its
-// location gradient (gl[0..1]) if has (points that sample nothing get 0,
-// like every lane's share of them). All lanes of the warp call it.
-template <typename T, int kCopies>
-__device__ __forceinline__ void scatter_write(T (&top)[3], int lane, bool has, T* gw, T* gl) {
-#pragma unroll
-  for (int o = kCopies >> 1; o > 0; o >>= 1) {
-#pragma unroll
-    for (int j = 0; j < 3; ++j) top[j] += __shfl_xor_sync(0xffffffffu, top[j], o);
-  }
-  if (has) {
-    const int copy = lane % kCopies;
-    if (copy == 0) *gw = top[0];
-    if (copy == kCopies - 1) gl[0] = top[1], gl[1] = top[2];
-  }
-}
-
 // Backward with the channel sums reduce-scattered: channels spread over the
 // lanes (coalesced atomics) and per-lane taps as in msdeform_backward, but instead
 // of reducing each point's three channel sums (weight, x and y gradients)
@@ -515,10 +465,39 @@ __device__ __forceinline__ void msdeform_backward_scatter_group(const MSDeformPa
         }
       }
       if (++pt == p.p) pt = 0, ++l;
-      scatter_push<T, kLevels, kCopies>(tree, top, cur, lane, k);
+      // Merge cur up the tree for every trailing 1 bit of k (k is a
+      // constant here: the tree indices and lane bits are too).
+      bool placed = false;
+#pragma unroll
+      for (int lvl = 0; lvl < kLevels; ++lvl) {
+        if (!placed) {
+          if ((k >> lvl) & 1) {
+            scatter_merge(tree[lvl], cur, lane, kCopies << lvl);
+          } else {
+#pragma unroll
+            for (int j = 0; j < 3; ++j) tree[lvl][j] = cur[j];
+            placed = true;
+          }
+        }
+      }
+      if (!placed) {
+#pragma unroll
+        for (int j = 0; j < 3; ++j) top[j] = cur[j];
+      }
     }
-    scatter_write<T, kCopies>(top, lane, valid && i0 + lane / kCopies < lp, gwgt + i0 + lane / kCopies,
-                              gloc + 2 * (i0 + lane / kCopies));
+    // The lanes holding the same point's sums add them up.
+#pragma unroll
+    for (int o = kCopies >> 1; o > 0; o >>= 1) {
+#pragma unroll
+      for (int j = 0; j < 3; ++j) top[j] += __shfl_xor_sync(0xffffffffu, top[j], o);
+    }
+    const int i = i0 + lane / kCopies;
+    // Points that sample nothing get 0, like every lane's share of them.
+    if (valid && i < lp) {
+      const int copy = lane % kCopies;
+      if (copy == 0) gwgt[i] = top[0];
+      if (copy == kCopies - 1) gloc[2 * i] = top[1], gloc[2 * i + 1] = top[2];
+    }
   }
 }
 
@@ -532,145 +511,6 @@ __device__ void msdeform_backward_scatter(const MSDeformParams& p) {
     case 4: msdeform_backward_scatter_group<T, (kK < 4 ? kK : 4), kV, 4, kHeads, kQuad>(p); break;
     case 2: msdeform_backward_scatter_group<T, (kK < 2 ? kK : 2), kV, 2, kHeads, kQuad>(p); break;
     default: msdeform_backward_scatter_group<T, 1, kV, 1, kHeads, kQuad>(p); break;
-  }
-}
-
-// The float32 backward with the value gradient's corners merged in shared
-// memory before they reach L2 (kQuad's lane layout, D = 32: a group of 8
-// lanes, 4 channels each, per (n, q, m)). The scatter kernels' time is
-// almost all their reductions (on an H200, encoder: 0.74 of 0.83 ms with the
-// loads and sums taken out), and neighbouring queries of one head sample
-// overlapping pixels: among 4 consecutive queries of the encoder, half of
-// the corners of a level fall on a pixel another of them already hit.
-//
-// So a warp takes 4 consecutive queries of one head (the next warps take
-// the same queries' next heads, so that neighbouring warps still add to
-// different heads' channels), and keeps a cache of kMergeSlots pixels'
-// value gradients in shared memory: a corner adds into its pixel's slot
-// (direct-mapped by the pixel's column mod 8 and row mod 4), and a slot
-// holding another pixel is first flushed to grad_value with one 16-byte
-// reduction per lane. Groups of the warp whose corners meet on one slot
-// take turns (__match_any_sync ranks them), so there are no shared-memory
-// atomics. What is left in the cache goes out at the end.
-template <int kK>
-__device__ __forceinline__ void msdeform_backward_merge(const MSDeformParams& p) {
-  using T = float;
-  constexpr int kMergeSlots = 32;
-  constexpr int kMergeWarps = 8;  // warps of a block (256 threads)
-  constexpr int kG = 8, kCopies = kG / kK;
-  constexpr int kLevels = kK == 1 ? 0 : kK == 2 ? 1 : kK == 4 ? 2 : 3;
-  static_assert(1 << kLevels == kK && kK <= kG, "kK: 1, 2, 4 or 8");
-  __shared__ float4 cache[kMergeWarps][kMergeSlots][kG];
-  __shared__ int tags[kMergeWarps][kMergeSlots];
-  const int warp = static_cast<int>(threadIdx.x) / 32, wl = static_cast<int>(threadIdx.x) % 32;
-  const int lane = wl % kG, gw = wl / kG;
-  // Group g: query 4*quad + g%4 of head (g/4) % M, quads of an image
-  // consecutive. A warp's 4 groups share the image and head.
-  const int64_t g = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kG;
-  const int quads = (p.lq + 3) / 4;
-  const int m = static_cast<int>((g / 4) % p.m);
-  const int64_t quad = g / (4 * p.m);
-  const int n = static_cast<int>(quad / quads);
-  const int q = static_cast<int>(quad % quads) * 4 + gw;
-  // Groups past the end stay for the shuffles and votes with no work.
-  const bool valid = n < p.n && q < p.lq;
-  const int64_t qm = ((static_cast<int64_t>(valid ? n : 0) * p.lq + (valid ? q : 0)) * p.m + m);
-  const int lp = p.l * p.p;
-  const T* loc = reinterpret_cast<const T*>(p.loc) + qm * lp * 2;
-  const T* wgt = reinterpret_cast<const T*>(p.weight) + qm * lp;
-  T* gloc = reinterpret_cast<T*>(p.grad_loc) + qm * lp * 2;
-  T* gwgt = reinterpret_cast<T*>(p.grad_weight) + qm * lp;
-  const int pix_bytes = p.m * p.d * static_cast<int>(sizeof(T));
-  // The warp's image, even for a group past its image's last query: any
-  // group flushes the warp's cache at the end.
-  const int64_t head0 =
-      ((static_cast<int64_t>(n < p.n ? n : 0) * p.s * p.m + m) * p.d + 4 * lane) * static_cast<int64_t>(sizeof(T));
-  const char* value = reinterpret_cast<const char*>(p.value) + head0;
-  char* gvalue = reinterpret_cast<char*>(p.grad_value) + head0;
-  const float4 g4 = valid ? __ldg(reinterpret_cast<const float4*>(reinterpret_cast<const T*>(p.grad_out) + qm * p.d) + lane)
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
-  const T g_lane[4] = {g4.x, g4.y, g4.z, g4.w};
-  for (int s = wl; s < kMergeSlots; s += 32) tags[warp][s] = -1;
-  __syncwarp();
-  // Corner (pixel key, in slot) of a group adds val to the cache; all lanes
-  // of the warp call it, key < 0 for none.
-  auto add = [&](int key, int slot, const float4& val) {
-    // Lanes of different groups with the same channels on the same slot
-    // take turns, in lane order.
-    const unsigned same = __match_any_sync(0xffffffffu, key >= 0 ? slot * kG + lane : -1);
-    const int rank = __popc(same & ((1u << wl) - 1u));
-    for (int r = 0; __any_sync(0xffffffffu, key >= 0 && rank >= r); ++r) {
-      const bool mine = key >= 0 && rank == r;
-      const int old = mine ? tags[warp][slot] : 0;
-      __syncwarp();  // every lane of the group has read the tag
-      if (mine) {
-        float4* e = &cache[warp][slot][lane];
-        if (old == key) {
-          e->x += val.x, e->y += val.y, e->z += val.z, e->w += val.w;
-        } else {
-          if (old >= 0) red_add_v4(reinterpret_cast<float*>(gvalue + pixel_bytes(old, pix_bytes)), e->x, e->y, e->z, e->w);
-          *e = val;
-          if (lane == 0) tags[warp][slot] = key;
-        }
-      }
-      __syncwarp();
-    }
-  };
-  for (int i0 = 0; i0 < lp; i0 += kK) {
-    T tree[kLevels > 0 ? kLevels : 1][3];
-    T top[3];
-    int l = i0 / p.p, pt = i0 - l * p.p;
-    Level lv;
-#pragma unroll
-    for (int k = 0; k < kK; ++k) {
-      const int i = i0 + k;
-      if ((k == 0 || pt == 0) && i < lp) lv = level_of(p, l);
-      T cur[3] = {T(0), T(0), T(0)};
-      int key[4] = {-1, -1, -1, -1}, slot[4] = {0, 0, 0, 0};
-      float4 val[4];
-      T x = T(0), y = T(0);
-      if (valid && i < lp) level_xy(loc + 2 * i, lv, &x, &y);
-      if (valid && i < lp && grid_inside(y, x, lv.h, lv.w)) {
-        const Taps<T> t = bilinear(y, x, lv.h, lv.w);
-        const int x0 = static_cast<int>(floorf(x)), y0 = static_cast<int>(floorf(y));
-        const T a = __ldg(wgt + i);
-        const T aw = a * static_cast<T>(lv.w), ah = a * static_cast<T>(lv.h);
-        float4 v4[4];
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          key[c] = t.in[c] ? lv.start + t.off[c] : -1;
-          slot[c] = ((x0 + (c & 1)) & 7) | (((y0 + (c >> 1)) & 3) << 3);
-          v4[c] = t.in[c] ? __ldg(reinterpret_cast<const float4*>(value + pixel_bytes(key[c], pix_bytes)))
-                          : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        const T v[4][4] = {{v4[0].x, v4[1].x, v4[2].x, v4[3].x},
-                           {v4[0].y, v4[1].y, v4[2].y, v4[3].y},
-                           {v4[0].z, v4[1].z, v4[2].z, v4[3].z},
-                           {v4[0].w, v4[1].w, v4[2].w, v4[3].w}};
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          channel_grads(t, v[j], g_lane[j], g_lane[j] * aw, g_lane[j] * ah, &cur[0], &cur[1], &cur[2]);
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const T wa = t.w[c] * a;
-          val[c] = make_float4(wa * g_lane[0], wa * g_lane[1], wa * g_lane[2], wa * g_lane[3]);
-        }
-      }
-#pragma unroll
-      for (int c = 0; c < 4; ++c) add(key[c], slot[c], val[c]);
-      if (++pt == p.p) pt = 0, ++l;
-      scatter_push<T, kLevels, kCopies>(tree, top, cur, lane, k);
-    }
-    scatter_write<T, kCopies>(top, lane, valid && i0 + lane / kCopies < lp, gwgt + i0 + lane / kCopies,
-                              gloc + 2 * (i0 + lane / kCopies));
-  }
-  // What is left in the cache. (Tags are set only by valid groups.)
-  for (int s = gw; s < kMergeSlots; s += 32 / kG) {
-    const int tag = tags[warp][s];
-    if (tag >= 0) {
-      const float4 e = cache[warp][s][lane];
-      red_add_v4(reinterpret_cast<float*>(gvalue + pixel_bytes(tag, pix_bytes)), e.x, e.y, e.z, e.w);
-    }
   }
 }
 

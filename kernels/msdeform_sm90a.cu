@@ -25,16 +25,6 @@
     stheno::msdeform_backward_scatter<float, K, 4, H, true>(p);              \
   }
 
-// msdeform_backward_merge (D = 32): corners merged in shared memory first.
-extern "C" {
-__global__ void __launch_bounds__(256, 3) msdeform_backward_f32_q4_m_r4_b3(stheno::MSDeformParams p) {
-  stheno::msdeform_backward_merge<4>(p);
-}
-__global__ void __launch_bounds__(256, 2) msdeform_backward_f32_q4_m_r4(stheno::MSDeformParams p) {
-  stheno::msdeform_backward_merge<4>(p);
-}
-}
-
 extern "C" {
 STHENO_BWD_Q(msdeform_backward_f32_q4_r4_h, 4, true, 2)
 STHENO_BWD_Q(msdeform_backward_f32_q4_r4_h_b3, 4, true, 3)

@@ -47,11 +47,6 @@ func (k msDeformKernel) ordered() bool { return strings.HasSuffix(k.name, "_o") 
 // and value and grad_value 16-byte aligned.
 const msDeformQuadBackward = "msdeform_backward_f32_q4_r4_h_b3"
 
-// msDeformMerges reports whether a backward kernel merges corners in shared
-// memory before its reductions (msdeform_sm90a.cu's _q4_m kernels,
-// msdeform_backward_merge): D = 32 only, a warp per 4 queries of one head.
-func msDeformMerges(name string) bool { return strings.Contains(name, "_q4_m_") }
-
 // msDeformModule is the module (kernels/<module>.cu) of a kernel: the _q4
 // kernels are msdeform_sm90a.cu's.
 func msDeformModule(name string) string {
@@ -207,15 +202,7 @@ func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, arg
 	group := msDeformGroup(s.d, kv.vec)
 	args.N, args.S, args.M, args.D = int32(s.n), int32(s.s), int32(s.m), int32(s.d)
 	args.Lq, args.L, args.P, args.Group = int32(s.lq), int32(s.l), int32(s.p), int32(group)
-	queries := int64(s.lq)
-	if msDeformMerges(kv.name) {
-		if s.d != 32 {
-			return fmt.Errorf("ops: %s: %s takes D = 32, not %d", op, kv.name, s.d)
-		}
-		// A warp per 4 queries of one head: each image's rounded up to fours.
-		queries = (queries + 3) / 4 * 4
-	}
-	threads := int64(s.n) * queries * int64(s.m) * int64(group)
+	threads := int64(s.n) * int64(s.lq) * int64(s.m) * int64(group)
 	blocks := (threads + msDeformBlock - 1) / msDeformBlock
 	if blocks > 1<<31-1 {
 		return fmt.Errorf("ops: %s: %d blocks exceed the grid limit", op, blocks)

@@ -187,34 +187,6 @@ inline V __shfl_down_sync(unsigned mask, V v, unsigned delta, int width = 32) {
   return emu::shfl_from(v, i < width ? i : -1, width);
 }
 
-// Warp votes: every lane's value, exchanged as the shuffles do.
-namespace emu {
-inline std::array<uint64_t, 32> warp_all(uint64_t v) {
-  auto& x = T_.blk->xchg[T_.warp];
-  x[T_.lane] = v;
-  warp_wait();
-  const std::array<uint64_t, 32> r = x;
-  warp_wait();
-  return r;
-}
-}  // namespace emu
-inline unsigned __match_any_sync(unsigned mask, int v) {
-  emu::full_mask(mask);
-  const auto all = emu::warp_all(static_cast<uint32_t>(v));
-  unsigned r = 0;
-  for (int i = 0; i < 32; ++i)
-    if (all[i] == static_cast<uint32_t>(v)) r |= 1u << i;
-  return r;
-}
-inline int __any_sync(unsigned mask, int pred) {
-  emu::full_mask(mask);
-  const auto all = emu::warp_all(pred != 0);
-  for (int i = 0; i < 32; ++i)
-    if (all[i]) return 1;
-  return 0;
-}
-inline int __popc(unsigned v) { return __builtin_popcount(v); }
-
 inline unsigned __umulhi(unsigned a, unsigned b) { return static_cast<unsigned>((static_cast<uint64_t>(a) * b) >> 32); }
 inline float bits_to_float(uint32_t u) {
   float f;

@@ -199,10 +199,7 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
     }
     p.order = (uint64_t)order.data();
   }
-  long threads = (long)c.n * c.lq * c.m * group;
-  // msdeform_backward_merge: a warp per 4 queries of a head, so each
-  // image's queries are rounded up to whole fours (ops launches the same).
-  if (kname.find("_q4_m_") != std::string::npos) threads = (long)c.n * ((c.lq + 3) / 4) * 4 * c.m * group;
+  const long threads = (long)c.n * c.lq * c.m * group;
   const unsigned blocks = (threads + 255) / 256;
   emu::launch(k, dim3(blocks), dim3(256), 0, p);
   bool ok;
@@ -297,7 +294,6 @@ int main(int argc, char** argv) {
       {"D=100 M3 L3 P2", 1, 4, 3, 100, {{3, 5}, {2, 3}, {1, 1}}, 2, -0.2, 1.2, false},
       {"D=3 M5 L2 P4", 2, 5, 5, 3, {{3, 5}, {4, 3}}, 4, -0.2, 1.2, false},
       {"D=12 M8 L4 P4", 1, 6, 8, 12, {{7, 9}, {5, 3}, {3, 5}, {1, 2}}, 4, -0.2, 1.2, false},
-      {"two images, Lq 30, D32 M8", 2, 30, 8, 32, {{6, 5}, {3, 3}, {2, 2}, {1, 2}}, 4, -0.1, 1.1, false},
       // Many samples on few pixels: many atomics on the same addresses.
       {"crowded D32 M2 2x2", 2, 20, 2, 32, {{2, 2}, {1, 3}}, 4, -0.3, 1.3, false},
       // The most levels that travel with the launch, all 16x16.
@@ -318,13 +314,11 @@ int main(int argc, char** argv) {
     bool fwd;
     bool whole;           // needs D % vec == 0 (ops picks another kernel otherwise)
     bool ordered = false;  // an _o kernel: takes the queries in p.order's order
-    bool d32 = false;      // D = 32 only (msdeform_backward_merge)
   };
 #define F(name, vec) {#name, name, vec, true, true}
 #define FO(name, vec) {#name, name, vec, true, true, true}
 #define B(name, vec) {#name, name, vec, false, false}
 #define Q(name) {#name, name, 4, false, true}
-#define QM(name) {#name, name, 4, false, true, false, true}
   const std::vector<Kernel> f32 = {
       F(msdeform_forward_f32_v4_u1, 4),      F(msdeform_forward_f32_v1_s, 1),       F(msdeform_forward_f32_v4_s, 4),
       F(msdeform_forward_f32_v4_s_b5, 4),    FO(msdeform_forward_f32_v4_s_o, 4),    FO(msdeform_forward_f32_v4_s_b5_o, 4),
@@ -334,7 +328,7 @@ int main(int argc, char** argv) {
       B(msdeform_backward_f32_v4_r4_h, 4),   B(msdeform_backward_f32_v4_r4_h_b3, 4),   B(msdeform_backward_f32_v4_r8_h, 4),   B(msdeform_backward_f32_v4_r8, 4),
       // msdeform_sm90a.cu's (vector reductions; D % 4 == 0 only).
       Q(msdeform_backward_f32_q4_r4_h),      Q(msdeform_backward_f32_q4_r4_h_b3),   Q(msdeform_backward_f32_q4_r4_h_b4),
-      Q(msdeform_backward_f32_q4_r8_h_b3),   QM(msdeform_backward_f32_q4_m_r4_b3),  QM(msdeform_backward_f32_q4_m_r4),
+      Q(msdeform_backward_f32_q4_r8_h_b3),
   };
   const std::vector<Kernel> f64 = {
       F(msdeform_forward_f64_v1_s, 1),       F(msdeform_forward_f64_v2_s, 2),       FO(msdeform_forward_f64_v1_s_o, 1),
@@ -347,7 +341,6 @@ int main(int argc, char** argv) {
 #undef FO
 #undef B
 #undef Q
-#undef QM
   // Arguments: run only the kernels whose name contains one of them.
   const std::vector<std::string> only(argv + 1, argv + argc);
   int runs = 0, failed = 0;
@@ -369,7 +362,6 @@ int main(int argc, char** argv) {
             }))
           continue;
         if (kv.whole && c.d % kv.vec != 0) continue;  // ops picks another kernel then
-        if (kv.d32 && c.d != 32) continue;
         // msDeformGroup in ops: vec-channel pieces of D, rounded up to a power of two, at most 32.
         const int pieces = (c.d + kv.vec - 1) / kv.vec;
         int group = 1;
