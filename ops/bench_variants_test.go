@@ -13,8 +13,8 @@ import (
 )
 
 // BenchmarkGPUMSDeformAttnVariants times every kernel variant of
-// msdeform.cu (and msdeform_sm90a.cu), to choose msDeformKernelFor's defaults: the forward kernels
-// on every TARGETS.md case, the backward ones on the encoder case.
+// msdeform.cu (and msdeform_sm90a.cu), to choose msDeformKernelFor's
+// defaults, forward and backward, on every TARGETS.md case.
 func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 	defer func() { msDeformKernelOverride = nil }()
 	// The _o kernels sort the queries first (queryOrder), whatever Lq.
@@ -31,9 +31,6 @@ func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 			b.Run("impl=cuda/case="+c.name+"/kernel="+v.name, func(b *testing.B) {
 				runCase(b, "cuda", &msDeformAttnOp{sh}, []*tensor.Dense{value, loc, weight}, vb+lb+ob)
 			})
-		}
-		if c.name != "detr_encoder" {
-			continue
 		}
 		for _, v := range msDeformBackwardVariants[sh.dt] {
 			k := v.kernel(sh.dt)

@@ -373,6 +373,13 @@ var msDeformParityCases = []msDeformParityCase{
 	{"NaN locations", 1, 9, 2, 8, []Level{{5, 5}, {3, 2}}, 2, -0.2, 1.2, true},
 	// More levels than travel with the launch: the table is uploaded.
 	{"17 levels", 1, 4, 2, 4, manyLevels(msDeformInlineLevels + 1), 2, 0, 1, false},
+	// D = 32, the Deformable-DETR head size, which the default kernels'
+	// lanes cover in one pass: a query per pixel, as in an encoder; many
+	// samples on few pixels (many atomics on the same addresses); NaN
+	// locations.
+	{"encoder-like D=32", 2, 321, 8, 32, []Level{{12, 20}, {6, 10}, {3, 5}, {2, 3}}, 4, -0.1, 1.1, false},
+	{"crowded D=32", 1, 50, 4, 32, []Level{{2, 2}, {1, 3}}, 4, -0.3, 1.3, false},
+	{"NaN locations D=32", 1, 13, 2, 32, []Level{{5, 5}, {3, 2}}, 2, -0.2, 1.2, true},
 }
 
 // inputs draws the case's shape and its value, sampling locations, attention
