@@ -374,7 +374,8 @@ var msDeformParityCases = []msDeformParityCase{
 	// More levels than travel with the launch: the table is uploaded.
 	{"17 levels", 1, 4, 2, 4, manyLevels(msDeformInlineLevels + 1), 2, 0, 1, false},
 	// D = 32, the Deformable-DETR head size, which the default kernels'
-	// lanes cover in one pass: a query per pixel, as in an encoder; many
+	// lanes cover in one pass: as many queries as pixels, as in an encoder
+	// (the locations are uniform, not around each query's pixel); many
 	// samples on few pixels (many atomics on the same addresses); NaN
 	// locations.
 	{"encoder-like D=32", 2, 321, 8, 32, []Level{{12, 20}, {6, 10}, {3, 5}, {2, 3}}, 4, -0.1, 1.1, false},
