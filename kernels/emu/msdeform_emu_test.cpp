@@ -294,8 +294,8 @@ int main(int argc, char** argv) {
       {"D=100 M3 L3 P2", 1, 4, 3, 100, {{3, 5}, {2, 3}, {1, 1}}, 2, -0.2, 1.2, false},
       {"D=3 M5 L2 P4", 2, 5, 5, 3, {{3, 5}, {4, 3}}, 4, -0.2, 1.2, false},
       {"D=12 M8 L4 P4", 1, 6, 8, 12, {{7, 9}, {5, 3}, {3, 5}, {1, 2}}, 4, -0.2, 1.2, false},
-      // Two images of 30 queries: groups of one warp or block on both
-      // images, and a last block only partly used.
+      // Two images of 30 queries: blocks (of 4 queries x 8 heads for the
+      // q4 kernels) that span both images.
       {"two images, Lq 30, D32 M8", 2, 30, 8, 32, {{6, 5}, {3, 3}, {2, 2}, {1, 2}}, 4, -0.1, 1.1, false},
       // Many samples on few pixels: many atomics on the same addresses.
       {"crowded D32 M2 2x2", 2, 20, 2, 32, {{2, 2}, {1, 3}}, 4, -0.3, 1.3, false},
