@@ -83,6 +83,25 @@ __device__ __forceinline__ T sample_coord(T start, int b, T bin, int i, int grid
   return start + static_cast<T>(b) * bin + static_cast<T>(static_cast<float>(i) + 0.5f) * bin / static_cast<T>(grid);
 }
 
+// loc*size - 0.5, grid_sample(align_corners=False)'s pixel coordinate of a
+// normalised location, rounded after the multiply and again after the
+// subtraction, as the CPU twin computes it. nvcc would fuse the two into one
+// multiply-add, rounded once; where the exact result lies within an ulp of
+// an integer, the two roundings pick different cells, and a location
+// gradient is the difference across the cell, so it jumps by the whole step
+// between neighbouring pixels (one coordinate of TARGETS.md's encoder
+// locations: 17.9 against the CPU's result).
+template <typename T>
+__device__ __forceinline__ T pixel_coord(T loc, int size);
+template <>
+__device__ __forceinline__ float pixel_coord<float>(float loc, int size) {
+  return __fsub_rn(__fmul_rn(loc, static_cast<float>(size)), 0.5f);
+}
+template <>
+__device__ __forceinline__ double pixel_coord<double>(double loc, int size) {
+  return __dsub_rn(__dmul_rn(loc, static_cast<double>(size)), 0.5);
+}
+
 // Samples the way grid_sample(bilinear, zeros, align_corners=False) does once
 // the normalised location has been mapped to pixels (loc*size - 0.5): a point
 // whose four corners all lie outside contributes nothing (returns false).

@@ -72,8 +72,8 @@ __device__ __forceinline__ T group_sum(T v, int group) {
 // grid_sample(align_corners=False) maps loc to loc*size - 0.5.
 template <typename T>
 __device__ __forceinline__ bool level_taps(const T* loc, const Level& lv, Taps<T>* t) {
-  const T x = loc[0] * static_cast<T>(lv.w) - T(0.5);
-  const T y = loc[1] * static_cast<T>(lv.h) - T(0.5);
+  const T x = pixel_coord(loc[0], lv.w);
+  const T y = pixel_coord(loc[1], lv.h);
   return grid_taps(y, x, lv.h, lv.w, t);
 }
 

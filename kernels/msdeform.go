@@ -93,9 +93,15 @@ func msDeformPoint[T Float](p *MSDeformAttnParams, n, q, m, l, pt int) point[T] 
 // taps maps the point's normalised location to pixels the way grid_sample
 // with align_corners=False does, and returns its bilinear taps; ok is false
 // when no corner lies inside the map (also for NaN and infinite locations).
+//
+// The conversions round the product before the subtraction: without them
+// the Go spec lets a compiler fuse the two into one multiply-add (arm64's
+// does), which rounds once and, for a coordinate within an ulp of an
+// integer, picks another cell than the GPU kernels (pixel_coord in
+// bilinear.cuh), with a location gradient a whole pixel step away.
 func (pt *point[T]) taps(loc []T) (t taps[T], ok bool) {
-	x := loc[2*pt.i]*T(pt.w) - 0.5
-	y := loc[2*pt.i+1]*T(pt.h) - 0.5
+	x := T(loc[2*pt.i]*T(pt.w)) - 0.5
+	y := T(loc[2*pt.i+1]*T(pt.h)) - 0.5
 	return gridTaps(y, x, pt.h, pt.w)
 }
 

@@ -419,6 +419,44 @@ func TestGPUMSDeformAttnParity(t *testing.T) {
 	}
 }
 
+// A location whose pixel coordinate loc*W - 0.5 is an integer when the
+// product is rounded before the subtraction, as the CPU twin does, and
+// falls just below it when the two are fused into one multiply-add: every
+// kernel must round as the CPU does and pick the same cell, or its location
+// gradient is a whole pixel step off (found on TARGETS.md's encoder
+// locations, level 2: 0.773809493 * 42). Every point of every query sits
+// on that coordinate; the other coordinate is inside a pixel.
+func TestGPUMSDeformAttnCellBoundary(t *testing.T) {
+	dev := gpu(t)
+	const w = 42
+	x := float32(0.773809493)
+	if rounded, fused := float32(x*float32(w))-0.5, float32(math.FMA(float64(x), w, -0.5)); math.Floor(float64(rounded)) == math.Floor(float64(fused)) {
+		t.Fatalf("%v*%d - 0.5: %v rounded twice, %v fused: the same cell, the test shows nothing", x, w, rounded, fused)
+	}
+	defer func() { msDeformKernelOverride = nil }()
+	sh := msDeformShape{n: 1, s: 3 * w, m: 8, d: 32, lq: 5, l: 1, p: 2, levels: []Level{{3, w}}, dt: tensor.Float32}
+	rng := rand.New(rand.NewPCG(3, 9))
+	locs := make([]float64, sh.locShape().TotalSize())
+	for i := 0; i < len(locs); i += 2 {
+		locs[i], locs[i+1] = float64(x), 0.4
+	}
+	value := randTensor(rng, tensor.Float32, -1, 1, sh.valueShape()...)
+	loc := fromFloat64s(tensor.Float32, locs, sh.locShape()...)
+	weight := randTensor(rng, tensor.Float32, 0, 1, sh.weightShape()...)
+	gy := randTensor(rng, tensor.Float32, -1, 1, sh.outShape()...)
+	// The default (msdeform_sm90a.cu's on compute capability 9.0), then
+	// msdeform.cu's float32 default.
+	for _, name := range []string{"default", "msdeform_backward_f32_v4_r4_h_b3"} {
+		t.Run("kernel="+name, func(t *testing.T) {
+			msDeformKernelOverride = nil
+			if name != "default" {
+				msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return msDeformKernel{name, 4} }
+			}
+			parity(t, dev, &msDeformAttnGradOp{sh}, tensor.Float32, value, loc, weight, gy)
+		})
+	}
+}
+
 func manyLevels(n int) []Level {
 	levels := make([]Level, n)
 	for i := range levels {

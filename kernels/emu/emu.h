@@ -90,6 +90,13 @@ inline T min(T a, T b) { return b < a ? b : a; }
 template <class T>
 inline T max(T a, T b) { return a < b ? b : a; }
 
+// Arithmetic rounded step by step (the host compiler does not fuse without
+// FMA instructions, which the emulator's flags do not enable).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+
 // __ldg: a plain load on the host.
 template <class V>
 inline V __ldg(const V* p) { return *p; }
