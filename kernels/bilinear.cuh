@@ -83,23 +83,35 @@ __device__ __forceinline__ T sample_coord(T start, int b, T bin, int i, int grid
   return start + static_cast<T>(b) * bin + static_cast<T>(static_cast<float>(i) + 0.5f) * bin / static_cast<T>(grid);
 }
 
-// loc*size - 0.5, grid_sample(align_corners=False)'s pixel coordinate of a
-// normalised location, rounded after the multiply and again after the
-// subtraction, as the CPU twin computes it. nvcc would fuse the two into one
-// multiply-add, rounded once; where the exact result lies within an ulp of
-// an integer, the two roundings pick different cells, and a location
-// gradient is the difference across the cell, so it jumps by the whole step
-// between neighbouring pixels (one coordinate of TARGETS.md's encoder
-// locations: 17.9 against the CPU's result).
+// a*b - c rounded after the multiply and again after the subtraction, as
+// the CPU twins compute it (they convert the product explicitly, which Go
+// does not fuse). nvcc would fuse the two into one multiply-add, rounded
+// once, and where a result decides something discontinuous the two
+// roundings can decide differently:
+// - MSDeformAttn's pixel coordinate loc*size - 0.5: within an ulp of an
+//   integer they pick different cells, and a location gradient is the
+//   difference across the cell, so it jumps by the whole step between
+//   neighbouring pixels (one coordinate of TARGETS.md's encoder locations:
+//   17.9 against the CPU's result);
+// - RoIAlign's box corners roi*scale - offset: the adaptive sample count is
+//   the ceiling of the bin size (with power-of-two scales the product is
+//   exact and both agree anyway).
 template <typename T>
-__device__ __forceinline__ T pixel_coord(T loc, int size);
+__device__ __forceinline__ T mul_sub_rn(T a, T b, T c);
 template <>
-__device__ __forceinline__ float pixel_coord<float>(float loc, int size) {
-  return __fsub_rn(__fmul_rn(loc, static_cast<float>(size)), 0.5f);
+__device__ __forceinline__ float mul_sub_rn<float>(float a, float b, float c) {
+  return __fsub_rn(__fmul_rn(a, b), c);
 }
 template <>
-__device__ __forceinline__ double pixel_coord<double>(double loc, int size) {
-  return __dsub_rn(__dmul_rn(loc, static_cast<double>(size)), 0.5);
+__device__ __forceinline__ double mul_sub_rn<double>(double a, double b, double c) {
+  return __dsub_rn(__dmul_rn(a, b), c);
+}
+
+// loc*size - 0.5: grid_sample(align_corners=False)'s pixel coordinate of a
+// normalised location.
+template <typename T>
+__device__ __forceinline__ T pixel_coord(T loc, int size) {
+  return mul_sub_rn(loc, static_cast<T>(size), T(0.5));
 }
 
 // Samples the way grid_sample(bilinear, zeros, align_corners=False) does once

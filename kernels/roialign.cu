@@ -205,10 +205,12 @@ __device__ int roi_geometry(const RoIAlignParams& p, const T* __restrict__ roi, 
   g->batch = static_cast<int>(b);
   const T scale = static_cast<T>(p.spatial_scale);
   const T offset = p.aligned ? T(0.5) : T(0);
-  g->start_x = roi[1] * scale - offset;
-  g->start_y = roi[2] * scale - offset;
-  const T end_x = roi[3] * scale - offset;
-  const T end_y = roi[4] * scale - offset;
+  // Rounded as the CPU twin does (mul_sub_rn): the adaptive grid is a
+  // ceiling of what follows.
+  g->start_x = mul_sub_rn(roi[1], scale, offset);
+  g->start_y = mul_sub_rn(roi[2], scale, offset);
+  const T end_x = mul_sub_rn(roi[3], scale, offset);
+  const T end_y = mul_sub_rn(roi[4], scale, offset);
   T roi_w = end_x - g->start_x;
   T roi_h = end_y - g->start_y;
   if (!p.aligned) {

@@ -48,10 +48,14 @@ func roiGeometry[T Float](p *RoIAlignParams, k int, roi []T) (g roiGeom[T], err 
 	if p.Aligned {
 		offset = 0.5
 	}
-	g.startX = roi[1]*scale - offset
-	g.startY = roi[2]*scale - offset
-	endX := roi[3]*scale - offset
-	endY := roi[4]*scale - offset
+	// The conversions round each product before the subtraction (the Go
+	// spec lets a compiler fuse them otherwise), as the GPU kernels do
+	// (mul_sub_rn in bilinear.cuh): the adaptive grid is a ceiling of what
+	// follows.
+	g.startX = T(roi[1]*scale) - offset
+	g.startY = T(roi[2]*scale) - offset
+	endX := T(roi[3]*scale) - offset
+	endY := T(roi[4]*scale) - offset
 	roiW := endX - g.startX
 	roiH := endY - g.startY
 	if !p.Aligned {
