@@ -154,6 +154,11 @@ func TestGPURoIAlignParity(t *testing.T) {
 		// holds take the on-the-fly path (with C % 4 == 0, also in the
 		// vector-reduction kernels).
 		{"huge adaptive bins", 1, 4, 64, 64, 5, RoIAlignConfig{1, 1, 1, 0, true}, 0.25},
+		// Boxes whose bin size is an integer when roi*scale is rounded
+		// before the offset is subtracted, as the CPU twin does, and just
+		// above or below it when the two are fused into one multiply-add:
+		// the adaptive sample count (its ceiling) must agree (boundaryRoIs).
+		{"adaptive/bin size at an integer", 1, 8, 70, 70, 2, RoIAlignConfig{7, 7, 1.0 / 3, 0, true}, 3},
 	}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for i, c := range cases {
@@ -168,6 +173,9 @@ func TestGPURoIAlignParity(t *testing.T) {
 				}
 				if c.name == "huge adaptive bins" {
 					rois = fromFloat64s(dt, []float64{0, 0, 0, 16, 16, 0, 2, 3, 15, 14, 0, -3, -3, 20, 20, 0, 0, 0, 1, 16, 0, 5, 5, 6, 6}, 5, 5)
+				}
+				if c.name == "adaptive/bin size at an integer" {
+					rois = boundaryRoIs(t, dt, c.cfg)
 				}
 				s := roiAlignShape{cfg: c.cfg, n: c.n, c: c.c, h: c.h, w: c.w, k: c.k, dt: dt}
 				parity(t, dev, &roiAlignOp{s}, dt, x, rois)
@@ -455,6 +463,31 @@ func TestGPUMSDeformAttnCellBoundary(t *testing.T) {
 			parity(t, dev, &msDeformAttnGradOp{sh}, tensor.Float32, value, loc, weight, gy)
 		})
 	}
+}
+
+// boundaryRoIs returns two boxes (found by a search) whose float32 adaptive
+// sample count along one side is 5 or 2 with each product roi*scale rounded
+// before the offset is subtracted, and 4 or 3 with the two fused; it fails
+// t if that is no longer so.
+func boundaryRoIs(t *testing.T, dt tensor.Dtype, cfg RoIAlignConfig) *tensor.Dense {
+	t.Helper()
+	boxes := []float64{0, 108.359375, 108.359375, 192.359375, 192.359375, 0, 7.234375, 172.3125, 49.234375, 193.3125}
+	scale := float32(cfg.SpatialScale)
+	grid := func(a, b float32, fused bool) float64 {
+		start, end := float32(a*scale)-0.5, float32(b*scale)-0.5
+		if fused {
+			start = float32(math.FMA(float64(a), float64(scale), -0.5))
+			end = float32(math.FMA(float64(b), float64(scale), -0.5))
+		}
+		return math.Ceil(float64((end - start) / float32(cfg.PooledW)))
+	}
+	for _, side := range [][2]int{{1, 3}, {6, 8}} {
+		a, b := float32(boxes[side[0]]), float32(boxes[side[1]])
+		if grid(a, b, false) == grid(a, b, true) {
+			t.Fatalf("box side %v..%v: %v samples either way, the case shows nothing", a, b, grid(a, b, false))
+		}
+	}
+	return fromFloat64s(dt, boxes, 2, 5)
 }
 
 func manyLevels(n int) []Level {
