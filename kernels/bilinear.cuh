@@ -76,13 +76,6 @@ __device__ __forceinline__ bool roi_axis(T v, int size, int* i0, T* frac) {
   return true;
 }
 
-// Coordinate of sample i (of grid) of bin b along one axis of a RoI that
-// starts at start with bins of size bin, as planBins in roialign.go.
-template <typename T>
-__device__ __forceinline__ T sample_coord(T start, int b, T bin, int i, int grid) {
-  return start + static_cast<T>(b) * bin + static_cast<T>(static_cast<float>(i) + 0.5f) * bin / static_cast<T>(grid);
-}
-
 // a*b - c rounded after the multiply and again after the subtraction, as
 // the CPU twins compute it (they convert the product explicitly, which Go
 // does not fuse). nvcc would fuse the two into one multiply-add, rounded
@@ -107,11 +100,35 @@ __device__ __forceinline__ double mul_sub_rn<double>(double a, double b, double 
   return __dsub_rn(__dmul_rn(a, b), c);
 }
 
+// a*b + c rounded in two steps, as mul_sub_rn.
+template <typename T>
+__device__ __forceinline__ T mul_add_rn(T a, T b, T c);
+template <>
+__device__ __forceinline__ float mul_add_rn<float>(float a, float b, float c) {
+  return __fadd_rn(__fmul_rn(a, b), c);
+}
+template <>
+__device__ __forceinline__ double mul_add_rn<double>(double a, double b, double c) {
+  return __dadd_rn(__dmul_rn(a, b), c);
+}
+
 // loc*size - 0.5: grid_sample(align_corners=False)'s pixel coordinate of a
 // normalised location.
 template <typename T>
 __device__ __forceinline__ T pixel_coord(T loc, int size) {
   return mul_sub_rn(loc, static_cast<T>(size), T(0.5));
+}
+
+// Coordinate of sample i (of grid) of bin b along one axis of a RoI that
+// starts at start with bins of size bin, as planBins in roialign.go, with
+// start + b*bin rounded in two steps as there (mul_add_rn): roi_taps drops
+// a sample below -1 or past the map, so a fused rounding would drop or keep
+// a sample lying an ulp from that edge where the CPU twin does the other
+// (a box from x = -21.640625 to 4.546875 at scale 1/4 has one).
+template <typename T>
+__device__ __forceinline__ T sample_coord(T start, int b, T bin, int i, int grid) {
+  return mul_add_rn(static_cast<T>(b), bin, start) +
+         static_cast<T>(static_cast<float>(i) + 0.5f) * bin / static_cast<T>(grid);
 }
 
 // Samples the way grid_sample(bilinear, zeros, align_corners=False) does once

@@ -107,9 +107,12 @@ func planBins[T Float](p *RoIAlignParams, g *roiGeom[T], tp []taps[T]) {
 			for iy := range g.gridH {
 				// Same expression and evaluation order as torchvision, so the
 				// float32 sample positions match it bit for bit.
-				y := g.startY + T(ph)*g.binH + T(float32(iy)+0.5)*g.binH/T(g.gridH)
+				// T(...) rounds b*bin before the sum, as sample_coord in
+				// bilinear.cuh does: a fused rounding can put a sample on
+				// the other side of the map's edge (see there).
+				y := g.startY + T(T(ph)*g.binH) + T(float32(iy)+0.5)*g.binH/T(g.gridH)
 				for ix := range g.gridW {
-					x := g.startX + T(pw)*g.binW + T(float32(ix)+0.5)*g.binW/T(g.gridW)
+					x := g.startX + T(T(pw)*g.binW) + T(float32(ix)+0.5)*g.binW/T(g.gridW)
 					tp[i], _ = roiTaps(y, x, p.H, p.W)
 					i++
 				}

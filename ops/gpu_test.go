@@ -159,6 +159,10 @@ func TestGPURoIAlignParity(t *testing.T) {
 		// above or below it when the two are fused into one multiply-add:
 		// the adaptive sample count (its ceiling) must agree (boundaryRoIs).
 		{"adaptive/bin size at an integer", 1, 8, 70, 70, 2, RoIAlignConfig{7, 7, 1.0 / 3, 0, true}, 3},
+		// A box whose sample lies an ulp below -1 (dropped) when start +
+		// b*bin is rounded in two steps, as the CPU twin does, and an ulp
+		// above it (kept) when fused (edgeRoIs).
+		{"sampling=2/sample an ulp from the edge", 1, 8, 20, 20, 1, RoIAlignConfig{7, 7, 0.25, 2, true}, 4},
 	}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for i, c := range cases {
@@ -176,6 +180,9 @@ func TestGPURoIAlignParity(t *testing.T) {
 				}
 				if c.name == "adaptive/bin size at an integer" {
 					rois = boundaryRoIs(t, dt, c.cfg)
+				}
+				if c.name == "sampling=2/sample an ulp from the edge" {
+					rois = edgeRoIs(t, dt, c.cfg)
 				}
 				s := roiAlignShape{cfg: c.cfg, n: c.n, c: c.c, h: c.h, w: c.w, k: c.k, dt: dt}
 				parity(t, dev, &roiAlignOp{s}, dt, x, rois)
@@ -488,6 +495,24 @@ func boundaryRoIs(t *testing.T, dt tensor.Dtype, cfg RoIAlignConfig) *tensor.Den
 		}
 	}
 	return fromFloat64s(dt, boxes, 2, 5)
+}
+
+// edgeRoIs returns a box (found by a search) one of whose float32 sample
+// columns (bin 5, sample 0) falls below -1 with start + b*bin rounded in two
+// steps and above it with the two fused; it fails t if that is no longer so.
+func edgeRoIs(t *testing.T, dt tensor.Dtype, cfg RoIAlignConfig) *tensor.Dense {
+	t.Helper()
+	box := []float64{0, -21.640625, 10, 4.546875, 40}
+	scale := float32(cfg.SpatialScale)
+	start := float32(float32(box[1])*scale) - 0.5
+	bin := (float32(float32(box[3])*scale) - 0.5 - start) / float32(cfg.PooledW)
+	q := float32(0.5) * bin / float32(cfg.SamplingRatio)
+	twice := start + float32(5*bin) + q
+	fused := float32(math.FMA(5, float64(bin), float64(start))) + q
+	if (twice >= -1) == (fused >= -1) {
+		t.Fatalf("sample at %v rounded in two steps, %v fused: on the same side of -1, the case shows nothing", twice, fused)
+	}
+	return fromFloat64s(dt, box, 1, 5)
 }
 
 func manyLevels(n int) []Level {

@@ -94,6 +94,8 @@ inline T max(T a, T b) { return a < b ? b : a; }
 // FMA instructions, which the emulator's flags do not enable).
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __dsub_rn(double a, double b) { return a - b; }
 
