@@ -3,6 +3,7 @@ package autograd
 import (
 	"fmt"
 	"hash"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -169,6 +170,25 @@ func TestToleranceCompare(t *testing.T) {
 	for _, c := range cases {
 		if err := tol.Compare(c.got, c.want); (err == nil) != c.ok {
 			t.Errorf("Compare(%v, %v) = %v, want ok=%v", c.got, c.want, err, c.ok)
+		}
+	}
+}
+
+func TestToleranceWorst(t *testing.T) {
+	tol := Tolerance{Abs: 1e-6, Rel: 1e-3}
+	for _, c := range []struct {
+		got, want []float64
+		worst     float64
+	}{
+		{[]float64{1, 2}, []float64{1, 2}, 0},
+		// |diff| 5e-7 on 0: half of Abs; on 2 the bound is 2.001e-3, and
+		// |diff| 4.002e-3 is twice it.
+		{[]float64{5e-7, 2.004002}, []float64{0, 2}, 2},
+		// NaNs are Compare's business, not a margin.
+		{[]float64{5e-7, nan()}, []float64{0, 1}, 0.5},
+	} {
+		if got := tol.Worst(c.got, c.want); math.Abs(got-c.worst) > 1e-9 {
+			t.Errorf("Worst(%v, %v) = %v, want %v", c.got, c.want, got, c.worst)
 		}
 	}
 }

@@ -341,17 +341,24 @@ func dumpInputs(b *testing.B, op, name string, meta map[string]any, tensors map[
 	}
 }
 
+// roiBenchInputs makes a case's inputs: float32, aligned, with RoIs drawn as
+// TARGETS.md describes, the same for every run.
+func roiBenchInputs(c roiBenchCase) (s roiAlignShape, x, rois, gy *tensor.Dense) {
+	rng := rand.New(rand.NewPCG(1, 1))
+	dt := tensor.Float32
+	s = roiAlignShape{cfg: RoIAlignConfig{c.pooled, c.pooled, c.scale, c.sampling, true}, n: c.n, c: c.c, h: c.h, w: c.w, k: c.k, dt: dt}
+	x = randTensor(rng, dt, -1, 1, c.n, c.c, c.h, c.w)
+	rois = targetRoIs(rng, dt, c.k, c.n, c.imgH, c.imgW)
+	gy = randTensor(rng, dt, -1, 1, c.k, c.c, c.pooled, c.pooled)
+	return s, x, rois, gy
+}
+
 func BenchmarkSuiteRoIAlign(b *testing.B) {
 	for _, c := range suiteRoIAlignCases(b) {
 		if !selected(c.name) {
 			continue
 		}
-		rng := rand.New(rand.NewPCG(1, 1))
-		dt := tensor.Float32
-		s := roiAlignShape{cfg: RoIAlignConfig{c.pooled, c.pooled, c.scale, c.sampling, true}, n: c.n, c: c.c, h: c.h, w: c.w, k: c.k, dt: dt}
-		x := randTensor(rng, dt, -1, 1, c.n, c.c, c.h, c.w)
-		rois := targetRoIs(rng, dt, c.k, c.n, c.imgH, c.imgW)
-		gy := randTensor(rng, dt, -1, 1, c.k, c.c, c.pooled, c.pooled)
+		s, x, rois, gy := roiBenchInputs(c)
 		dumpInputs(b, "roialign", c.name, map[string]any{"pooled": c.pooled, "scale": c.scale, "sampling": c.sampling, "aligned": true},
 			map[string]*tensor.Dense{"rois": rois})
 		xb := float64(4 * c.n * c.c * c.h * c.w)

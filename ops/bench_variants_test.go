@@ -2,7 +2,6 @@ package ops
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,12 +54,7 @@ func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 // roialign_sm90a.cu's vector reductions).
 func BenchmarkGPURoIAlignVariants(b *testing.B) {
 	for _, c := range roiPresets {
-		rng := rand.New(rand.NewPCG(1, 1))
-		dt := tensor.Float32
-		s := roiAlignShape{cfg: RoIAlignConfig{c.pooled, c.pooled, c.scale, c.sampling, true}, n: c.n, c: c.c, h: c.h, w: c.w, k: c.k, dt: dt}
-		x := randTensor(rng, dt, -1, 1, c.n, c.c, c.h, c.w)
-		rois := targetRoIs(rng, dt, c.k, c.n, c.imgH, c.imgW)
-		gy := randTensor(rng, dt, -1, 1, c.k, c.c, c.pooled, c.pooled)
+		s, x, rois, gy := roiBenchInputs(c)
 		bytes := float64(4*c.n*c.c*c.h*c.w) + float64(4*c.k*c.c*c.pooled*c.pooled)
 		for _, order := range []string{"given", "sorted"} {
 			r := rois
@@ -72,7 +66,7 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 				if backward {
 					op, in, pass = &roiAlignGradOp{s}, []*tensor.Dense{r, gy}, "bwd"
 				}
-				kvs := roiAlignVariants(backward, dt)
+				kvs := roiAlignVariants(backward, s.dt)
 				if backward {
 					kvs = append(kvs, roiAlignKernel{name: roiAlignQuadBackward}, roiAlignKernel{name: roiAlignSepQuadBackward})
 				} else {
@@ -105,11 +99,8 @@ func BenchmarkGPURoIAlignSlices(b *testing.B) {
 		if c.sampling <= 0 {
 			continue
 		}
-		rng := rand.New(rand.NewPCG(1, 1))
-		dt := tensor.Float32
-		s := roiAlignShape{cfg: RoIAlignConfig{c.pooled, c.pooled, c.scale, c.sampling, true}, n: c.n, c: c.c, h: c.h, w: c.w, k: c.k, dt: dt}
-		rois := targetRoIs(rng, dt, c.k, c.n, c.imgH, c.imgW)
-		gy := randTensor(rng, dt, -1, 1, c.k, c.c, c.pooled, c.pooled)
+		// The suite's inputs (the map itself is not needed by the backward).
+		s, _, rois, gy := roiBenchInputs(c)
 		bytes := float64(4*c.n*c.c*c.h*c.w) + float64(4*c.k*c.c*c.pooled*c.pooled)
 		for _, slices := range []int{1, 2, 4, 8} {
 			roiAlignSlicesOverride = slices
