@@ -127,8 +127,9 @@ func parity(t *testing.T, dev *backend.Device, op G.Op, dt tensor.Dtype, inputs 
 // MSDeformAttn's location gradient: d/dloc = size * d/dpixel, a sum over
 // channels and corners of terms of order 1 in pixel units, times the level's
 // width or height. The sum's rounding error is what the GPU and the CPU twin
-// differ by (both take the same cell, with the same rounding, since stop 20),
-// and it scales with the terms; so the gradient is compared in pixel units.
+// differ by (both round the pixel coordinate alike, so they take the same
+// cell), and it scales with the terms; so the gradient is compared in pixel
+// units.
 // Rel bounds it alike in either unit; Abs, stated for terms of order 1,
 // applies to the pixel-unit sum.
 func parityUnits(op G.Op, v []float64) []float64 {
@@ -468,8 +469,8 @@ func TestGPUMSDeformAttnParity(t *testing.T) {
 }
 
 // GPU against the CPU twin on the benchmark suite's own inputs, TARGETS.md's
-// cases at full size, with the kernels ops picks for them: every time the
-// suite reports is for a result that this test checks. The small cases above
+// cases at full size, with the kernels ops picks for them: every RoIAlign and
+// MSDeformAttn time the suite reports is for a result that this test checks. The small cases above
 // reach the kernels' edge paths; these reach what only size brings (maps of
 // 167 columns, where a coordinate lands an ulp from a cell's edge somewhere
 // among 11 million; RoI footprints of 128 pixels; gradients summed from
