@@ -379,6 +379,8 @@ func parityOf(t *testing.T, dev *backend.Device, cpuOp, op G.Op, segs []segment,
 			if err := s.tol.Compare(g[off:off+n], wantF[off:off+n]); err != nil {
 				t.Errorf("%v: %s, elements [%d,%d): GPU vs CPU: %v", op, what, off, off+n, err)
 			}
+			t.Logf("%v: %s, elements [%d,%d): GPU vs CPU: the worst element at %.3g of the bound",
+				op, what, off, off+n, s.tol.Worst(g[off:off+n], wantF[off:off+n]))
 			off += n
 		}
 	}

@@ -470,7 +470,8 @@ func TestGPUMSDeformAttnParity(t *testing.T) {
 
 // GPU against the CPU twin on the benchmark suite's own inputs, TARGETS.md's
 // cases at full size, with the kernels ops picks for them: every RoIAlign and
-// MSDeformAttn time the suite reports is for a result that this test checks. The small cases above
+// MSDeformAttn time the suite reports is for a result that this test checks
+// (and the convolutions' forward and data-gradient times, below). The small cases above
 // reach the kernels' edge paths; these reach what only size brings (maps of
 // 167 columns, where a coordinate lands an ulp from a cell's edge somewhere
 // among 11 million; RoI footprints of 128 pixels; gradients summed from
@@ -494,6 +495,30 @@ func TestGPUParityTargetCases(t *testing.T) {
 			s, x, rois, gy := roiBenchInputs(c)
 			parity(t, dev, &roiAlignOp{s}, s.dt, x, rois)
 			parity(t, dev, &roiAlignGradOp{s}, s.dt, rois, gy)
+		})
+	}
+	// The convolutions' forward (bias and ReLU) and data gradient, on inputs
+	// drawn as BenchmarkSuiteConv draws them, to TolTF32: their sums of K =
+	// 1024-2304 products of rms ~0.017 have a natural size of 0.5-0.8,
+	// inside the range TolTF32 is stated for. The weight gradient is not
+	// here: it sums N*OutH*OutW = 6272-134400 products of rms ~0.24 (dy
+	// half masked), a natural size of 19-86, beyond that range; the
+	// variant tests check it on smaller planes.
+	for ci, c := range convTargetCases {
+		t.Run("Conv/"+c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(ci), 11))
+			s := c.shape(t, tensor.Float32, true, true)
+			x, w := randTensor(rng, s.dt, -1, 1, s.xShape()...), randTensor(rng, s.dt, -0.05, 0.05, s.wShape()...)
+			bias, dy := randTensor(rng, s.dt, -0.1, 0.1, s.bShape()...), randTensor(rng, s.dt, -1, 1, s.yShape()...)
+			tf32 := []segment{{tol: autograd.TolTF32}}
+			parityBy(t, dev, &convOp{s}, tf32, x, w, bias)
+			// The data gradient masks dy by y > 0: the CPU's y on both
+			// sides, so that they mask alike.
+			y, err := (&convOp{s}).Do(x, w, bias)
+			if err != nil {
+				t.Fatal(err)
+			}
+			parityBy(t, dev, &convDgradOp{s}, tf32, w, y.(*tensor.Dense), dy)
 		})
 	}
 }
