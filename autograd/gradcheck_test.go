@@ -193,4 +193,13 @@ func TestToleranceWorst(t *testing.T) {
 	}
 }
 
+func TestTolTF32For(t *testing.T) {
+	if got := TolTF32For(0.5); got != TolTF32 {
+		t.Errorf("TolTF32For(0.5) = %+v, want TolTF32 %+v", got, TolTF32)
+	}
+	if got := TolTF32For(50); math.Abs(got.Abs-10*TolTF32.Abs) > 1e-15 || got.Rel != TolTF32.Rel {
+		t.Errorf("TolTF32For(50) = %+v, want Abs 10x TolTF32's and its Rel", got)
+	}
+}
+
 func nan() float64 { var z float64; return z / z }

@@ -64,6 +64,20 @@ var (
 	TolTF32 = Tolerance{Abs: 1e-2, Rel: 1e-3}
 )
 
+// TolTF32For is TolTF32 for TF32 sums of natural size size (the rms of the
+// products times the square root of their count), which may exceed the 5
+// that TolTF32's Abs is stated for (a weight gradient sums a product per
+// pixel of the batch: 134,400 on FPN's P2). The rounding walk's standard
+// deviation grows in proportion to the size, so Abs does too and stays
+// five of them; Rel is TolTF32's. Up to 5 it is TolTF32 itself.
+func TolTF32For(size float64) Tolerance {
+	t := TolTF32
+	if size > 5 {
+		t.Abs *= size / 5
+	}
+	return t
+}
+
 // Worst returns the largest |got - want| / (Abs + Rel*|want|) over the
 // elements where both are numbers: how much of the bound the closest call
 // used (at most 1 when Compare passes). For logs that show a test's margin.

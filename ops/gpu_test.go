@@ -497,13 +497,11 @@ func TestGPUParityTargetCases(t *testing.T) {
 			parity(t, dev, &roiAlignGradOp{s}, s.dt, rois, gy)
 		})
 	}
-	// The convolutions' forward (bias and ReLU) and data gradient, on inputs
-	// drawn as BenchmarkSuiteConv draws them, to TolTF32: their sums of K =
-	// 1024-2304 products of rms ~0.017 have a natural size of 0.5-0.8,
-	// inside the range TolTF32 is stated for. The weight gradient is not
-	// here: it sums N*OutH*OutW = 6272-134400 products of rms ~0.24 (dy
-	// half masked), a natural size of 19-86, beyond that range; the
-	// variant tests check it on smaller planes.
+	// The convolutions, on inputs drawn as BenchmarkSuiteConv draws them:
+	// the forward (bias and ReLU) and the data gradient to TolTF32 (sums of
+	// K = 1024-2304 products of rms ~0.017, a natural size of 0.5-0.8); the
+	// weight gradient, which sums N*OutH*OutW = 6272-134400 products of rms
+	// ~0.24 (dy half masked), a natural size of 19-86, to TolTF32For it.
 	for ci, c := range convTargetCases {
 		t.Run("Conv/"+c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(ci), 11))
@@ -519,8 +517,32 @@ func TestGPUParityTargetCases(t *testing.T) {
 				t.Fatal(err)
 			}
 			parityBy(t, dev, &convDgradOp{s}, tf32, w, y.(*tensor.Dense), dy)
+			// The weight gradient as Conv's SymDiff runs it: g (dy masked by
+			// the CPU's y, rounded to TF32) read as it is on both sides. No
+			// bias, whose gradient is a float32 sum, not a TF32 one.
+			sb := c.shape(t, tensor.Float32, false, true)
+			g, err := (&convGradOp{sb}).Do(y, dy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gp := roundedTF32(g.(*tensor.Dense), s.yShape().TotalSize())
+			back := sb
+			back.p.ReLU, back.gradReady = false, true
+			size := rms(t, x) * rms(t, gp) * math.Sqrt(float64(s.p.N*s.p.OutH*s.p.OutW))
+			t.Logf("weight gradient: natural size %.3g", size)
+			parityBy(t, dev, &convWgradOp{back}, []segment{{tol: autograd.TolTF32For(size)}}, x, y.(*tensor.Dense), gp)
 		})
 	}
+}
+
+// rms returns the root mean square of d's elements.
+func rms(t testing.TB, d *tensor.Dense) float64 {
+	sum := 0.0
+	v := toFloat64s(t, d)
+	for _, x := range v {
+		sum += x * x
+	}
+	return math.Sqrt(sum / float64(len(v)))
 }
 
 // A location whose pixel coordinate loc*W - 0.5 is an integer when the
