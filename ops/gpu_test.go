@@ -532,13 +532,73 @@ func TestGPUParityTargetCases(t *testing.T) {
 			t.Logf("weight gradient: natural size %.3g", size)
 			parityBy(t, dev, &convWgradOp{back}, []segment{{tol: autograd.TolTF32For(size)}}, x, y.(*tensor.Dense), gp)
 		})
+		// ConvBN with ReLU in training, as a graph: the GPU's statistics come
+		// from the convolution's epilogue, one record per column tile (1050
+		// per channel on fpn_p2), merged by bn_finalize. x and w are small
+		// integers, which TF32 holds exactly, so that z is the same on both
+		// sides: the backward recomputes the ReLU's mask from z, and with
+		// random inputs z's TF32 rounding flips the mask of about one
+		// element in a thousand, a couple in each input pixel's receptive
+		// field, moving the gradient of x by up to 0.18 (measured): the
+		// gradient of a different function, not a kernel's error. y and the
+		// running statistics to TolParity32; the gradient of x, a TF32 sum
+		// (the GPU rounds dz to TF32 for the GEMM), to TolTF32For its
+		// natural size, which for sums of random-signed terms is their rms.
+		// The other gradients are sums over the batch's pixels, checked at
+		// these sizes above (the weight gradient) and at small sizes by
+		// TestGPUConvBNGraphParity.
+		t.Run("ConvBN/"+c.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(ci), 12))
+			cfg := c.cfg
+			cfg.Act = ActReLU
+			cout := c.ws[0]
+			layer := bnLayer{rm: filled(cout, 0), rv: filled(cout, 1), momentum: DefaultMomentum, eps: DefaultEps, training: true}
+			in := []*tensor.Dense{
+				intTensor(rng, tensor.Float32, -2, 2, c.xs...), intTensor(rng, tensor.Float32, -1, 1, c.ws...),
+				randTensor(rng, tensor.Float32, 0.5, 1.5, cout), randTensor(rng, tensor.Float32, -0.5, 0.5, cout),
+			}
+			s := c.shape(t, tensor.Float32, false, true)
+			proj := randTensor(rng, tensor.Float32, -1, 1, s.yShape()...)
+			var cpuBN *BatchNorm
+			wantY, wantGrads, err := runWithGrads(t, in, proj, convBNWith(cfg, layer, &cpuBN))
+			if err != nil {
+				t.Fatal(err)
+			}
+			gpuBN := bnGPULayer(t, dev, fromFloat64s(tensor.Float32, layer.rm, cout), fromFloat64s(tensor.Float32, layer.rv, cout), true, true)
+			gpuBN.Momentum, gpuBN.Eps = layer.momentum, layer.eps
+			y, grads, link := convBNGPUGraph(t, dev, in, proj, cfg, gpuBN)
+			dxSize := rmsOf(wantGrads[0])
+			t.Logf("gradient of x: natural size %.3g", dxSize)
+			for _, cmp := range []struct {
+				what      string
+				got, want []float64
+				tol       autograd.Tolerance
+			}{
+				{"y", y, wantY, autograd.TolParity32},
+				{"gradient of x", grads[0], wantGrads[0], autograd.TolTF32For(dxSize)},
+				{"running mean", runningOf(t, dev, gpuBN.RunningMean), toFloat64s(t, cpuBN.RunningMean), autograd.TolParity32},
+				{"running variance", runningOf(t, dev, gpuBN.RunningVar), toFloat64s(t, cpuBN.RunningVar), autograd.TolParity32},
+			} {
+				if err := cmp.tol.Compare(cmp.got, cmp.want); err != nil {
+					t.Errorf("%s: %v", cmp.what, err)
+				}
+				t.Logf("%s: GPU vs CPU: the worst element at %.3g of the bound", cmp.what, cmp.tol.Worst(cmp.got, cmp.want))
+			}
+			if link == nil {
+				t.Fatal("no BatchNorm op in the graph")
+			}
+			if link.taken != 1 {
+				t.Errorf("the BatchNorm op took the convolution's statistics %d times, want 1", link.taken)
+			}
+		})
 	}
 }
 
 // rms returns the root mean square of d's elements.
-func rms(t testing.TB, d *tensor.Dense) float64 {
+func rms(t testing.TB, d *tensor.Dense) float64 { return rmsOf(toFloat64s(t, d)) }
+
+func rmsOf(v []float64) float64 {
 	sum := 0.0
-	v := toFloat64s(t, d)
 	for _, x := range v {
 		sum += x * x
 	}
