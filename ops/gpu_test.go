@@ -470,8 +470,8 @@ func TestGPUMSDeformAttnParity(t *testing.T) {
 
 // GPU against the CPU twin on the benchmark suite's own inputs, TARGETS.md's
 // cases at full size, with the kernels ops picks for them: every RoIAlign and
-// MSDeformAttn time the suite reports is for a result that this test checks
-// (and the convolutions' forward and data-gradient times, below). The small cases above
+// MSDeformAttn time the suite reports is for a result that this test checks,
+// and so are the convolutions' and ConvBN's, with the provisos below. The small cases above
 // reach the kernels' edge paths; these reach what only size brings (maps of
 // 167 columns, where a coordinate lands an ulp from a cell's edge somewhere
 // among 11 million; RoI footprints of 128 pixels; gradients summed from
