@@ -44,23 +44,6 @@ type AdamState struct {
 	M, V []NamedTensor
 }
 
-// History is what the plots show.
-type History struct {
-	Iters  []float64
-	Losses [len(model.LossNames)][]float64 // means over each logging interval
-	Evals  []EvalPoint
-}
-
-// EvalPoint is one periodic evaluation.
-type EvalPoint struct {
-	Iter                  int
-	Box, Mask             [3]float64 // AP, AP50, AP75
-	Seconds               float64    // wall time into the run
-	ImagesPerSecondTrain  float64
-	ImagesPerSecondInfer  float64
-	ValidationImagesCount int
-}
-
 func named(name string, t *tensor.Dense) NamedTensor {
 	return NamedTensor{Name: name, Shape: append([]int(nil), t.Shape()...), Data: append([]float32(nil), t.Float32s()...)}
 }

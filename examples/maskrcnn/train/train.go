@@ -3,7 +3,6 @@ package train
 import (
 	"encoding/json"
 	"fmt"
-	"image"
 	"io"
 	"math"
 	"os"
@@ -132,7 +131,7 @@ func Run(opt Options) (*Result, error) {
 
 	ckptPath := filepath.Join(opt.Out, "checkpoint.gob")
 	prog := newProgress(log, opt.Iters)
-	var sums [len(model.LossNames)]float64
+	var sums model.Losses
 	var nsum int
 	trainTime := time.Duration(0)
 	trainIters := 0
@@ -164,12 +163,11 @@ func Run(opt Options) (*Result, error) {
 		nsum++
 		done := it + 1
 		if done%opt.LogEvery == 0 || done == opt.Iters {
-			hist.Iters = append(hist.Iters, float64(done))
 			for i := range sums {
-				hist.Losses[i] = append(hist.Losses[i], sums[i]/float64(nsum))
-				sums[i] = 0
+				sums[i] /= float64(nsum)
 			}
-			nsum = 0
+			hist.Losses = append(hist.Losses, lossPoint(done, sums))
+			sums, nsum = model.Losses{}, 0
 		}
 		rate := float64(trainIters*opt.Batch) / trainTime.Seconds()
 		remaining := time.Duration(float64(opt.Iters-done) * float64(opt.Batch) / rate * float64(time.Second))
@@ -188,11 +186,10 @@ func Run(opt Options) (*Result, error) {
 		last = m
 		hist.Evals = append(hist.Evals, EvalPoint{
 			Iter: done, Seconds: time.Since(start).Seconds(),
-			Box:                   [3]float64{m.Box.AP, m.Box.AP50, m.Box.AP75},
-			Mask:                  [3]float64{m.Mask.AP, m.Mask.AP50, m.Mask.AP75},
-			ImagesPerSecondTrain:  rate,
-			ImagesPerSecondInfer:  float64(len(valSet.Images)) / evalTime.Seconds(),
-			ValidationImagesCount: len(valSet.Images),
+			Box: apsOf(m.Box), Mask: apsOf(m.Mask),
+			TrainImagesPerSecond: rate,
+			InferImagesPerSecond: float64(len(valSet.Images)) / evalTime.Seconds(),
+			ValidationImages:     len(valSet.Images),
 		})
 		prog.println("iteration %d: box AP %.3f AP50 %.3f AP75 %.3f | mask AP %.3f AP50 %.3f AP75 %.3f (%d images, %.1fs)",
 			done, m.Box.AP, m.Box.AP50, m.Box.AP75, m.Mask.AP, m.Mask.AP50, m.Mask.AP75, len(valSet.Images), evalTime.Seconds())
@@ -230,29 +227,4 @@ func writeOutputs(opt Options, iter int, val *data.Dataset, dets []eval.Detectio
 		return fmt.Errorf("train: %w", err)
 	}
 	return nil
-}
-
-// curves plots the losses (log scale) over the AP of the evaluations.
-func curves(h History) image.Image {
-	var loss []viz.Series
-	for i, name := range model.LossNames {
-		loss = append(loss, viz.Series{Name: name, X: h.Iters, Y: h.Losses[i]})
-	}
-	var x []float64
-	var ap [4][]float64
-	for _, e := range h.Evals {
-		x = append(x, float64(e.Iter))
-		ap[0] = append(ap[0], e.Box[0])
-		ap[1] = append(ap[1], e.Box[1])
-		ap[2] = append(ap[2], e.Mask[0])
-		ap[3] = append(ap[3], e.Mask[1])
-	}
-	apSeries := []viz.Series{
-		{Name: "box AP", X: x, Y: ap[0]}, {Name: "box AP50", X: x, Y: ap[1]},
-		{Name: "mask AP", X: x, Y: ap[2]}, {Name: "mask AP50", X: x, Y: ap[3]},
-	}
-	return viz.Grid([]image.Image{
-		viz.Plot(viz.PlotOptions{Title: "training losses", XLabel: "iteration", Width: 640, Height: 360, LogY: true}, loss...),
-		viz.Plot(viz.PlotOptions{Title: "validation AP", XLabel: "iteration", Width: 640, Height: 360}, apSeries...),
-	}, 1)
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
@@ -43,12 +44,12 @@ func TestRunSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	total := res.History.Losses[0]
-	if len(total) != 8 {
-		t.Fatalf("%d loss points, want 8", len(total))
+	losses := res.History.Losses
+	if len(losses) != 8 || losses[7].Iter != 40 {
+		t.Fatalf("loss points %+v, want 8 ending at iteration 40", losses)
 	}
-	if !(total[len(total)-1] < 0.8*total[0]) {
-		t.Errorf("the loss did not fall: %v", total)
+	if !(losses[7].Total < 0.8*losses[0].Total) {
+		t.Errorf("the loss did not fall: %v", losses)
 	}
 	if len(res.History.Evals) != 2 || res.History.Evals[1].Iter != 40 {
 		t.Errorf("evaluations %+v, want at 20 and 40", res.History.Evals)
@@ -60,8 +61,14 @@ func TestRunSmoke(t *testing.T) {
 	}
 	var h History
 	js, _ := os.ReadFile(filepath.Join(dir, "history.json"))
-	if err := json.Unmarshal(js, &h); err != nil || !reflect.DeepEqual(h.Iters, res.History.Iters) {
+	if err := json.Unmarshal(js, &h); err != nil || !reflect.DeepEqual(h, res.History) {
 		t.Errorf("history.json does not hold the history: %v", err)
+	}
+	// Self-describing: every field has its name in the file.
+	for _, field := range []string{`"losses"`, `"evaluations"`, `"iteration"`, `"rpn_objectness"`, `"box_regression"`, `"ap50"`, `"train_images_per_second"`} {
+		if !strings.Contains(string(js), field) {
+			t.Errorf("history.json has no %s field", field)
+		}
 	}
 }
 
