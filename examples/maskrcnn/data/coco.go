@@ -57,7 +57,7 @@ type cocoRLE struct {
 
 // WriteCOCO writes ds in COCO format: every image as dir/images/<File> (PNG;
 // "<ID as %06d>.png" when File is empty) and the instance annotations as
-// dir/annotations.json. Category ids are class index + 1; annotation ids
+// dir/annotations.json. Category ids are ds.CategoryID's; annotation ids
 // count from 1 in image and object order; masks are written as compressed
 // RLE strings, bbox from Object.Box, area as the mask's area (the box's when
 // there is no mask). Objects without a mask get no segmentation.
@@ -67,8 +67,11 @@ func WriteCOCO(ds *Dataset, dir string) error {
 		return fmt.Errorf("data: WriteCOCO: %w", err)
 	}
 	out := cocoFile{Images: []cocoImage{}, Annotations: []cocoAnnotation{}, Categories: []cocoCategory{}}
+	if ds.CategoryIDs != nil && len(ds.CategoryIDs) != len(ds.Classes) {
+		return fmt.Errorf("data: WriteCOCO: %d category ids for %d classes", len(ds.CategoryIDs), len(ds.Classes))
+	}
 	for k, name := range ds.Classes {
-		out.Categories = append(out.Categories, cocoCategory{ID: k + 1, Name: name, Supercategory: "shape"})
+		out.Categories = append(out.Categories, cocoCategory{ID: ds.CategoryID(k), Name: name})
 	}
 	seen := map[int]bool{}
 	for _, img := range ds.Images {
@@ -93,7 +96,7 @@ func WriteCOCO(ds *Dataset, dir string) error {
 			}
 			b := o.Box
 			a := cocoAnnotation{
-				ID: len(out.Annotations) + 1, ImageID: img.ID, CategoryID: o.Class + 1,
+				ID: len(out.Annotations) + 1, ImageID: img.ID, CategoryID: ds.CategoryID(o.Class),
 				BBox: []float64{b[0], b[1], b[2] - b[0], b[3] - b[1]},
 				Area: (b[2] - b[0]) * (b[3] - b[1]),
 			}
@@ -161,8 +164,10 @@ func writeImagePNG(img *Image, path string) error {
 // imageDir (the annotations file's directory if imageDir is "").
 //
 // Images keep the file's order and ids. Categories sorted by id become the
-// classes 0, 1, ...; an object's Box is its bbox [x, y, w, h] as [x, y, x+w,
-// y+h]; its Mask is rasterised from polygons (the union of the polygons,
+// classes 0, 1, ..., their ids kept in CategoryIDs; an object's Box is its
+// bbox [x, y, w, h] as [x, y, x+w, y+h], clipped to the image when it
+// crosses the border (counted in ClippedBoxes; a box wholly outside its
+// image is an error); its Mask is rasterised from polygons (the union of the polygons,
 // each by RasterizePolygon's pixel-centre even-odd rule) or decoded from RLE,
 // compressed or not, and is nil when the annotation has no segmentation.
 // iscrowd=1 sets Object.Crowd. Errors name the file and the annotation.
@@ -193,6 +198,7 @@ func ReadCOCO(annotationsPath, imageDir string) (*Dataset, error) {
 		}
 		classOf[c.ID] = len(ds.Classes)
 		ds.Classes = append(ds.Classes, c.Name)
+		ds.CategoryIDs = append(ds.CategoryIDs, c.ID)
 	}
 
 	byID := map[int]*Image{}
@@ -226,14 +232,24 @@ func ReadCOCO(annotationsPath, imageDir string) (*Dataset, error) {
 		}
 		x, y, w, h := a.BBox[0], a.BBox[1], a.BBox[2], a.BBox[3]
 		if !(w >= 0 && h >= 0) || math.IsInf(x+y+w+h, 0) || math.IsNaN(x+y) {
-			return nil, fail("annotation %d (image %d): bad bbox %v", a.ID, a.ImageID, a.BBox)
+			return nil, fail("annotation %d (image %d): bad bbox %v: want finite [x, y, w, h] with w, h >= 0", a.ID, a.ImageID, a.BBox)
+		}
+		box := [4]float64{x, y, x + w, y + h}
+		clipped := [4]float64{max(box[0], 0), max(box[1], 0), min(box[2], float64(img.W)), min(box[3], float64(img.H))}
+		// Outside: no point in common with the image, or a box of positive
+		// area that keeps none inside it.
+		if clipped[0] > clipped[2] || clipped[1] > clipped[3] || (w > 0 && h > 0 && !(clipped[0] < clipped[2] && clipped[1] < clipped[3])) {
+			return nil, fail("annotation %d (image %d): bbox %v lies outside the %dx%d image", a.ID, a.ImageID, a.BBox, img.W, img.H)
+		}
+		if clipped != box {
+			ds.ClippedBoxes++
 		}
 		mask, err := decodeSegmentation(a.Segmentation, img.W, img.H)
 		if err != nil {
 			return nil, fail("annotation %d (image %d): segmentation: %v", a.ID, a.ImageID, err)
 		}
 		img.Objects = append(img.Objects, Object{
-			Class: class, Box: [4]float64{x, y, x + w, y + h}, Mask: mask, Crowd: a.IsCrowd != 0,
+			Class: class, Box: clipped, Mask: mask, Crowd: a.IsCrowd != 0,
 		})
 	}
 	return ds, nil

@@ -88,5 +88,35 @@ type Image struct {
 type Dataset struct {
 	// Classes names the classes; an Object's Class indexes it.
 	Classes []string
-	Images  []*Image
+	// CategoryIDs are the classes' COCO category ids (CategoryIDs[k] is
+	// class k's). ReadCOCO keeps the file's; the synthetic dataset numbers
+	// its classes 1, 2, 3 (circle, square, triangle). Nil means class k is
+	// category k+1.
+	CategoryIDs []int
+	Images      []*Image
+	// ClippedBoxes counts the boxes ReadCOCO clipped to their image
+	// because they crossed its border.
+	ClippedBoxes int
+}
+
+// CategoryID is class k's COCO category id.
+func (ds *Dataset) CategoryID(k int) int {
+	if ds.CategoryIDs == nil {
+		return k + 1
+	}
+	return ds.CategoryIDs[k]
+}
+
+// CountObjects is the number of objects of ds's images that are not crowd
+// regions: what training and evaluation can use.
+func (ds *Dataset) CountObjects() int {
+	n := 0
+	for _, img := range ds.Images {
+		for _, o := range img.Objects {
+			if !o.Crowd {
+				n++
+			}
+		}
+	}
+	return n
 }

@@ -495,8 +495,8 @@ func TestReadCOCOSegmentations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(ds.Classes, []string{"early", "late"}) {
-		t.Errorf("classes %v, want categories in id order", ds.Classes)
+	if !reflect.DeepEqual(ds.Classes, []string{"early", "late"}) || !reflect.DeepEqual(ds.CategoryIDs, []int{3, 9}) {
+		t.Errorf("classes %v with ids %v, want categories in id order, ids kept", ds.Classes, ds.CategoryIDs)
 	}
 	objs := ds.Images[0].Objects
 	for _, tc := range []struct {
@@ -541,6 +541,9 @@ func TestReadCOCOErrors(t *testing.T) {
 		{"unknown category", ann(`{"id": 5, "image_id": 1, "category_id": 4, "bbox": [0,0,1,1]}`), "annotation 5 (image 1): category_id 4"},
 		{"short bbox", ann(`{"id": 5, "image_id": 1, "category_id": 1, "bbox": [0,0,1]}`), "annotation 5 (image 1): bbox has 3"},
 		{"negative bbox", ann(`{"id": 5, "image_id": 1, "category_id": 1, "bbox": [0,0,-1,1]}`), "annotation 5 (image 1): bad bbox"},
+		{"bbox right of the image", ann(`{"id": 5, "image_id": 1, "category_id": 1, "bbox": [4.5,0,2,2]}`), "annotation 5 (image 1): bbox [4.5 0 2 2] lies outside the 4x3 image"},
+		{"bbox touching the left edge", ann(`{"id": 5, "image_id": 1, "category_id": 1, "bbox": [-2,0,2,2]}`), "lies outside"},
+		{"bbox above the image", ann(`{"id": 5, "image_id": 1, "category_id": 1, "bbox": [0,-9,2,2]}`), "lies outside"},
 		{"RLE size", ann(`{"id": 5, "image_id": 1, "category_id": 1, "bbox": [0,0,1,1], "segmentation": {"size": [4,3], "counts": [12]}}`), "annotation 5 (image 1): segmentation: RLE size [4 3]"},
 		{"RLE sum", ann(`{"id": 5, "image_id": 1, "category_id": 1, "bbox": [0,0,1,1], "segmentation": {"size": [3,4], "counts": [11]}}`), "sum to 11"},
 		{"RLE string", ann(`{"id": 5, "image_id": 1, "category_id": 1, "bbox": [0,0,1,1], "segmentation": {"size": [3,4], "counts": "T"}}`), "annotation 5 (image 1): segmentation: data: RLE string"},
@@ -563,6 +566,60 @@ func TestReadCOCOErrors(t *testing.T) {
 	}
 	if _, err := ReadCOCO(filepath.Join(dir, "missing.json"), ""); err == nil || !strings.Contains(err.Error(), "missing.json") {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// Boxes that cross the image's border are clipped to it and counted.
+func TestReadCOCOClipsBoxes(t *testing.T) {
+	dir := t.TempDir()
+	imgDir := writeTiny(t, dir)
+	js := `{"images": [{"id": 1, "file_name": "a.png", "width": 4, "height": 3}],
+	  "categories": [{"id": 1, "name": "x"}],
+	  "annotations": [
+	    {"id": 1, "image_id": 1, "category_id": 1, "bbox": [-1, 1, 3, 5]},
+	    {"id": 2, "image_id": 1, "category_id": 1, "bbox": [1, 1, 2, 1]},
+	    {"id": 3, "image_id": 1, "category_id": 1, "bbox": [3, -0.5, 4, 1]},
+	    {"id": 4, "image_id": 1, "category_id": 1, "bbox": [2, 2, 0, 0]}
+	  ]}`
+	path := filepath.Join(dir, "clip.json")
+	if err := os.WriteFile(path, []byte(js), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := ReadCOCO(path, imgDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][4]float64{{0, 1, 2, 3}, {1, 1, 3, 2}, {3, 0, 4, 0.5}, {2, 2, 2, 2}}
+	for i, o := range ds.Images[0].Objects {
+		if o.Box != want[i] {
+			t.Errorf("annotation %d: box %v, want %v", i+1, o.Box, want[i])
+		}
+	}
+	if ds.ClippedBoxes != 2 {
+		t.Errorf("ClippedBoxes = %d, want 2", ds.ClippedBoxes)
+	}
+}
+
+// WriteCOCO writes the dataset's own category ids.
+func TestWriteCOCOCategoryIDs(t *testing.T) {
+	ds := &Dataset{Classes: []string{"cat", "dog"}, CategoryIDs: []int{17, 18}, Images: []*Image{{
+		ID: 1, W: 2, H: 2, Pix: make([]float32, 12),
+		Objects: []Object{{Class: 1, Box: [4]float64{0, 0, 1, 1}}},
+	}}}
+	dir := t.TempDir()
+	if err := WriteCOCO(ds, dir); err != nil {
+		t.Fatal(err)
+	}
+	back, err := ReadCOCO(filepath.Join(dir, "annotations.json"), filepath.Join(dir, "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back.CategoryIDs, []int{17, 18}) || back.Images[0].Objects[0].Class != 1 {
+		t.Errorf("ids %v, object class %d; want [17 18] and class 1", back.CategoryIDs, back.Images[0].Objects[0].Class)
+	}
+	ds.CategoryIDs = []int{17}
+	if err := WriteCOCO(ds, t.TempDir()); err == nil || !strings.Contains(err.Error(), "1 category ids for 2 classes") {
+		t.Errorf("WriteCOCO with too few ids: %v", err)
 	}
 }
 

@@ -72,7 +72,7 @@ func Synthetic(cfg SyntheticConfig) (*Dataset, error) {
 	case cfg.MaxObjects > 64:
 		return nil, fmt.Errorf("data: Synthetic: MaxObjects must be <= 64, got %d", cfg.MaxObjects)
 	}
-	ds := &Dataset{Classes: append([]string(nil), SyntheticClasses...), Images: make([]*Image, cfg.Count)}
+	ds := &Dataset{Classes: append([]string(nil), SyntheticClasses...), CategoryIDs: []int{1, 2, 3}, Images: make([]*Image, cfg.Count)}
 	// One random stream per image, so that images depend neither on Count
 	// nor on which worker makes them.
 	var wg sync.WaitGroup
