@@ -200,7 +200,9 @@ func drawBox(dst *image.RGBA, r image.Rectangle, c color.RGBA, thick int) {
 // the picture.
 func drawLabel(dst *image.RGBA, box image.Rectangle, text string, c color.RGBA) {
 	tw, th := TextSize(text, 1)
-	tag := image.Rect(0, 0, tw+4, th+3)
+	// The font's top row is blank, so one pixel of margin above the text
+	// looks like two.
+	tag := image.Rect(0, 0, tw+4, th+2)
 	x, y := box.Min.X, box.Min.Y-tag.Dy()
 	if y < 0 {
 		y = box.Min.Y
@@ -210,7 +212,7 @@ func drawLabel(dst *image.RGBA, box image.Rectangle, text string, c color.RGBA) 
 	y = max(b.Min.Y, min(y, b.Max.Y-tag.Dy()))
 	tag = tag.Add(image.Pt(x, y))
 	fillRect(dst, tag, c)
-	DrawText(dst, x+2, y+2, text, textColourOn(c), 1)
+	DrawText(dst, x+2, y+1, text, textColourOn(c), 1)
 }
 
 // textColourOn picks black or white text, whichever reads better on bg

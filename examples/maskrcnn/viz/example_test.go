@@ -33,7 +33,7 @@ func ExampleDrawDetections() {
 		panic(err)
 	}
 	fmt.Println(pair.Bounds().Size())
-	// Output: (524,276)
+	// Output: (524,281)
 }
 
 // Plot training curves on a log scale.

@@ -3,179 +3,68 @@ package viz
 import (
 	"image"
 	"image/color"
+	"image/draw"
 	"strings"
+
+	xdraw "golang.org/x/image/draw"
+	"golang.org/x/image/font"
+	"golang.org/x/image/font/basicfont"
+	"golang.org/x/image/math/fixed"
 )
 
-// The built-in font: hand-drawn 5x7 glyphs ('#' is ink) on a 6-pixel
-// advance, with an eighth row for the descenders of g, j, p, q and y, so a
-// line of text takes lineHeight pixels at scale 1.
-const (
-	glyphW     = 5
-	glyphH     = 8
-	advance    = glyphW + 1
-	lineHeight = glyphH + 2
-)
+// face is the font of all text in the pictures: basicfont's 7x13 fixed
+// bitmap font (X11's misc-fixed). A bitmap font, not a vector one, because
+// the text labels pictures of 64x64 images blown up nearest-neighbour: its
+// glyphs are opaque or empty pixels, so a label is exactly its colour on
+// its tag (no anti-aliased fringe to blend into a mask), it stays legible at
+// 13 pixels, and it needs no font file parsed at start-up. Runes outside
+// ASCII are drawn as U+FFFD, so a missing character shows instead of
+// vanishing.
+var face = basicfont.Face7x13
 
-var glyphSource = map[rune]string{
-	'0': ".###. #...# #..## #.#.# ##..# #...# .###.",
-	'1': "..#.. .##.. ..#.. ..#.. ..#.. ..#.. .###.",
-	'2': ".###. #...# ....# ...#. ..#.. .#... #####",
-	'3': "##### ...#. ..#.. ...#. ....# #...# .###.",
-	'4': "...#. ..##. .#.#. #..#. ##### ...#. ...#.",
-	'5': "##### #.... ####. ....# ....# #...# .###.",
-	'6': "..##. .#... #.... ####. #...# #...# .###.",
-	'7': "##### ....# ...#. ..#.. .#... .#... .#...",
-	'8': ".###. #...# #...# .###. #...# #...# .###.",
-	'9': ".###. #...# #...# .#### ....# ...#. .##..",
-
-	'A': ".###. #...# #...# ##### #...# #...# #...#",
-	'B': "####. #...# #...# ####. #...# #...# ####.",
-	'C': ".###. #...# #.... #.... #.... #...# .###.",
-	'D': "###.. #..#. #...# #...# #...# #..#. ###..",
-	'E': "##### #.... #.... ####. #.... #.... #####",
-	'F': "##### #.... #.... ####. #.... #.... #....",
-	'G': ".###. #...# #.... #.### #...# #...# .####",
-	'H': "#...# #...# #...# ##### #...# #...# #...#",
-	'I': ".###. ..#.. ..#.. ..#.. ..#.. ..#.. .###.",
-	'J': "..### ...#. ...#. ...#. ...#. #..#. .##..",
-	'K': "#...# #..#. #.#.. ##... #.#.. #..#. #...#",
-	'L': "#.... #.... #.... #.... #.... #.... #####",
-	'M': "#...# ##.## #.#.# #.#.# #...# #...# #...#",
-	'N': "#...# #...# ##..# #.#.# #..## #...# #...#",
-	'O': ".###. #...# #...# #...# #...# #...# .###.",
-	'P': "####. #...# #...# ####. #.... #.... #....",
-	'Q': ".###. #...# #...# #...# #.#.# #..#. .##.#",
-	'R': "####. #...# #...# ####. #.#.. #..#. #...#",
-	'S': ".#### #.... #.... .###. ....# ....# ####.",
-	'T': "##### ..#.. ..#.. ..#.. ..#.. ..#.. ..#..",
-	'U': "#...# #...# #...# #...# #...# #...# .###.",
-	'V': "#...# #...# #...# #...# #...# .#.#. ..#..",
-	'W': "#...# #...# #...# #.#.# #.#.# #.#.# .#.#.",
-	'X': "#...# #...# .#.#. ..#.. .#.#. #...# #...#",
-	'Y': "#...# #...# .#.#. ..#.. ..#.. ..#.. ..#..",
-	'Z': "##### ....# ...#. ..#.. .#... #.... #####",
-
-	'a': "..... ..... .###. ....# .#### #...# .####",
-	'b': "#.... #.... ####. #...# #...# #...# ####.",
-	'c': "..... ..... .###. #.... #.... #.... .###.",
-	'd': "....# ....# .#### #...# #...# #...# .####",
-	'e': "..... ..... .###. #...# ##### #.... .###.",
-	'f': "..##. .#... ####. .#... .#... .#... .#...",
-	'g': "..... ..... .#### #...# #...# .#### ....# .###.",
-	'h': "#.... #.... ####. #...# #...# #...# #...#",
-	'i': "..#.. ..... .##.. ..#.. ..#.. ..#.. .###.",
-	'j': "...#. ..... ..##. ...#. ...#. ...#. #..#. .##..",
-	'k': "#.... #.... #..#. #.#.. ##... #.#.. #..#.",
-	'l': ".##.. ..#.. ..#.. ..#.. ..#.. ..#.. .###.",
-	'm': "..... ..... ##.#. #.#.# #.#.# #.#.# #.#.#",
-	'n': "..... ..... ####. #...# #...# #...# #...#",
-	'o': "..... ..... .###. #...# #...# #...# .###.",
-	'p': "..... ..... ####. #...# #...# ####. #.... #....",
-	'q': "..... ..... .#### #...# #...# .#### ....# ....#",
-	'r': "..... ..... #.##. ##..# #.... #.... #....",
-	's': "..... ..... .#### #.... .###. ....# ####.",
-	't': ".#... .#... ####. .#... .#... .#..# ..##.",
-	'u': "..... ..... #...# #...# #...# #..## .##.#",
-	'v': "..... ..... #...# #...# #...# .#.#. ..#..",
-	'w': "..... ..... #...# #...# #.#.# #.#.# .#.#.",
-	'x': "..... ..... #...# .#.#. ..#.. .#.#. #...#",
-	'y': "..... ..... #...# #...# #...# .#### ....# .###.",
-	'z': "..... ..... ##### ...#. ..#.. .#... #####",
-
-	' ':  "",
-	'.':  "..... ..... ..... ..... ..... .##.. .##..",
-	',':  "..... ..... ..... ..... .##.. ..#.. .#...",
-	'-':  "..... ..... ..... .###. ..... ..... .....",
-	'+':  "..... ..#.. ..#.. ##### ..#.. ..#.. .....",
-	'=':  "..... ..... ##### ..... ##### ..... .....",
-	':':  "..... .##.. .##.. ..... .##.. .##.. .....",
-	';':  "..... .##.. .##.. ..... .##.. ..#.. .#...",
-	'%':  "##... ##..# ...#. ..#.. .#... #..## ...##",
-	'/':  "..... ....# ...#. ..#.. .#... #.... .....",
-	'\\': "..... #.... .#... ..#.. ...#. ....# .....",
-	'(':  "...#. ..#.. .#... .#... .#... ..#.. ...#.",
-	')':  ".#... ..#.. ...#. ...#. ...#. ..#.. .#...",
-	'[':  ".###. .#... .#... .#... .#... .#... .###.",
-	']':  ".###. ...#. ...#. ...#. ...#. ...#. .###.",
-	'<':  "...#. ..#.. .#... #.... .#... ..#.. ...#.",
-	'>':  ".#... ..#.. ...#. ....# ...#. ..#.. .#...",
-	'_':  "..... ..... ..... ..... ..... ..... #####",
-	'!':  "..#.. ..#.. ..#.. ..#.. ..#.. ..... ..#..",
-	'?':  ".###. #...# ....# ...#. ..#.. ..... ..#..",
-	'\'': "..#.. ..#.. .#... ..... ..... ..... .....",
-	'"':  ".#.#. .#.#. ..... ..... ..... ..... .....",
-	'*':  "..... ..#.. #.#.# .###. #.#.# ..#.. .....",
-	'#':  ".#.#. .#.#. ##### .#.#. ##### .#.#. .#.#.",
-	'|':  "..#.. ..#.. ..#.. ..#.. ..#.. ..#.. ..#..",
-	'@':  ".###. #...# #.### #.#.# #.### #.... .###.",
-	'&':  ".##.. #..#. #.#.. .#... #.#.# #..#. .##.#",
-	'^':  "..#.. .#.#. #...# ..... ..... ..... .....",
-	'~':  "..... ..... .#... #.#.# ...#. ..... .....",
-	'$':  "..#.. .#### #.#.. .###. ..#.# ####. ..#..",
-}
-
-// glyph is one character's bitmap: rows top down, bit 4 is the leftmost
-// column.
-type glyph [glyphH]uint8
-
-// font maps runes to bitmaps; unknownGlyph (a hollow box) stands for
-// anything missing, so that missing characters are visible, not skipped.
-var font, unknownGlyph = buildFont()
-
-func buildFont() (map[rune]glyph, glyph) {
-	f := make(map[rune]glyph, len(glyphSource))
-	for r, src := range glyphSource {
-		var g glyph
-		for i, row := range strings.Fields(src) {
-			for j, c := range row {
-				if c == '#' {
-					g[i] |= 1 << (glyphW - 1 - j)
-				}
-			}
-		}
-		f[r] = g
-	}
-	box := glyph{0x1f, 0x11, 0x11, 0x11, 0x11, 0x11, 0x1f}
-	return f, box
-}
+// lineHeight is the height of a line of text at scale 1, in pixels.
+var lineHeight = face.Metrics().Height.Ceil()
 
 // TextSize is the size in pixels of s drawn by DrawText at the given scale:
-// the widest line by the number of lines ('\n' breaks lines).
+// the widest line by the number of lines ('\n' breaks lines). The width
+// leaves out the blank column after the last glyph.
 func TextSize(s string, scale int) (w, h int) {
 	scale = max(scale, 1)
 	lines := strings.Split(s, "\n")
 	for _, l := range lines {
-		w = max(w, len([]rune(l)))
+		if l == "" {
+			continue
+		}
+		adv := font.MeasureString(face, l).Ceil()
+		w = max(w, adv-(face.Advance-face.Width))
 	}
-	if w > 0 {
-		w = (w*advance - 1) * scale // no gap after the last glyph
-	}
-	return w, (len(lines)*lineHeight - 2) * scale
+	return w * scale, len(lines) * lineHeight * scale
 }
 
-// DrawText draws s with the built-in font onto dst, its top-left corner at
-// (x, y), each font pixel a scale x scale square of colour c. Pixels outside
-// dst are clipped. It returns the size of the text as TextSize does.
+// DrawText draws s onto dst with font.Drawer, its top-left corner at (x, y),
+// in colour c; at scale > 1 each pixel of the font becomes a scale x scale
+// square (the text is drawn once at scale 1 as a mask and blown up
+// nearest-neighbour, so it stays as crisp as the images it labels). Pixels
+// outside dst are clipped. It returns the size of the text as TextSize does.
 func DrawText(dst *image.RGBA, x, y int, s string, c color.Color, scale int) (w, h int) {
 	scale = max(scale, 1)
-	col := color.RGBAModel.Convert(c).(color.RGBA)
-	for li, line := range strings.Split(s, "\n") {
-		cx := x
-		cy := y + li*lineHeight*scale
-		for _, r := range line {
-			g, ok := font[r]
-			if !ok {
-				g = unknownGlyph
-			}
-			for gy, bits := range g {
-				for gx := range glyphW {
-					if bits&(1<<(glyphW-1-gx)) != 0 {
-						fillRect(dst, image.Rect(cx+gx*scale, cy+gy*scale, cx+(gx+1)*scale, cy+(gy+1)*scale), col)
-					}
-				}
-			}
-			cx += advance * scale
-		}
+	w1, h1 := TextSize(s, 1)
+	if w1 == 0 {
+		return TextSize(s, scale)
 	}
-	return TextSize(s, scale)
+	mask := image.NewAlpha(image.Rect(0, 0, w1, h1))
+	d := font.Drawer{Dst: mask, Src: image.Opaque, Face: face}
+	for i, line := range strings.Split(s, "\n") {
+		d.Dot = fixed.P(0, i*lineHeight+face.Ascent)
+		d.DrawString(line)
+	}
+	var m image.Image = mask
+	if scale > 1 {
+		big := image.NewAlpha(image.Rect(0, 0, w1*scale, h1*scale))
+		xdraw.NearestNeighbor.Scale(big, big.Bounds(), mask, mask.Bounds(), xdraw.Src, nil)
+		m = big
+	}
+	r := m.Bounds().Add(image.Pt(x, y))
+	draw.DrawMask(dst, r, image.NewUniform(c), image.Point{}, m, image.Point{}, draw.Over)
+	return r.Dx(), r.Dy()
 }

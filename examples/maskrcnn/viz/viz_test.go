@@ -47,26 +47,26 @@ func TestImageRGBA(t *testing.T) {
 
 func TestDrawDetections(t *testing.T) {
 	const scale = 4
-	img := grey(16, 16, 0.5) // to8(0.5) = round(127.5) = 128
+	img := grey(24, 16, 0.5) // to8(0.5) = round(127.5) = 128
 	bg := color.RGBA{128, 128, 128, 255}
-	mask := data.NewMask(16, 16)
-	for y := 4; y < 9; y++ {
+	mask := data.NewMask(24, 16)
+	for y := 6; y < 11; y++ {
 		for x := 4; x < 9; x++ {
-			mask.Bits[y*16+x] = true
+			mask.Bits[y*24+x] = true
 		}
 	}
 	dets := []eval.Detection{
-		{ImageID: 1, Class: 1, Score: 0.87, Box: [4]float64{3, 3, 10, 10}, Mask: mask},
+		{ImageID: 1, Class: 1, Score: 0.87, Box: [4]float64{3, 5, 10, 12}, Mask: mask},
 		{ImageID: 1, Class: 2, Score: 0.2, Box: [4]float64{11, 11, 15, 15}}, // below scoreMin
 	}
 	out := DrawDetections(img, dets, []string{"circle", "square", "triangle"}, 0.5, scale)
-	if out.Bounds() != image.Rect(0, 0, 64, 64) {
+	if out.Bounds() != image.Rect(0, 0, 96, 64) {
 		t.Fatalf("bounds %v", out.Bounds())
 	}
 	c := Colour(1)
-	// Box [3,3,10,10) covers output pixels [12,40); its edges are drawn
-	// inside it, one pixel wide at scale 4.
-	for _, p := range []image.Point{{12, 30}, {39, 30}, {30, 39}, {12, 39}} {
+	// Box [3,5,10,12) covers output pixels [12,40) x [20,48); its edges are
+	// drawn inside it, one pixel wide at scale 4.
+	for _, p := range []image.Point{{12, 38}, {39, 38}, {30, 47}, {12, 47}} {
 		if got := rgbaAt(out, p.X, p.Y); got != c {
 			t.Errorf("box edge pixel %v = %v, want the class colour %v", p, got, c)
 		}
@@ -77,36 +77,40 @@ func TestDrawDetections(t *testing.T) {
 		return uint8(math.Round(float64(a)*(1-maskAlpha) + float64(b)*maskAlpha))
 	}
 	want := color.RGBA{blend(128, c.R), blend(128, c.G), blend(128, c.B), 255}
-	if got := rgbaAt(out, 6*scale+1, 6*scale+2); got != want {
+	if got := rgbaAt(out, 6*scale+1, 8*scale+2); got != want {
 		t.Errorf("mask pixel = %v, want %v", got, want)
 	}
-	// The mask's outline is opaque: the left side of mask pixel (4, 6).
-	if got := rgbaAt(out, 4*scale, 6*scale+1); got != c {
+	// The mask's outline is opaque: the left side of mask pixel (4, 8).
+	if got := rgbaAt(out, 4*scale, 8*scale+1); got != c {
 		t.Errorf("mask outline = %v, want %v", got, c)
 	}
-	// Outside masks and boxes the picture is untouched, and the
+	// Outside masks, boxes and the label the picture is untouched, and the
 	// low-scoring detection is not drawn.
-	for _, p := range []image.Point{{2, 60}, {50, 50}, {11 * scale, 11 * scale}, {58, 58}} {
+	for _, p := range []image.Point{{2, 60}, {50, 50}, {11 * scale, 11 * scale}, {58, 58}, {93, 10}} {
 		if got := rgbaAt(out, p.X, p.Y); got != bg {
 			t.Errorf("pixel %v = %v, want the background %v", p, got, bg)
 		}
 	}
 	// The label: a tag in the class colour with text in black or white,
-	// sitting on the box's top edge.
+	// sitting on the box's top edge, and nothing else.
 	text := textColourOn(c)
 	tw, th := TextSize("square 0.87", 1)
+	tagBox := image.Rect(12, 20-(th+2), 12+tw+4, 20)
 	ink, tag := 0, 0
-	for y := 12 - (th + 3); y < 12; y++ {
-		for x := 12; x < 12+tw+4; x++ {
-			switch rgbaAt(out, x, y) {
-			case text:
+	for y := 0; y < 20; y++ {
+		for x := range 96 {
+			in := image.Pt(x, y).In(tagBox)
+			switch got := rgbaAt(out, x, y); {
+			case in && got == text:
 				ink++
-			case c:
+			case in && got == c:
 				tag++
+			case in || got != bg:
+				t.Fatalf("label: pixel (%d,%d) = %v (in the tag %v: %v)", x, y, got, tagBox, in)
 			}
 		}
 	}
-	if ink < 40 || tag < 40 {
+	if ink < 60 || tag < 60 {
 		t.Errorf("label: %d text pixels and %d tag pixels, want both plenty", ink, tag)
 	}
 }
@@ -124,10 +128,76 @@ func TestDrawGroundTruth(t *testing.T) {
 	}
 }
 
+func TestTextSize(t *testing.T) {
+	// The 7x13 font: glyphs 6 pixels wide on a 7-pixel advance, lines 13
+	// pixels high.
+	for _, tc := range []struct {
+		s          string
+		scale      int
+		wantW, hgt int
+	}{
+		{"", 1, 0, 13}, {"a", 1, 6, 13}, {"ab", 1, 13, 13}, {"ab", 2, 26, 26},
+		{"ab\nxyz", 1, 20, 26}, {"\n", 1, 0, 26}, {"ab", 0, 13, 13},
+		{"\u00e9t\u00e9", 1, 20, 13}, // runes, not bytes
+	} {
+		if w, h := TextSize(tc.s, tc.scale); w != tc.wantW || h != tc.hgt {
+			t.Errorf("TextSize(%q, %d) = %d, %d, want %d, %d", tc.s, tc.scale, w, h, tc.wantW, tc.hgt)
+		}
+	}
+}
+
 func TestDrawText(t *testing.T) {
-	count := func(s string, scale int) int {
-		img := image.NewRGBA(image.Rect(0, 0, 100, 40))
-		DrawText(img, 1, 1, s, color.White, scale)
+	bg := color.RGBA{10, 20, 30, 255}
+	const x0, y0 = 5, 7
+	for _, tc := range []struct {
+		s     string
+		scale int
+		c     color.RGBA
+		blank bool // draws nothing
+	}{
+		{"", 1, color.RGBA{255, 255, 255, 255}, true},
+		{" ", 1, color.RGBA{255, 255, 255, 255}, true},
+		{"square 0.87", 1, color.RGBA{255, 255, 255, 255}, false},
+		{"Mg|_", 1, color.RGBA{0, 0, 0, 255}, false},
+		{"Mg|_", 3, color.RGBA{230, 25, 75, 255}, false},
+		{"two\nlines", 2, color.RGBA{0, 130, 200, 255}, false},
+		{"\u00e9", 1, color.RGBA{255, 255, 255, 255}, false}, // U+FFFD stands for it
+	} {
+		img := image.NewRGBA(image.Rect(0, 0, 120, 90))
+		fillRect(img, img.Bounds(), bg)
+		w, h := DrawText(img, x0, y0, tc.s, tc.c, tc.scale)
+		if ww, wh := TextSize(tc.s, tc.scale); w != ww || h != wh {
+			t.Errorf("%q at scale %d: DrawText returns %dx%d, TextSize %dx%d", tc.s, tc.scale, w, h, ww, wh)
+		}
+		box := image.Rect(x0, y0, x0+w, y0+h)
+		ink, ib := 0, image.Rectangle{}
+		for y := range img.Bounds().Dy() {
+			for x := range img.Bounds().Dx() {
+				switch got := img.RGBAAt(x, y); got {
+				case bg:
+				case tc.c:
+					ink++
+					ib = ib.Union(image.Rect(x, y, x+1, y+1))
+					if !image.Pt(x, y).In(box) {
+						t.Errorf("%q at scale %d: ink at (%d,%d), outside TextSize's box %v", tc.s, tc.scale, x, y, box)
+					}
+				default:
+					t.Fatalf("%q at scale %d: pixel (%d,%d) = %v, neither the background nor the text colour", tc.s, tc.scale, x, y, got)
+				}
+			}
+		}
+		if tc.blank != (ink == 0) {
+			t.Errorf("%q at scale %d: %d pixels of ink", tc.s, tc.scale, ink)
+		}
+		// The box is tight: the ink reaches across most of it.
+		if !tc.blank && (ib.Dx() < w-2*tc.scale || ib.Dy() < h/2) {
+			t.Errorf("%q at scale %d: ink spans %v of the box %v", tc.s, tc.scale, ib, box)
+		}
+	}
+	// Nearest-neighbour scaling: each font pixel becomes a 3x3 square.
+	count := func(scale int) int {
+		img := image.NewRGBA(image.Rect(0, 0, 100, 50))
+		DrawText(img, 0, 0, "8", color.White, scale)
 		n := 0
 		for i := 0; i < len(img.Pix); i += 4 {
 			if img.Pix[i] == 255 {
@@ -136,75 +206,12 @@ func TestDrawText(t *testing.T) {
 		}
 		return n
 	}
-	for _, tc := range []struct {
-		s    string
-		want int
-	}{
-		{"", 0}, {" ", 0},
-		{".", 4},  // a 2x2 dot
-		{"-", 3},  // three pixels
-		{"1", 10}, // 1 on top, 2, then 1 on each of four rows, foot 3
-		{"8", 17},
-		// An unknown rune is a hollow 5x7 box: 5+5+5*2.
-		{"\u00e9", 20},
-	} {
-		if got := count(tc.s, 1); got != tc.want {
-			t.Errorf("%q: %d pixels, want %d", tc.s, got, tc.want)
-		}
+	if a, b := count(1), count(3); a == 0 || b != 9*a {
+		t.Errorf("scale 3 draws %d pixels, scale 1 %d: want 9 times", b, a)
 	}
-	if a, b := count("8", 1), count("8", 2); b != 4*a {
-		t.Errorf("scale 2 has %d pixels, scale 1 %d: want 4 times", b, a)
-	}
-	for _, r := range "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.,-+=:%/()" {
-		if count(string(r), 1) == 0 {
-			t.Errorf("%q draws nothing", r)
-		}
-		if _, ok := font[r]; !ok {
-			t.Errorf("%q has no glyph", r)
-		}
-	}
-	for _, tc := range []struct {
-		s          string
-		scale      int
-		wantW, hgt int
-	}{
-		{"", 1, 0, 8}, {"a", 1, 5, 8}, {"ab", 1, 11, 8}, {"ab", 2, 22, 16}, {"ab\nxyz", 1, 17, 18},
-	} {
-		if w, h := TextSize(tc.s, tc.scale); w != tc.wantW || h != tc.hgt {
-			t.Errorf("TextSize(%q, %d) = %d, %d, want %d, %d", tc.s, tc.scale, w, h, tc.wantW, tc.hgt)
-		}
-	}
-}
-
-func TestGlyphsWellFormed(t *testing.T) {
-	for r, src := range glyphSource {
-		rows := 0
-		for _, row := range splitFields(src) {
-			rows++
-			if len(row) != glyphW {
-				t.Errorf("%q: row %q is not %d wide", r, row, glyphW)
-			}
-		}
-		if src != "" && rows != 7 && rows != glyphH {
-			t.Errorf("%q: %d rows", r, rows)
-		}
-	}
-}
-
-func splitFields(s string) []string {
-	var out []string
-	cur := ""
-	for _, c := range s + " " {
-		if c == ' ' {
-			if cur != "" {
-				out = append(out, cur)
-			}
-			cur = ""
-			continue
-		}
-		cur += string(c)
-	}
-	return out
+	// Text partly outside the picture is clipped, not a panic.
+	img := image.NewRGBA(image.Rect(0, 0, 10, 10))
+	DrawText(img, -4, -6, "clipped", color.White, 2)
 }
 
 // seriesColours counts the pixels of each palette colour in img.
