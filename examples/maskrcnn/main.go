@@ -1,24 +1,36 @@
 // Command maskrcnn trains a Mask R-CNN from Go on the CPU, evaluates it and
-// draws its predictions; with -infer it predicts with a trained checkpoint.
+// draws its predictions; with -infer it predicts with a trained checkpoint,
+// and with -export-synthetic it writes the synthetic dataset in COCO format.
 //
-// With no flags it trains on an embedded synthetic dataset of circles,
-// squares and triangles (64x64 images, generated on the fly, no download)
-// for 3200 iterations of 4 images, about ten minutes on two cores,
-// evaluating box and mask AP on 200 held-out images every 800 iterations,
-// and writes into out/maskrcnn:
+// With no flags it trains on a synthetic dataset of circles, squares and
+// triangles (64x64 images, generated on the fly, no download) for 3200
+// iterations of 4 images, evaluating box and mask AP on 200 held-out images
+// every 800 iterations, and writes into out/maskrcnn:
 //
-//	checkpoint.gob     weights, BatchNorm statistics, optimiser state, iteration
+//	checkpoint.gob     the run's options, weights, BatchNorm statistics,
+//	                   optimiser state, iteration and history
 //	curves.png         training losses and validation AP over time
 //	val_NNNNNN.png     ground truth and predictions on validation images
 //	history.json       the numbers behind curves.png
 //
 // Usage:
 //
-//	go run ./examples/maskrcnn [flags]                      # train
-//	go run ./examples/maskrcnn -checkpoint out/maskrcnn/checkpoint.gob -iters 3000
-//	                                                        # resume, train longer
+//	go run ./examples/maskrcnn [flags]                    # train
+//	go run ./examples/maskrcnn -checkpoint out/maskrcnn/checkpoint.gob
+//	                                                      # resume an interrupted run
+//	go run ./examples/maskrcnn -checkpoint out/maskrcnn/checkpoint.gob -iters 4000
+//	                                                      # resume, train longer
 //	go run ./examples/maskrcnn -infer -checkpoint out/maskrcnn/checkpoint.gob \
 //	    -images dir-or-annotations.json [-out out/predictions]
+//	go run ./examples/maskrcnn -export-synthetic out/synthetic
+//	go run ./examples/maskrcnn -data out/synthetic/annotations.json
+//
+// Resuming takes the options that shape the run (data, model, schedule,
+// seed) from the checkpoint; giving one with another value is refused with
+// the list of differences, except -iters, which may be raised. Output goes
+// beside the checkpoint unless -out says otherwise. An interrupt (Ctrl-C,
+// SIGTERM) finishes the iteration under way, saves the checkpoint and
+// prints the command that resumes; a second one quits at once.
 //
 // -data trains on a COCO-format dataset instead: an annotations JSON file
 // with its images in an images/ directory beside it (data.WriteCOCO's
@@ -27,83 +39,258 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/stheno-ml/stheno/examples/maskrcnn/train"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(os.Stderr, "maskrcnn:", err)
-		os.Exit(1)
-	}
+	ctx, stop := interruptContext()
+	defer stop()
+	os.Exit(exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
 }
 
-func run(args []string) error {
+// interruptContext is cancelled, with a signalError as its cause, by the
+// first SIGINT or SIGTERM; the next one kills the process as usual.
+func interruptContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig, ok := <-sigs
+		if !ok {
+			return
+		}
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
+		fmt.Fprintf(os.Stderr, "\nmaskrcnn: %v: finishing the iteration under way and saving the checkpoint (again to quit at once)\n", sig)
+		cancel(signalError{sig.(syscall.Signal)})
+	}()
+	return ctx, func() { signal.Stop(sigs); close(sigs) }
+}
+
+// signalError is the cause of an interrupted run.
+type signalError struct{ sig syscall.Signal }
+
+func (e signalError) Error() string { return e.sig.String() }
+
+// exitCode prints err (if any) and returns the process's exit status: 0,
+// 128+n after signal n (as a shell reports it), 2 for bad usage, else 1.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var interrupted *train.InterruptedError
+	if errors.As(err, &interrupted) {
+		fmt.Fprintf(stderr, "maskrcnn: interrupted after iteration %d; the run is saved in %s. Resume it with\n\n\tgo run ./examples/maskrcnn -checkpoint %s\n\n",
+			interrupted.Iter, interrupted.Checkpoint, interrupted.Checkpoint)
+		var sig signalError
+		if errors.As(err, &sig) {
+			return 128 + int(sig.sig)
+		}
+		return 1
+	}
+	var usage usageError
+	if errors.As(err, &usage) {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(stderr, "maskrcnn:", line)
+		}
+		fmt.Fprintln(stderr, "run 'maskrcnn -h' for the flags and their ranges")
+		return 2
+	}
+	fmt.Fprintln(stderr, "maskrcnn:", err)
+	return 1
+}
+
+// usageError is a bad command line: flags that do not parse, values out of
+// range, flags that do not go together.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// Flags of each mode besides training's.
+var (
+	inferFlags  = []string{"infer", "checkpoint", "images", "score", "out"}
+	exportFlags = []string{"export-synthetic", "train-images", "val-images", "size", "seed"}
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	def := train.DefaultOptions()
 	fs := flag.NewFlagSet("maskrcnn", flag.ContinueOnError)
-	iters := fs.Int("iters", def.Iters, "training iterations (in all, when resuming)")
-	batch := fs.Int("batch", def.Batch, "images per iteration (at least 2, for BatchNorm)")
-	size := fs.Int("size", def.Model.ImageSize, "image size the model takes (a multiple of 16); images are resized to it")
-	lr := fs.Float64("lr", def.LR, "peak learning rate (AdamW)")
-	warmup := fs.Int("warmup", def.Warmup, "iterations of linear learning-rate warm-up")
-	steps := fs.String("steps", joinFloats(def.Steps), "fractions of -iters where the learning rate drops tenfold")
-	wd := fs.Float64("wd", def.WeightDecay, "weight decay (decoupled, on weights only)")
-	width := fs.Int("width", def.Model.Width, "backbone width: stem channels (stages have 2x, 4x, 8x)")
-	depth := fs.Int("depth", def.Model.Depth, "residual blocks per backbone stage")
+	// The flag package would print parse errors itself; they are returned
+	// and printed once, by exitCode.
+	fs.SetOutput(io.Discard)
+	iters := fs.Int("iters", def.Iters, "training iterations in all (when resuming, may be raised to train longer); at least 1")
+	batch := fs.Int("batch", def.Batch, "images per iteration, in [2, 1024] (BatchNorm needs 2)")
+	size := fs.Int("size", def.Model.ImageSize, "image size the model takes: a multiple of 16 in [32, 2048]; images are resized to it")
+	lr := fs.Float64("lr", def.LR, "peak learning rate of AdamW, in (0, 1]")
+	warmup := fs.Int("warmup", def.Warmup, "iterations of linear learning-rate warm-up, in [0, -iters]")
+	steps := fs.String("steps", joinFloats(def.Steps), "increasing fractions of -iters in (0, 1) where the learning rate drops tenfold; \"\" for none")
+	wd := fs.Float64("wd", def.WeightDecay, "weight decay (decoupled, on weights only), in [0, 1)")
+	clip := fs.Float64("clip", def.ClipNorm, "gradients' global norm is clipped to this; >= 0, 0 for no clipping")
+	width := fs.Int("width", def.Model.Width, "backbone width in [1, 512]: stem channels (stages have 2x, 4x, 8x)")
+	depth := fs.Int("depth", def.Model.Depth, "residual blocks per backbone stage, in [1, 32]")
 	dataPath := fs.String("data", "", "COCO annotations file to train on (default: the synthetic dataset)")
-	nTrain := fs.Int("train-images", def.TrainImages, "synthetic training images")
-	nVal := fs.Int("val-images", def.ValImages, "synthetic validation images")
-	evalEvery := fs.Int("eval-every", def.EvalEvery, "iterations between evaluations and checkpoints")
-	out := fs.String("out", "", "output directory (default out/maskrcnn, or out/predictions with -infer)")
+	nTrain := fs.Int("train-images", def.TrainImages, "synthetic training images, at least 1")
+	nVal := fs.Int("val-images", def.ValImages, "synthetic validation images; 0 trains without evaluations")
+	evalEvery := fs.Int("eval-every", def.EvalEvery, "iterations between evaluations and checkpoints, at least 1")
+	out := fs.String("out", "", "output directory (default out/maskrcnn; the checkpoint's directory when resuming; out/predictions with -infer)")
 	seed := fs.Uint64("seed", def.Seed, "random seed: data, initialisation, sampling")
-	ckpt := fs.String("checkpoint", "", "checkpoint to resume training from, or to predict with (-infer)")
+	ckptPath := fs.String("checkpoint", "", "checkpoint to resume training from, or to predict with (-infer)")
 	infer := fs.Bool("infer", false, "predict with -checkpoint on -images instead of training")
 	images := fs.String("images", "", "with -infer: a directory of PNG/JPEG images or a COCO annotations file")
-	scoreMin := fs.Float64("score", 0.5, "with -infer: lowest score drawn in the pictures (all go to the JSON)")
+	scoreMin := fs.Float64("score", 0.5, "with -infer: lowest score drawn in the pictures, in [0, 1] (all go to the JSON)")
+	export := fs.String("export-synthetic", "", "write the synthetic dataset (-train-images then -val-images images of -size) to this directory in COCO format, and exit")
+	fs.Usage = func() {
+		fs.SetOutput(stdout)
+		fmt.Fprintln(stdout, "usage: maskrcnn [flags]   (see go doc ./examples/maskrcnn)")
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+	}
 	if err := fs.Parse(args); err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return usageError{err}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	only := func(mode string, allowed []string) error {
+		var extra []string
+		for name := range given {
+			if !slices.Contains(allowed, name) {
+				extra = append(extra, "-"+name)
+			}
+		}
+		if len(extra) == 0 {
+			return nil
+		}
+		slices.Sort(extra)
+		return usagef("%s does not go with %s (it takes only -%s)", strings.Join(extra, ", "), mode, strings.Join(allowed[1:], ", -"))
 	}
 
-	if *infer {
-		if *ckpt == "" || *images == "" {
-			return fmt.Errorf("-infer needs -checkpoint and -images")
+	switch {
+	case *infer:
+		if err := only("-infer", inferFlags); err != nil {
+			return err
+		}
+		if *ckptPath == "" || *images == "" {
+			return usagef("-infer needs -checkpoint and -images")
+		}
+		if !(*scoreMin >= 0 && *scoreMin <= 1) {
+			return usageError{&train.OptionError{Option: "score", Value: *scoreMin, Allowed: "must be a number in [0, 1]"}}
 		}
 		dir := *out
 		if dir == "" {
 			dir = filepath.Join("out", "predictions")
 		}
-		return train.Infer(train.InferOptions{Checkpoint: *ckpt, Images: *images, Out: dir,
-			Batch: def.EvalBatch, ScoreMin: *scoreMin, Log: os.Stdout})
+		return train.Infer(train.InferOptions{Checkpoint: *ckptPath, Images: *images, Out: dir,
+			Batch: def.EvalBatch, ScoreMin: *scoreMin, Log: stdout})
+	case given["export-synthetic"]:
+		if err := only("-export-synthetic", exportFlags); err != nil {
+			return err
+		}
+		opt := def
+		opt.TrainImages, opt.ValImages, opt.Model.ImageSize, opt.Seed = *nTrain, *nVal, *size, *seed
+		if err := opt.Validate(); err != nil {
+			return usageError{err}
+		}
+		if *export == "" {
+			return usagef("-export-synthetic needs a directory")
+		}
+		n, err := train.ExportSynthetic(*export, opt.RunConfig)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %d images (%d for training, then %d for validation) to %s\ntrain on them with: go run ./examples/maskrcnn -data %s\n",
+			n, opt.TrainImages, opt.ValImages, *export, filepath.Join(*export, "annotations.json"))
+		return nil
+	}
+	for _, name := range []string{"images", "score"} {
+		if given[name] {
+			return usagef("-%s goes only with -infer", name)
+		}
 	}
 
 	opt := def
-	opt.Iters, opt.Batch, opt.LR, opt.Warmup, opt.WeightDecay = *iters, *batch, *lr, *warmup, *wd
-	opt.Data, opt.TrainImages, opt.ValImages, opt.EvalEvery, opt.Seed, opt.Resume = *dataPath, *nTrain, *nVal, *evalEvery, *seed, *ckpt
-	opt.Model.ImageSize, opt.Model.Width, opt.Model.Depth = *size, *width, *depth
+	if *ckptPath != "" {
+		// Resuming: what the command line does not say, the checkpoint does.
+		ckpt, err := train.LoadCheckpoint(*ckptPath)
+		if err != nil {
+			return err
+		}
+		opt.RunConfig = ckpt.Run
+		if *out == "" {
+			*out = filepath.Dir(*ckptPath)
+		}
+	}
+	set := func(name string, apply func()) {
+		if given[name] || *ckptPath == "" {
+			apply()
+		}
+	}
+	set("iters", func() { opt.Iters = *iters })
+	set("batch", func() { opt.Batch = *batch })
+	set("size", func() { opt.Model.ImageSize = *size })
+	set("lr", func() { opt.LR = *lr })
+	set("warmup", func() { opt.Warmup = *warmup })
+	set("wd", func() { opt.WeightDecay = *wd })
+	set("clip", func() { opt.ClipNorm = *clip })
+	set("width", func() { opt.Model.Width = *width })
+	set("depth", func() { opt.Model.Depth = *depth })
+	set("data", func() { opt.Data = *dataPath })
+	set("train-images", func() { opt.TrainImages = *nTrain })
+	set("val-images", func() { opt.ValImages = *nVal })
+	set("seed", func() { opt.Seed = *seed })
+	var errs []error
+	set("steps", func() {
+		var err error
+		if opt.Steps, err = parseFloats(*steps); err != nil {
+			errs = append(errs, &train.OptionError{Option: "steps", Value: strconv.Quote(*steps), Allowed: "must be comma-separated numbers"})
+		}
+	})
+	if opt.Data != "" && (given["train-images"] || given["val-images"]) {
+		errs = append(errs, errors.New("-train-images and -val-images count synthetic images; with -data, the last tenth of its images is held out"))
+	}
+	if opt.Data != "" {
+		opt.TrainImages, opt.ValImages = 0, 0 // the data decides
+	}
+	opt.EvalEvery, opt.Resume = *evalEvery, *ckptPath
 	if *out != "" {
 		opt.Out = *out
 	}
-	var err error
-	if opt.Steps, err = parseFloats(*steps); err != nil {
-		return fmt.Errorf("-steps: %w", err)
+	if err := opt.Validate(); err != nil {
+		errs = append(errs, err)
 	}
-	res, err := train.Run(opt)
+	if len(errs) > 0 {
+		return usageError{errors.Join(errs...)}
+	}
+	opt.Log = stdout
+	res, err := train.Run(ctx, opt)
 	if err != nil {
 		return err
 	}
-	f := res.Final
-	fmt.Printf("final: box AP %.3f AP50 %.3f AP75 %.3f | mask AP %.3f AP50 %.3f AP75 %.3f | %v\n",
-		f.Box.AP, f.Box.AP50, f.Box.AP75, f.Mask.AP, f.Mask.AP50, f.Mask.AP75, res.Wall.Round(1e9))
+	if !res.Evaluated {
+		fmt.Fprintf(stdout, "final: %d iterations, not evaluated (no validation images) | %v\n", res.Iters, res.Wall.Round(1e9))
+		return nil
+	}
+	fmt.Fprintf(stdout, "final: %v | %v\n", res.Final, res.Wall.Round(1e9))
 	return nil
 }
 

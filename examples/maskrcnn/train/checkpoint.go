@@ -9,22 +9,24 @@ import (
 
 	"gorgonia.org/tensor"
 
+	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
 
 // checkpointVersion changes whenever Checkpoint's meaning does.
-const checkpointVersion = 1
+const checkpointVersion = 2
 
 // Checkpoint is everything a run needs to continue exactly where it
-// stopped, or to predict: the model's configuration, weights and BatchNorm
-// statistics, the optimiser's state, the iteration and the history of
-// losses and AP for the plots.
+// stopped, or to predict: the options that shaped the run (the model's
+// configuration among them), the classes and their COCO category ids, the
+// weights and BatchNorm statistics, the optimiser's state, the iteration
+// and the history of losses and AP for the plots.
 type Checkpoint struct {
-	Version int
-	Config  model.Config
-	Classes []string
-	Seed    uint64
-	Iter    int // iterations done
+	Version     int
+	Run         RunConfig // Run.Model.NumClasses is len(Classes)
+	Classes     []string
+	CategoryIDs []int // COCO category id of each class
+	Iter        int   // iterations done
 	Params  []NamedTensor
 	BNStats []NamedTensor // "<layer>.mean" and "<layer>.var"
 	Adam    AdamState
@@ -48,9 +50,14 @@ func named(name string, t *tensor.Dense) NamedTensor {
 	return NamedTensor{Name: name, Shape: append([]int(nil), t.Shape()...), Data: append([]float32(nil), t.Float32s()...)}
 }
 
-// snapshot captures params and the optimiser.
-func snapshot(cfg model.Config, classes []string, seed uint64, iter int, params *model.Params, adam *Adam, h History) *Checkpoint {
-	c := &Checkpoint{Version: checkpointVersion, Config: cfg, Classes: classes, Seed: seed, Iter: iter, History: h}
+// snapshot captures a run on the training set ds after iter iterations:
+// params and the optimiser.
+func snapshot(run RunConfig, ds *data.Dataset, iter int, params *model.Params, adam *Adam, h History) *Checkpoint {
+	ids := make([]int, len(ds.Classes))
+	for k := range ids {
+		ids[k] = ds.CategoryID(k)
+	}
+	c := &Checkpoint{Version: checkpointVersion, Run: run, Classes: ds.Classes, CategoryIDs: ids, Iter: iter, History: h}
 	for _, name := range params.Names() {
 		c.Params = append(c.Params, named(name, params.Value(name)))
 		if adam != nil && adam.M[name] != nil {
@@ -113,10 +120,14 @@ func (c *Checkpoint) restore(params *model.Params, adam *Adam) error {
 	return nil
 }
 
-// Save writes c to path atomically: a crash mid-write leaves the previous
-// checkpoint intact.
+// Save writes c to path atomically and durably: into a temporary file in
+// the same directory, synced to disk, renamed over path, and the directory
+// synced, so that a crash or power loss at any moment leaves either the
+// previous checkpoint or this one. The file is readable by everyone
+// (0644), like the run's other outputs.
 func (c *Checkpoint) Save(path string) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".checkpoint-*")
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, ".checkpoint-*")
 	if err != nil {
 		return fmt.Errorf("train: saving checkpoint: %w", err)
 	}
@@ -124,6 +135,12 @@ func (c *Checkpoint) Save(path string) error {
 	err = gob.NewEncoder(w).Encode(c)
 	if err == nil {
 		err = w.Flush()
+	}
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
+	if err == nil {
+		err = tmp.Sync()
 	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
@@ -134,6 +151,15 @@ func (c *Checkpoint) Save(path string) error {
 	if err != nil {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("train: saving checkpoint %s: %w", path, err)
+	}
+	// The rename is durable once the directory is.
+	d, err := os.Open(dir)
+	if err == nil {
+		err = d.Sync()
+		d.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("train: saving checkpoint %s: syncing its directory: %w", path, err)
 	}
 	return nil
 }

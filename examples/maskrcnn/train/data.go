@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
@@ -141,7 +142,8 @@ func stepRNG(seed uint64, it int) *rand.Rand {
 // input size: the synthetic dataset (trainCount and valCount images from
 // two disjoint streams of the seed) when path is empty, else the COCO
 // annotations file at path, whose last tenth (at least one image) is held
-// out for validation.
+// out for validation. Training images without a single object are an
+// error.
 func loadData(path string, seed uint64, trainCount, valCount, size int) (train, val *data.Dataset, err error) {
 	if path == "" {
 		cfg := data.DefaultSynthetic(seed, trainCount)
@@ -163,10 +165,13 @@ func loadData(path string, seed uint64, trainCount, valCount, size int) (train, 
 	if len(all.Images) < 2 {
 		return nil, nil, fmt.Errorf("train: %s has %d images; training and validation need at least 2", path, len(all.Images))
 	}
+	if len(all.Classes) == 0 {
+		return nil, nil, fmt.Errorf("train: %s has no categories", path)
+	}
 	nVal := max(1, int(math.Round(float64(len(all.Images))/10)))
 	cut := len(all.Images) - nVal
-	train = &data.Dataset{Classes: all.Classes}
-	val = &data.Dataset{Classes: all.Classes}
+	train = &data.Dataset{Classes: all.Classes, CategoryIDs: all.CategoryIDs, ClippedBoxes: all.ClippedBoxes}
+	val = &data.Dataset{Classes: all.Classes, CategoryIDs: all.CategoryIDs}
 	for i, img := range all.Images {
 		r := Resize(img, size)
 		if i < cut {
@@ -174,6 +179,9 @@ func loadData(path string, seed uint64, trainCount, valCount, size int) (train, 
 		} else {
 			val.Images = append(val.Images, r)
 		}
+	}
+	if train.CountObjects() == 0 {
+		return nil, nil, fmt.Errorf("train: the training images of %s (the first %d) have no annotations that are not crowd regions: nothing to learn from", path, cut)
 	}
 	return train, val, nil
 }
@@ -187,4 +195,31 @@ func readCOCO(path string) (*data.Dataset, error) {
 		dir = ""
 	}
 	return data.ReadCOCO(path, dir)
+}
+
+// ExportSynthetic writes the synthetic dataset that a run of c trains and
+// validates on (c.TrainImages then c.ValImages images of c.Model.ImageSize
+// pixels, from c.Seed) to dir in COCO format, as data.WriteCOCO lays it
+// out, and returns the number of images. The validation images are
+// renumbered to follow the training ones. Training with -data on the file
+// holds out its last tenth, which is the validation images only when they
+// are a tenth of the whole.
+func ExportSynthetic(dir string, c RunConfig) (int, error) {
+	if c.Data != "" {
+		return 0, fmt.Errorf("train: ExportSynthetic: the run uses %s, not the synthetic dataset", c.Data)
+	}
+	trainSet, valSet, err := loadData("", c.Seed, c.TrainImages, c.ValImages, c.Model.ImageSize)
+	if err != nil {
+		return 0, err
+	}
+	all := &data.Dataset{Classes: trainSet.Classes, CategoryIDs: trainSet.CategoryIDs, Images: slices.Clone(trainSet.Images)}
+	for i, img := range valSet.Images {
+		renumbered := *img
+		renumbered.ID = len(trainSet.Images) + i + 1
+		all.Images = append(all.Images, &renumbered)
+	}
+	if err := data.WriteCOCO(all, dir); err != nil {
+		return 0, err
+	}
+	return len(all.Images), nil
 }

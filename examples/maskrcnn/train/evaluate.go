@@ -51,6 +51,12 @@ type Metrics struct {
 	Box, Mask eval.Metrics
 }
 
+// String formats m as "box AP 0.669 AP50 0.930 AP75 0.752 | mask AP ...",
+// with n/a for a precision that is undefined.
+func (m Metrics) String() string {
+	return fmt.Sprintf("box %v | mask %v", apsOf(m.Box), apsOf(m.Mask))
+}
+
 // Evaluate predicts on ds and scores the predictions against it.
 func Evaluate(net *model.Net, ds *data.Dataset) (Metrics, []eval.Detection, error) {
 	dets, err := Predict(net, ds.Images)

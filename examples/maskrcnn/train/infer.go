@@ -50,36 +50,49 @@ type cocoRLE struct {
 // Infer loads a checkpoint, predicts on every image of opt.Images (resized
 // to the model's input size, predictions mapped back to the image's own
 // size), and writes into opt.Out a picture of each image's detections and
-// predictions.json, the detections in COCO's results format (category_id
-// is class+1, as data.WriteCOCO numbers categories; masks as compressed
-// RLE).
+// predictions.json, the detections in COCO's results format (masks as
+// compressed RLE). Its category_id is the COCO file's own id of the class
+// when opt.Images is one (whose categories must have the checkpoint's class
+// names, in the same id order), and otherwise the id the class had in the
+// training data (the synthetic dataset's are 1, 2, 3).
 func Infer(opt InferOptions) error {
 	log := opt.Log
 	if log == nil {
 		log = io.Discard
 	}
-	if opt.Batch < 1 {
-		return fmt.Errorf("train: Infer: Batch must be positive, got %d", opt.Batch)
+	if opt.Batch < 1 || opt.Batch > maxBatch {
+		return fmt.Errorf("train: Infer: Batch must be in [1, %d], got %d", maxBatch, opt.Batch)
+	}
+	if !(opt.ScoreMin >= 0 && opt.ScoreMin <= 1) {
+		return &OptionError{Option: "score", Value: opt.ScoreMin, Allowed: "must be a number in [0, 1]"}
 	}
 	ckpt, err := LoadCheckpoint(opt.Checkpoint)
 	if err != nil {
-		return err
-	}
-	params := model.NewParams(ckpt.Seed)
-	net, err := model.Build(ckpt.Config, params, model.Infer, opt.Batch, nil)
-	if err != nil {
-		return err
-	}
-	defer net.Close()
-	if err := ckpt.Restore(params); err != nil {
 		return err
 	}
 	ds, annotated, err := readImages(opt.Images)
 	if err != nil {
 		return err
 	}
-	if annotated && len(ds.Classes) != len(ckpt.Classes) {
-		return fmt.Errorf("train: %s has %d classes, the checkpoint %d", opt.Images, len(ds.Classes), len(ckpt.Classes))
+	categoryID := func(k int) int { return ckpt.CategoryIDs[k] }
+	if annotated {
+		if !slices.Equal(ds.Classes, ckpt.Classes) {
+			return fmt.Errorf("train: %s has the categories %q (in id order), the checkpoint the classes %q: the names must match",
+				opt.Images, ds.Classes, ckpt.Classes)
+		}
+		categoryID = ds.CategoryID
+	}
+	if ds.ClippedBoxes > 0 {
+		fmt.Fprintf(log, "%d boxes of %s crossed their image's border and were clipped to it\n", ds.ClippedBoxes, opt.Images)
+	}
+	params := model.NewParams(ckpt.Run.Seed)
+	net, err := model.Build(ckpt.Run.Model, params, model.Infer, opt.Batch, nil)
+	if err != nil {
+		return err
+	}
+	defer net.Close()
+	if err := ckpt.Restore(params); err != nil {
+		return err
 	}
 	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
 		return fmt.Errorf("train: %w", err)
@@ -96,7 +109,7 @@ func Infer(opt InferOptions) error {
 	for _, d := range dets {
 		byImage[d.ImageID] = append(byImage[d.ImageID], d)
 		results = append(results, cocoResult{
-			ImageID: d.ImageID, CategoryID: d.Class + 1, Score: d.Score,
+			ImageID: d.ImageID, CategoryID: categoryID(d.Class), Score: d.Score,
 			BBox:         [4]float64{d.Box[0], d.Box[1], d.Box[2] - d.Box[0], d.Box[3] - d.Box[1]},
 			Segmentation: cocoRLE{Size: [2]int{d.Mask.H, d.Mask.W}, Counts: data.CompressRLE(data.EncodeRLE(d.Mask))},
 		})
@@ -121,10 +134,11 @@ func Infer(opt InferOptions) error {
 		return fmt.Errorf("train: %w", err)
 	}
 	fmt.Fprintf(log, "wrote %s and %d pictures to %s\n", jsonPath, len(ds.Images), opt.Out)
-	if annotated {
-		box, mask := eval.Evaluate(ds, dets, false), eval.Evaluate(ds, dets, true)
-		fmt.Fprintf(log, "box AP %.3f AP50 %.3f AP75 %.3f | mask AP %.3f AP50 %.3f AP75 %.3f\n",
-			box.AP, box.AP50, box.AP75, mask.AP, mask.AP50, mask.AP75)
+	switch {
+	case annotated && ds.CountObjects() == 0:
+		fmt.Fprintf(log, "%s has no annotations: the predictions are not scored\n", opt.Images)
+	case annotated:
+		fmt.Fprintln(log, Metrics{Box: eval.Evaluate(ds, dets, false), Mask: eval.Evaluate(ds, dets, true)})
 	}
 	return nil
 }

@@ -1,12 +1,15 @@
 package train
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
@@ -15,103 +18,89 @@ import (
 	"github.com/stheno-ml/stheno/examples/maskrcnn/viz"
 )
 
-// Options configure Run. DefaultOptions gives the ten-minute CPU run.
-type Options struct {
-	Iters     int // training iterations (in all, counting those of a resumed checkpoint)
-	Batch     int // images per iteration
-	EvalBatch int // images per inference run
-
-	// LR is AdamW's peak learning rate, reached after Warmup iterations of
-	// linear warm-up from LR/100, and multiplied by 0.1 at each fraction of
-	// Iters in Steps.
-	LR          float64
-	Warmup      int
-	Steps       []float64
-	WeightDecay float64
-	ClipNorm    float64
-
-	// Data is a COCO annotations file; empty means the synthetic dataset of
-	// TrainImages and ValImages images.
-	Data                    string
-	TrainImages, ValImages  int
-	Seed                    uint64
-	Model                   model.Config // NumClasses is set from the data
-	EvalEvery               int          // iterations between evaluations (and checkpoints)
-	LogEvery                int          // iterations each point of the loss curves averages
-	Out                     string       // output directory, created
-	Resume                  string       // checkpoint to continue from
-	Log                     io.Writer
-	SheetImages, SheetScale int // validation images drawn per evaluation, and their zoom
-}
-
-// DefaultOptions is the run `go run ./examples/maskrcnn` makes.
-func DefaultOptions() Options {
-	return Options{
-		Iters: 3200, Batch: 4, EvalBatch: 8,
-		LR: 1e-3, Warmup: 100, Steps: []float64{0.75, 0.9}, WeightDecay: 1e-4, ClipNorm: 20,
-		TrainImages: 2000, ValImages: 200, Seed: 1,
-		Model:     model.DefaultConfig(3, 64),
-		EvalEvery: 800, LogEvery: 20, Out: filepath.Join("out", "maskrcnn"),
-		Log: os.Stdout, SheetImages: 8, SheetScale: 4,
-	}
-}
-
 // Result summarises a run.
 type Result struct {
-	Iters      int
-	Final      Metrics
-	History    History
-	Wall       time.Duration
+	Iters     int  // iterations done in all
+	Evaluated bool // Final holds an evaluation (there are validation images)
+	Final     Metrics
+	History   History
+	Wall      time.Duration
+	// Checkpoint is the checkpoint written last; empty when Run trained
+	// nothing.
 	Checkpoint string
 }
 
-// Run trains the model as opt says, evaluating, plotting and saving a
-// checkpoint every EvalEvery iterations and at the end.
-func Run(opt Options) (*Result, error) {
+// InterruptedError is Run's error when its context is cancelled: the
+// iteration under way was finished and the run saved in Checkpoint, from
+// which it resumes exactly.
+type InterruptedError struct {
+	Iter       int // iterations done, all in the checkpoint
+	Checkpoint string
+	Cause      error // the context's cause: the signal, for the command
+}
+
+func (e *InterruptedError) Error() string {
+	return fmt.Sprintf("train: interrupted (%v) after iteration %d; the run is saved in %s", e.Cause, e.Iter, e.Checkpoint)
+}
+
+func (e *InterruptedError) Unwrap() error { return e.Cause }
+
+// Run trains the model as opt says, evaluating on the validation images,
+// plotting and saving a checkpoint every EvalEvery iterations and at the
+// end. With no validation images it trains and saves the same way, without
+// evaluations or pictures of predictions. Resuming (opt.Resume) needs the
+// checkpoint's RunConfig (Iters excepted); if the checkpoint has done
+// opt.Iters iterations or more, Run trains nothing and evaluates it.
+//
+// When ctx is cancelled, Run finishes the iteration under way, saves the
+// checkpoint and returns an *InterruptedError.
+func Run(ctx context.Context, opt Options) (*Result, error) {
 	start := time.Now()
 	log := opt.Log
 	if log == nil {
 		log = io.Discard
 	}
-	if opt.Iters < 1 || opt.Batch < 2 || opt.EvalBatch < 1 || opt.EvalEvery < 1 || opt.LogEvery < 1 {
-		return nil, fmt.Errorf("train: need Iters >= 1, Batch >= 2, EvalBatch >= 1, EvalEvery >= 1 and LogEvery >= 1")
-	}
-	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+	if err := opt.Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-
 	var ckpt *Checkpoint
-	cfg, seed := opt.Model, opt.Seed
 	if opt.Resume != "" {
 		var err error
 		if ckpt, err = LoadCheckpoint(opt.Resume); err != nil {
 			return nil, err
 		}
-		// The checkpoint decides the model and the seed: anything else
-		// would not continue the same run.
-		cfg, seed = ckpt.Config, ckpt.Seed
+		if diff := opt.RunConfig.Diff(ckpt.Run); len(diff) > 0 {
+			return nil, fmt.Errorf("train: %s comes from a run with other options; resuming needs the same ones (options not given are taken from the checkpoint):\n  %s",
+				opt.Resume, strings.Join(diff, "\n  "))
+		}
 	}
-	trainSet, valSet, err := loadData(opt.Data, seed, opt.TrainImages, opt.ValImages, cfg.ImageSize)
+	run := opt.RunConfig
+	trainSet, valSet, err := loadData(run.Data, run.Seed, run.TrainImages, run.ValImages, run.Model.ImageSize)
 	if err != nil {
 		return nil, err
 	}
-	if ckpt != nil && len(ckpt.Classes) != len(trainSet.Classes) {
-		return nil, fmt.Errorf("train: the checkpoint has %d classes, the data %d", len(ckpt.Classes), len(trainSet.Classes))
+	if ckpt != nil && !slices.Equal(ckpt.Classes, trainSet.Classes) {
+		return nil, fmt.Errorf("train: %s has the classes %q, the data %q", opt.Resume, ckpt.Classes, trainSet.Classes)
 	}
-	cfg.NumClasses = len(trainSet.Classes)
+	run.Model.NumClasses = len(trainSet.Classes)
+	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
 
-	params := model.NewParams(seed)
-	trainNet, err := model.Build(cfg, params, model.Train, opt.Batch, nil)
+	params := model.NewParams(run.Seed)
+	trainNet, err := model.Build(run.Model, params, model.Train, run.Batch, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer trainNet.Close()
-	inferNet, err := model.Build(cfg, params, model.Infer, opt.EvalBatch, nil)
-	if err != nil {
-		return nil, err
+	var inferNet *model.Net
+	if len(valSet.Images) > 0 {
+		if inferNet, err = model.Build(run.Model, params, model.Infer, opt.EvalBatch, nil); err != nil {
+			return nil, err
+		}
+		defer inferNet.Close()
 	}
-	defer inferNet.Close()
-	adam := NewAdam(opt.WeightDecay, opt.ClipNorm)
+	adam := NewAdam(run.WeightDecay, run.ClipNorm)
 	first := 0
 	var hist History
 	if ckpt != nil {
@@ -119,32 +108,61 @@ func Run(opt Options) (*Result, error) {
 			return nil, err
 		}
 		first, hist = ckpt.Iter, ckpt.History
+	}
+	res := &Result{Iters: first, History: hist}
+	prog := newProgress(log, run.Iters)
+	evaluate := func(iter int) (Metrics, []eval.Detection, error) {
+		te := time.Now()
+		m, dets, err := Evaluate(inferNet, valSet)
+		if err != nil {
+			return m, nil, err
+		}
+		res.Final, res.Evaluated = m, true
+		prog.println("iteration %d: %v (%d images, %.1fs)", iter, m, len(valSet.Images), time.Since(te).Seconds())
+		return m, dets, nil
+	}
+	if first >= run.Iters {
+		fmt.Fprintf(log, "%s has done %d iterations and -iters is %d: nothing to train; evaluating the checkpoint as it is\n", opt.Resume, first, run.Iters)
+		if inferNet == nil {
+			fmt.Fprintln(log, "no validation images: nothing to evaluate")
+		} else if _, _, err := evaluate(first); err != nil {
+			return nil, err
+		}
+		res.Wall = time.Since(start)
+		return res, nil
+	}
+
+	if ckpt != nil {
 		fmt.Fprintf(log, "resuming %s at iteration %d\n", opt.Resume, first)
 	}
-	sched := Schedule{LR: opt.LR, Warmup: opt.Warmup, WarmupFactor: 0.01, Gamma: 0.1}
-	for _, f := range opt.Steps {
-		sched.Steps = append(sched.Steps, int(f*float64(opt.Iters)))
+	sched := Schedule{LR: run.LR, Warmup: run.Warmup, WarmupFactor: 0.01, Gamma: 0.1}
+	for _, f := range run.Steps {
+		sched.Steps = append(sched.Steps, int(f*float64(run.Iters)))
 	}
 	fmt.Fprintf(log, "Mask R-CNN: %d parameters, %dx%d images, %d classes; %d training and %d validation images\n",
-		params.Size(), cfg.ImageSize, cfg.ImageSize, cfg.NumClasses, len(trainSet.Images), len(valSet.Images))
-	fmt.Fprintf(log, "training %d iterations of %d images, AdamW lr %g, output in %s\n", opt.Iters, opt.Batch, opt.LR, opt.Out)
+		params.Size(), run.Model.ImageSize, run.Model.ImageSize, run.Model.NumClasses, len(trainSet.Images), len(valSet.Images))
+	if trainSet.ClippedBoxes > 0 {
+		fmt.Fprintf(log, "%d boxes of %s crossed their image's border and were clipped to it\n", trainSet.ClippedBoxes, run.Data)
+	}
+	if inferNet == nil {
+		fmt.Fprintln(log, "no validation images: evaluations and pictures of predictions are skipped")
+	}
+	fmt.Fprintf(log, "training %d iterations of %d images, AdamW lr %g, output in %s\n", run.Iters, run.Batch, run.LR, opt.Out)
 
 	ckptPath := filepath.Join(opt.Out, "checkpoint.gob")
-	prog := newProgress(log, opt.Iters)
 	var sums model.Losses
 	var nsum int
 	trainTime := time.Duration(0)
 	trainIters := 0
-	var last Metrics
-	for it := first; it < opt.Iters; it++ {
+	for it := first; it < run.Iters; it++ {
 		t0 := time.Now()
-		imgs := batchOf(trainSet.Images, seed, it, opt.Batch)
+		imgs := batchOf(trainSet.Images, run.Seed, it, run.Batch)
 		pix := make([][]float32, len(imgs))
 		targets := make([]model.Target, len(imgs))
 		for i, img := range imgs {
 			pix[i], targets[i] = img.Pix, TargetOf(img)
 		}
-		losses, err := trainNet.TrainStep(pix, targets, stepRNG(seed, it))
+		losses, err := trainNet.TrainStep(pix, targets, stepRNG(run.Seed, it))
 		if err != nil {
 			return nil, fmt.Errorf("train: iteration %d: %w", it, err)
 		}
@@ -162,61 +180,62 @@ func Run(opt Options) (*Result, error) {
 		}
 		nsum++
 		done := it + 1
-		if done%opt.LogEvery == 0 || done == opt.Iters {
+		last := done == run.Iters
+		if done%opt.LogEvery == 0 || last {
 			for i := range sums {
 				sums[i] /= float64(nsum)
 			}
 			hist.Losses = append(hist.Losses, lossPoint(done, sums))
 			sums, nsum = model.Losses{}, 0
 		}
-		rate := float64(trainIters*opt.Batch) / trainTime.Seconds()
-		remaining := time.Duration(float64(opt.Iters-done) * float64(opt.Batch) / rate * float64(time.Second))
+		rate := float64(trainIters*run.Batch) / trainTime.Seconds()
+		remaining := time.Duration(float64(run.Iters-done) * float64(run.Batch) / rate * float64(time.Second))
 		prog.update(done, fmt.Sprintf("loss %.3f (rpn %.3f/%.3f cls %.3f box %.3f mask %.3f) lr %.1e %.1f img/s ETA %s",
-			losses[0], losses[1], losses[2], losses[3], losses[4], losses[5], lr, rate, eta(remaining)), done == opt.Iters)
+			losses[0], losses[1], losses[2], losses[3], losses[4], losses[5], lr, rate, eta(remaining)), last)
 
-		if done%opt.EvalEvery != 0 && done != opt.Iters {
+		periodic := done%opt.EvalEvery == 0 || last
+		interrupted := ctx.Err() != nil && !last
+		if !periodic && !interrupted {
 			continue
 		}
-		te := time.Now()
-		m, dets, err := Evaluate(inferNet, valSet)
-		if err != nil {
+		if periodic && inferNet != nil {
+			te := time.Now()
+			m, dets, err := evaluate(done)
+			if err != nil {
+				return nil, err
+			}
+			hist.Evals = append(hist.Evals, EvalPoint{
+				Iter: done, Seconds: time.Since(start).Seconds(),
+				Box: apsOf(m.Box), Mask: apsOf(m.Mask),
+				TrainImagesPerSecond: rate,
+				InferImagesPerSecond: float64(len(valSet.Images)) / time.Since(te).Seconds(),
+				ValidationImages:     len(valSet.Images),
+			})
+			if err := writeSheet(opt, done, valSet, dets); err != nil {
+				return nil, err
+			}
+		}
+		if err := writeHistory(opt, hist); err != nil {
 			return nil, err
 		}
-		evalTime := time.Since(te)
-		last = m
-		hist.Evals = append(hist.Evals, EvalPoint{
-			Iter: done, Seconds: time.Since(start).Seconds(),
-			Box: apsOf(m.Box), Mask: apsOf(m.Mask),
-			TrainImagesPerSecond: rate,
-			InferImagesPerSecond: float64(len(valSet.Images)) / evalTime.Seconds(),
-			ValidationImages:     len(valSet.Images),
-		})
-		prog.println("iteration %d: box AP %.3f AP50 %.3f AP75 %.3f | mask AP %.3f AP50 %.3f AP75 %.3f (%d images, %.1fs)",
-			done, m.Box.AP, m.Box.AP50, m.Box.AP75, m.Mask.AP, m.Mask.AP50, m.Mask.AP75, len(valSet.Images), evalTime.Seconds())
-		if err := writeOutputs(opt, done, valSet, dets, hist); err != nil {
+		if err := snapshot(run, trainSet, done, params, adam, hist).Save(ckptPath); err != nil {
 			return nil, err
 		}
-		if err := snapshot(cfg, trainSet.Classes, seed, done, params, adam, hist).Save(ckptPath); err != nil {
-			return nil, err
+		res.Iters, res.History, res.Checkpoint = done, hist, ckptPath
+		if interrupted {
+			prog.done()
+			return res, &InterruptedError{Iter: done, Checkpoint: ckptPath, Cause: context.Cause(ctx)}
 		}
 	}
 	prog.done()
-	res := &Result{Iters: opt.Iters, Final: last, History: hist, Wall: time.Since(start), Checkpoint: ckptPath}
-	if first >= opt.Iters {
-		fmt.Fprintf(log, "the checkpoint has already done %d of %d iterations\n", first, opt.Iters)
-	}
+	res.Wall = time.Since(start)
 	fmt.Fprintf(log, "done in %v; outputs in %s\n", res.Wall.Round(time.Second), opt.Out)
 	return res, nil
 }
 
-// writeOutputs draws the curves and the predictions of an evaluation and
-// writes the history as JSON.
-func writeOutputs(opt Options, iter int, val *data.Dataset, dets []eval.Detection, hist History) error {
+// writeHistory draws the curves and writes the history as JSON.
+func writeHistory(opt Options, hist History) error {
 	if err := viz.SavePNG(filepath.Join(opt.Out, "curves.png"), curves(hist)); err != nil {
-		return err
-	}
-	sheet := predictionSheet(val, dets, opt.SheetImages, opt.SheetScale)
-	if err := viz.SavePNG(filepath.Join(opt.Out, fmt.Sprintf("val_%06d.png", iter)), sheet); err != nil {
 		return err
 	}
 	js, err := json.MarshalIndent(hist, "", " ")
@@ -227,4 +246,13 @@ func writeOutputs(opt Options, iter int, val *data.Dataset, dets []eval.Detectio
 		return fmt.Errorf("train: %w", err)
 	}
 	return nil
+}
+
+// writeSheet draws the predictions of the evaluation at iteration iter.
+func writeSheet(opt Options, iter int, val *data.Dataset, dets []eval.Detection) error {
+	if opt.SheetImages == 0 {
+		return nil
+	}
+	sheet := predictionSheet(val, dets, opt.SheetImages, opt.SheetScale)
+	return viz.SavePNG(filepath.Join(opt.Out, fmt.Sprintf("val_%06d.png", iter)), sheet)
 }

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -28,7 +29,7 @@ func tinyOptions(dir string) Options {
 	m.RoIsPerImage, m.MaskRoIsPerImage, m.MaxDetections = 16, 4, 10
 	o.Model = m
 	o.Iters, o.Batch, o.EvalBatch = 40, 2, 4
-	o.LR, o.Warmup = 3e-3, 5
+	o.LR, o.Warmup = 3e-3, 3
 	o.TrainImages, o.ValImages = 16, 6
 	o.EvalEvery, o.LogEvery = 20, 5
 	o.Out, o.Log = dir, io.Discard
@@ -40,7 +41,7 @@ func tinyOptions(dir string) Options {
 // history and checkpoint.
 func TestRunSmoke(t *testing.T) {
 	dir := t.TempDir()
-	res, err := Run(tinyOptions(dir))
+	res, err := Run(context.Background(), tinyOptions(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestRunSmoke(t *testing.T) {
 func predictAll(t *testing.T, ckpt *Checkpoint, seed uint64, images []*data.Image) []eval.Detection {
 	t.Helper()
 	params := model.NewParams(seed)
-	net, err := model.Build(ckpt.Config, params, model.Infer, 4, nil)
+	net, err := model.Build(ckpt.Run.Model, params, model.Infer, 4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,14 +102,14 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	dir := t.TempDir()
 	o := tinyOptions(dir)
 	o.Iters, o.EvalEvery = 10, 10
-	if _, err := Run(o); err != nil {
+	if _, err := Run(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 	ckpt, err := LoadCheckpoint(filepath.Join(dir, "checkpoint.gob"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, val, err := loadData("", ckpt.Seed, 1, 6, ckpt.Config.ImageSize)
+	_, val, err := loadData("", ckpt.Run.Seed, 1, 6, ckpt.Run.Model.ImageSize)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	}
 
 	params := model.NewParams(777)
-	net, err := model.Build(ckpt.Config, params, model.Infer, 1, nil)
+	net, err := model.Build(ckpt.Run.Model, params, model.Infer, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err := ckpt.Restore(params); err != nil {
 		t.Fatal(err)
 	}
-	again := snapshot(ckpt.Config, ckpt.Classes, ckpt.Seed, ckpt.Iter, params, nil, ckpt.History)
+	again := snapshot(ckpt.Run, &data.Dataset{Classes: ckpt.Classes, CategoryIDs: ckpt.CategoryIDs}, ckpt.Iter, params, nil, ckpt.History)
 	if !reflect.DeepEqual(again.Params, ckpt.Params) || !reflect.DeepEqual(again.BNStats, ckpt.BNStats) {
 		t.Error("saving a restored model changes its tensors")
 	}
@@ -151,15 +152,15 @@ func TestResumeIsExact(t *testing.T) {
 	o := tinyOptions(whole)
 	o.Steps = nil // the schedule must not depend on Iters
 	o.Iters, o.EvalEvery, o.LogEvery, o.ValImages = 6, 3, 1, 2
-	if _, err := Run(o); err != nil {
+	if _, err := Run(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 	o.Out, o.Iters = part, 3
-	if _, err := Run(o); err != nil {
+	if _, err := Run(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 	o.Out, o.Iters, o.Resume = resumed, 6, filepath.Join(part, "checkpoint.gob")
-	if _, err := Run(o); err != nil {
+	if _, err := Run(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 	a, err := LoadCheckpoint(filepath.Join(whole, "checkpoint.gob"))
@@ -187,7 +188,7 @@ func TestInfer(t *testing.T) {
 	dir := t.TempDir()
 	o := tinyOptions(filepath.Join(dir, "run"))
 	o.Iters, o.EvalEvery = 4, 4
-	if _, err := Run(o); err != nil {
+	if _, err := Run(context.Background(), o); err != nil {
 		t.Fatal(err)
 	}
 	ds, err := data.Synthetic(data.SyntheticConfig{Seed: 9, Count: 3, Size: 48})

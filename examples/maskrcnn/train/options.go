@@ -1,0 +1,191 @@
+package train
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
+)
+
+// RunConfig is what shapes a training run: its data, model, schedule and
+// seed. A checkpoint stores it, and a run resumes only with the same one
+// (Iters excepted: a run may be resumed to train longer), so that it
+// continues the run that wrote the checkpoint.
+type RunConfig struct {
+	Iters int // training iterations in all, counting those of a resumed checkpoint
+	Batch int // images per iteration (at least 2: BatchNorm needs them)
+
+	// LR is AdamW's peak learning rate, reached after Warmup iterations of
+	// linear warm-up from LR/100, and multiplied by 0.1 at each fraction of
+	// Iters in Steps.
+	LR          float64
+	Warmup      int
+	Steps       []float64
+	WeightDecay float64 // decoupled, on weights only
+	ClipNorm    float64 // gradients' global norm is clipped to this (0: no clipping)
+
+	// Data is a COCO annotations file; empty means the synthetic dataset of
+	// TrainImages and ValImages images.
+	Data                   string
+	TrainImages, ValImages int
+	Seed                   uint64
+	Model                  model.Config // NumClasses is set from the data
+}
+
+// Options configure Run. DefaultOptions gives the example's default run.
+type Options struct {
+	RunConfig
+	EvalBatch int // images per inference run
+	EvalEvery int // iterations between evaluations and checkpoints
+	LogEvery  int // iterations each point of the loss curves averages
+	Out       string
+	Resume    string // checkpoint to continue from
+	Log       io.Writer
+	// SheetImages validation images are drawn per evaluation, each
+	// SheetScale times its size.
+	SheetImages, SheetScale int
+}
+
+// DefaultOptions is the run `go run ./examples/maskrcnn` makes.
+func DefaultOptions() Options {
+	return Options{
+		RunConfig: RunConfig{
+			Iters: 3200, Batch: 4,
+			LR: 1e-3, Warmup: 100, Steps: []float64{0.75, 0.9}, WeightDecay: 1e-4, ClipNorm: 20,
+			TrainImages: 2000, ValImages: 200, Seed: 1,
+			Model: model.DefaultConfig(3, 64),
+		},
+		EvalBatch: 8, EvalEvery: 800, LogEvery: 20, Out: filepath.Join("out", "maskrcnn"),
+		Log: os.Stdout, SheetImages: 8, SheetScale: 4,
+	}
+}
+
+// Limits of the options that have no natural bound. They keep a typo from
+// starting a run that cannot fit in memory: the default model is width 16,
+// depth 1, 64-pixel images.
+const (
+	maxBatch     = 1024
+	maxImageSize = 2048
+	maxWidth     = 512
+	maxDepth     = 32
+	maxImages    = 1 << 24
+)
+
+// OptionError is a value outside what an option allows. Option is the
+// option's command-line name (its flag without the dash).
+type OptionError struct {
+	Option  string
+	Value   any
+	Allowed string
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("-%s %v: %s", e.Option, e.Value, e.Allowed)
+}
+
+// finite reports whether v is a number other than ±Inf.
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
+// Validate checks every option against its range and the options against
+// each other, and returns all problems found (errors.Join of
+// *OptionError), or nil.
+func (o *Options) Validate() error {
+	var errs []error
+	check := func(ok bool, option string, value any, allowed string, args ...any) {
+		if !ok {
+			errs = append(errs, &OptionError{Option: option, Value: value, Allowed: fmt.Sprintf(allowed, args...)})
+		}
+	}
+	c := &o.RunConfig
+	check(c.Iters >= 1, "iters", c.Iters, "must be at least 1")
+	check(c.Batch >= 2 && c.Batch <= maxBatch, "batch", c.Batch, "must be in [2, %d] (BatchNorm needs 2 images)", maxBatch)
+	check(c.Model.ImageSize >= 32 && c.Model.ImageSize <= maxImageSize && c.Model.ImageSize%16 == 0,
+		"size", c.Model.ImageSize, "must be a multiple of 16 in [32, %d]", maxImageSize)
+	check(finite(c.LR) && c.LR > 0 && c.LR <= 1, "lr", c.LR, "must be a number in (0, 1]")
+	check(c.Warmup >= 0 && c.Warmup <= c.Iters, "warmup", c.Warmup, "must be in [0, -iters] = [0, %d]", c.Iters)
+	check(stepsValid(c.Steps), "steps", fmtSteps(c.Steps), "must be increasing fractions of -iters in (0, 1)")
+	check(finite(c.WeightDecay) && c.WeightDecay >= 0 && c.WeightDecay < 1, "wd", c.WeightDecay, "must be a number in [0, 1)")
+	check(finite(c.ClipNorm) && c.ClipNorm >= 0, "clip", c.ClipNorm, "must be a number >= 0 (0: no clipping)")
+	check(c.Model.Width >= 1 && c.Model.Width <= maxWidth, "width", c.Model.Width, "must be in [1, %d]", maxWidth)
+	check(c.Model.Depth >= 1 && c.Model.Depth <= maxDepth, "depth", c.Model.Depth, "must be in [1, %d]", maxDepth)
+	if c.Data == "" {
+		check(c.TrainImages >= 1 && c.TrainImages <= maxImages, "train-images", c.TrainImages, "must be in [1, %d]", maxImages)
+		check(c.ValImages >= 0 && c.ValImages <= maxImages, "val-images", c.ValImages, "must be in [0, %d] (0: no evaluation)", maxImages)
+	}
+	check(o.EvalEvery >= 1, "eval-every", o.EvalEvery, "must be at least 1")
+	check(o.EvalBatch >= 1 && o.EvalBatch <= maxBatch, "eval-batch", o.EvalBatch, "must be in [1, %d]", maxBatch)
+	check(o.LogEvery >= 1, "log-every", o.LogEvery, "must be at least 1")
+	check(o.Out != "", "out", `""`, "must name a directory")
+	check(o.SheetImages >= 0 && o.SheetScale >= 1, "sheet", fmt.Sprintf("%d images at %dx", o.SheetImages, o.SheetScale),
+		"needs at least 0 images at 1x or more")
+	return errors.Join(errs...)
+}
+
+func stepsValid(s []float64) bool {
+	for i, f := range s {
+		if !(f > 0 && f < 1) || (i > 0 && !(f > s[i-1])) {
+			return false
+		}
+	}
+	return true
+}
+
+func fmtSteps(s []float64) string {
+	parts := make([]string, len(s))
+	for i, f := range s {
+		parts[i] = fmt.Sprint(f)
+	}
+	return strings.Join(parts, ",")
+}
+
+// Diff lists, as "-flag: was X, now Y", the options in which c differs
+// from want (a checkpoint's), Iters excepted. Data paths are compared as
+// absolute paths.
+func (c RunConfig) Diff(want RunConfig) []string {
+	var out []string
+	add := func(option string, now, was any) {
+		if fmt.Sprint(now) != fmt.Sprint(was) {
+			out = append(out, fmt.Sprintf("-%s: the checkpoint's is %v, given %v", option, was, now))
+		}
+	}
+	add("batch", c.Batch, want.Batch)
+	add("lr", c.LR, want.LR)
+	add("warmup", c.Warmup, want.Warmup)
+	add("steps", fmtSteps(c.Steps), fmtSteps(want.Steps))
+	add("wd", c.WeightDecay, want.WeightDecay)
+	add("clip", c.ClipNorm, want.ClipNorm)
+	add("data", absPath(c.Data), absPath(want.Data))
+	if c.Data == "" && want.Data == "" {
+		add("train-images", c.TrainImages, want.TrainImages)
+		add("val-images", c.ValImages, want.ValImages)
+	}
+	add("seed", c.Seed, want.Seed)
+	add("size", c.Model.ImageSize, want.Model.ImageSize)
+	add("width", c.Model.Width, want.Model.Width)
+	add("depth", c.Model.Depth, want.Model.Depth)
+	// The rest of the model's configuration has no flag; a library caller
+	// may still have changed it.
+	a, b := c.Model, want.Model
+	a.ImageSize, a.Width, a.Depth, a.NumClasses = 0, 0, 0, 0
+	b.ImageSize, b.Width, b.Depth, b.NumClasses = 0, 0, 0, 0
+	if fmt.Sprintf("%+v", a) != fmt.Sprintf("%+v", b) {
+		out = append(out, fmt.Sprintf("model configuration: the checkpoint's is %+v, given %+v", b, a))
+	}
+	return slices.Clip(out)
+}
+
+func absPath(p string) string {
+	if p == "" {
+		return "(synthetic)"
+	}
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
