@@ -74,6 +74,7 @@ func WriteCOCO(ds *Dataset, dir string) error {
 		out.Categories = append(out.Categories, cocoCategory{ID: ds.CategoryID(k), Name: name})
 	}
 	seen := map[int]bool{}
+	files := map[string]int{} // file name -> image id
 	for _, img := range ds.Images {
 		if seen[img.ID] {
 			return fmt.Errorf("data: WriteCOCO: image id %d appears twice", img.ID)
@@ -86,6 +87,10 @@ func WriteCOCO(ds *Dataset, dir string) error {
 		if !filepath.IsLocal(filepath.FromSlash(file)) {
 			return fmt.Errorf("data: WriteCOCO: image %d: file name %q leaves the image directory", img.ID, file)
 		}
+		if other, dup := files[file]; dup {
+			return fmt.Errorf("data: WriteCOCO: images %d and %d both have the file name %q", other, img.ID, file)
+		}
+		files[file] = img.ID
 		if err := writeImagePNG(img, filepath.Join(imgDir, filepath.FromSlash(file))); err != nil {
 			return fmt.Errorf("data: WriteCOCO: image %d: %w", img.ID, err)
 		}

@@ -638,6 +638,11 @@ func TestWriteCOCOErrors(t *testing.T) {
 		{"pixels", func(d *Dataset) { d.Images[0].Pix = nil }, "Pix"},
 		{"file name", func(d *Dataset) { d.Images[0].File = "../x.png" }, "leaves"},
 		{"duplicate id", func(d *Dataset) { d.Images = append(d.Images, d.Images[0]) }, "appears twice"},
+		{"duplicate file", func(d *Dataset) {
+			other := *d.Images[0]
+			other.ID, other.File = 2, "000001.png"
+			d.Images = append(d.Images, &other)
+		}, `images 1 and 2 both have the file name "000001.png"`},
 	} {
 		ds := good()
 		tc.modify(ds)

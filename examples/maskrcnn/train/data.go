@@ -215,7 +215,10 @@ func ExportSynthetic(dir string, c RunConfig) (int, error) {
 	all := &data.Dataset{Classes: trainSet.Classes, CategoryIDs: trainSet.CategoryIDs, Images: slices.Clone(trainSet.Images)}
 	for i, img := range valSet.Images {
 		renumbered := *img
+		// A new id, and the file name that goes with it: the synthetic
+		// sets name their files after their own ids.
 		renumbered.ID = len(trainSet.Images) + i + 1
+		renumbered.File = fmt.Sprintf("%06d.png", renumbered.ID)
 		all.Images = append(all.Images, &renumbered)
 	}
 	if err := data.WriteCOCO(all, dir); err != nil {

@@ -108,7 +108,7 @@ func (o *Options) Validate() error {
 	check(c.Model.ImageSize >= 32 && c.Model.ImageSize <= maxImageSize && c.Model.ImageSize%16 == 0,
 		"size", c.Model.ImageSize, "must be a multiple of 16 in [32, %d]", maxImageSize)
 	check(finite(c.LR) && c.LR > 0 && c.LR <= 1, "lr", c.LR, "must be a number in (0, 1]")
-	check(c.Warmup >= 0 && c.Warmup <= c.Iters, "warmup", c.Warmup, "must be in [0, -iters] = [0, %d]", c.Iters)
+	check(c.Warmup >= 0, "warmup", c.Warmup, "must be at least 0")
 	check(stepsValid(c.Steps), "steps", fmtSteps(c.Steps), "must be increasing fractions of -iters in (0, 1)")
 	check(finite(c.WeightDecay) && c.WeightDecay >= 0 && c.WeightDecay < 1, "wd", c.WeightDecay, "must be a number in [0, 1)")
 	check(finite(c.ClipNorm) && c.ClipNorm >= 0, "clip", c.ClipNorm, "must be a number >= 0 (0: no clipping)")

@@ -29,7 +29,7 @@ func tinyOptions(dir string) Options {
 	m.RoIsPerImage, m.MaskRoIsPerImage, m.MaxDetections = 16, 4, 10
 	o.Model = m
 	o.Iters, o.Batch, o.EvalBatch = 40, 2, 4
-	o.LR, o.Warmup = 3e-3, 3
+	o.LR, o.Warmup = 3e-3, 5
 	o.TrainImages, o.ValImages = 16, 6
 	o.EvalEvery, o.LogEvery = 20, 5
 	o.Out, o.Log = dir, io.Discard

@@ -1,0 +1,276 @@
+package train
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+)
+
+// With no validation images a run trains, plots its losses and saves its
+// checkpoint, and evaluates nothing.
+func TestRunWithoutValidation(t *testing.T) {
+	dir := t.TempDir()
+	o := tinyOptions(dir)
+	o.Iters, o.EvalEvery, o.ValImages = 6, 3, 0
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Evaluated || len(res.History.Evals) != 0 || res.Iters != 6 {
+		t.Errorf("result %+v, want 6 iterations and no evaluation", res)
+	}
+	ckpt, err := LoadCheckpoint(filepath.Join(dir, "checkpoint.gob"))
+	if err != nil || ckpt.Iter != 6 {
+		t.Fatalf("checkpoint: %v", err)
+	}
+	for _, f := range []string{"curves.png", "history.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	if pics, _ := filepath.Glob(filepath.Join(dir, "val_*.png")); len(pics) != 0 {
+		t.Errorf("pictures of predictions without validation images: %v", pics)
+	}
+}
+
+// Resuming a checkpoint that has done -iters or more trains nothing and
+// reports the checkpoint's real AP: the one its own run measured last.
+func TestResumeNothingToTrain(t *testing.T) {
+	dir := t.TempDir()
+	o := tinyOptions(dir)
+	o.Iters, o.EvalEvery = 8, 8
+	first, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "checkpoint.gob")
+	before, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, iters := range []int{8, 5} {
+		o.Resume, o.Iters = path, iters
+		res, err := Run(context.Background(), o)
+		if err != nil {
+			t.Fatalf("-iters %d: %v", iters, err)
+		}
+		if !res.Evaluated || !reflect.DeepEqual(res.Final, first.Final) || res.Iters != 8 {
+			t.Errorf("-iters %d: result %v after %d iterations, want the run's own %v after 8", iters, res.Final, res.Iters, first.Final)
+		}
+		if after, _ := os.ReadFile(path); !slices.Equal(before, after) {
+			t.Errorf("-iters %d: the checkpoint was rewritten", iters)
+		}
+	}
+}
+
+// A checkpoint resumes only with the options of its run.
+func TestResumeRefusesOtherOptions(t *testing.T) {
+	dir := t.TempDir()
+	o := tinyOptions(dir)
+	o.Iters, o.EvalEvery = 2, 2
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	o.Resume, o.Iters = filepath.Join(dir, "checkpoint.gob"), 4
+	o.LR, o.Batch = 0.5, 3
+	_, err := Run(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "-lr: the checkpoint's is 0.003, given 0.5") || !strings.Contains(err.Error(), "-batch: the checkpoint's is 2, given 3") {
+		t.Errorf("resuming with other -lr and -batch: %v", err)
+	}
+}
+
+// An interrupted run saves the iteration it finished, says so, and resumes
+// from there to the same end as a run never interrupted.
+func TestInterruptThenResumeIsExact(t *testing.T) {
+	whole, part := t.TempDir(), t.TempDir()
+	o := tinyOptions(whole)
+	o.Iters, o.EvalEvery, o.LogEvery, o.ValImages = 5, 5, 1, 2
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	// Cancelled before it starts: the run finishes one iteration, saves
+	// it and stops.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cause := errors.New("test signal")
+	cancel(cause)
+	o.Out = part
+	_, err := Run(ctx, o)
+	var ie *InterruptedError
+	if !errors.As(err, &ie) || ie.Iter != 1 || ie.Checkpoint != filepath.Join(part, "checkpoint.gob") || !errors.Is(err, cause) {
+		t.Fatalf("interrupted run: %v, want an InterruptedError after iteration 1 carrying the cause", err)
+	}
+	o.Resume = ie.Checkpoint
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	a, errA := LoadCheckpoint(filepath.Join(whole, "checkpoint.gob"))
+	b, errB := LoadCheckpoint(filepath.Join(part, "checkpoint.gob"))
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	if a.Iter != 5 || b.Iter != 5 || !reflect.DeepEqual(a.Params, b.Params) || !reflect.DeepEqual(a.Adam, b.Adam) ||
+		!reflect.DeepEqual(a.BNStats, b.BNStats) || !reflect.DeepEqual(a.History.Losses, b.History.Losses) {
+		t.Error("the interrupted and resumed run ended elsewhere than the uninterrupted one")
+	}
+}
+
+// Checkpoints are readable by everyone and leave no temporary file.
+func TestCheckpointFile(t *testing.T) {
+	dir := t.TempDir()
+	c := &Checkpoint{Version: checkpointVersion, Iter: 3, Classes: []string{"a"}}
+	path := filepath.Join(dir, "c.gob")
+	for range 2 { // a new file, then one replaced
+		if err := c.Save(path); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(path)
+		if err != nil || st.Mode().Perm() != 0o644 {
+			t.Fatalf("checkpoint mode %v (%v), want 0644", st.Mode(), err)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+		t.Errorf("directory holds %d entries, want the checkpoint alone", len(entries))
+	}
+	back, err := LoadCheckpoint(path)
+	if err != nil || back.Iter != 3 {
+		t.Errorf("LoadCheckpoint: %+v, %v", back, err)
+	}
+	if err := c.Save(filepath.Join(dir, "missing", "c.gob")); err == nil || !strings.Contains(err.Error(), "train: saving checkpoint") {
+		t.Errorf("saving into a missing directory: %v", err)
+	}
+}
+
+// The exported synthetic set reads back as the images a run trains and
+// validates on, and trains with Data.
+func TestExportSyntheticRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	o := tinyOptions(filepath.Join(dir, "run"))
+	o.TrainImages, o.ValImages = 18, 2
+	n, err := ExportSynthetic(filepath.Join(dir, "coco"), o.RunConfig)
+	if err != nil || n != 20 {
+		t.Fatalf("ExportSynthetic = %d, %v; want 20 images", n, err)
+	}
+	trainSet, valSet, err := loadData("", o.Seed, o.TrainImages, o.ValImages, o.Model.ImageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "coco", "annotations.json")
+	// Its last tenth (2 images) is held out: exactly the validation set.
+	gotTrain, gotVal, err := loadData(path, 0, 0, 0, o.Model.ImageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, img := range gotTrain.Images {
+		want := *trainSet.Images[i]
+		want.File = img.File // the file name WriteCOCO gave it
+		if !reflect.DeepEqual(img, &want) {
+			t.Errorf("training image %d read back differently", i)
+		}
+	}
+	if len(gotTrain.Images) != 18 || !reflect.DeepEqual(gotTrain.Classes, trainSet.Classes) || !reflect.DeepEqual(gotTrain.CategoryIDs, trainSet.CategoryIDs) {
+		t.Errorf("read back %d training images of classes %v (ids %v)", len(gotTrain.Images), gotTrain.Classes, gotTrain.CategoryIDs)
+	}
+	for i, img := range gotVal.Images {
+		want := *valSet.Images[i]
+		want.ID, want.File = 19+i, img.File
+		if !reflect.DeepEqual(img, &want) {
+			t.Errorf("validation image %d read back differently", i)
+		}
+	}
+	o.Data, o.TrainImages, o.ValImages = path, 0, 0
+	o.Iters, o.EvalEvery = 2, 2
+	res, err := Run(context.Background(), o)
+	if err != nil || !res.Evaluated {
+		t.Fatalf("training on the export: %v", err)
+	}
+}
+
+// A COCO file whose training images have no annotation is refused.
+func TestRunRefusesEmptyData(t *testing.T) {
+	dir := t.TempDir()
+	ds, err := data.Synthetic(data.SyntheticConfig{Seed: 3, Count: 4, Size: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, img := range ds.Images {
+		img.Objects = nil
+	}
+	if err := data.WriteCOCO(ds, dir); err != nil {
+		t.Fatal(err)
+	}
+	o := tinyOptions(filepath.Join(dir, "run"))
+	o.Data, o.TrainImages, o.ValImages = filepath.Join(dir, "annotations.json"), 0, 0
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "have no annotations") {
+		t.Errorf("training on images without annotations: %v", err)
+	}
+}
+
+// predictions.json carries the dataset's own category ids, and -infer
+// refuses a COCO file whose category names differ from the checkpoint's.
+func TestInferCategoryIDs(t *testing.T) {
+	dir := t.TempDir()
+	ds, err := data.Synthetic(data.SyntheticConfig{Seed: 4, Count: 10, Size: 32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds.CategoryIDs = []int{40, 7, 12} // circle, square, triangle; in id order: square, triangle, circle
+	coco := filepath.Join(dir, "coco")
+	if err := data.WriteCOCO(ds, coco); err != nil {
+		t.Fatal(err)
+	}
+	o := tinyOptions(filepath.Join(dir, "run"))
+	o.Data, o.TrainImages, o.ValImages = filepath.Join(coco, "annotations.json"), 0, 0
+	o.Iters, o.EvalEvery = 2, 2
+	o.Model.ScoreThresh = 0 // detections of every class, trained or not
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	ckptPath := filepath.Join(dir, "run", "checkpoint.gob")
+	ckpt, err := LoadCheckpoint(ckptPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(ckpt.Classes, []string{"square", "triangle", "circle"}) || !reflect.DeepEqual(ckpt.CategoryIDs, []int{7, 12, 40}) {
+		t.Fatalf("checkpoint classes %v ids %v", ckpt.Classes, ckpt.CategoryIDs)
+	}
+	for _, images := range []string{filepath.Join(coco, "annotations.json"), filepath.Join(coco, "images")} {
+		out := filepath.Join(dir, "pred"+filepath.Ext(images))
+		if err := Infer(InferOptions{Checkpoint: ckptPath, Images: images, Out: out, Batch: 2}); err != nil {
+			t.Fatal(err)
+		}
+		js, err := os.ReadFile(filepath.Join(out, "predictions.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var results []cocoResult
+		if err := json.Unmarshal(js, &results); err != nil {
+			t.Fatal(err)
+		}
+		if len(results) == 0 {
+			t.Fatalf("%s: no predictions", images)
+		}
+		for _, r := range results {
+			if !slices.Contains([]int{7, 12, 40}, r.CategoryID) {
+				t.Fatalf("%s: category_id %d is none of the dataset's 7, 12, 40", images, r.CategoryID)
+			}
+		}
+	}
+	// The same classes under other names: refused.
+	ds.Classes = []string{"disc", "square", "triangle"}
+	other := filepath.Join(dir, "other")
+	if err := data.WriteCOCO(ds, other); err != nil {
+		t.Fatal(err)
+	}
+	err = Infer(InferOptions{Checkpoint: ckptPath, Images: filepath.Join(other, "annotations.json"), Out: filepath.Join(dir, "p"), Batch: 2})
+	if err == nil || !strings.Contains(err.Error(), `the categories ["square" "triangle" "disc"]`) || !strings.Contains(err.Error(), "the names must match") {
+		t.Errorf("-infer with other class names: %v", err)
+	}
+}
