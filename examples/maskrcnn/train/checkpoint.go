@@ -27,10 +27,10 @@ type Checkpoint struct {
 	Classes     []string
 	CategoryIDs []int // COCO category id of each class
 	Iter        int   // iterations done
-	Params  []NamedTensor
-	BNStats []NamedTensor // "<layer>.mean" and "<layer>.var"
-	Adam    AdamState
-	History History
+	Params      []NamedTensor
+	BNStats     []NamedTensor // "<layer>.mean" and "<layer>.var"
+	Adam        AdamState
+	History     History
 }
 
 // NamedTensor is a float32 tensor with its name and shape.
