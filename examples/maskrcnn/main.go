@@ -137,7 +137,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	batch := fs.Int("batch", def.Batch, "images per iteration, in [2, 1024] (BatchNorm needs 2)")
 	size := fs.Int("size", def.Model.ImageSize, "image size the model takes: a multiple of 16 in [32, 2048]; images are resized to it")
 	lr := fs.Float64("lr", def.LR, "peak learning rate of AdamW, in (0, 1]")
-	warmup := fs.Int("warmup", def.Warmup, "iterations of linear learning-rate warm-up, in [0, -iters]")
+	warmup := fs.Int("warmup", def.Warmup, "iterations of linear learning-rate warm-up, at least 0")
 	steps := fs.String("steps", joinFloats(def.Steps), "increasing fractions of -iters in (0, 1) where the learning rate drops tenfold; \"\" for none")
 	wd := fs.Float64("wd", def.WeightDecay, "weight decay (decoupled, on weights only), in [0, 1)")
 	clip := fs.Float64("clip", def.ClipNorm, "gradients' global norm is clipped to this; >= 0, 0 for no clipping")
@@ -154,14 +154,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	images := fs.String("images", "", "with -infer: a directory of PNG/JPEG images or a COCO annotations file")
 	scoreMin := fs.Float64("score", 0.5, "with -infer: lowest score drawn in the pictures, in [0, 1] (all go to the JSON)")
 	export := fs.String("export-synthetic", "", "write the synthetic dataset (-train-images then -val-images images of -size) to this directory in COCO format, and exit")
-	fs.Usage = func() {
-		fs.SetOutput(stdout)
-		fmt.Fprintln(stdout, "usage: maskrcnn [flags]   (see go doc ./examples/maskrcnn)")
-		fs.PrintDefaults()
-		fs.SetOutput(io.Discard)
-	}
+	fs.Usage = func() {} // printed below for -h only
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, "usage: maskrcnn [flags]   (see go doc ./examples/maskrcnn)")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
 			return nil
 		}
 		return usageError{err}
