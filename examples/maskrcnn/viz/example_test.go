@@ -35,15 +35,3 @@ func ExampleDrawDetections() {
 	fmt.Println(pair.Bounds().Size())
 	// Output: (524,281)
 }
-
-// Plot training curves on a log scale.
-func ExamplePlot() {
-	loss := viz.Series{Name: "train loss"}
-	for step := range 100 {
-		loss.X = append(loss.X, float64(step))
-		loss.Y = append(loss.Y, 2/(1+float64(step)/10))
-	}
-	img := viz.Plot(viz.PlotOptions{Title: "loss", XLabel: "step", LogY: true, Width: 400, Height: 240}, loss)
-	fmt.Println(img.Bounds().Size())
-	// Output: (400,240)
-}

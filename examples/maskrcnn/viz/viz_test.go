@@ -214,134 +214,6 @@ func TestDrawText(t *testing.T) {
 	DrawText(img, -4, -6, "clipped", color.White, 2)
 }
 
-// seriesColours counts the pixels of each palette colour in img.
-func seriesColours(img *image.RGBA, n int) []int {
-	counts := make([]int, n)
-	b := img.Bounds()
-	for y := b.Min.Y; y < b.Max.Y; y++ {
-		for x := b.Min.X; x < b.Max.X; x++ {
-			c := img.RGBAAt(x, y)
-			for k := range n {
-				if c == Colour(k) {
-					counts[k]++
-				}
-			}
-		}
-	}
-	return counts
-}
-
-func TestPlotLines(t *testing.T) {
-	line := func(name string, f func(float64) float64) Series {
-		s := Series{Name: name}
-		for i := range 50 {
-			s.X = append(s.X, float64(i))
-			s.Y = append(s.Y, f(float64(i)))
-		}
-		return s
-	}
-	series := []Series{
-		line("", func(x float64) float64 { return 2 * x }),
-		line("", func(x float64) float64 { return 100 - x }),
-		line("", func(x float64) float64 { return 50 + 20*math.Sin(x/5) }),
-	}
-	for n := 0; n <= 3; n++ {
-		img := PlotLines("title", 320, 200, series[:n]...)
-		if img.Bounds() != image.Rect(0, 0, 320, 200) {
-			t.Fatalf("bounds %v", img.Bounds())
-		}
-		// Each series draws its own colour, long enough to be a line
-		// across the plot; the other palette colours are absent.
-		counts := seriesColours(img, 6)
-		for k, c := range counts {
-			if k < n && c < 200 {
-				t.Errorf("%d series: series %d has %d pixels", n, k, c)
-			}
-			if k >= n && c != 0 {
-				t.Errorf("%d series: colour %d appears (%d pixels)", n, k, c)
-			}
-		}
-	}
-	// The legend shows the named series in their colours.
-	// (The falling line keeps clear of the legend's corner.)
-	named := series[1]
-	named.Name = "loss"
-	without := seriesColours(PlotLines("", 320, 200, series[1]), 1)[0]
-	with := seriesColours(PlotLines("", 320, 200, named), 1)[0]
-	if with <= without {
-		t.Errorf("legend adds no pixels of the series colour (%d with, %d without)", with, without)
-	}
-}
-
-func TestPlotEdgeCases(t *testing.T) {
-	nan := math.NaN()
-	for _, tc := range []struct {
-		name string
-		opt  PlotOptions
-		s    []Series
-	}{
-		{"no data", PlotOptions{}, []Series{{Name: "empty"}}},
-		{"one point", PlotOptions{}, []Series{{X: []float64{3}, Y: []float64{7}}}},
-		{"NaN and Inf", PlotOptions{}, []Series{{X: []float64{0, 1, 2, 3}, Y: []float64{1, nan, math.Inf(1), 2}}}},
-		{"flat", PlotOptions{}, []Series{{X: []float64{0, 1}, Y: []float64{5, 5}}}},
-		{"log", PlotOptions{LogY: true}, []Series{{X: []float64{0, 1, 2, 3}, Y: []float64{10, 1, 0.01, 0}}}},
-		{"log within a decade", PlotOptions{LogY: true}, []Series{{X: []float64{0, 1}, Y: []float64{2, 3}}}},
-		{"tiny", PlotOptions{Width: 20, Height: 10}, []Series{{X: []float64{0, 1}, Y: []float64{0, 1}}}},
-		{"mismatched lengths", PlotOptions{}, []Series{{X: []float64{0, 1, 2}, Y: []float64{0, 1}}}},
-		{"labels", PlotOptions{Title: "AP", XLabel: "epoch", YLabel: "AP50"}, []Series{{X: []float64{0, 1}, Y: []float64{0, 1}}}},
-	} {
-		img := Plot(tc.opt, tc.s...)
-		w, h := max(tc.opt.Width, 0), max(tc.opt.Height, 0)
-		if w == 0 {
-			w, h = 480, 320
-		}
-		if img.Bounds() != image.Rect(0, 0, w, h) {
-			t.Errorf("%s: bounds %v", tc.name, img.Bounds())
-		}
-		if tc.name == "one point" || tc.name == "NaN and Inf" || tc.name == "log" {
-			if seriesColours(img, 1)[0] == 0 {
-				t.Errorf("%s: nothing drawn", tc.name)
-			}
-		}
-	}
-}
-
-func TestTicks(t *testing.T) {
-	labels := func(ts []tick) []string {
-		var s []string
-		for _, t := range ts {
-			s = append(s, t.label)
-		}
-		return s
-	}
-	for _, tc := range []struct {
-		lo, hi float64
-		want   []string
-	}{
-		{0, 1, []string{"0", "0.2", "0.4", "0.6", "0.8", "1"}},
-		{0.1, 0.7, []string{"0", "0.2", "0.4", "0.6", "0.8"}},
-		{0, 0.2, []string{"0", "0.05", "0.1", "0.15", "0.2"}},
-		{0, 299, []string{"0", "100", "200", "300"}},
-		{-3, 12, []string{"-5", "0", "5", "10", "15"}},
-		{0, 2e-5, []string{"0", "5e-06", "1e-05", "1.5e-05", "2e-05"}},
-	} {
-		got := labels(linearTicks(tc.lo, tc.hi))
-		if len(got) != len(tc.want) {
-			t.Errorf("linearTicks(%v, %v) = %v, want %v", tc.lo, tc.hi, got, tc.want)
-			continue
-		}
-		for i := range got {
-			if got[i] != tc.want[i] {
-				t.Errorf("linearTicks(%v, %v) = %v, want %v", tc.lo, tc.hi, got, tc.want)
-				break
-			}
-		}
-	}
-	if got := labels(logTicks(-3, 1)); len(got) != 5 || got[0] != "0.001" || got[4] != "10" {
-		t.Errorf("logTicks(-3, 1) = %v", got)
-	}
-}
-
 func TestGrid(t *testing.T) {
 	cell := func(w, h int, c color.RGBA) *image.RGBA {
 		img := image.NewRGBA(image.Rect(0, 0, w, h))
@@ -372,6 +244,8 @@ func TestGrid(t *testing.T) {
 		t.Errorf("one row: %v", b)
 	}
 }
+
+var white = color.RGBA{255, 255, 255, 255}
 
 func TestCaption(t *testing.T) {
 	img := image.NewRGBA(image.Rect(0, 0, 100, 50))
