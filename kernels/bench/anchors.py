@@ -5,8 +5,11 @@ them with stheno's benchmark results from the same run.
     # 1. stheno, writing its inputs (RoIs, sampling locations, weights):
     STHENO_BENCH_DUMP=/tmp/stheno-inputs ./bin/ops.test -test.run '^$' \\
         -test.bench 'Suite.*/impl=cuda' -test.benchtime 30x | tee /tmp/stheno.log
-    # 2. the anchors on the same inputs, and the side-by-side table:
-    python3 kernels/bench/anchors.py --inputs /tmp/stheno-inputs --stheno /tmp/stheno.log
+    # 2. Deformable-DETR's own CUDA kernels on the same inputs (optional;
+    #    gpu-check.sh's anchors step builds them when a copy is there):
+    python3 DD_DIR/bench_dd.py --inputs /tmp/stheno-inputs --stheno /tmp/stheno.log | tee /tmp/dd.log
+    # 3. the anchors on the same inputs, and the side-by-side table:
+    python3 kernels/bench/anchors.py --inputs /tmp/stheno-inputs --stheno /tmp/stheno.log --dd /tmp/dd.log
 
 Anchors: torchvision.ops.roi_align and a pure-PyTorch grid_sample
 MSDeformAttn (Deformable-DETR's reference), fp32, timed like stheno's
@@ -14,6 +17,11 @@ suite: CUDA events around each call, median of 30 after 5 warm-up calls.
 Feature maps and values are random (their values do not move the times);
 RoIs, sampling locations and weights are stheno's own, read from --inputs.
 Without --inputs, the cases are drawn here with the same recipes.
+
+The MSDeformAttn targets are stated against Deformable-DETR's CUDA kernels
+(DD-CUDA). Only times measured in this run, on this GPU, become ratios:
+DD-CUDA's come from --dd (bench_dd.py's output); without them the table
+says that DD-CUDA was not measured and shows no ratio against it.
 """
 import argparse
 import json
@@ -28,10 +36,7 @@ from torchvision.ops import roi_align
 
 DEV = "cuda"
 
-# The Deformable-DETR CUDA kernel's times on an H200 (TARGETS.md): the bar
-# for MSDeformAttn, which this machine cannot rerun (no build of it here).
-DD_CUDA_MS = {"detr_encoder": (0.818, 1.988), "detr_decoder": (0.042, 0.092), "seed_full": (1.632, 4.121)}
-# Targets as speed-ups over the anchor (TARGETS.md / issue 5).
+# Targets as speed-ups over the anchor (TARGETS.md).
 ROI_TARGETS = {"fwd": 3.0, "bwd": 4.0, "bwd_adaptive": 10.0}
 DD_TARGETS = {"detr_encoder": (3, 4), "seed_full": (3, 4), "detr_decoder": (2, 2)}
 
@@ -174,7 +179,21 @@ def stheno_times(log):
     return times
 
 
-def table(roi, msd, st):
+def dd_times(log):
+    """DD-CUDA's (fwd, bwd) ms per case from bench_dd.py's output, if any."""
+    times = {}
+    if not log or not os.path.exists(log):
+        return times
+    pat = re.compile(r"anchor=dd_cuda case=(\w+) fwd_ms=([\d.]+) bwd_ms=([\d.]+)")
+    for line in open(log):
+        mt = pat.search(line)
+        if mt:
+            times[mt.group(1)] = (float(mt.group(2)), float(mt.group(3)))
+    return times
+
+
+def table(roi, msd, st, dd):
+    print(f"\nstheno against its anchors, same run, {torch.cuda.get_device_name()}:")
     print("\n| op | case | pass | anchor ms | stheno ms | speed-up | target |")
     print("|---|---|---|---|---|---|---|")
     for name, (f, b) in roi.items():
@@ -186,21 +205,28 @@ def table(roi, msd, st):
     for name, (f, b) in msd.items():
         for i, (pas, a) in enumerate((("fwd", f), ("bwd", b))):
             s = st.get(("MSDeformAttn", name, pas))
-            dd = DD_CUDA_MS[name][i]
             sp = f"{a / s:.2f}x" if s else "-"
-            vs_dd = f"{dd / s:.2f}x" if s else "-"
             print(f"| MSDeformAttn vs grid_sample | {name} | {pas} | {a:.3f} | {s if s else '-'} | {sp} | - |")
-            print(f"| MSDeformAttn vs DD-CUDA (TARGETS.md, H200) | {name} | {pas} | {dd:.3f} | {s if s else '-'} | {vs_dd} | >= {DD_TARGETS[name][i]}x |")
+            if name in dd:
+                d = dd[name][i]
+                vs_dd = f"{d / s:.2f}x" if s else "-"
+                print(f"| MSDeformAttn vs DD-CUDA | {name} | {pas} | {d:.3f} | {s if s else '-'} | {vs_dd} | >= {DD_TARGETS[name][i]}x |")
+    if msd and not all(name in dd for name in msd):
+        missing = ", ".join(name for name in msd if name not in dd)
+        print(f"\nDD-CUDA (Deformable-DETR's CUDA kernels, the MSDeformAttn targets' anchor) was NOT measured "
+              f"in this run for {missing}: no ratio against it, and the MSDeformAttn targets are not checked. "
+              "Run its bench_dd.py on the same inputs and pass its output with --dd.")
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--inputs", help="directory stheno's suite wrote with STHENO_BENCH_DUMP")
     ap.add_argument("--stheno", help="output of stheno's GPU suite, for the side-by-side table")
+    ap.add_argument("--dd", help="output of Deformable-DETR's bench_dd.py on the same inputs, this run")
     ap.add_argument("ops", nargs="*", default=["roialign", "msdeform"])
     args = ap.parse_args()
     print("gpu:", torch.cuda.get_device_name(), "torch", torch.__version__, flush=True)
     roi = bench_roialign(args.inputs) if "roialign" in args.ops else {}
     msd = bench_msdeform(args.inputs) if "msdeform" in args.ops else {}
     if args.stheno:
-        table(roi, msd, stheno_times(args.stheno))
+        table(roi, msd, stheno_times(args.stheno), dd_times(args.dd))

@@ -1,13 +1,41 @@
 #!/bin/sh
 # Runs stheno's GPU test binaries (built here by `make gpu-bins`) on a GPU
 # machine, from the repository root. Logs go to $OUT (default ./out).
-#   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors]...
+#   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors|profile|stalls]...
+#
+# The anchors step also times Deformable-DETR's own CUDA kernels (the
+# MSDeformAttn targets' anchor) on the suite's inputs when a copy of
+# ../shared/anchors/deformable_detr_msda is in $DD_DIR (default
+# gpucarry/deformable_detr_msda, ignored by git): it is built on this
+# machine, in the background from the start so that the build overlaps the
+# tests, and the bench step waits for it so that it does not share the CPU
+# with the timings. Without the copy, anchors.py says DD-CUDA was not
+# measured and gives no ratio against it.
 set -u
 OUT=${OUT:-out}
 mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
 root=$(pwd)
 what=${*:-tests sanitize bench anchors}
+DD_DIR=${DD_DIR:-gpucarry/deformable_detr_msda}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+ddpid=
+case " $what " in
+*" anchors "*)
+	if [ -f "$DD_DIR/build.py" ]; then
+		echo "== building Deformable-DETR's CUDA kernels in $DD_DIR (background, log $OUT/dd-build.log)"
+		(cd "$DD_DIR" && python3 build.py >"$OUT/dd-build.log" 2>&1; echo "exit $?" >>"$OUT/dd-build.log") &
+		ddpid=$!
+	fi
+	;;
+esac
+wait_dd() {
+	if [ -n "$ddpid" ]; then
+		wait "$ddpid"
+		ddpid=
+		tail -n 1 "$OUT/dd-build.log" | sed 's/^/== Deformable-DETR build: /'
+	fi
+}
 for step in $what; do
 	case $step in
 	tests)
@@ -34,6 +62,7 @@ for step in $what; do
 		done
 		;;
 	bench)
+		wait_dd
 		echo "== GPU benchmark suite (CUDA events, median of 30) and kernel variants"
 		rm -rf /tmp/stheno-inputs
 		(cd ops && STHENO_BENCH_DUMP=/tmp/stheno-inputs "$root/bin/ops.test" -test.run '^$' \
@@ -52,15 +81,27 @@ for step in $what; do
 	stalls)
 		echo "== Nsight Compute: where the slowest kernels wait"
 		(cd ops && ncu --clock-control none --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-			-k regex:'roialign_forward_cols_s2_f32|msdeform_backward_f32_q4_r4_h_b3' -c 2 "$root/bin/ops.test" -test.run '^$' \
+			-k regex:'roialign_forward_cols_s2(_cm)?_f32|msdeform_backward_f32_q4_r4_h_b3' -c 2 "$root/bin/ops.test" -test.run '^$' \
 			-test.bench 'Suite(RoIAlign|MSDeformAttn)$/impl=cuda/dtype=float32/case=(box_head_P2|detr_encoder)$' \
 			-test.benchtime 1x >"$OUT/ncu-stalls.txt" 2>&1)
 		grep -E "^  [a-z_0-9]+.*\(|Stall|Warp Cycles|Issued Warp|No Eligible|Active Warps|Eligible Warps|Mem Busy|Max Bandwidth|L1/TEX Hit|L2 Hit|Mem Pipes" "$OUT/ncu-stalls.txt" | head -60
 		;;
 	anchors)
+		wait_dd
+		dd=
+		if ls "$DD_DIR"/msda_ext*.so >/dev/null 2>&1; then
+			echo "== Deformable-DETR's CUDA kernels (DD-CUDA) on the suite's inputs"
+			python3 "$DD_DIR/bench_dd.py" --inputs /tmp/stheno-inputs --stheno "$OUT/bench.log" 2>&1 | tee "$OUT/anchors-dd.log"
+			dd="--dd $OUT/anchors-dd.log"
+		elif [ -f "$DD_DIR/build.py" ]; then
+			echo "== Deformable-DETR's CUDA kernels did not build (see $OUT/dd-build.log): DD-CUDA not measured"
+		else
+			echo "== no $DD_DIR: DD-CUDA not measured (copy ../shared/anchors/deformable_detr_msda there)"
+		fi
 		echo "== anchors (PyTorch) on the suite's inputs, side by side"
-		python3 kernels/bench/anchors.py --inputs /tmp/stheno-inputs --stheno "$OUT/bench.log" 2>&1 | tee "$OUT/anchors.log"
-		python3 kernels/bench/anchors_conv.py 2>&1 | tee "$OUT/anchors-conv.log"
+		# shellcheck disable=SC2086 # $dd is empty or two words
+		python3 kernels/bench/anchors.py --inputs /tmp/stheno-inputs --stheno "$OUT/bench.log" $dd 2>&1 | tee "$OUT/anchors.log"
+		python3 kernels/bench/anchors_conv.py --stheno "$OUT/bench.log" 2>&1 | tee "$OUT/anchors-conv.log"
 		;;
 	esac
 done
