@@ -13,14 +13,20 @@ runs after warm-up, one line per case and variant:
                         runs, to show what the fused layers' GEMMs compete
                         with once the elementwise passes are set aside
 
-    python3 kernels/bench/anchors_conv.py [case ...]
+    python3 kernels/bench/anchors_conv.py [--stheno bench.log] [case ...]
+
+With --stheno (the output of stheno's GPU suite, BenchmarkSuiteConv, from
+the same run) it also prints the side-by-side table: Conv against
+cudnn_tf32 (targets >= 0.9x forward, >= 0.8x backward) and ConvBN in
+training against eager_bn (>= 1.2x both ways), speed-up = anchor / stheno.
 
 Backward is torch.autograd.grad of the forward's output with respect to
 every input and parameter; its TFLOP/s count the dgrad and wgrad GEMMs, twice
 the forward's FLOPs, as BenchmarkSuiteConv does. cudnn.benchmark is on, so cuDNN
 times its algorithms on first use and keeps the fastest: the strongest anchor.
 """
-import sys
+import argparse
+import re
 
 import torch
 import torch.nn.functional as F
@@ -56,8 +62,12 @@ def conv_flops(xs, ws, pad):
     return 2.0 * n * co * oh * ow * ci * kh * kw
 
 
+MEASURED = {}  # (anchor, case): (fwd ms, bwd ms)
+
+
 def report(anchor, name, flops, fwd, bwd):
     f, b = median_ms(fwd), median_ms(bwd)
+    MEASURED[(anchor, name)] = (f, b)
     print(f"anchor={anchor} case={name} fwd_ms={f:.4f} bwd_ms={b:.4f} "
           f"fwd_tflops={flops / f / 1e9:.1f} bwd_tflops={2 * flops / b / 1e9:.1f}", flush=True)
 
@@ -102,8 +112,40 @@ def bench_eager_bn(name, xs, ws, pad, gen):
     report("eager_bn", name, conv_flops(xs, ws, pad), fwd, bwd)
 
 
+def stheno_times(log):
+    """Median ms per (case, pass) of BenchmarkSuiteConv in the Go suite's output."""
+    times = {}
+    pat = re.compile(r"BenchmarkSuiteConv/impl=cuda/dtype=float32/case=(\w+)/pass=(\w+?)(?:-\d+)?\s+\d+\s+.*?([\d.]+) ms\b")
+    for line in open(log):
+        mt = pat.search(line)
+        if mt:
+            times[(mt.group(1), mt.group(2))] = float(mt.group(3))
+    return times
+
+
+def table(anchors, st):
+    print(f"\nstheno against its anchors, same run, {torch.cuda.get_device_name()}:")
+    print("\n| layer | case | pass | anchor | anchor ms | stheno ms | speed-up | target |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = (("Conv+bias+ReLU", "cudnn_tf32", "", {"fwd": 0.9, "bwd": 0.8}),
+            ("ConvBN+ReLU, training", "eager_bn", "convbn_", {"fwd": 1.2, "bwd": 1.2}))
+    for layer, anchor, prefix, target in rows:
+        for name, _, _, _ in CASES:
+            for i, pas in enumerate(("fwd", "bwd")):
+                a = anchors.get((anchor, name))
+                s = st.get((name, prefix + pas))
+                if a is None:
+                    continue
+                sp = f"{a[i] / s:.2f}x" if s else "-"
+                print(f"| {layer} | {name} | {pas} | {anchor} | {a[i]:.4f} | {s if s else '-'} | {sp} | >= {target[pas]}x |")
+
+
 if __name__ == "__main__":
-    which = sys.argv[1:]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--stheno", help="output of stheno's GPU suite, for the side-by-side table")
+    ap.add_argument("cases", nargs="*")
+    args = ap.parse_args()
+    which = args.cases
     torch.backends.cudnn.benchmark = True
     print("gpu:", torch.cuda.get_device_name(), "torch", torch.__version__,
           "cudnn", torch.backends.cudnn.version(), flush=True)
@@ -116,3 +158,5 @@ if __name__ == "__main__":
         bench_conv("cudnn_fp32", name, xs, ws, pad, torch.float32, False, False, gen)
         bench_eager_bn(name, xs, ws, pad, gen)
         bench_conv("cudnn_tf32_bare", name, xs, ws, pad, torch.float32, False, True, gen, bare=True)
+    if args.stheno:
+        table(MEASURED, stheno_times(args.stheno))
