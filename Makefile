@@ -43,15 +43,19 @@ vet:
 	$(GO) vet ./...
 
 ## emu-test: compile the CUDA kernels as plain C++ with kernels/emu/emu.h (a
-## host emulator: one OS thread per CUDA thread) and check them against
+## host emulator: each CUDA thread a fiber, a block's threads taking turns on
+## one OS thread, blocks one after another) and check them against
 ## double-precision references. Needs only g++ (C++20), no GPU and no CUDA
 ## toolkit. The conv harness runs twice, with cp.async copies landing as late
 ## and as early as the PTX allows; the msdeform one also runs its default
-## kernels under AddressSanitizer.
+## kernels under AddressSanitizer, built at -O0 (every access checked, and a
+## quarter of -O1 -g's compile time for a run of seconds). A harness is
+## rebuilt when emu.h, the Makefile or a file it includes changes (g++ -MMD
+## lists those in a .d file beside it).
 EMU_CXX   ?= g++
 EMU_FLAGS := -std=c++20 -O1 -pthread -Wall -Wno-unknown-pragmas -Wno-maybe-uninitialized
 EMU_DIR   := kernels/build/emu
-EMU_DEPS  := kernels/emu/emu.h $(CU_SOURCES) $(SM90A_SOURCES) $(CU_HEADERS) Makefile
+EMU_DEPS  := kernels/emu/emu.h Makefile
 EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_DIR)/roialign_emu_test $(EMU_DIR)/msdeform_emu_test \
 	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/elementwise_emu_test
 
@@ -69,13 +73,19 @@ emu-test: $(EMU_BINS)
 	$(EMU_DIR)/elementwise_emu_test > $(EMU_DIR)/elementwise.log || { cat $(EMU_DIR)/elementwise.log; exit 1; }
 	@tail -n 1 $(EMU_DIR)/elementwise.log
 
-$(EMU_DIR)/%_emu_test: kernels/emu/%_emu_test.cpp $(EMU_DEPS)
+$(EMU_DIR)/%_emu_test: kernels/emu/%_emu_test.cpp $(EMU_DIR)/%_emu_test.d $(EMU_DEPS)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_FLAGS) -o $@ $<
+	$(EMU_CXX) $(EMU_FLAGS) -MMD -MP -MT $@ -MF $@.d -o $@ $<
 
-$(EMU_DIR)/%_emu_test_asan: kernels/emu/%_emu_test.cpp $(EMU_DEPS)
+$(EMU_DIR)/%_emu_test_asan: kernels/emu/%_emu_test.cpp $(EMU_DIR)/%_emu_test_asan.d $(EMU_DEPS)
 	@mkdir -p $(dir $@)
-	$(EMU_CXX) $(EMU_FLAGS) -g -fsanitize=address -fno-omit-frame-pointer -o $@ $<
+	$(EMU_CXX) $(EMU_FLAGS) -O0 -g -fsanitize=address -fno-omit-frame-pointer -MMD -MP -MT $@ -MF $@.d -o $@ $<
+
+# A harness whose .d file is missing is rebuilt: a target without recipe or
+# prerequisites counts as new when the file does not exist.
+EMU_DEPFILES := $(EMU_BINS:=.d)
+$(EMU_DEPFILES):
+-include $(wildcard $(EMU_DEPFILES))
 
 ## bench: CPU benchmarks: the suite on TARGETS.md's cases (BENCHMARKS.md says
 ## how to run it on a GPU, and how to size cases with STHENO_BENCH_*), then the
