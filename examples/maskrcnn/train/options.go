@@ -160,7 +160,13 @@ func (c RunConfig) Diff(want RunConfig) []string {
 	add("steps", fmtSteps(c.Steps), fmtSteps(want.Steps))
 	add("wd", c.WeightDecay, want.WeightDecay)
 	add("clip", c.ClipNorm, want.ClipNorm)
-	add("data", absPath(c.Data), absPath(want.Data))
+	dataName := func(p string) string {
+		if p == "" {
+			return "(synthetic)"
+		}
+		return absPath(p)
+	}
+	add("data", dataName(c.Data), dataName(want.Data))
 	if c.Data == "" && want.Data == "" {
 		add("train-images", c.TrainImages, want.TrainImages)
 		add("val-images", c.ValImages, want.ValImages)
@@ -180,10 +186,8 @@ func (c RunConfig) Diff(want RunConfig) []string {
 	return slices.Clip(out)
 }
 
+// absPath is p made absolute, or p itself if that fails.
 func absPath(p string) string {
-	if p == "" {
-		return "(synthetic)"
-	}
 	if a, err := filepath.Abs(p); err == nil {
 		return a
 	}

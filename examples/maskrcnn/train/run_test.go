@@ -274,3 +274,32 @@ func TestInferCategoryIDs(t *testing.T) {
 		t.Errorf("-infer with other class names: %v", err)
 	}
 }
+
+// A checkpoint names its data by absolute path, so the run resumes from
+// any working directory.
+func TestDataPathAbsolute(t *testing.T) {
+	dir := t.TempDir()
+	o := tinyOptions(filepath.Join(dir, "run"))
+	o.TrainImages, o.ValImages = 9, 1
+	if _, err := ExportSynthetic(filepath.Join(dir, "coco"), o.RunConfig); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	o.Data, o.TrainImages, o.ValImages = filepath.Join("coco", "annotations.json"), 0, 0
+	o.Iters, o.EvalEvery = 2, 2
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	ckpt, err := LoadCheckpoint(filepath.Join(dir, "run", "checkpoint.gob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "coco", "annotations.json"); ckpt.Run.Data != want {
+		t.Fatalf("the checkpoint names its data %q, want %q", ckpt.Run.Data, want)
+	}
+	t.Chdir(t.TempDir())
+	o.RunConfig, o.Resume, o.Iters = ckpt.Run, filepath.Join(dir, "run", "checkpoint.gob"), 3
+	if _, err := Run(context.Background(), o); err != nil {
+		t.Errorf("resuming from another directory: %v", err)
+	}
+}

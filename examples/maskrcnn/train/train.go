@@ -75,6 +75,10 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 	}
 	run := opt.RunConfig
+	if run.Data != "" {
+		// The checkpoint names the data wherever the run resumes from.
+		run.Data = absPath(run.Data)
+	}
 	trainSet, valSet, err := loadData(run.Data, run.Seed, run.TrainImages, run.ValImages, run.Model.ImageSize)
 	if err != nil {
 		return nil, err
