@@ -365,10 +365,10 @@ func BenchmarkSuiteRoIAlign(b *testing.B) {
 		yb := float64(4 * c.k * c.c * c.pooled * c.pooled)
 		for _, impl := range []string{"cpu", "cuda"} {
 			b.Run(fmt.Sprintf("impl=%s/dtype=float32/case=%s/pass=fwd", impl, c.name), func(b *testing.B) {
-				runCase(b, impl, &roiAlignOp{s}, []*tensor.Dense{x, rois}, xb+yb)
+				runCase(b, impl, roiAlignOp(s), []*tensor.Dense{x, rois}, xb+yb)
 			})
 			b.Run(fmt.Sprintf("impl=%s/dtype=float32/case=%s/pass=bwd", impl, c.name), func(b *testing.B) {
-				runCase(b, impl, &roiAlignGradOp{s}, []*tensor.Dense{rois, gy}, xb+yb)
+				runCase(b, impl, roiAlignGradOp(s), []*tensor.Dense{rois, gy}, xb+yb)
 			})
 		}
 	}

@@ -62,9 +62,9 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 				r = spatialOrder(rois)
 			}
 			for _, backward := range []bool{false, true} {
-				op, in, pass := G.Op(&roiAlignOp{s}), []*tensor.Dense{x, r}, "fwd"
+				op, in, pass := G.Op(roiAlignOp(s)), []*tensor.Dense{x, r}, "fwd"
 				if backward {
-					op, in, pass = &roiAlignGradOp{s}, []*tensor.Dense{r, gy}, "bwd"
+					op, in, pass = roiAlignGradOp(s), []*tensor.Dense{r, gy}, "bwd"
 				}
 				kvs := roiAlignVariants(backward, s.dt)
 				if backward {
@@ -105,7 +105,7 @@ func BenchmarkGPURoIAlignSlices(b *testing.B) {
 		for _, slices := range []int{1, 2, 4, 8} {
 			roiAlignSlicesOverride = slices
 			b.Run(fmt.Sprintf("impl=cuda/case=%s/slices=%d", c.name, slices), func(b *testing.B) {
-				runCase(b, "cuda", &roiAlignGradOp{s}, []*tensor.Dense{rois, gy}, bytes)
+				runCase(b, "cuda", roiAlignGradOp(s), []*tensor.Dense{rois, gy}, bytes)
 			})
 		}
 	}

@@ -46,21 +46,28 @@ func inputsDevice(op string, names []string, in []G.Value) (*backend.Device, err
 
 // deviceArg checks a device input's dtype and shape and returns its address.
 func deviceArg(op, arg string, dev *backend.Device, v G.Value, dt tensor.Dtype, want tensor.Shape) (backend.DevicePtr, error) {
+	_, p, err := deviceTensor(op, arg, dev, v, dt, want)
+	return p, err
+}
+
+// deviceTensor checks a device input's dtype and shape and returns it with
+// its address.
+func deviceTensor(op, arg string, dev *backend.Device, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tensor.Dense, backend.DevicePtr, error) {
 	d, ok := v.(*tensor.Dense)
 	if !ok {
-		return 0, fmt.Errorf("ops: %s: %s must be a *tensor.Dense, got %T", op, arg, v)
+		return nil, 0, fmt.Errorf("ops: %s: %s must be a *tensor.Dense, got %T", op, arg, v)
 	}
 	if d.Dtype() != dt {
-		return 0, fmt.Errorf("ops: %s: %s has dtype %v, want %v", op, arg, d.Dtype(), dt)
+		return nil, 0, fmt.Errorf("ops: %s: %s has dtype %v, want %v", op, arg, d.Dtype(), dt)
 	}
 	if !d.Shape().Eq(want) {
-		return 0, fmt.Errorf("ops: %s: %s has shape %v, want %v", op, arg, d.Shape(), want)
+		return nil, 0, fmt.Errorf("ops: %s: %s has shape %v, want %v", op, arg, d.Shape(), want)
 	}
 	p, err := dev.Ptr(d)
 	if err != nil {
-		return 0, fmt.Errorf("ops: %s: %s: %w", op, arg, err)
+		return nil, 0, fmt.Errorf("ops: %s: %s: %w", op, arg, err)
 	}
-	return p, nil
+	return d, p, nil
 }
 
 // deviceOutput returns prealloc when it is a device tensor of dev with the

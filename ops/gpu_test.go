@@ -219,18 +219,18 @@ func TestGPURoIAlignParity(t *testing.T) {
 					rois = edgeRoIs(t, dt, c.cfg)
 				}
 				s := roiAlignShape{cfg: c.cfg, n: c.n, c: c.c, h: c.h, w: c.w, k: c.k, dt: dt}
-				parity(t, dev, &roiAlignOp{s}, dt, x, rois)
+				parity(t, dev, roiAlignOp(s), dt, x, rois)
 				gy := randTensor(rng, dt, -1, 1, c.k, c.c, c.cfg.PooledH, c.cfg.PooledW)
-				parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy)
+				parity(t, dev, roiAlignGradOp(s), dt, rois, gy)
 				// Every variant, not only the default.
 				for _, kv := range roiAlignVariants(false, dt) {
 					t.Run(kv.name, func(t *testing.T) {
-						withRoIAlignKernel(false, kv, func() { parity(t, dev, &roiAlignOp{s}, dt, x, rois) })
+						withRoIAlignKernel(false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
 				for _, kv := range roiAlignVariants(true, dt) {
 					t.Run(kv.name, func(t *testing.T) {
-						withRoIAlignKernel(true, kv, func() { parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy) })
+						withRoIAlignKernel(true, kv, func() { parity(t, dev, roiAlignGradOp(s), dt, rois, gy) })
 					})
 				}
 				for _, kv := range roiAlignColsVariants(s) {
@@ -238,7 +238,7 @@ func TestGPURoIAlignParity(t *testing.T) {
 						if !s.colsFit() {
 							t.Skip("roialign_forward_cols: needs a sampling ratio of 1 to 4 and PooledW*ratio <= 32")
 						}
-						withRoIAlignKernel(false, kv, func() { parity(t, dev, &roiAlignOp{s}, dt, x, rois) })
+						withRoIAlignKernel(false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
 				for _, kv := range roiAlignQuadForwards {
@@ -246,7 +246,7 @@ func TestGPURoIAlignParity(t *testing.T) {
 						if dt != tensor.Float32 || c.c%4 != 0 {
 							t.Skip("float32 with C % 4 == 0 only")
 						}
-						withRoIAlignKernel(false, kv, func() { parity(t, dev, &roiAlignOp{s}, dt, x, rois) })
+						withRoIAlignKernel(false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
 				for _, name := range []string{roiAlignQuadBackward, roiAlignSepQuadBackward} {
@@ -255,7 +255,7 @@ func TestGPURoIAlignParity(t *testing.T) {
 							t.Skip(why)
 						}
 						kv := roiAlignKernel{name: name}
-						withRoIAlignKernel(true, kv, func() { parity(t, dev, &roiAlignGradOp{s}, dt, rois, gy) })
+						withRoIAlignKernel(true, kv, func() { parity(t, dev, roiAlignGradOp(s), dt, rois, gy) })
 					})
 				}
 			})
@@ -359,9 +359,9 @@ func TestGPURoIAlignRunTimeErrors(t *testing.T) {
 					var err error
 					withRoIAlignKernel(backward, kv, func() {
 						if backward {
-							_, err = (&roiAlignGradOp{s}).Do(rois, gy)
+							_, err = roiAlignGradOp(s).Do(rois, gy)
 						} else {
-							_, err = (&roiAlignOp{s}).Do(x, rois)
+							_, err = roiAlignOp(s).Do(x, rois)
 						}
 					})
 					if err == nil {
@@ -382,7 +382,7 @@ func TestGPURoIAlignRunTimeErrors(t *testing.T) {
 	x := toDev(t, dev, rampImages(tensor.Float64))
 	rois := toDev(t, dev, fromFloat64s(tensor.Float64, []float64{0, 0.5, 0.5, 2.5, 2.5}, 1, 5))
 	s := roiAlignShape{cfg: RoIAlignConfig{1, 1, 1, 2, true}, n: 2, c: 1, h: 4, w: 4, k: 1, dt: tensor.Float64}
-	out, err := (&roiAlignOp{s}).Do(x, rois)
+	out, err := roiAlignOp(s).Do(x, rois)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +396,7 @@ func TestGPUMixedPlacementIsAnError(t *testing.T) {
 	s := roiAlignShape{cfg: RoIAlignConfig{1, 1, 1, 2, true}, n: 2, c: 1, h: 4, w: 4, k: 1, dt: tensor.Float64}
 	x := toDev(t, dev, rampImages(tensor.Float64))
 	rois := fromFloat64s(tensor.Float64, []float64{0, 0.5, 0.5, 2.5, 2.5}, 1, 5)
-	_, err := (&roiAlignOp{s}).Do(x, rois)
+	_, err := roiAlignOp(s).Do(x, rois)
 	if err == nil || !strings.Contains(err.Error(), "rois is in host memory; move it with ops.ToDevice") {
 		t.Errorf("got %v", err)
 	}
@@ -493,8 +493,8 @@ func TestGPUParityTargetCases(t *testing.T) {
 	for _, c := range roiPresets {
 		t.Run("RoIAlign/"+c.name, func(t *testing.T) {
 			s, x, rois, gy := roiBenchInputs(c)
-			parity(t, dev, &roiAlignOp{s}, s.dt, x, rois)
-			parity(t, dev, &roiAlignGradOp{s}, s.dt, rois, gy)
+			parity(t, dev, roiAlignOp(s), s.dt, x, rois)
+			parity(t, dev, roiAlignGradOp(s), s.dt, rois, gy)
 		})
 	}
 	// The convolutions, on inputs drawn as BenchmarkSuiteConv draws them:

@@ -2,10 +2,8 @@ package ops
 
 import (
 	"fmt"
-	"hash"
 	"math"
 
-	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
@@ -64,10 +62,8 @@ func RoIAlign(x, rois *G.Node, cfg RoIAlignConfig) (*G.Node, error) {
 			return nil, fmt.Errorf("ops: RoIAlign: x must have positive sizes, got %v (dimension %d)", xs, i)
 		}
 	}
-	op := &roiAlignOp{roiAlignShape{
-		cfg: cfg, n: xs[0], c: xs[1], h: xs[2], w: xs[3], k: rois.Shape()[0], dt: dt,
-	}}
-	return G.ApplyOp(op, x, rois)
+	s := roiAlignShape{cfg: cfg, n: xs[0], c: xs[1], h: xs[2], w: xs[3], k: rois.Shape()[0], dt: dt}
+	return G.ApplyOp(roiAlignOp(s), x, rois)
 }
 
 // roiAlignShape is what both RoIAlign ops know at graph-build time.
@@ -101,130 +97,50 @@ func (s roiAlignShape) String() string {
 }
 
 // roiAlignOp is the forward op: (x, rois) -> pooled.
-type roiAlignOp struct{ roiAlignShape }
-
-func (op *roiAlignOp) Arity() int       { return 2 }
-func (op *roiAlignOp) Type() hm.Type    { return fnType(4, 2, 4) }
-func (op *roiAlignOp) ReturnsPtr() bool { return false }
-func (op *roiAlignOp) CallsExtern() bool {
-	return false
-}
-func (op *roiAlignOp) OverwritesInput() int  { return -1 }
-func (op *roiAlignOp) String() string        { return "RoIAlign(" + op.roiAlignShape.String() + ")" }
-func (op *roiAlignOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *roiAlignOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *roiAlignOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
-
-func (op *roiAlignOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *roiAlignOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
-	}
-	dev, err := inputsDevice("RoIAlign", []string{"x", "rois"}, in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	x, err := dense("RoIAlign", "x", in[0], op.dt, op.xShape())
-	if err != nil {
-		return nil, err
-	}
-	rois, err := dense("RoIAlign", "rois", in[1], op.dt, op.roiShape())
-	if err != nil {
-		return nil, err
-	}
-	out := output(prealloc, op.dt, op.outShape())
-	p := op.params()
-	switch op.dt {
-	case tensor.Float32:
-		err = kernels.RoIAlignForward(p, x.Float32s(), rois.Float32s(), out.Float32s())
-	default:
-		err = kernels.RoIAlignForward(p, x.Float64s(), rois.Float64s(), out.Float64s())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ops: RoIAlign: %w", err)
-	}
-	return out, nil
-}
-
-func (op *roiAlignOp) DiffWRT(inputs int) []bool { return []bool{true, false} }
-
-func (op *roiAlignOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(inputs))
-	}
-	dx, err := G.ApplyOp(&roiAlignGradOp{op.roiAlignShape}, inputs[1], grad)
-	if err != nil {
-		return nil, fmt.Errorf("ops: RoIAlign backward: %w", err)
-	}
-	return G.Nodes{dx, nil}, nil
+func roiAlignOp(s roiAlignShape) *specOp {
+	return newOp(&opSpec{
+		name: "RoIAlign", config: s.String(),
+		inputs: []argSpec{{name: "x", shape: s.xShape()}, {name: "rois", shape: s.roiShape()}},
+		out:    s.outShape(), dtype: s.dt,
+		cpu:     floatTwin(s.params(), roiAlignForward[float32], roiAlignForward[float64]),
+		device:  s.forwardDevice,
+		diffWRT: []bool{true, false},
+		grad: func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+			dx, err := G.ApplyOp(roiAlignGradOp(s), in[1], grad)
+			if err != nil {
+				return nil, fmt.Errorf("ops: RoIAlign backward: %w", err)
+			}
+			return G.Nodes{dx, nil}, nil
+		},
+	})
 }
 
 // roiAlignGradOp is the backward op: (rois, gradOut) -> gradX. It zeroes
 // gradX itself and scatters into it (atomicAdd on the GPU). RoIAlign is
 // linear in x, so this op is its adjoint, and its own gradient with respect to
 // gradOut is RoIAlign again: second derivatives work too.
-type roiAlignGradOp struct{ roiAlignShape }
-
-func (op *roiAlignGradOp) Arity() int            { return 2 }
-func (op *roiAlignGradOp) Type() hm.Type         { return fnType(2, 4, 4) }
-func (op *roiAlignGradOp) ReturnsPtr() bool      { return false }
-func (op *roiAlignGradOp) CallsExtern() bool     { return false }
-func (op *roiAlignGradOp) OverwritesInput() int  { return -1 }
-func (op *roiAlignGradOp) String() string        { return "RoIAlignGrad(" + op.roiAlignShape.String() + ")" }
-func (op *roiAlignGradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *roiAlignGradOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *roiAlignGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.xShape(), nil }
-
-func (op *roiAlignGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *roiAlignGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
-	}
-	dev, err := inputsDevice("RoIAlign backward", []string{"rois", "grad"}, in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	rois, err := dense("RoIAlign backward", "rois", in[0], op.dt, op.roiShape())
-	if err != nil {
-		return nil, err
-	}
-	gy, err := dense("RoIAlign backward", "grad", in[1], op.dt, op.outShape())
-	if err != nil {
-		return nil, err
-	}
-	gx := output(prealloc, op.dt, op.xShape())
-	p := op.params()
-	switch op.dt {
-	case tensor.Float32:
-		err = kernels.RoIAlignBackward(p, rois.Float32s(), gy.Float32s(), gx.Float32s())
-	default:
-		err = kernels.RoIAlignBackward(p, rois.Float64s(), gy.Float64s(), gx.Float64s())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ops: RoIAlign backward: %w", err)
-	}
-	return gx, nil
+func roiAlignGradOp(s roiAlignShape) *specOp {
+	return newOp(&opSpec{
+		name: "RoIAlign backward", config: s.String(),
+		inputs: []argSpec{{name: "rois", shape: s.roiShape()}, {name: "grad", shape: s.outShape()}},
+		out:    s.xShape(), dtype: s.dt,
+		cpu:     floatTwin(s.params(), roiAlignBackward[float32], roiAlignBackward[float64]),
+		device:  s.backwardDevice,
+		diffWRT: []bool{false, true},
+		grad: func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+			dgy, err := G.ApplyOp(roiAlignOp(s), grad, in[0])
+			if err != nil {
+				return nil, fmt.Errorf("ops: RoIAlign second derivative: %w", err)
+			}
+			return G.Nodes{nil, dgy}, nil
+		},
+	})
 }
 
-func (op *roiAlignGradOp) DiffWRT(inputs int) []bool { return []bool{false, true} }
+func roiAlignForward[T kernels.Float](p kernels.RoIAlignParams, in [][]T, out []T) error {
+	return kernels.RoIAlignForward(p, in[0], in[1], out)
+}
 
-func (op *roiAlignGradOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(inputs))
-	}
-	dgy, err := G.ApplyOp(&roiAlignOp{op.roiAlignShape}, grad, inputs[0])
-	if err != nil {
-		return nil, fmt.Errorf("ops: RoIAlign second derivative: %w", err)
-	}
-	return G.Nodes{nil, dgy}, nil
+func roiAlignBackward[T kernels.Float](p kernels.RoIAlignParams, in [][]T, out []T) error {
+	return kernels.RoIAlignBackward(p, in[0], in[1], out)
 }

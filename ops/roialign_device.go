@@ -6,7 +6,6 @@ import (
 	"strings"
 	"unsafe"
 
-	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
@@ -496,24 +495,18 @@ func (s roiAlignShape) statusError(op string, code int32) error {
 	return nil
 }
 
-func (op *roiAlignOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// forwardDevice is RoIAlign's device launcher.
+func (op roiAlignShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "RoIAlign"
-	x, err := deviceArg(name, "x", dev, in[0], op.dt, op.xShape())
-	if err != nil {
-		return nil, err
-	}
-	rois, err := deviceArg(name, "rois", dev, in[1], op.dt, op.roiShape())
-	if err != nil {
-		return nil, err
-	}
-	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.outShape())
+	dev, x, rois := a.dev, a.ptr[0], a.ptr[1]
+	out, outPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
 	if op.k == 0 {
 		return out, nil
 	}
-	kv := roiAlignKernelFor(false, op.roiAlignShape, false)
+	kv := roiAlignKernelFor(false, op, false)
 	if kv.nchw() {
 		if err := op.launchRoIAlign(dev, kv, false, x, rois, outPtr, nil); err != nil {
 			return nil, err
@@ -535,17 +528,11 @@ func (op *roiAlignOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Val
 	return out, nil
 }
 
-func (op *roiAlignGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// backwardDevice is RoIAlign backward's device launcher.
+func (op roiAlignShape) backwardDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "RoIAlign backward"
-	rois, err := deviceArg(name, "rois", dev, in[0], op.dt, op.roiShape())
-	if err != nil {
-		return nil, err
-	}
-	gy, err := deviceArg(name, "grad", dev, in[1], op.dt, op.outShape())
-	if err != nil {
-		return nil, err
-	}
-	gx, gxPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.xShape())
+	dev, rois, gy := a.dev, a.ptr[0], a.ptr[1]
+	gx, gxPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
@@ -564,7 +551,7 @@ func (op *roiAlignGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G
 	}
 	defer dev.FreeDense(gt)
 	quad := op.dt == tensor.Float32 && op.c%4 == 0 && gtPtr%16 == 0 && roiAlignQuad(dev)
-	if err := op.launchRoIAlign(dev, roiAlignKernelFor(true, op.roiAlignShape, quad), true, gtPtr, rois, gy, gt); err != nil {
+	if err := op.launchRoIAlign(dev, roiAlignKernelFor(true, op, quad), true, gtPtr, rois, gy, gt); err != nil {
 		return nil, err
 	}
 	if err := transposeLaunch(name, dev, op.dt, gtPtr, gxPtr, op.n, op.h*op.w, op.c); err != nil {

@@ -37,7 +37,7 @@ func FuzzRoIAlign(f *testing.F) {
 		// The fuzzed box and a plain one, so a bad first RoI cannot hide a
 		// problem with the second.
 		rois := fromFloat64s(dt, []float64{b, x1, y1, x2, y2, 1, 0.5, 0.5, 4, 3}, 2, 5)
-		out, err := (&roiAlignOp{s}).Do(x, rois)
+		out, err := roiAlignOp(s).Do(x, rois)
 		if err != nil {
 			return
 		}
@@ -47,7 +47,7 @@ func FuzzRoIAlign(f *testing.F) {
 			}
 		}
 		gy := randTensor(rng, dt, -1, 1, 2, 2, cfg.PooledH, cfg.PooledW)
-		gx, err := (&roiAlignGradOp{s}).Do(rois, gy)
+		gx, err := roiAlignGradOp(s).Do(rois, gy)
 		if err != nil {
 			t.Fatalf("backward failed where forward succeeded: %v", err)
 		}

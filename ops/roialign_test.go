@@ -187,7 +187,7 @@ func TestRoIAlignZeroRoIs(t *testing.T) {
 		s := roiAlignShape{cfg: RoIAlignConfig{2, 2, 1, 2, true}, n: 1, c: 3, h: 4, w: 4, k: 0, dt: dt}
 		x := randTensor(rand.New(rand.NewPCG(1, 1)), dt, -1, 1, 1, 3, 4, 4)
 		rois := tensor.New(tensor.Of(dt), tensor.WithShape(0, 5))
-		out, err := (&roiAlignOp{s}).Do(x, rois)
+		out, err := roiAlignOp(s).Do(x, rois)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -197,7 +197,7 @@ func TestRoIAlignZeroRoIs(t *testing.T) {
 		gy := tensor.New(tensor.Of(dt), tensor.WithShape(0, 3, 2, 2))
 		// A stale buffer handed in for reuse must come back zeroed.
 		stale := randTensor(rand.New(rand.NewPCG(2, 2)), dt, 1, 2, 1, 3, 4, 4)
-		gx, err := (&roiAlignGradOp{s}).UsePreallocDo(stale, rois, gy)
+		gx, err := roiAlignGradOp(s).UsePreallocDo(stale, rois, gy)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +268,7 @@ func TestRoIAlignRunTimeErrors(t *testing.T) {
 			}
 			s := roiAlignShape{cfg: c.cfg, n: 2, c: 1, h: 4, w: 4, k: 1, dt: dt}
 			gy := tensor.New(tensor.Of(dt), tensor.WithShape(1, 1, 1, 1))
-			if _, err := (&roiAlignGradOp{s}).Do(rois, gy); err == nil || !strings.Contains(err.Error(), c.want) {
+			if _, err := roiAlignGradOp(s).Do(rois, gy); err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Errorf("%v %s: backward error %v, want one containing %q", dt, c.name, err, c.want)
 			}
 		}

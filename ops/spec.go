@@ -1,0 +1,210 @@
+package ops
+
+import (
+	"fmt"
+	"hash"
+
+	"github.com/chewxy/hm"
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels"
+)
+
+// opSpec is everything that makes one of this package's ops: its inputs
+// with their shapes and dtypes, its output, its CPU twin, its device
+// launcher and its gradient. specOp turns a spec into a Gorgonia op, so
+// that Gorgonia's interfaces (Op, SDOp, UsePreallocDoer) are written once,
+// and every op checks its arguments in one place (bind).
+type opSpec struct {
+	// name names the op in errors and in String: "RoIAlign backward".
+	name string
+	// config names every parameter of the op, shapes included. String and
+	// the hash are built from name and config, and gorgonia merges nodes
+	// whose ops hash alike: two ops that compute different things must
+	// differ here.
+	config string
+
+	inputs []argSpec
+	out    tensor.Shape
+	dtype  tensor.Dtype // of the output and of every input without its own
+
+	// cpu runs the CPU twin: in are the host inputs, contiguous, checked
+	// against inputs; out has the output's shape and dtype and undefined
+	// contents, which cpu must overwrite entirely.
+	cpu func(in []*tensor.Dense, out *tensor.Dense) error
+	// device runs the op on a device; nil for an op that has no device
+	// kernels yet, whose device inputs are then refused with advice.
+	device func(a *deviceArgs) (*tensor.Dense, error)
+
+	// diffWRT says which inputs the op is differentiable with respect to
+	// (none when nil), and grad returns their gradients (nil for the
+	// others) given the op's output and the gradient flowing into it.
+	diffWRT []bool
+	grad    func(in G.Nodes, out, grad *G.Node) (G.Nodes, error)
+}
+
+// argSpec is one input of an op: its name (in errors), its shape, and its
+// dtype when it is not the op's.
+type argSpec struct {
+	name  string
+	shape tensor.Shape
+	dtype tensor.Dtype
+}
+
+func (a argSpec) dtypeIn(s *opSpec) tensor.Dtype {
+	if a.dtype == (tensor.Dtype{}) {
+		return s.dtype
+	}
+	return a.dtype
+}
+
+// deviceArgs are an op's inputs on a device, checked: their tensors and
+// addresses in the order of opSpec.inputs, with the output the tape machine
+// offers for reuse.
+type deviceArgs struct {
+	spec     *opSpec
+	dev      *backend.Device
+	in       []*tensor.Dense
+	ptr      []backend.DevicePtr
+	prealloc G.Value
+}
+
+// output returns a device tensor of the op's output shape and dtype with
+// its address: the one the tape machine offered when it fits, else a new
+// one. Its contents are undefined.
+func (a *deviceArgs) output() (*tensor.Dense, backend.DevicePtr, error) {
+	return deviceOutput(a.spec.name, a.dev, a.prealloc, a.spec.dtype, a.spec.out)
+}
+
+// specOp is the Gorgonia op an opSpec describes.
+type specOp struct{ *opSpec }
+
+func newOp(s *opSpec) *specOp { return &specOp{s} }
+
+func (op *specOp) Arity() int { return len(op.inputs) }
+
+// Type is a function of tensors of the inputs' and the output's ranks,
+// all of one element type: gorgonia's type system unifies them.
+func (op *specOp) Type() hm.Type {
+	ranks := make([]int, 0, len(op.inputs)+1)
+	for _, a := range op.inputs {
+		ranks = append(ranks, a.shape.Dims())
+	}
+	return fnType(append(ranks, op.out.Dims())...)
+}
+
+func (op *specOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.out.Clone(), nil }
+func (op *specOp) ReturnsPtr() bool                               { return false }
+func (op *specOp) CallsExtern() bool                              { return false }
+func (op *specOp) OverwritesInput() int                           { return -1 }
+func (op *specOp) String() string                                 { return op.name + "(" + op.config + ")" }
+func (op *specOp) WriteHash(h hash.Hash)                          { writeHash(h, op) }
+func (op *specOp) Hashcode() uint32                               { return hashOf(op) }
+
+func (op *specOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
+
+// UsePreallocDo runs the op where its inputs live: on their device, or on
+// the host with the CPU twin, reusing prealloc when it fits.
+func (op *specOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	onDevice, host, err := op.bind(in)
+	if err != nil {
+		return nil, err
+	}
+	if onDevice != nil {
+		onDevice.prealloc = prealloc
+		return op.device(onDevice)
+	}
+	out := output(prealloc, op.dtype, op.out)
+	if err := op.cpu(host, out); err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", op.name, err)
+	}
+	return out, nil
+}
+
+func (op *specOp) DiffWRT(inputs int) []bool {
+	if op.diffWRT == nil {
+		return make([]bool, inputs)
+	}
+	return op.diffWRT
+}
+
+func (op *specOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
+	if op.grad == nil {
+		return nil, fmt.Errorf("ops: %s is not differentiable", op.name)
+	}
+	if len(inputs) != len(op.inputs) {
+		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, len(op.inputs), len(inputs))
+	}
+	return op.grad(inputs, output, grad)
+}
+
+// bind checks an op's input values against its spec: their number, their
+// place (all on the host, or all on one device), their dtypes and shapes.
+// On the host it returns them contiguous; on a device, ready for the
+// device launcher.
+func (s *opSpec) bind(in []G.Value) (*deviceArgs, []*tensor.Dense, error) {
+	if len(in) != len(s.inputs) {
+		return nil, nil, fmt.Errorf("ops: %s: want %d inputs, got %d", s.name, len(s.inputs), len(in))
+	}
+	names := make([]string, len(s.inputs))
+	for i, a := range s.inputs {
+		names[i] = a.name
+	}
+	dev, err := inputsDevice(s.name, names, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	if dev != nil {
+		if s.device == nil {
+			return nil, nil, fmt.Errorf("ops: %s: no GPU kernel yet; move its inputs to the host with ops.ToHost", s.name)
+		}
+		a := &deviceArgs{spec: s, dev: dev, in: make([]*tensor.Dense, len(in)), ptr: make([]backend.DevicePtr, len(in))}
+		for i, spec := range s.inputs {
+			if a.in[i], a.ptr[i], err = deviceTensor(s.name, spec.name, dev, in[i], spec.dtypeIn(s), spec.shape); err != nil {
+				return nil, nil, err
+			}
+		}
+		return a, nil, nil
+	}
+	host := make([]*tensor.Dense, len(in))
+	for i, spec := range s.inputs {
+		if host[i], err = dense(s.name, spec.name, in[i], spec.dtypeIn(s), spec.shape); err != nil {
+			return nil, nil, err
+		}
+	}
+	return nil, host, nil
+}
+
+// floatTwin makes an op's CPU twin from a kernel generic over the element
+// type: f32 and f64 are its two instantiations, and the one of the output's
+// dtype runs on the inputs' and the output's backing slices. Inputs of
+// another dtype than the output's are not for floatTwin.
+func floatTwin[P any](p P, f32 func(P, [][]float32, []float32) error, f64 func(P, [][]float64, []float64) error) func([]*tensor.Dense, *tensor.Dense) error {
+	return func(in []*tensor.Dense, out *tensor.Dense) error {
+		switch out.Dtype() {
+		case tensor.Float32:
+			return f32(p, floatsOf[float32](in), out.Float32s())
+		case tensor.Float64:
+			return f64(p, floatsOf[float64](in), out.Float64s())
+		}
+		return fmt.Errorf("dtype %v: want float32 or float64", out.Dtype())
+	}
+}
+
+// floatsOf returns the backing slices of in, of element type T. (Through
+// Float32s and Float64s: Data panics on a tensor of no elements.)
+func floatsOf[T kernels.Float](in []*tensor.Dense) [][]T {
+	out := make([][]T, len(in))
+	for i, t := range in {
+		var s any
+		if t.Dtype() == tensor.Float32 {
+			s = t.Float32s()
+		} else {
+			s = t.Float64s()
+		}
+		out[i] = s.([]T)
+	}
+	return out
+}
