@@ -42,6 +42,9 @@ type Device struct {
 	modules map[string]any     // module name -> driver handle
 	kernels map[string]*Kernel // "module.function" -> kernel
 
+	vmu    sync.Mutex
+	values map[any]any // see SetValue
+
 	smu       sync.Mutex
 	scope     *Scope // the open Scope, if any
 	nextScope uint64
@@ -314,6 +317,9 @@ func (d *Device) Close() error {
 	clear(d.modules)
 	clear(d.kernels)
 	d.kmu.Unlock()
+	d.vmu.Lock()
+	clear(d.values)
+	d.vmu.Unlock()
 	if err := d.drv.close(); err != nil {
 		errs = append(errs, err)
 	}

@@ -457,3 +457,30 @@ func TestConcurrentLaunches(t *testing.T) {
 		}
 	})
 }
+
+// Values live on their Device: set, read, removed, and dropped by Close.
+func TestValues(t *testing.T) {
+	type key struct{}
+	d := openFake(t)
+	if v := d.Value(key{}); v != nil {
+		t.Fatalf("a new device holds %v", v)
+	}
+	d.SetValue(key{}, 3)
+	if v := d.Value(key{}); v != 3 {
+		t.Fatalf("Value = %v, want 3", v)
+	}
+	if other := openFake(t); other.Value(key{}) != nil {
+		t.Error("a value leaked to another device")
+	}
+	d.SetValue(key{}, nil)
+	if v := d.Value(key{}); v != nil {
+		t.Fatalf("after SetValue(nil) Value = %v", v)
+	}
+	d.SetValue(key{}, "x")
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := d.Value(key{}); v != nil {
+		t.Errorf("after Close Value = %v", v)
+	}
+}
