@@ -3,7 +3,7 @@
 // tensor-core instruction, and deterministic warp and block reductions.
 //
 // STHENO_EMULATE builds the kernels as plain C++ for a host emulator that
-// runs each CUDA thread as an OS thread (used while developing without a
+// runs each CUDA thread as a fiber (used while developing without a
 // GPU); nvcc never defines it, and every intrinsic the emulator replaces is
 // wrapped here, so conv.cu and conv_bn.cu hold no #ifdef of their own.
 #pragma once

@@ -42,17 +42,17 @@ type Losses [len(LossNames)]float64
 // # Devices
 //
 // Build takes the device to run on; only the host (nil) is supported now.
-// What a GPU run needs: device kernels for Conv, ConvBN, ConvTranspose,
-// UpsampleNearest, MultiLevelRoIAlign and the losses (RoIAlign's CUDA
-// kernels serve MultiLevelRoIAlign as they serve RoIAlign); ops.ToDevice
-// after the image and target inputs and ops.ToHost before the host ops (the
-// RPN's outputs are small) and after the box head's outputs; gorgonia's
-// Add, Reshape and Transpose on device values (the backend's engine does
-// Add; the other two are views and a 1K-element copy, which could move to
-// the host); and an optimiser that updates device parameters in place (the
-// Adam of package train reads gradients from host tensors; on the GPU it
-// would be one elementwise kernel, as gorgonia's solvers cannot touch
-// device memory).
+// Conv, ConvBN and RoIAlign have device kernels already. What a GPU run
+// still needs: device kernels for ConvTranspose, UpsampleNearest,
+// MultiLevelRoIAlign (whose pooling RoIAlign's CUDA kernels would do) and
+// the losses; ops.ToDevice after the image and target inputs and
+// ops.ToHost before the host ops (the RPN's outputs are small) and after
+// the box head's outputs; gorgonia's Add, Reshape and Transpose on device
+// values (the backend's engine does Add; the other two are views and a
+// 1K-element copy, which could move to the host); and an optimiser that
+// updates device parameters in place (the Adam of package train reads
+// gradients from host tensors; on the GPU it would be one elementwise
+// kernel, as gorgonia's solvers cannot touch device memory).
 type Net struct {
 	cfg     Config
 	mode    Mode
