@@ -410,11 +410,11 @@ func BenchmarkSuiteMSDeformAttn(b *testing.B) {
 		ob := float64(4 * c.n * c.lq * c.m * c.d)
 		for _, impl := range []string{"cpu", "cuda"} {
 			b.Run(fmt.Sprintf("impl=%s/dtype=float32/case=%s/pass=fwd", impl, c.name), func(b *testing.B) {
-				runCase(b, impl, &msDeformAttnOp{sh}, []*tensor.Dense{value, loc, weight}, vb+lb+ob)
+				runCase(b, impl, msDeformAttnOp(sh), []*tensor.Dense{value, loc, weight}, vb+lb+ob)
 			})
 			b.Run(fmt.Sprintf("impl=%s/dtype=float32/case=%s/pass=bwd", impl, c.name), func(b *testing.B) {
 				// reads value, loc, weight, grad; writes their three gradients
-				runCase(b, impl, &msDeformAttnGradOp{sh}, []*tensor.Dense{value, loc, weight, gy}, 2*(vb+lb)+ob)
+				runCase(b, impl, msDeformAttnGradOp(sh), []*tensor.Dense{value, loc, weight, gy}, 2*(vb+lb)+ob)
 			})
 		}
 	}

@@ -15,7 +15,6 @@ import (
 // msdeform.cu (and msdeform_sm90a.cu), to choose msDeformKernelFor's
 // defaults, forward and backward, on every TARGETS.md case.
 func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
-	defer func() { msDeformKernelOverride = nil }()
 	// The _o kernels sort the queries first (queryOrder), whatever Lq.
 	forward := []msDeformKernel{{"msdeform_forward_f32_v4_u1", 4}, {"msdeform_forward_f32_v1_s", 1},
 		{"msdeform_forward_f32_v4_s", 4}, {"msdeform_forward_f32_v4_s_b5", 4},
@@ -26,21 +25,26 @@ func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 		lb := float64(4 * c.n * c.lq * c.m * sh.l * c.p * 3)
 		ob := float64(4 * c.n * c.lq * c.m * c.d)
 		for _, v := range forward {
-			msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return v }
+			tuning := msDeformTuning{kernel: func(bool, tensor.Dtype) msDeformKernel { return v }}
 			b.Run("impl=cuda/case="+c.name+"/kernel="+v.name, func(b *testing.B) {
-				runCase(b, "cuda", &msDeformAttnOp{sh}, []*tensor.Dense{value, loc, weight}, vb+lb+ob)
+				withMSDeformTuning(gpu(b), tuning, func() {
+					runCase(b, "cuda", msDeformAttnOp(sh), []*tensor.Dense{value, loc, weight}, vb+lb+ob)
+				})
 			})
 		}
 		for _, v := range msDeformBackwardVariants[sh.dt] {
 			k := v.kernel(sh.dt)
-			msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return k }
+			tuning := msDeformTuning{kernel: func(bool, tensor.Dtype) msDeformKernel { return k }}
 			b.Run("impl=cuda/case="+c.name+"/kernel="+k.name, func(b *testing.B) {
+				dev := gpu(b)
 				if m := msDeformModule(k.name); m != "msdeform" {
-					if err := sm90aError(gpu(b), m, k.name); err != nil {
+					if err := sm90aError(dev, m, k.name); err != nil {
 						b.Skipf("%s does not run here: %v", k.name, err)
 					}
 				}
-				runCase(b, "cuda", &msDeformAttnGradOp{sh}, []*tensor.Dense{value, loc, weight, gy}, 2*(vb+lb)+ob)
+				withMSDeformTuning(dev, tuning, func() {
+					runCase(b, "cuda", msDeformAttnGradOp(sh), []*tensor.Dense{value, loc, weight, gy}, 2*(vb+lb)+ob)
+				})
 			})
 		}
 	}
@@ -152,7 +156,6 @@ func spatialOrder(rois *tensor.Dense) *tensor.Dense {
 // much of that the op's own sort gets. The backward does not sort (it
 // gained nothing from presorted queries: seed_full 1.748 -> 1.740 ms).
 func BenchmarkGPUMSDeformAttnQueryOrder(b *testing.B) {
-	defer func() { msDeformOrderOverride, msDeformOrderBandRowsOverride = 0, 0 }()
 	for _, c := range msDeformPresets {
 		sh, value, loc, weight, _ := msDeformBenchInputs(c)
 		vb := float64(4 * c.n * sh.s * c.m * c.d)
@@ -173,12 +176,11 @@ func BenchmarkGPUMSDeformAttnQueryOrder(b *testing.B) {
 			{"order=presorted/sort=off", -1, presorted},
 		} {
 			b.Run("impl=cuda/case="+c.name+"/pass=fwd/"+v.name, func(b *testing.B) {
-				msDeformOrderOverride = v.override
-				msDeformOrderBandRowsOverride = 0
+				tuning := msDeformTuning{order: v.override}
 				if _, rows, ok := strings.Cut(v.name, "/band="); ok {
-					msDeformOrderBandRowsOverride, _ = strconv.Atoi(rows)
+					tuning.bandRows, _ = strconv.Atoi(rows)
 				}
-				runCase(b, "cuda", &msDeformAttnOp{sh}, v.in, vb+lb+ob)
+				withMSDeformTuning(gpu(b), tuning, func() { runCase(b, "cuda", msDeformAttnOp(sh), v.in, vb+lb+ob) })
 			})
 		}
 	}

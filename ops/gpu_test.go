@@ -86,6 +86,9 @@ func parityTol(dt tensor.Dtype) autograd.Tolerance {
 // GPU first.
 func parity(t *testing.T, dev *backend.Device, op G.Op, dt tensor.Dtype, inputs ...*tensor.Dense) (gpuOut, cpuOut []float64) {
 	t.Helper()
+	if s, ok := op.(*specOp); ok && s.name == msDeformGradName {
+		t.Fatalf("%v: compare it as msDeformGradParity, which puts its location gradients in pixel units", op)
+	}
 	host := make([]G.Value, len(inputs))
 	onDev := make([]G.Value, len(inputs))
 	for i, d := range inputs {
@@ -133,11 +136,22 @@ func parity(t *testing.T, dev *backend.Device, op G.Op, dt tensor.Dtype, inputs 
 // Rel bounds it alike in either unit; Abs, stated for terms of order 1,
 // applies to the pixel-unit sum.
 func parityUnits(op G.Op, v []float64) []float64 {
-	if g, ok := op.(*msDeformAttnGradOp); ok {
-		nv, nl := g.valueShape().TotalSize(), g.locShape().TotalSize()
-		g.locGradsInPixels(v[nv : nv+nl])
+	if g, ok := op.(msDeformGradParity); ok {
+		nv, nl := g.sh.valueShape().TotalSize(), g.sh.locShape().TotalSize()
+		g.sh.locGradsInPixels(v[nv : nv+nl])
 	}
 	return v
+}
+
+// msDeformGradParity is MSDeformAttn's backward op as parity takes it: with
+// its shape, by which parityUnits finds the location gradients.
+type msDeformGradParity struct {
+	*specOp
+	sh msDeformShape
+}
+
+func msDeformGradForParity(sh msDeformShape) msDeformGradParity {
+	return msDeformGradParity{msDeformAttnGradOp(sh), sh}
 }
 
 // locGradsInPixels divides each location gradient (x, y), laid out as the
@@ -455,14 +469,23 @@ func (c msDeformParityCase) inputs(t *testing.T, rng *rand.Rand, dt tensor.Dtype
 	return sh, value, loc, weight, gy
 }
 
+// withMSDeformTuning runs f with tuning set on dev in place of msdeform's
+// rules, then puts back what dev held before.
+func withMSDeformTuning(dev *backend.Device, tuning msDeformTuning, f func()) {
+	prev := dev.Value(msDeformTuningKey{})
+	dev.SetValue(msDeformTuningKey{}, tuning)
+	defer dev.SetValue(msDeformTuningKey{}, prev)
+	f()
+}
+
 func TestGPUMSDeformAttnParity(t *testing.T) {
 	dev := gpu(t)
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for i, c := range msDeformParityCases {
 			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
 				sh, value, loc, weight, gy := c.inputs(t, rand.New(rand.NewPCG(uint64(i), 4)), dt)
-				parity(t, dev, &msDeformAttnOp{sh}, dt, value, loc, weight)
-				parity(t, dev, &msDeformAttnGradOp{sh}, dt, value, loc, weight, gy)
+				parity(t, dev, msDeformAttnOp(sh), dt, value, loc, weight)
+				parity(t, dev, msDeformGradForParity(sh), dt, value, loc, weight, gy)
 			})
 		}
 	}
@@ -481,8 +504,8 @@ func TestGPUParityTargetCases(t *testing.T) {
 	for _, c := range msDeformPresets {
 		t.Run("MSDeformAttn/"+c.name, func(t *testing.T) {
 			sh, value, loc, weight, gy := msDeformBenchInputs(c)
-			parity(t, dev, &msDeformAttnOp{sh}, sh.dt, value, loc, weight)
-			got, want := parity(t, dev, &msDeformAttnGradOp{sh}, sh.dt, value, loc, weight, gy)
+			parity(t, dev, msDeformAttnOp(sh), sh.dt, value, loc, weight)
+			got, want := parity(t, dev, msDeformGradForParity(sh), sh.dt, value, loc, weight, gy)
 			// For the record: the location gradients in raw units, which
 			// TolParity32 does not bound (its comment says why).
 			nv, nl := sh.valueShape().TotalSize(), sh.locShape().TotalSize()
@@ -619,7 +642,6 @@ func TestGPUMSDeformAttnCellBoundary(t *testing.T) {
 	if rounded, fused := float32(x*float32(w))-0.5, float32(math.FMA(float64(x), w, -0.5)); math.Floor(float64(rounded)) == math.Floor(float64(fused)) {
 		t.Fatalf("%v*%d - 0.5: %v rounded twice, %v fused: the same cell, the test shows nothing", x, w, rounded, fused)
 	}
-	defer func() { msDeformKernelOverride = nil }()
 	sh := msDeformShape{n: 1, s: 3 * w, m: 8, d: 32, lq: 5, l: 1, p: 2, levels: []Level{{3, w}}, dt: tensor.Float32}
 	rng := rand.New(rand.NewPCG(3, 9))
 	locs := make([]float64, sh.locShape().TotalSize())
@@ -634,11 +656,13 @@ func TestGPUMSDeformAttnCellBoundary(t *testing.T) {
 	// msdeform.cu's float32 default.
 	for _, name := range []string{"default", "msdeform_backward_f32_v4_r4_h_b3"} {
 		t.Run("kernel="+name, func(t *testing.T) {
-			msDeformKernelOverride = nil
+			var tuning msDeformTuning
 			if name != "default" {
-				msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return msDeformKernel{name, 4} }
+				tuning.kernel = func(bool, tensor.Dtype) msDeformKernel { return msDeformKernel{name, 4} }
 			}
-			parity(t, dev, &msDeformAttnGradOp{sh}, tensor.Float32, value, loc, weight, gy)
+			withMSDeformTuning(dev, tuning, func() {
+				parity(t, dev, msDeformGradForParity(sh), tensor.Float32, value, loc, weight, gy)
+			})
 		})
 	}
 }

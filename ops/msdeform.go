@@ -2,10 +2,8 @@ package ops
 
 import (
 	"fmt"
-	"hash"
 	"strings"
 
-	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
@@ -33,7 +31,7 @@ type Level struct{ H, W int }
 // outside its map, or whose location is NaN or infinite, adds nothing.
 // Differentiable w.r.t. value, samplingLoc and attnWeight.
 func MSDeformAttn(value, samplingLoc, attnWeight *G.Node, levels []Level) (*G.Node, error) {
-	const op = "MSDeformAttn"
+	const op = msDeformName
 	if err := checkRank(op, "value", value, 4, "[N S M D]"); err != nil {
 		return nil, err
 	}
@@ -95,7 +93,7 @@ func MSDeformAttn(value, samplingLoc, attnWeight *G.Node, levels []Level) (*G.No
 		return nil, fmt.Errorf("ops: %s: attnWeight must have shape [N Lq M L P] = %v (from value and samplingLoc), got %v",
 			op, []int(want), ws)
 	}
-	return G.ApplyOp(&msDeformAttnOp{sh}, value, samplingLoc, attnWeight)
+	return G.ApplyOp(msDeformAttnOp(sh), value, samplingLoc, attnWeight)
 }
 
 // levelSum spells out the expected S, e.g. "32*32+16*16 = 1280".
@@ -145,141 +143,76 @@ func (s msDeformShape) String() string {
 	return fmt.Sprintf("value=%v,loc=%v,levels=%v,%v", s.valueShape(), s.locShape(), s.levels, s.dt)
 }
 
+// The ops' names, in errors and in String.
+const (
+	msDeformName     = "MSDeformAttn"
+	msDeformGradName = "MSDeformAttn backward"
+)
+
+// inputs are the three inputs both ops read, (value, samplingLoc,
+// attnWeight).
+func (s msDeformShape) inputs() []argSpec {
+	return []argSpec{
+		{name: "value", shape: s.valueShape()},
+		{name: "samplingLoc", shape: s.locShape()},
+		{name: "attnWeight", shape: s.weightShape()},
+	}
+}
+
 // msDeformAttnOp is the forward op: (value, samplingLoc, attnWeight) -> out.
-type msDeformAttnOp struct{ msDeformShape }
-
-func (op *msDeformAttnOp) Arity() int            { return 3 }
-func (op *msDeformAttnOp) Type() hm.Type         { return fnType(4, 6, 5, 3) }
-func (op *msDeformAttnOp) ReturnsPtr() bool      { return false }
-func (op *msDeformAttnOp) CallsExtern() bool     { return false }
-func (op *msDeformAttnOp) OverwritesInput() int  { return -1 }
-func (op *msDeformAttnOp) String() string        { return "MSDeformAttn(" + op.msDeformShape.String() + ")" }
-func (op *msDeformAttnOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *msDeformAttnOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *msDeformAttnOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
-
-func (op *msDeformAttnOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *msDeformAttnOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("ops: %v: want 3 inputs, got %d", op, len(in))
-	}
-	dev, err := inputsDevice("MSDeformAttn", []string{"value", "samplingLoc", "attnWeight"}, in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	value, loc, weight, err := op.inputs("MSDeformAttn", in)
-	if err != nil {
-		return nil, err
-	}
-	out := output(prealloc, op.dt, op.outShape())
-	p := op.params()
-	switch op.dt {
-	case tensor.Float32:
-		kernels.MSDeformAttnForward(p, value.Float32s(), loc.Float32s(), weight.Float32s(), out.Float32s())
-	default:
-		kernels.MSDeformAttnForward(p, value.Float64s(), loc.Float64s(), weight.Float64s(), out.Float64s())
-	}
-	return out, nil
-}
-
-// inputs checks the values both ops read, (value, samplingLoc, attnWeight).
-func (s msDeformShape) inputs(op string, in []G.Value) (value, loc, weight *tensor.Dense, err error) {
-	if value, err = dense(op, "value", in[0], s.dt, s.valueShape()); err != nil {
-		return
-	}
-	if loc, err = dense(op, "samplingLoc", in[1], s.dt, s.locShape()); err != nil {
-		return
-	}
-	weight, err = dense(op, "attnWeight", in[2], s.dt, s.weightShape())
-	return
-}
-
-func (op *msDeformAttnOp) DiffWRT(inputs int) []bool { return []bool{true, true, true} }
-
-func (op *msDeformAttnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != 3 {
-		return nil, fmt.Errorf("ops: %v: want 3 inputs, got %d", op, len(inputs))
-	}
-	packed, err := G.ApplyOp(&msDeformAttnGradOp{op.msDeformShape}, inputs[0], inputs[1], inputs[2], grad)
-	if err != nil {
-		return nil, fmt.Errorf("ops: MSDeformAttn backward: %w", err)
-	}
-	grads, err := autograd.Unpack(packed, op.valueShape(), op.locShape(), op.weightShape())
-	if err != nil {
-		return nil, fmt.Errorf("ops: MSDeformAttn backward: %w", err)
-	}
-	return grads, nil
+func msDeformAttnOp(s msDeformShape) *specOp {
+	return newOp(&opSpec{
+		name: msDeformName, config: s.String(),
+		inputs: s.inputs(),
+		out:    s.outShape(), dtype: s.dt,
+		cpu:     floatTwin(s.params(), msDeformForward[float32], msDeformForward[float64]),
+		device:  s.forwardDevice,
+		diffWRT: []bool{true, true, true},
+		grad: func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+			packed, err := G.ApplyOp(msDeformAttnGradOp(s), in[0], in[1], in[2], grad)
+			if err != nil {
+				return nil, fmt.Errorf("ops: %s: %w", msDeformGradName, err)
+			}
+			grads, err := autograd.Unpack(packed, s.valueShape(), s.locShape(), s.weightShape())
+			if err != nil {
+				return nil, fmt.Errorf("ops: %s: %w", msDeformGradName, err)
+			}
+			return grads, nil
+		},
+	})
 }
 
 // msDeformAttnGradOp is the backward op: (value, samplingLoc, attnWeight,
 // gradOut) -> the gradients w.r.t. value, samplingLoc and attnWeight packed
-// into one vector in that order. One pass computes all three, reading every
-// sample's corners once.
-type msDeformAttnGradOp struct{ msDeformShape }
-
-func (op *msDeformAttnGradOp) Arity() int           { return 4 }
-func (op *msDeformAttnGradOp) Type() hm.Type        { return fnType(4, 6, 5, 3, 1) }
-func (op *msDeformAttnGradOp) ReturnsPtr() bool     { return false }
-func (op *msDeformAttnGradOp) CallsExtern() bool    { return false }
-func (op *msDeformAttnGradOp) OverwritesInput() int { return -1 }
-func (op *msDeformAttnGradOp) String() string {
-	return "MSDeformAttnGrad(" + op.msDeformShape.String() + ")"
-}
-func (op *msDeformAttnGradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *msDeformAttnGradOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *msDeformAttnGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
-	return op.packedShape(), nil
-}
-
-func (op *msDeformAttnGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *msDeformAttnGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	const name = "MSDeformAttn backward"
-	if len(in) != 4 {
-		return nil, fmt.Errorf("ops: %v: want 4 inputs, got %d", op, len(in))
-	}
-	dev, err := inputsDevice(name, []string{"value", "samplingLoc", "attnWeight", "grad"}, in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	value, loc, weight, err := op.inputs(name, in[:3])
-	if err != nil {
-		return nil, err
-	}
-	gy, err := dense(name, "grad", in[3], op.dt, op.outShape())
-	if err != nil {
-		return nil, err
-	}
-	packed := output(prealloc, op.dt, op.packedShape())
-	nv, nl := op.valueShape().TotalSize(), op.locShape().TotalSize()
-	p := op.params()
-	switch op.dt {
-	case tensor.Float32:
-		g := packed.Float32s()
-		kernels.MSDeformAttnBackward(p, value.Float32s(), loc.Float32s(), weight.Float32s(), gy.Float32s(),
-			g[:nv], g[nv:nv+nl], g[nv+nl:])
-	default:
-		g := packed.Float64s()
-		kernels.MSDeformAttnBackward(p, value.Float64s(), loc.Float64s(), weight.Float64s(), gy.Float64s(),
-			g[:nv], g[nv:nv+nl], g[nv+nl:])
-	}
-	return packed, nil
-}
-
+// into one vector in that order (packedShape; autograd.Unpack carves it).
+// One pass computes all three, reading every sample's corners once.
+//
 // Second derivatives are not implemented: the gradient w.r.t. samplingLoc is
-// not even continuous where a point crosses a pixel boundary. DiffWRT says so,
-// and SymDiff returns an error rather than a wrong graph.
-func (op *msDeformAttnGradOp) DiffWRT(inputs int) []bool { return make([]bool, inputs) }
+// not even continuous where a point crosses a pixel boundary. DiffWRT says so
+// (no diffWRT), and SymDiff returns an error rather than a wrong graph.
+func msDeformAttnGradOp(s msDeformShape) *specOp {
+	return newOp(&opSpec{
+		name: msDeformGradName, config: s.String(),
+		inputs: append(s.inputs(), argSpec{name: "grad", shape: s.outShape()}),
+		out:    s.packedShape(), dtype: s.dt,
+		cpu:    floatTwin(s.params(), msDeformBackward[float32], msDeformBackward[float64]),
+		device: s.backwardDevice,
+		grad: func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+			return nil, fmt.Errorf("ops: %s: second derivatives of MSDeformAttn are not implemented", msDeformGradName)
+		},
+	})
+}
 
-func (op *msDeformAttnGradOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("ops: %v: second derivatives of MSDeformAttn are not implemented", op)
+func msDeformForward[T kernels.Float](p kernels.MSDeformAttnParams, in [][]T, out []T) error {
+	kernels.MSDeformAttnForward(p, in[0], in[1], in[2], out)
+	return nil
+}
+
+// msDeformBackward carves the packed output into the three gradients, which
+// the kernel overwrites entirely.
+func msDeformBackward[T kernels.Float](p kernels.MSDeformAttnParams, in [][]T, packed []T) error {
+	nv := len(in[0]) // value, and so its gradient
+	nl := len(in[1]) // samplingLoc
+	kernels.MSDeformAttnBackward(p, in[0], in[1], in[2], in[3], packed[:nv], packed[nv:nv+nl], packed[nv+nl:])
+	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"unsafe"
 
-	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
@@ -56,9 +55,54 @@ func msDeformModule(name string) string {
 	return "msdeform"
 }
 
-// msDeformKernelOverride, when set (by benchmarks), picks the kernel
-// variant instead of msDeformKernelFor.
-var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
+// msDeformTuning is what tests and benchmarks may set on a Device in place
+// of msdeform's rules (withMSDeformTuning): the zero value keeps them all.
+// It lives on the Device (backend.Device.SetValue, under msDeformTuningKey),
+// so it is gone when the Device closes and touches no other Device.
+type msDeformTuning struct {
+	// kernel, when set, picks the kernel variant instead of
+	// msDeformKernelFor.
+	kernel func(backward bool, dt tensor.Dtype) msDeformKernel
+	// order, when not 0, forces the forward's query order on (1) or off
+	// (-1) instead of sortsQueries' rule.
+	order int
+	// bandRows, when positive, sets the rows of level 0 a band of
+	// orderGrid's cells spans instead of msDeformOrderBandRows.
+	bandRows int
+}
+
+// msDeformTuningKey is the key of a Device's msDeformTuning.
+type msDeformTuningKey struct{}
+
+// msDeformTuningOf returns the msDeformTuning set on dev, or the zero one.
+func msDeformTuningOf(dev *backend.Device) msDeformTuning {
+	t, _ := dev.Value(msDeformTuningKey{}).(msDeformTuning)
+	return t
+}
+
+// kernelFor is msDeformKernelFor unless t picks the kernel.
+func (t msDeformTuning) kernelFor(backward bool, dt tensor.Dtype, d int, aligned, quad, ordered bool) msDeformKernel {
+	if t.kernel != nil {
+		return t.kernel(backward, dt)
+	}
+	return msDeformKernelFor(backward, dt, d, aligned, quad, ordered)
+}
+
+// sortsQueries is s.sortsQueries() unless t forces the order on or off.
+func (t msDeformTuning) sortsQueries(s msDeformShape) bool {
+	if t.order != 0 {
+		return t.order > 0
+	}
+	return s.sortsQueries()
+}
+
+// orderBandRows is the rows of level 0 a band of orderGrid's cells spans.
+func (t msDeformTuning) orderBandRows() int {
+	if t.bandRows > 0 {
+		return t.bandRows
+	}
+	return msDeformOrderBandRows
+}
 
 // msDeformKernelFor picks the kernel variant. Forward kernels load 16 bytes
 // of channels per lane when D and the addresses allow it, and share each
@@ -88,9 +132,6 @@ var msDeformKernelOverride func(backward bool, dt tensor.Dtype) msDeformKernel
 // q4_r8_h_b3 0.97, q4_r4_h_b4 1.18 spilling, q4_r2_h_b3 0.88, q4_r4_b3
 // queries fastest 1.01).
 func msDeformKernelFor(backward bool, dt tensor.Dtype, d int, aligned, quad, ordered bool) msDeformKernel {
-	if msDeformKernelOverride != nil {
-		return msDeformKernelOverride(backward, dt)
-	}
 	sfx := dtypeSuffix(dt)
 	if backward {
 		if dt == tensor.Float32 && quad && d%4 == 0 && aligned {
@@ -169,13 +210,14 @@ func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, arg
 	// pointer is 0).
 	aligned := (args.Value|args.Out|args.GradValue)%16 == 0
 	quad := backward && s.dt == tensor.Float32 && s.d%4 == 0 && aligned && msDeformQuad(dev)
-	kv := msDeformKernelFor(backward, s.dt, s.d, aligned, quad, !backward && s.sortsQueries())
+	tuning := msDeformTuningOf(dev)
+	kv := tuning.kernelFor(backward, s.dt, s.d, aligned, quad, !backward && tuning.sortsQueries(s))
 	k, err := dev.Kernel(msDeformModule(kv.name), kv.name)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	if kv.ordered() {
-		order, err := s.queryOrder(op, dev, args.Loc)
+		order, err := s.queryOrder(op, dev, args.Loc, tuning.orderBandRows())
 		if err != nil {
 			return err
 		}
@@ -217,19 +259,14 @@ func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, arg
 	return nil
 }
 
-func (op *msDeformAttnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
-	const name = "MSDeformAttn"
-	var args msDeformArgs
-	var err error
-	if args.Value, args.Loc, args.Weight, err = op.deviceInputs(name, dev, in); err != nil {
-		return nil, err
-	}
-	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.outShape())
+// forwardDevice is MSDeformAttn's device launcher.
+func (s msDeformShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
+	out, outPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	args.Out = outPtr
-	if err := op.launch(name, dev, false, args); err != nil {
+	args := msDeformArgs{Value: a.ptr[0], Loc: a.ptr[1], Weight: a.ptr[2], Out: outPtr}
+	if err := s.launch(msDeformName, a.dev, false, args); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -267,14 +304,6 @@ const (
 // detr_decoder's 300 queries took 0.017 ms unsorted, 0.028-0.034 sorting.
 const msDeformOrderMin = 4096
 
-// msDeformOrderBandRowsOverride, when positive (benchmarks), sets the rows
-// of level 0 a band of orderGrid's cells spans.
-var msDeformOrderBandRowsOverride int
-
-// msDeformOrderOverride, when not 0 (tests and benchmarks), forces the
-// forward's query order on (1) or off (-1) instead of sortsQueries' rule.
-var msDeformOrderOverride int
-
 // sortsQueries reports whether the forward takes each image's queries in
 // spatial order (msdeform_query_cells): with Lq >= msDeformOrderMin, unless
 // every pixel is a query (Lq == S: an encoder's self-attention, whose
@@ -285,21 +314,15 @@ var msDeformOrderOverride int
 // 0.262 sorted by the op. The backward gained nothing from presorted
 // queries (seed_full 1.748 -> 1.740) and does not sort.
 func (s msDeformShape) sortsQueries() bool {
-	if msDeformOrderOverride != 0 {
-		return msDeformOrderOverride > 0
-	}
 	return s.lq >= msDeformOrderMin && s.lq != s.s
 }
 
-// orderGrid is the grid of cells the query order sorts by: bands of
-// msDeformOrderBandRows rows of level 0 and one column per pixel, columns
-// merged in pairs (then bands, if ever needed) until it has at most
+// orderGrid is the grid of cells the query order sorts by: bands of rows
+// rows of level 0 (msDeformOrderBandRows unless a test or benchmark says
+// otherwise: msDeformTuning.orderBandRows) and one column per pixel,
+// columns merged in pairs (then bands, if ever needed) until it has at most
 // msDeformOrderCells cells.
-func (s msDeformShape) orderGrid() (bands, cols int) {
-	rows := msDeformOrderBandRows
-	if msDeformOrderBandRowsOverride > 0 {
-		rows = msDeformOrderBandRowsOverride
-	}
+func (s msDeformShape) orderGrid(rows int) (bands, cols int) {
 	bands, cols = max(1, ceilDiv(s.levels[0].H, rows)), max(1, s.levels[0].W)
 	for bands*cols > msDeformOrderCells {
 		if cols > 1 {
@@ -315,8 +338,8 @@ func (s msDeformShape) orderGrid() (bands, cols int) {
 // device tensor, which the caller frees, whose first N*Lq elements hold,
 // for each image, the order in which the forward takes its queries (the
 // rest is the sort's scratch: each query's cell, each cell's next free
-// position).
-func (s msDeformShape) queryOrder(op string, dev *backend.Device, loc backend.DevicePtr) (*tensor.Dense, error) {
+// position). The cells are orderGrid(rows)'s.
+func (s msDeformShape) queryOrder(op string, dev *backend.Device, loc backend.DevicePtr, rows int) (*tensor.Dense, error) {
 	if err := fitsInt32(op, map[string]int{"Lq": s.lq, "M*L*P*2": s.m * s.l * s.p * 2}); err != nil {
 		return nil, err
 	}
@@ -325,7 +348,7 @@ func (s msDeformShape) queryOrder(op string, dev *backend.Device, loc backend.De
 	if blocks > 1<<31-1 {
 		return nil, fmt.Errorf("ops: %s: query order: %d blocks exceed the grid limit", op, blocks)
 	}
-	bands, cols := s.orderGrid()
+	bands, cols := s.orderGrid(rows)
 	t, err := dev.NewDense(tensor.Int32, 2*s.n*s.lq+s.n*bands*cols)
 	if err != nil {
 		return nil, fmt.Errorf("ops: %s: query order: %w", op, err)
@@ -367,46 +390,30 @@ func (s msDeformShape) queryOrder(op string, dev *backend.Device, loc backend.De
 	return t, nil
 }
 
-func (s msDeformShape) deviceInputs(op string, dev *backend.Device, in []G.Value) (value, loc, weight backend.DevicePtr, err error) {
-	if value, err = deviceArg(op, "value", dev, in[0], s.dt, s.valueShape()); err != nil {
-		return
-	}
-	if loc, err = deviceArg(op, "samplingLoc", dev, in[1], s.dt, s.locShape()); err != nil {
-		return
-	}
-	weight, err = deviceArg(op, "attnWeight", dev, in[2], s.dt, s.weightShape())
-	return
-}
-
-func (op *msDeformAttnGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
-	const name = "MSDeformAttn backward"
-	var args msDeformArgs
-	var err error
-	if args.Value, args.Loc, args.Weight, err = op.deviceInputs(name, dev, in); err != nil {
-		return nil, err
-	}
-	if args.GradOut, err = deviceArg(name, "grad", dev, in[3], op.dt, op.outShape()); err != nil {
-		return nil, err
-	}
-	packed, packedPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.packedShape())
+// backwardDevice is MSDeformAttn backward's device launcher: the packed
+// output's three parts are the kernel's three gradients.
+func (s msDeformShape) backwardDevice(a *deviceArgs) (*tensor.Dense, error) {
+	const name = msDeformGradName
+	packed, packedPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	size := backend.DevicePtr(op.dt.Size())
-	nv, nl := op.valueShape().TotalSize(), op.locShape().TotalSize()
+	args := msDeformArgs{Value: a.ptr[0], Loc: a.ptr[1], Weight: a.ptr[2], GradOut: a.ptr[3]}
+	size := backend.DevicePtr(s.dt.Size())
+	nv, nl := s.valueShape().TotalSize(), s.locShape().TotalSize()
 	args.GradValue = packedPtr
 	args.GradLoc = packedPtr + backend.DevicePtr(nv)*size
 	args.GradWeight = args.GradLoc + backend.DevicePtr(nl)*size
 	// Only the value gradient is a scatter that needs zeroing: the kernel
 	// writes every location and weight gradient.
 	var zero any = float64(0)
-	if op.dt == tensor.Float32 {
+	if s.dt == tensor.Float32 {
 		zero = float32(0)
 	}
-	if err := dev.Engine().Memset(backend.Memory{Ptr: packedPtr, Size: int64(nv) * int64(size)}, zero); err != nil {
+	if err := a.dev.Engine().Memset(backend.Memory{Ptr: packedPtr, Size: int64(nv) * int64(size)}, zero); err != nil {
 		return nil, fmt.Errorf("ops: %s: %w", name, err)
 	}
-	if err := op.launch(name, dev, true, args); err != nil {
+	if err := s.launch(name, a.dev, true, args); err != nil {
 		return nil, err
 	}
 	return packed, nil

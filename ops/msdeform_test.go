@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -418,14 +419,11 @@ func TestMSDeformAttnReusesStaleBuffers(t *testing.T) {
 			randTensor(rng, dt, -1, 1, c.weightShape()...),
 		}
 		gy := randTensor(rng, dt, -1, 1, c.outShape()...)
-		for _, op := range []interface {
-			Do(...G.Value) (G.Value, error)
-			UsePreallocDo(G.Value, ...G.Value) (G.Value, error)
-		}{&msDeformAttnOp{s}, &msDeformAttnGradOp{s}} {
-			args := in
-			if _, ok := op.(*msDeformAttnGradOp); ok {
-				args = append(in[:3:3], gy)
-			}
+		for _, pass := range []struct {
+			op   *specOp
+			args []G.Value
+		}{{msDeformAttnOp(s), in}, {msDeformAttnGradOp(s), append(in[:3:3], gy)}} {
+			op, args := pass.op, pass.args
 			fresh, err := op.Do(args...)
 			if err != nil {
 				t.Fatal(err)
@@ -436,15 +434,15 @@ func TestMSDeformAttnReusesStaleBuffers(t *testing.T) {
 				t.Fatal(err)
 			}
 			if reused != G.Value(stale) {
-				t.Errorf("%v %T: the preallocated buffer was not used", dt, op)
+				t.Errorf("%v %s: the preallocated buffer was not used", dt, op.name)
 			}
 			if err := autograd.TolForward64.Compare(toFloat64s(t, reused), toFloat64s(t, fresh)); err != nil {
-				t.Errorf("%v %T: %v", dt, op, err)
+				t.Errorf("%v %s: %v", dt, op.name, err)
 			}
 			// A buffer of the wrong shape is not used.
 			wrong := randTensor(rng, dt, 5, 6, 1)
 			if v, err := op.UsePreallocDo(wrong, args...); err != nil || v == G.Value(wrong) {
-				t.Errorf("%v %T: a buffer of the wrong shape was used (err %v)", dt, op, err)
+				t.Errorf("%v %s: a buffer of the wrong shape was used (err %v)", dt, op.name, err)
 			}
 		}
 	}
@@ -632,11 +630,11 @@ func FuzzMSDeformAttn(f *testing.F) {
 		for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
 			s := msDeformShape{n: c.n, s: c.s(), m: c.m, d: c.d, lq: c.lq, l: len(c.levels), p: c.p, levels: c.levels, dt: dt}
 			in := []G.Value{cast(t, value, dt), fromFloat64s(dt, locs, c.locShape()...), cast(t, weight, dt), cast(t, gy, dt)}
-			out, err := (&msDeformAttnOp{s}).Do(in[:3]...)
+			out, err := msDeformAttnOp(s).Do(in[:3]...)
 			if err != nil {
 				t.Fatalf("%v: forward: %v", dt, err)
 			}
-			grads, err := (&msDeformAttnGradOp{s}).Do(in...)
+			grads, err := msDeformAttnGradOp(s).Do(in...)
 			if err != nil {
 				t.Fatalf("%v: backward: %v", dt, err)
 			}
@@ -683,8 +681,8 @@ func BenchmarkMSDeformAttn(b *testing.B) {
 				in    []G.Value
 				shape tensor.Shape
 			}{
-				{"fwd", &msDeformAttnOp{s}, in[:3], s.outShape()},
-				{"bwd", &msDeformAttnGradOp{s}, in, s.packedShape()},
+				{"fwd", msDeformAttnOp(s), in[:3], s.outShape()},
+				{"bwd", msDeformAttnGradOp(s), in, s.packedShape()},
 			} {
 				b.Run(fmt.Sprintf("impl=cpu/dtype=%v/case=%s/pass=%s", dt, bc.name, pass.name), func(b *testing.B) {
 					buf := tensor.New(tensor.Of(dt), tensor.WithShape(pass.shape...))
@@ -766,10 +764,31 @@ func TestMSDeformQueryOrderRule(t *testing.T) {
 		if got := s.sortsQueries(); got != c.sorts {
 			t.Errorf("%s: Lq %d, S %d: sortsQueries = %v, want %v", c.name, s.lq, s.s, got, c.sorts)
 		}
-		bands, cols := s.orderGrid()
+		bands, cols := s.orderGrid(msDeformOrderBandRows)
 		if bands != c.bands || cols != c.cols || bands*cols > msDeformOrderCells {
 			t.Errorf("%s: level 0 %dx%d: orderGrid = %d x %d, want %d x %d (at most %d cells)",
 				c.name, c.lv0.H, c.lv0.W, bands, cols, c.bands, c.cols, msDeformOrderCells)
 		}
+	}
+}
+
+// The backward op has no gradient of its own: it says so, and asking for
+// one is an error rather than a wrong graph.
+func TestMSDeformAttnNoSecondDerivatives(t *testing.T) {
+	c := msDeformConfig{n: 1, lq: 2, m: 1, d: 2, p: 1, levels: []Level{{2, 2}}}
+	s := msDeformShape{n: c.n, s: c.s(), m: c.m, d: c.d, lq: c.lq, l: len(c.levels), p: c.p, levels: c.levels, dt: tensor.Float64}
+	op := msDeformAttnGradOp(s)
+	if slices.Contains(op.DiffWRT(4), true) {
+		t.Errorf("DiffWRT = %v, want all false", op.DiffWRT(4))
+	}
+	g := G.NewGraph()
+	in := G.Nodes{
+		G.NewTensor(g, tensor.Float64, 4, G.WithShape(s.valueShape()...), G.WithName("value")),
+		G.NewTensor(g, tensor.Float64, 6, G.WithShape(s.locShape()...), G.WithName("loc")),
+		G.NewTensor(g, tensor.Float64, 5, G.WithShape(s.weightShape()...), G.WithName("weight")),
+		G.NewTensor(g, tensor.Float64, 3, G.WithShape(s.outShape()...), G.WithName("grad")),
+	}
+	if _, err := op.SymDiff(in, nil, nil); err == nil || !strings.Contains(err.Error(), "second derivatives of MSDeformAttn are not implemented") {
+		t.Errorf("SymDiff: got %v", err)
 	}
 }

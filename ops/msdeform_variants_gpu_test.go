@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
+	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 )
 
@@ -36,18 +38,17 @@ var msDeformBackwardVariants = map[tensor.Dtype][]msDeformBackwardVariant{
 
 func TestGPUMSDeformAttnBackwardVariants(t *testing.T) {
 	dev := gpu(t)
-	defer func() { msDeformKernelOverride = nil }()
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for _, v := range msDeformBackwardVariants[dt] {
 			k := v.kernel(dt)
-			msDeformKernelOverride = func(backward bool, dt tensor.Dtype) msDeformKernel {
+			tuning := msDeformTuning{kernel: func(backward bool, dt tensor.Dtype) msDeformKernel {
 				if !backward {
 					// Only the backward op runs here; this forward kernel
 					// takes any D and alignment.
 					return msDeformKernel{"msdeform_forward_" + dtypeSuffix(dt) + "_v1_s", 1}
 				}
 				return k
-			}
+			}}
 			quadErr := error(nil)
 			if msDeformModule(k.name) != "msdeform" {
 				quadErr = sm90aError(dev, msDeformModule(k.name), k.name)
@@ -61,7 +62,9 @@ func TestGPUMSDeformAttnBackwardVariants(t *testing.T) {
 					if msDeformModule(k.name) != "msdeform" && sh.d%4 != 0 {
 						t.Skipf("D = %d: the q4 kernels need D %% 4 == 0", sh.d)
 					}
-					parity(t, dev, &msDeformAttnGradOp{sh}, dt, value, loc, weight, gy)
+					withMSDeformTuning(dev, tuning, func() {
+						parity(t, dev, msDeformGradForParity(sh), dt, value, loc, weight, gy)
+					})
 				})
 			}
 		}
@@ -76,17 +79,16 @@ var msDeformForwardVariants = []msDeformKernel{{"msdeform_forward_f32_v4_u1", 4}
 
 func TestGPUMSDeformAttnForwardVariants(t *testing.T) {
 	dev := gpu(t)
-	defer func() { msDeformKernelOverride = nil }()
 	dt := tensor.Float32
 	for _, k := range msDeformForwardVariants {
-		msDeformKernelOverride = func(bool, tensor.Dtype) msDeformKernel { return k }
+		tuning := msDeformTuning{kernel: func(bool, tensor.Dtype) msDeformKernel { return k }}
 		for i, c := range msDeformParityCases {
 			t.Run(fmt.Sprintf("kernel=%s/%s", k.name, c.name), func(t *testing.T) {
 				sh, value, loc, weight, _ := c.inputs(t, rand.New(rand.NewPCG(uint64(i), 4)), dt)
 				if sh.d%4 != 0 {
 					t.Skipf("D = %d: the v4 kernels need D %% 4 == 0", sh.d)
 				}
-				parity(t, dev, &msDeformAttnOp{sh}, dt, value, loc, weight)
+				withMSDeformTuning(dev, tuning, func() { parity(t, dev, msDeformAttnOp(sh), dt, value, loc, weight) })
 			})
 		}
 	}
@@ -96,13 +98,11 @@ func TestGPUMSDeformAttnForwardVariants(t *testing.T) {
 // case, whatever their number of queries.
 func TestGPUMSDeformAttnSortedParity(t *testing.T) {
 	dev := gpu(t)
-	msDeformOrderOverride = 1
-	defer func() { msDeformOrderOverride = 0 }()
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for i, c := range msDeformParityCases {
 			t.Run(fmt.Sprintf("%v/%s", dt, c.name), func(t *testing.T) {
 				sh, value, loc, weight, _ := c.inputs(t, rand.New(rand.NewPCG(uint64(i), 4)), dt)
-				parity(t, dev, &msDeformAttnOp{sh}, dt, value, loc, weight)
+				withMSDeformTuning(dev, msDeformTuning{order: 1}, func() { parity(t, dev, msDeformAttnOp(sh), dt, value, loc, weight) })
 			})
 		}
 	}
@@ -114,11 +114,9 @@ func TestGPUMSDeformAttnSortedParity(t *testing.T) {
 // own, whichever position takes it).
 func TestGPUMSDeformAttnQueryOrder(t *testing.T) {
 	dev := gpu(t)
-	defer func() { msDeformOrderOverride = 0 }()
 	c := msDeformParityCase{"seed-like", 2, msDeformOrderMin + 905, 2, 32, []Level{{23, 40}, {12, 20}}, 2, -0.1, 1.1, true}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		t.Run(dt.String(), func(t *testing.T) {
-			msDeformOrderOverride = 0
 			sh, value, loc, weight, _ := c.inputs(t, rand.New(rand.NewPCG(7, 4)), dt)
 			if !sh.sortsQueries() {
 				t.Fatalf("Lq %d: the forward does not sort by default", sh.lq)
@@ -128,7 +126,7 @@ func TestGPUMSDeformAttnQueryOrder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			order, err := sh.queryOrder("test", dev, locPtr)
+			order, err := sh.queryOrder("test", dev, locPtr, msDeformOrderBandRows)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +136,7 @@ func TestGPUMSDeformAttnQueryOrder(t *testing.T) {
 				t.Fatal(err)
 			}
 			perm := host.Int32s()[:sh.n*sh.lq] // then the cells, scratch
-			bands, cols := sh.orderGrid()
+			bands, cols := sh.orderGrid(msDeformOrderBandRows)
 			lv := toFloat64s(t, loc)
 			stride := sh.m * sh.l * sh.p * 2
 			// The kernel's cell, in dt's arithmetic.
@@ -170,13 +168,15 @@ func TestGPUMSDeformAttnQueryOrder(t *testing.T) {
 					}
 				}
 			}
-			run := func(override int) []float64 {
-				msDeformOrderOverride = override
-				out, err := (&msDeformAttnOp{sh}).Do(toDev(t, dev, value), locDev, toDev(t, dev, weight))
-				if err != nil {
-					t.Fatal(err)
-				}
-				return fromDev(t, dev, out)
+			run := func(order int) (got []float64) {
+				withMSDeformTuning(dev, msDeformTuning{order: order}, func() {
+					out, err := msDeformAttnOp(sh).Do(toDev(t, dev, value), locDev, toDev(t, dev, weight))
+					if err != nil {
+						t.Fatal(err)
+					}
+					got = fromDev(t, dev, out)
+				})
+				return got
 			}
 			sorted, unsorted := run(0), run(-1)
 			for i := range sorted {
@@ -185,5 +185,27 @@ func TestGPUMSDeformAttnQueryOrder(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A tuning picks the kernel on its Device only while withMSDeformTuning
+// runs: a kernel that does not exist fails the op then, and the Device holds
+// no tuning after.
+func TestGPUMSDeformAttnTuning(t *testing.T) {
+	dev := gpu(t)
+	sh, value, loc, weight, _ := msDeformParityCases[0].inputs(t, rand.New(rand.NewPCG(1, 4)), tensor.Float32)
+	in := []G.Value{toDev(t, dev, value), toDev(t, dev, loc), toDev(t, dev, weight)}
+	const missing = "msdeform_forward_f32_missing"
+	tuning := msDeformTuning{kernel: func(bool, tensor.Dtype) msDeformKernel { return msDeformKernel{missing, 1} }}
+	withMSDeformTuning(dev, tuning, func() {
+		if _, err := msDeformAttnOp(sh).Do(in...); err == nil || !strings.Contains(err.Error(), missing) {
+			t.Errorf("with the tuning: got error %v, want one naming %s", err, missing)
+		}
+	})
+	if v := dev.Value(msDeformTuningKey{}); v != nil {
+		t.Errorf("the Device still holds %v", v)
+	}
+	if _, err := msDeformAttnOp(sh).Do(in...); err != nil {
+		t.Errorf("after the tuning: %v", err)
 	}
 }
