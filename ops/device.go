@@ -3,7 +3,6 @@ package ops
 import (
 	"fmt"
 	"math"
-	"sync"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -109,26 +108,22 @@ func fitsInt32(op string, sizes map[string]int) error {
 	return nil
 }
 
-// sm90aState caches, per device and module, whether a kernels/*_sm90a.cu
-// module loads there.
-var sm90aState sync.Map // sm90aKey -> error (nil: it loads)
-
-type sm90aKey struct {
-	dev    *backend.Device
-	module string
-}
+// sm90aModule keys, on a Device (backend.Device.Value), what sm90aError
+// found for one of the *_sm90a.cu modules there.
+type sm90aModule string
 
 // sm90aError is why dev does not run the kernels of module, one of
 // kernels/*_sm90a.cu (PTX for sm_90a that the driver compiles when the
 // module loads), or nil when it does: they need compute capability 9.0
 // (sm_90a code runs on no other) and a driver that reads their PTX. The
 // first call per device and module loads the module by asking for kernel;
-// the answer is kept, and ops then use the kernels that run everywhere.
+// the answer is kept on the device, and ops then use the kernels that run
+// everywhere.
 func sm90aError(dev *backend.Device, module, kernel string) error {
-	key := sm90aKey{dev, module}
-	if v, ok := sm90aState.Load(key); ok {
-		err, _ := v.(error)
-		return err
+	type verdict struct{ err error }
+	key := sm90aModule(module)
+	if v, ok := dev.Value(key).(verdict); ok {
+		return v.err
 	}
 	var err error
 	if major, minor := dev.ComputeCapability(); major != 9 || minor != 0 {
@@ -136,6 +131,6 @@ func sm90aError(dev *backend.Device, module, kernel string) error {
 	} else {
 		_, err = dev.Kernel(module, kernel)
 	}
-	sm90aState.Store(key, err)
+	dev.SetValue(key, verdict{err})
 	return err
 }
