@@ -298,19 +298,6 @@ func (op *lossGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, errNoSecondDerivative(op.kind.String())
 }
 
-// hostOnly returns an error when any input of an op that has no GPU kernel
-// yet lives on a device: the message says how to run it on the host instead.
-func hostOnly(op string, names []string, in []G.Value) error {
-	dev, err := inputsDevice(op, names, in)
-	if err != nil {
-		return err
-	}
-	if dev != nil {
-		return fmt.Errorf("ops: %s: no GPU kernel yet; move its inputs to the host with ops.ToHost", op)
-	}
-	return nil
-}
-
 // lossGradScalar reads the scalar gradient gorgonia hands a backward op: a
 // *G.F32 or *G.F64, or a tensor of one element.
 func lossGradScalar(op string, v G.Value) (float64, error) {

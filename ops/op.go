@@ -8,6 +8,8 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
 )
 
 // tensorType is the hm type of a tensor of the given rank whose element type
@@ -17,11 +19,16 @@ func tensorType(dims int) G.TensorType {
 }
 
 // fnType builds the hm function type of an op from the ranks of its inputs
-// and of its output.
+// and of its output. Rank 0 is a scalar, which gorgonia types by its
+// element type alone.
 func fnType(ranks ...int) hm.Type {
 	ts := make([]hm.Type, len(ranks))
 	for i, r := range ranks {
-		ts[i] = tensorType(r)
+		if r == 0 {
+			ts[i] = hm.TypeVariable('a')
+		} else {
+			ts[i] = tensorType(r)
+		}
 	}
 	return hm.NewFnType(ts...)
 }
@@ -113,6 +120,51 @@ func dense(op, arg string, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tens
 		d = m
 	}
 	return d, nil
+}
+
+// hostScalar returns the scalar input v as a tensor of shape () and dtype
+// dt. Gorgonia hands a scalar op its output gradient as a *G.F32 or *G.F64
+// (its host constant onef32 even when the op's other inputs are on a
+// device), or as a tensor of one element.
+func hostScalar(op, arg string, v G.Value, dt tensor.Dtype) (*tensor.Dense, error) {
+	var f float64
+	switch s := v.(type) {
+	case *G.F64:
+		f = float64(*s)
+	case *G.F32:
+		f = float64(*s)
+	case *tensor.Dense:
+		if s.Shape().TotalSize() != 1 || backend.IsDevice(s) {
+			return nil, fmt.Errorf("ops: %s: %s must be a float scalar on the host, got %v of shape %v", op, arg, s.Dtype(), s.Shape())
+		}
+		switch d := s.Data().(type) {
+		case float64:
+			f = d
+		case float32:
+			f = float64(d)
+		case []float64:
+			f = d[0]
+		case []float32:
+			f = float64(d[0])
+		default:
+			return nil, fmt.Errorf("ops: %s: %s must be a float scalar, got %v", op, arg, s.Dtype())
+		}
+	default:
+		return nil, fmt.Errorf("ops: %s: %s must be a float scalar, got %T", op, arg, v)
+	}
+	if dt == tensor.Float32 {
+		return tensor.New(tensor.FromScalar(float32(f))), nil
+	}
+	return tensor.New(tensor.FromScalar(f)), nil
+}
+
+// scalarValue returns the element of a tensor of shape () as gorgonia's
+// scalar value of its dtype.
+func scalarValue(d *tensor.Dense) G.Value {
+	if d.Dtype() == tensor.Float32 {
+		return G.NewF32(d.Float32s()[0])
+	}
+	return G.NewF64(d.Float64s()[0])
 }
 
 // output returns prealloc when it is a *tensor.Dense of the right dtype and
