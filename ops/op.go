@@ -12,22 +12,18 @@ import (
 	"github.com/stheno-ml/stheno/backend"
 )
 
-// tensorType is the hm type of a tensor of the given rank whose element type
-// is the type variable a, shared by all inputs and the output of an op.
-func tensorType(dims int) G.TensorType {
-	return G.TensorType{Dims: dims, Of: hm.TypeVariable('a')}
-}
-
 // fnType builds the hm function type of an op from the ranks of its inputs
-// and of its output. Rank 0 is a scalar, which gorgonia types by its
+// and of its output: tensors whose element type is the type variable a,
+// shared by all of them. Rank 0 is a scalar, which gorgonia types by its
 // element type alone.
 func fnType(ranks ...int) hm.Type {
+	a := hm.TypeVariable('a')
 	ts := make([]hm.Type, len(ranks))
 	for i, r := range ranks {
 		if r == 0 {
-			ts[i] = hm.TypeVariable('a')
+			ts[i] = a
 		} else {
-			ts[i] = tensorType(r)
+			ts[i] = G.TensorType{Dims: r, Of: a}
 		}
 	}
 	return hm.NewFnType(ts...)
