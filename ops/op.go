@@ -172,12 +172,3 @@ func output(prealloc G.Value, dt tensor.Dtype, shape tensor.Shape) *tensor.Dense
 	}
 	return tensor.New(tensor.Of(dt), tensor.WithShape(shape...))
 }
-
-// shapeOf converts the DimSizer InferShape receives into a tensor.Shape.
-func shapeOf(op string, d G.DimSizer) (tensor.Shape, error) {
-	s, ok := d.(tensor.Shape)
-	if !ok {
-		return nil, fmt.Errorf("ops: %s: expected a tensor.Shape, got %T", op, d)
-	}
-	return s, nil
-}
