@@ -94,10 +94,10 @@ func checkRank(op, arg string, n *G.Node, rank int, want string) error {
 	return nil
 }
 
-// dense returns v as a contiguous *tensor.Dense of dtype dt and shape want,
-// materialising views. Kernels index raw backing slices, so anything else
-// would be read as garbage.
-func dense(op, arg string, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tensor.Dense, error) {
+// tensorArg returns v as a *tensor.Dense after checking its dtype and shape
+// against dt and want: the checks of every tensor input, on the host
+// (dense) or on a device (deviceTensor).
+func tensorArg(op, arg string, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tensor.Dense, error) {
 	d, ok := v.(*tensor.Dense)
 	if !ok {
 		return nil, fmt.Errorf("ops: %s: %s must be a *tensor.Dense, got %T", op, arg, v)
@@ -107,6 +107,17 @@ func dense(op, arg string, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tens
 	}
 	if !d.Shape().Eq(want) {
 		return nil, fmt.Errorf("ops: %s: %s has shape %v, want %v", op, arg, d.Shape(), want)
+	}
+	return d, nil
+}
+
+// dense returns v as a contiguous *tensor.Dense of dtype dt and shape want,
+// materialising views. Kernels index raw backing slices, so anything else
+// would be read as garbage.
+func dense(op, arg string, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tensor.Dense, error) {
+	d, err := tensorArg(op, arg, v, dt, want)
+	if err != nil {
+		return nil, err
 	}
 	if d.IsView() || !d.DataOrder().IsRowMajor() {
 		m, ok := d.Materialize().(*tensor.Dense)
