@@ -52,15 +52,9 @@ func deviceArg(op, arg string, dev *backend.Device, v G.Value, dt tensor.Dtype, 
 // deviceTensor checks a device input's dtype and shape and returns it with
 // its address.
 func deviceTensor(op, arg string, dev *backend.Device, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tensor.Dense, backend.DevicePtr, error) {
-	d, ok := v.(*tensor.Dense)
-	if !ok {
-		return nil, 0, fmt.Errorf("ops: %s: %s must be a *tensor.Dense, got %T", op, arg, v)
-	}
-	if d.Dtype() != dt {
-		return nil, 0, fmt.Errorf("ops: %s: %s has dtype %v, want %v", op, arg, d.Dtype(), dt)
-	}
-	if !d.Shape().Eq(want) {
-		return nil, 0, fmt.Errorf("ops: %s: %s has shape %v, want %v", op, arg, d.Shape(), want)
+	d, err := tensorArg(op, arg, v, dt, want)
+	if err != nil {
+		return nil, 0, err
 	}
 	p, err := dev.Ptr(d)
 	if err != nil {

@@ -18,7 +18,8 @@
 // where their inputs live: host tensors take the Go CPU kernels; device
 // tensors (package backend, build tag stheno_cuda) take the CUDA kernels of
 // RoIAlign, MSDeformAttn, Conv and ConvBN and return device tensors, with no
-// host round trip. All ops accept float32 and float64.
+// host round trip; the other ops refuse device inputs with an error that
+// says to move them with ToHost. All ops accept float32 and float64.
 //
 // Semantics follow the references exactly:
 //   - RoIAlign: torchvision.ops.roi_align (average pooling);

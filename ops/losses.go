@@ -2,10 +2,8 @@ package ops
 
 import (
 	"fmt"
-	"hash"
 	"math"
 
-	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
@@ -57,7 +55,7 @@ func SigmoidBCE(x, t, w *G.Node) (*G.Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	return G.ApplyOp(&lossOp{s}, x, t, w)
+	return G.ApplyOp(lossOp(s), x, t, w)
 }
 
 // SmoothL1 returns the weighted smooth-L1 (Huber) distance of x from t, as
@@ -77,7 +75,7 @@ func SmoothL1(x, t, w *G.Node, beta float64) (*G.Node, error) {
 		return nil, err
 	}
 	s.beta = beta
-	return G.ApplyOp(&lossOp{s}, x, t, w)
+	return G.ApplyOp(lossOp(s), x, t, w)
 }
 
 // SoftmaxCrossEntropy returns the weighted cross-entropy of rows of logits
@@ -120,7 +118,7 @@ func SoftmaxCrossEntropy(logits, labels, weights *G.Node) (*G.Node, error) {
 		return nil, err
 	}
 	s := lossShape{kind: lossSoftmaxCE, x: ls.Clone(), t: labels.Shape().Clone(), dt: dt}
-	return G.ApplyOp(&lossOp{s}, logits, labels, weights)
+	return G.ApplyOp(lossOp(s), logits, labels, weights)
 }
 
 // newElementwiseLoss checks the three same-shaped inputs of an elementwise
@@ -160,185 +158,52 @@ type lossShape struct {
 }
 
 func (s lossShape) String() string {
-	return fmt.Sprintf("%v(x=%v,t=%v,%v,beta=%v)", s.kind, s.x, s.t, s.dt, s.beta)
+	return fmt.Sprintf("x=%v,t=%v,%v,beta=%v", s.x, s.t, s.dt, s.beta)
 }
 
-// typ is the hm type (x, t, w[, grad]) -> out, where grad and the loss
-// are scalars of the dtype variable.
-func (s lossShape) typ(withGrad bool, out hm.Type) hm.Type {
-	a := hm.TypeVariable('a')
-	ts := []hm.Type{tensorType(s.x.Dims()), tensorType(s.t.Dims()), tensorType(s.t.Dims())}
-	if withGrad {
-		ts = append(ts, a)
-	}
-	if out == nil {
-		out = a
-	}
-	return hm.NewFnType(append(ts, out)...)
-}
-
-// inputs checks the values of (x, t, w) against the shapes.
-func (s lossShape) inputs(op string, in []G.Value) (x, t, w *tensor.Dense, err error) {
-	if x, err = dense(op, "x", in[0], s.dt, s.x); err != nil {
-		return
-	}
-	if t, err = dense(op, "targets", in[1], s.dt, s.t); err != nil {
-		return
-	}
-	w, err = dense(op, "weights", in[2], s.dt, s.t)
-	return
+func (s lossShape) inputs() []argSpec {
+	return []argSpec{{name: "x", shape: s.x}, {name: "targets", shape: s.t}, {name: "weights", shape: s.t}}
 }
 
 // lossOp is the forward op: (x, t, w) -> scalar loss.
-type lossOp struct{ lossShape }
-
-func (op *lossOp) Arity() int            { return 3 }
-func (op *lossOp) Type() hm.Type         { return op.typ(false, nil) }
-func (op *lossOp) ReturnsPtr() bool      { return false }
-func (op *lossOp) CallsExtern() bool     { return false }
-func (op *lossOp) OverwritesInput() int  { return -1 }
-func (op *lossOp) String() string        { return op.lossShape.String() }
-func (op *lossOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *lossOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *lossOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return tensor.ScalarShape(), nil }
-
-func (op *lossOp) Do(in ...G.Value) (G.Value, error) {
-	name := op.kind.String()
-	if len(in) != 3 {
-		return nil, fmt.Errorf("ops: %v: want 3 inputs, got %d", op, len(in))
-	}
-	if err := hostOnly(name, []string{"x", "targets", "weights"}, in); err != nil {
-		return nil, err
-	}
-	x, t, w, err := op.inputs(name, in)
-	if err != nil {
-		return nil, err
-	}
-	var sum float64
-	switch op.dt {
-	case tensor.Float32:
-		sum, err = lossForward(op.lossShape, x.Float32s(), t.Float32s(), w.Float32s())
-		if err != nil {
-			return nil, err
-		}
-		return G.NewF32(float32(sum)), nil
-	default:
-		sum, err = lossForward(op.lossShape, x.Float64s(), t.Float64s(), w.Float64s())
-		if err != nil {
-			return nil, err
-		}
-		return G.NewF64(sum), nil
-	}
-}
-
-func (op *lossOp) DiffWRT(inputs int) []bool { return []bool{true, false, false} }
-
-func (op *lossOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != 3 {
-		return nil, fmt.Errorf("ops: %v: want 3 inputs, got %d", op, len(inputs))
-	}
-	dx, err := G.ApplyOp(&lossGradOp{op.lossShape}, inputs[0], inputs[1], inputs[2], grad)
-	if err != nil {
-		return nil, fmt.Errorf("ops: %v backward: %w", op.kind, err)
-	}
-	return G.Nodes{dx, nil, nil}, nil
-}
-
-// lossGradOp is the backward op: (x, t, w, dloss) -> dx.
-type lossGradOp struct{ lossShape }
-
-func (op *lossGradOp) Arity() int            { return 4 }
-func (op *lossGradOp) Type() hm.Type         { return op.typ(true, tensorType(op.x.Dims())) }
-func (op *lossGradOp) ReturnsPtr() bool      { return false }
-func (op *lossGradOp) CallsExtern() bool     { return false }
-func (op *lossGradOp) OverwritesInput() int  { return -1 }
-func (op *lossGradOp) String() string        { return op.lossShape.String() + "Grad" }
-func (op *lossGradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *lossGradOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *lossGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.x.Clone(), nil }
-
-func (op *lossGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *lossGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	name := op.kind.String() + " backward"
-	if len(in) != 4 {
-		return nil, fmt.Errorf("ops: %v: want 4 inputs, got %d", op, len(in))
-	}
-	if err := hostOnly(name, []string{"x", "targets", "weights", "grad"}, in); err != nil {
-		return nil, err
-	}
-	x, t, w, err := op.inputs(name, in)
-	if err != nil {
-		return nil, err
-	}
-	g, err := lossGradScalar(name, in[3])
-	if err != nil {
-		return nil, err
-	}
-	dx := output(prealloc, op.dt, op.x)
-	switch op.dt {
-	case tensor.Float32:
-		err = lossBackward(op.lossShape, x.Float32s(), t.Float32s(), w.Float32s(), float32(g), dx.Float32s())
-	default:
-		err = lossBackward(op.lossShape, x.Float64s(), t.Float64s(), w.Float64s(), g, dx.Float64s())
-	}
-	if err != nil {
-		return nil, err
-	}
-	return dx, nil
-}
-
-// DiffWRT claims x so that a second derivative reaches SymDiff and its
-// error, rather than gorgonia's report of a non-differentiable path.
-func (op *lossGradOp) DiffWRT(inputs int) []bool { return []bool{true, false, false, false} }
-
-func (op *lossGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, errNoSecondDerivative(op.kind.String())
-}
-
-// hostOnly returns an error when any input of an op that has no GPU kernel
-// yet lives on a device: the message says how to run it on the host instead.
-func hostOnly(op string, names []string, in []G.Value) error {
-	dev, err := inputsDevice(op, names, in)
-	if err != nil {
-		return err
-	}
-	if dev != nil {
-		return fmt.Errorf("ops: %s: no GPU kernel yet; move its inputs to the host with ops.ToHost", op)
-	}
-	return nil
-}
-
-// lossGradScalar reads the scalar gradient gorgonia hands a backward op: a
-// *G.F32 or *G.F64, or a tensor of one element.
-func lossGradScalar(op string, v G.Value) (float64, error) {
-	switch s := v.(type) {
-	case *G.F64:
-		return float64(*s), nil
-	case *G.F32:
-		return float64(*s), nil
-	case *tensor.Dense:
-		if s.Shape().TotalSize() == 1 {
-			switch d := s.Data().(type) {
-			case float64:
-				return d, nil
-			case float32:
-				return float64(d), nil
-			case []float64:
-				return d[0], nil
-			case []float32:
-				return float64(d[0]), nil
+func lossOp(s lossShape) *specOp {
+	return newOp(&opSpec{
+		name: s.kind.String(), config: s.String(),
+		inputs: s.inputs(), out: tensor.ScalarShape(), dtype: s.dt,
+		cpu:     floatTwin(s, lossForward[float32], lossForward[float64]),
+		diffWRT: []bool{true, false, false},
+		grad: func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+			dx, err := G.ApplyOp(lossGradOp(s), in[0], in[1], in[2], grad)
+			if err != nil {
+				return nil, fmt.Errorf("ops: %v backward: %w", s.kind, err)
 			}
-		}
-	}
-	return 0, fmt.Errorf("ops: %s: the loss gradient must be a float scalar, got %T", op, v)
+			return G.Nodes{dx, nil, nil}, nil
+		},
+	})
 }
 
-// lossForward sums the loss in float64: the sums run over up to millions of
-// terms (every anchor of every image), far past float32's 24 bits.
-func lossForward[T kernels.Float](s lossShape, x, t, w []T) (float64, error) {
+// lossGradOp is the backward op: (x, t, w, dloss) -> dx. dloss is the
+// scalar gradient of the loss, on the host.
+func lossGradOp(s lossShape) *specOp {
+	return newOp(&opSpec{
+		name: s.kind.String() + " backward", config: s.String(),
+		inputs: append(s.inputs(), argSpec{name: "grad", shape: tensor.ScalarShape()}),
+		out:    s.x, dtype: s.dt,
+		cpu: floatTwin(s, lossBackward[float32], lossBackward[float64]),
+		// diffWRT claims x so that a second derivative reaches grad and its
+		// error, rather than gorgonia's report of a non-differentiable path.
+		diffWRT: []bool{true, false, false, false},
+		grad: func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+			return nil, errNoSecondDerivative(s.kind.String())
+		},
+	})
+}
+
+// lossForward writes the loss of (x, t, w) = in to out[0]. It sums in
+// float64: the sums run over up to millions of terms (every anchor of every
+// image), far past float32's 24 bits.
+func lossForward[T kernels.Float](s lossShape, in [][]T, out []T) error {
+	x, t, w := in[0], in[1], in[2]
 	var sum float64
 	switch s.kind {
 	case lossSigmoidBCE:
@@ -371,7 +236,7 @@ func lossForward[T kernels.Float](s lossShape, x, t, w []T) (float64, error) {
 		for k := range s.x[0] {
 			label, err := lossClassLabel(t[k], c)
 			if err != nil {
-				return 0, fmt.Errorf("ops: SoftmaxCrossEntropy: row %d: %w", k, err)
+				return fmt.Errorf("row %d: %w", k, err)
 			}
 			if w[k] == 0 {
 				continue
@@ -380,11 +245,13 @@ func lossForward[T kernels.Float](s lossShape, x, t, w []T) (float64, error) {
 			sum += float64(w[k]) * (lossLogSumExp(row) - float64(row[label]))
 		}
 	}
-	return sum, nil
+	out[0] = T(sum)
+	return nil
 }
 
-// lossBackward writes dx = g * d(loss)/dx.
-func lossBackward[T kernels.Float](s lossShape, x, t, w []T, g T, dx []T) error {
+// lossBackward writes dx = g * d(loss)/dx, where (x, t, w, g) = in.
+func lossBackward[T kernels.Float](s lossShape, in [][]T, dx []T) error {
+	x, t, w, g := in[0], in[1], in[2], in[3][0]
 	switch s.kind {
 	case lossSigmoidBCE:
 		for i, xi := range x {
@@ -414,7 +281,7 @@ func lossBackward[T kernels.Float](s lossShape, x, t, w []T, g T, dx []T) error 
 		for k := range s.x[0] {
 			label, err := lossClassLabel(t[k], c)
 			if err != nil {
-				return fmt.Errorf("ops: SoftmaxCrossEntropy backward: row %d: %w", k, err)
+				return fmt.Errorf("row %d: %w", k, err)
 			}
 			row, drow := x[k*c:(k+1)*c], dx[k*c:(k+1)*c]
 			if w[k] == 0 {

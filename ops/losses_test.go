@@ -253,3 +253,34 @@ func TestLossHashes(t *testing.T) {
 		t.Error("distinct losses were merged")
 	}
 }
+
+// The backward op takes the loss's gradient in every form gorgonia hands it
+// over: a *G.F64 or *G.F32 whatever the loss's dtype, or a tensor of one
+// element; anything else is an error naming the argument.
+func TestLossGradScalarForms(t *testing.T) {
+	x, tg, w := vec(0.5, -1), vec(1, 0), vec(1, 2)
+	s := lossShape{kind: lossSigmoidBCE, x: tensor.Shape{2}, t: tensor.Shape{2}, dt: tensor.Float64}
+	want := []float64{3 * (sigmoid(0.5) - 1), 3 * 2 * sigmoid(-1)}
+	for _, c := range []struct {
+		name string
+		g    G.Value
+	}{
+		{"F64", G.NewF64(3)},
+		{"F32", G.NewF32(3)},
+		{"scalar tensor", tensor.New(tensor.FromScalar(3.0))},
+		{"one-element tensor", tensor.New(tensor.WithShape(1, 1), tensor.WithBacking([]float32{3}))},
+	} {
+		dx, err := lossGradOp(s).Do(x, tg, w, c.g)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+			continue
+		}
+		if err := autograd.TolForward64.Compare(toFloat64s(t, dx), want); err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	_, err := lossGradOp(s).Do(x, tg, w, vec(1, 2))
+	if err == nil || !strings.Contains(err.Error(), "SigmoidBCE backward: grad must be a float scalar") {
+		t.Errorf("a two-element gradient: got error %v", err)
+	}
+}

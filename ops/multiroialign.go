@@ -2,11 +2,9 @@ package ops
 
 import (
 	"fmt"
-	"hash"
 	"math"
 	"strings"
 
-	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
@@ -132,7 +130,7 @@ func MultiLevelRoIAlign(features []*G.Node, rois *G.Node, cfg MultiLevelRoIAlign
 		return nil, err
 	}
 	inputs := append(append(G.Nodes{}, features...), rois)
-	return G.ApplyOp(&multiRoIOp{s}, inputs...)
+	return G.ApplyOp(multiRoIOp(&s), inputs...)
 }
 
 // multiRoIShape is what the multi-level RoIAlign ops know at graph-build
@@ -210,7 +208,9 @@ func gatherLevelRoIs[T kernels.Float](rois []T, rows []int) []T {
 
 // multiRoIForward pools every level's RoIs with the RoIAlign kernel into a
 // compact buffer and scatters the results into out's rows (or columns).
-func multiRoIForward[T kernels.Float](s *multiRoIShape, feats [][]T, rois, out []T) error {
+// in holds each level's features, then the RoIs.
+func multiRoIForward[T kernels.Float](s *multiRoIShape, in [][]T, out []T) error {
+	feats, rois := in[:s.levels()], in[s.levels()]
 	rows, err := assignLevels(s, rois)
 	if err != nil {
 		return err
@@ -265,167 +265,60 @@ func multiRoIBackward[T kernels.Float](s *multiRoIShape, l int, rois, gradOut, g
 	return nil
 }
 
+// multiRoILevel is the backward op's parameter: the shapes and its level.
+type multiRoILevel struct {
+	*multiRoIShape
+	level int
+}
+
+// multiRoILevelBackward is multiRoIBackward for (rois, gradOut) = in.
+func multiRoILevelBackward[T kernels.Float](p multiRoILevel, in [][]T, gradX []T) error {
+	return multiRoIBackward(p.multiRoIShape, p.level, in[0], in[1], gradX)
+}
+
 // multiRoIOp is the forward op: (features..., rois) -> pooled.
-type multiRoIOp struct{ multiRoIShape }
-
-func (op *multiRoIOp) Arity() int { return op.levels() + 1 }
-
-func (op *multiRoIOp) Type() hm.Type {
-	ranks := make([]int, 0, op.levels()+2)
-	for range op.levels() {
-		ranks = append(ranks, 4)
+func multiRoIOp(s *multiRoIShape) *specOp {
+	inputs := make([]argSpec, 0, s.levels()+1)
+	diffWRT := make([]bool, 0, s.levels()+1)
+	for l := range s.levels() {
+		inputs = append(inputs, argSpec{name: fmt.Sprintf("features[%d]", l), shape: s.featShape(l)})
+		diffWRT = append(diffWRT, true)
 	}
-	out := 4
-	if op.cfg.Columns {
-		out = 2
-	}
-	return fnType(append(ranks, 2, out)...)
-}
-
-func (op *multiRoIOp) ReturnsPtr() bool      { return false }
-func (op *multiRoIOp) CallsExtern() bool     { return false }
-func (op *multiRoIOp) OverwritesInput() int  { return -1 }
-func (op *multiRoIOp) String() string        { return "MultiLevelRoIAlign(" + op.multiRoIShape.String() + ")" }
-func (op *multiRoIOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *multiRoIOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *multiRoIOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
-
-func (op *multiRoIOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *multiRoIOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	const name = "MultiLevelRoIAlign"
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
-	}
-	names := make([]string, len(in))
-	for l := range op.levels() {
-		names[l] = fmt.Sprintf("features[%d]", l)
-	}
-	names[op.levels()] = "rois"
-	if err := hostOnly(name, names, in); err != nil {
-		return nil, err
-	}
-	feats := make([]*tensor.Dense, op.levels())
-	for l := range feats {
-		var err error
-		if feats[l], err = dense(name, names[l], in[l], op.dt, op.featShape(l)); err != nil {
-			return nil, err
-		}
-	}
-	rois, err := dense(name, "rois", in[op.levels()], op.dt, op.roiShape())
-	if err != nil {
-		return nil, err
-	}
-	out := output(prealloc, op.dt, op.outShape())
-	switch op.dt {
-	case tensor.Float32:
-		f := make([][]float32, len(feats))
-		for l, t := range feats {
-			f[l] = t.Float32s()
-		}
-		err = multiRoIForward(&op.multiRoIShape, f, rois.Float32s(), out.Float32s())
-	default:
-		f := make([][]float64, len(feats))
-		for l, t := range feats {
-			f[l] = t.Float64s()
-		}
-		err = multiRoIForward(&op.multiRoIShape, f, rois.Float64s(), out.Float64s())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ops: %s: %w", name, err)
-	}
-	return out, nil
-}
-
-func (op *multiRoIOp) DiffWRT(inputs int) []bool {
-	d := make([]bool, inputs)
-	for l := range op.levels() {
-		d[l] = true
-	}
-	return d
-}
-
-func (op *multiRoIOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != op.Arity() {
-		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(inputs))
-	}
-	rois := inputs[op.levels()]
-	grads := make(G.Nodes, op.Arity())
-	for l := range op.levels() {
-		d, err := G.ApplyOp(&multiRoIGradOp{op.multiRoIShape, l}, rois, grad)
-		if err != nil {
-			return nil, fmt.Errorf("ops: MultiLevelRoIAlign backward: %w", err)
-		}
-		grads[l] = d
-	}
-	return grads, nil
+	inputs = append(inputs, argSpec{name: "rois", shape: s.roiShape()})
+	diffWRT = append(diffWRT, false)
+	return newOp(&opSpec{
+		name: "MultiLevelRoIAlign", config: s.String(),
+		inputs: inputs, out: s.outShape(), dtype: s.dt,
+		cpu:     floatTwin(s, multiRoIForward[float32], multiRoIForward[float64]),
+		diffWRT: diffWRT,
+		grad: func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+			rois := in[s.levels()]
+			grads := make(G.Nodes, len(in))
+			for l := range s.levels() {
+				d, err := G.ApplyOp(multiRoIGradOp(s, l), rois, grad)
+				if err != nil {
+					return nil, fmt.Errorf("ops: MultiLevelRoIAlign backward: %w", err)
+				}
+				grads[l] = d
+			}
+			return grads, nil
+		},
+	})
 }
 
 // multiRoIGradOp is the backward op of one level: (rois, gradOut) ->
 // gradient of that level's features. One op per level keeps each gradient
 // a plain tensor; each reads only the rows of its own RoIs.
-type multiRoIGradOp struct {
-	multiRoIShape
-	level int
-}
-
-func (op *multiRoIGradOp) Arity() int { return 2 }
-
-func (op *multiRoIGradOp) Type() hm.Type {
-	out := 4
-	if op.cfg.Columns {
-		out = 2
-	}
-	return fnType(2, out, 4)
-}
-
-func (op *multiRoIGradOp) ReturnsPtr() bool     { return false }
-func (op *multiRoIGradOp) CallsExtern() bool    { return false }
-func (op *multiRoIGradOp) OverwritesInput() int { return -1 }
-func (op *multiRoIGradOp) String() string {
-	return fmt.Sprintf("MultiLevelRoIAlignGrad(level=%d,%v)", op.level, op.multiRoIShape.String())
-}
-func (op *multiRoIGradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *multiRoIGradOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *multiRoIGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) {
-	return op.featShape(op.level), nil
-}
-
-func (op *multiRoIGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *multiRoIGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	const name = "MultiLevelRoIAlign backward"
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
-	}
-	if err := hostOnly(name, []string{"rois", "grad"}, in); err != nil {
-		return nil, err
-	}
-	rois, err := dense(name, "rois", in[0], op.dt, op.roiShape())
-	if err != nil {
-		return nil, err
-	}
-	gy, err := dense(name, "grad", in[1], op.dt, op.outShape())
-	if err != nil {
-		return nil, err
-	}
-	gx := output(prealloc, op.dt, op.featShape(op.level))
-	switch op.dt {
-	case tensor.Float32:
-		err = multiRoIBackward(&op.multiRoIShape, op.level, rois.Float32s(), gy.Float32s(), gx.Float32s())
-	default:
-		err = multiRoIBackward(&op.multiRoIShape, op.level, rois.Float64s(), gy.Float64s(), gx.Float64s())
-	}
-	if err != nil {
-		return nil, fmt.Errorf("ops: %s: %w", name, err)
-	}
-	return gx, nil
-}
-
-func (op *multiRoIGradOp) DiffWRT(inputs int) []bool { return []bool{false, true} }
-
-func (op *multiRoIGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, errNoSecondDerivative("MultiLevelRoIAlign")
+func multiRoIGradOp(s *multiRoIShape, level int) *specOp {
+	p := multiRoILevel{s, level}
+	return newOp(&opSpec{
+		name: "MultiLevelRoIAlign backward", config: fmt.Sprintf("level=%d,%v", level, s),
+		inputs: []argSpec{{name: "rois", shape: s.roiShape()}, {name: "grad", shape: s.outShape()}},
+		out:    s.featShape(level), dtype: s.dt,
+		cpu:     floatTwin(p, multiRoILevelBackward[float32], multiRoILevelBackward[float64]),
+		diffWRT: []bool{false, true},
+		grad: func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+			return nil, errNoSecondDerivative("MultiLevelRoIAlign")
+		},
+	})
 }

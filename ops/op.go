@@ -8,20 +8,23 @@ import (
 	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
 )
 
-// tensorType is the hm type of a tensor of the given rank whose element type
-// is the type variable a, shared by all inputs and the output of an op.
-func tensorType(dims int) G.TensorType {
-	return G.TensorType{Dims: dims, Of: hm.TypeVariable('a')}
-}
-
 // fnType builds the hm function type of an op from the ranks of its inputs
-// and of its output.
+// and of its output: tensors whose element type is the type variable a,
+// shared by all of them. Rank 0 is a scalar, which gorgonia types by its
+// element type alone.
 func fnType(ranks ...int) hm.Type {
+	a := hm.TypeVariable('a')
 	ts := make([]hm.Type, len(ranks))
 	for i, r := range ranks {
-		ts[i] = tensorType(r)
+		if r == 0 {
+			ts[i] = a
+		} else {
+			ts[i] = G.TensorType{Dims: r, Of: a}
+		}
 	}
 	return hm.NewFnType(ts...)
 }
@@ -91,10 +94,10 @@ func checkRank(op, arg string, n *G.Node, rank int, want string) error {
 	return nil
 }
 
-// dense returns v as a contiguous *tensor.Dense of dtype dt and shape want,
-// materialising views. Kernels index raw backing slices, so anything else
-// would be read as garbage.
-func dense(op, arg string, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tensor.Dense, error) {
+// tensorArg returns v as a *tensor.Dense after checking its dtype and shape
+// against dt and want: the checks of every tensor input, on the host
+// (dense) or on a device (deviceTensor).
+func tensorArg(op, arg string, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tensor.Dense, error) {
 	d, ok := v.(*tensor.Dense)
 	if !ok {
 		return nil, fmt.Errorf("ops: %s: %s must be a *tensor.Dense, got %T", op, arg, v)
@@ -104,6 +107,17 @@ func dense(op, arg string, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tens
 	}
 	if !d.Shape().Eq(want) {
 		return nil, fmt.Errorf("ops: %s: %s has shape %v, want %v", op, arg, d.Shape(), want)
+	}
+	return d, nil
+}
+
+// dense returns v as a contiguous *tensor.Dense of dtype dt and shape want,
+// materialising views. Kernels index raw backing slices, so anything else
+// would be read as garbage.
+func dense(op, arg string, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tensor.Dense, error) {
+	d, err := tensorArg(op, arg, v, dt, want)
+	if err != nil {
+		return nil, err
 	}
 	if d.IsView() || !d.DataOrder().IsRowMajor() {
 		m, ok := d.Materialize().(*tensor.Dense)
@@ -115,6 +129,51 @@ func dense(op, arg string, v G.Value, dt tensor.Dtype, want tensor.Shape) (*tens
 	return d, nil
 }
 
+// hostScalar returns the scalar input v as a tensor of shape () and dtype
+// dt. Gorgonia hands a scalar op its output gradient as a *G.F32 or *G.F64
+// (its host constant onef32 even when the op's other inputs are on a
+// device), or as a tensor of one element.
+func hostScalar(op, arg string, v G.Value, dt tensor.Dtype) (*tensor.Dense, error) {
+	var f float64
+	switch s := v.(type) {
+	case *G.F64:
+		f = float64(*s)
+	case *G.F32:
+		f = float64(*s)
+	case *tensor.Dense:
+		if s.Shape().TotalSize() != 1 || backend.IsDevice(s) {
+			return nil, fmt.Errorf("ops: %s: %s must be a float scalar on the host, got %v of shape %v", op, arg, s.Dtype(), s.Shape())
+		}
+		switch d := s.Data().(type) {
+		case float64:
+			f = d
+		case float32:
+			f = float64(d)
+		case []float64:
+			f = d[0]
+		case []float32:
+			f = float64(d[0])
+		default:
+			return nil, fmt.Errorf("ops: %s: %s must be a float scalar, got %v", op, arg, s.Dtype())
+		}
+	default:
+		return nil, fmt.Errorf("ops: %s: %s must be a float scalar, got %T", op, arg, v)
+	}
+	if dt == tensor.Float32 {
+		return tensor.New(tensor.FromScalar(float32(f))), nil
+	}
+	return tensor.New(tensor.FromScalar(f)), nil
+}
+
+// scalarValue returns the element of a tensor of shape () as gorgonia's
+// scalar value of its dtype.
+func scalarValue(d *tensor.Dense) G.Value {
+	if d.Dtype() == tensor.Float32 {
+		return G.NewF32(d.Float32s()[0])
+	}
+	return G.NewF64(d.Float64s()[0])
+}
+
 // output returns prealloc when it is a *tensor.Dense of the right dtype and
 // shape, and a new tensor otherwise. Kernels overwrite every element of their
 // outputs, so a reused buffer needs no clearing.
@@ -123,13 +182,4 @@ func output(prealloc G.Value, dt tensor.Dtype, shape tensor.Shape) *tensor.Dense
 		return d
 	}
 	return tensor.New(tensor.Of(dt), tensor.WithShape(shape...))
-}
-
-// shapeOf converts the DimSizer InferShape receives into a tensor.Shape.
-func shapeOf(op string, d G.DimSizer) (tensor.Shape, error) {
-	s, ok := d.(tensor.Shape)
-	if !ok {
-		return nil, fmt.Errorf("ops: %s: expected a tensor.Shape, got %T", op, d)
-	}
-	return s, nil
 }

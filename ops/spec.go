@@ -26,6 +26,11 @@ type opSpec struct {
 	// differ here.
 	config string
 
+	// inputs and out give the shapes the op reads and writes. Shape () is
+	// a scalar, as gorgonia has them: a scalar input arrives on the host
+	// whatever the other inputs' place (gorgonia hands a scalar op its
+	// output gradient so), as a *G.F32, a *G.F64 or a tensor of one
+	// element; a scalar output leaves the CPU twin as a *G.F32 or *G.F64.
 	inputs []argSpec
 	out    tensor.Shape
 	dtype  tensor.Dtype // of the output and of every input without its own
@@ -37,6 +42,10 @@ type opSpec struct {
 	// device runs the op on a device; nil for an op that has no device
 	// kernels yet, whose device inputs are then refused with advice.
 	device func(a *deviceArgs) (*tensor.Dense, error)
+	// run, when set, replaces bind, cpu and device: it takes the inputs as
+	// gorgonia hands them (their number checked) and decides itself where
+	// its output lives. For ops whose job is placement: ToDevice, ToHost.
+	run func(in []G.Value, prealloc G.Value) (G.Value, error)
 
 	// diffWRT says which inputs the op is differentiable with respect to
 	// (none when nil), and grad returns their gradients (nil for the
@@ -62,7 +71,8 @@ func (a argSpec) dtypeIn(s *opSpec) tensor.Dtype {
 
 // deviceArgs are an op's inputs on a device, checked: their tensors and
 // addresses in the order of opSpec.inputs, with the output the tape machine
-// offers for reuse.
+// offers for reuse. A scalar input is a host tensor of shape () with
+// address 0.
 type deviceArgs struct {
 	spec     *opSpec
 	dev      *backend.Device
@@ -85,8 +95,9 @@ func newOp(s *opSpec) *specOp { return &specOp{s} }
 
 func (op *specOp) Arity() int { return len(op.inputs) }
 
-// Type is a function of tensors of the inputs' and the output's ranks,
-// all of one element type: gorgonia's type system unifies them.
+// Type is a function of tensors of the inputs' and the output's ranks (of
+// scalars for rank 0), all of one element type: gorgonia's type system
+// unifies them.
 func (op *specOp) Type() hm.Type {
 	ranks := make([]int, 0, len(op.inputs)+1)
 	for _, a := range op.inputs {
@@ -108,6 +119,12 @@ func (op *specOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(n
 // UsePreallocDo runs the op where its inputs live: on their device, or on
 // the host with the CPU twin, reusing prealloc when it fits.
 func (op *specOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	if op.run != nil {
+		if err := op.checkArity(in); err != nil {
+			return nil, err
+		}
+		return op.run(in, prealloc)
+	}
 	onDevice, host, err := op.bind(in)
 	if err != nil {
 		return nil, err
@@ -119,6 +136,9 @@ func (op *specOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error
 	out := output(prealloc, op.dtype, op.out)
 	if err := op.cpu(host, out); err != nil {
 		return nil, fmt.Errorf("ops: %s: %w", op.name, err)
+	}
+	if op.out.Dims() == 0 {
+		return scalarValue(out), nil
 	}
 	return out, nil
 }
@@ -140,41 +160,79 @@ func (op *specOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 	return op.grad(inputs, output, grad)
 }
 
-// bind checks an op's input values against its spec: their number, their
-// place (all on the host, or all on one device), their dtypes and shapes.
-// On the host it returns them contiguous; on a device, ready for the
-// device launcher.
-func (s *opSpec) bind(in []G.Value) (*deviceArgs, []*tensor.Dense, error) {
+// checkArity checks the number of an op's input values.
+func (s *opSpec) checkArity(in []G.Value) error {
 	if len(in) != len(s.inputs) {
-		return nil, nil, fmt.Errorf("ops: %s: want %d inputs, got %d", s.name, len(s.inputs), len(in))
+		return fmt.Errorf("ops: %s: want %d inputs, got %d", s.name, len(s.inputs), len(in))
 	}
-	names := make([]string, len(s.inputs))
+	return nil
+}
+
+// bind checks an op's input values against its spec: their number, their
+// place (all on the host, or all on one device; scalars on the host), their
+// dtypes and shapes. On the host it returns them contiguous; on a device,
+// ready for the device launcher.
+func (s *opSpec) bind(in []G.Value) (*deviceArgs, []*tensor.Dense, error) {
+	if err := s.checkArity(in); err != nil {
+		return nil, nil, err
+	}
+	var names []string
+	var placed []G.Value
 	for i, a := range s.inputs {
-		names[i] = a.name
+		if a.shape.Dims() > 0 {
+			names, placed = append(names, a.name), append(placed, in[i])
+		}
 	}
-	dev, err := inputsDevice(s.name, names, in)
+	dev, err := inputsDevice(s.name, names, placed)
 	if err != nil {
 		return nil, nil, err
 	}
+	var ptr []backend.DevicePtr
 	if dev != nil {
 		if s.device == nil {
-			return nil, nil, fmt.Errorf("ops: %s: no GPU kernel yet; move its inputs to the host with ops.ToHost", s.name)
+			return nil, nil, errNoDeviceKernel(s.name)
 		}
-		a := &deviceArgs{spec: s, dev: dev, in: make([]*tensor.Dense, len(in)), ptr: make([]backend.DevicePtr, len(in))}
-		for i, spec := range s.inputs {
-			if a.in[i], a.ptr[i], err = deviceTensor(s.name, spec.name, dev, in[i], spec.dtypeIn(s), spec.shape); err != nil {
-				return nil, nil, err
-			}
-		}
-		return a, nil, nil
+		ptr = make([]backend.DevicePtr, len(in))
 	}
-	host := make([]*tensor.Dense, len(in))
-	for i, spec := range s.inputs {
-		if host[i], err = dense(s.name, spec.name, in[i], spec.dtypeIn(s), spec.shape); err != nil {
+	args := make([]*tensor.Dense, len(in))
+	for i, a := range s.inputs {
+		dt := a.dtypeIn(s)
+		switch {
+		case a.shape.Dims() == 0:
+			args[i], err = hostScalar(s.name, a.name, in[i], dt)
+		case dev != nil:
+			args[i], ptr[i], err = deviceTensor(s.name, a.name, dev, in[i], dt, a.shape)
+		default:
+			args[i], err = dense(s.name, a.name, in[i], dt, a.shape)
+		}
+		if err != nil {
 			return nil, nil, err
 		}
 	}
-	return nil, host, nil
+	if dev != nil {
+		return &deviceArgs{spec: s, dev: dev, in: args, ptr: ptr}, nil, nil
+	}
+	return nil, args, nil
+}
+
+// errNoDeviceKernel is the error of an op without device kernels whose
+// inputs are on a device.
+func errNoDeviceKernel(op string) error {
+	return fmt.Errorf("ops: %s: no GPU kernel yet; move its inputs to the host with ops.ToHost", op)
+}
+
+// hostOnly checks the placement of the inputs of an op that has no device
+// kernels and is not written as an opSpec (whose bind does this): an error
+// when any of them lives on a device. names[i] names in[i] in errors.
+func hostOnly(op string, names []string, in []G.Value) error {
+	dev, err := inputsDevice(op, names, in)
+	if err != nil {
+		return err
+	}
+	if dev != nil {
+		return errNoDeviceKernel(op)
+	}
+	return nil
 }
 
 // floatTwin makes an op's CPU twin from a kernel generic over the element

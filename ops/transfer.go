@@ -2,9 +2,7 @@ package ops
 
 import (
 	"fmt"
-	"hash"
 
-	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
@@ -18,7 +16,10 @@ func ToDevice(x *G.Node, dev *backend.Device) (*G.Node, error) {
 	if x == nil || dev == nil {
 		return nil, fmt.Errorf("ops: ToDevice: x and dev must not be nil")
 	}
-	return G.ApplyOp(&moveOp{dev: dev, rank: x.Shape().Dims()}, x)
+	if err := checkMovable("ToDevice", x); err != nil {
+		return nil, err
+	}
+	return G.ApplyOp(moveOp(x.Shape().Clone(), dev), x)
 }
 
 // ToHost returns a node holding x's value copied to host memory; a host
@@ -28,46 +29,71 @@ func ToHost(x *G.Node) (*G.Node, error) {
 	if x == nil {
 		return nil, fmt.Errorf("ops: ToHost: x must not be nil")
 	}
-	return G.ApplyOp(&moveOp{rank: x.Shape().Dims()}, x)
-}
-
-// moveOp copies its input to dev (to the host when dev is nil).
-type moveOp struct {
-	dev  *backend.Device
-	rank int
-}
-
-func (op *moveOp) Arity() int            { return 1 }
-func (op *moveOp) Type() hm.Type         { return fnType(op.rank, op.rank) }
-func (op *moveOp) ReturnsPtr() bool      { return false }
-func (op *moveOp) CallsExtern() bool     { return false }
-func (op *moveOp) OverwritesInput() int  { return -1 }
-func (op *moveOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *moveOp) Hashcode() uint32      { return hashOf(op) }
-func (op *moveOp) String() string {
-	if op.dev == nil {
-		return "ToHost"
-	}
-	// The pointer keeps two devices (or two opened handles) apart.
-	return fmt.Sprintf("ToDevice(%v@%p)", op.dev, op.dev)
-}
-
-func (op *moveOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("ops: %v: want 1 input, got %d", op, len(in))
-	}
-	s, err := shapeOf(op.String(), in[0])
-	if err != nil {
+	if err := checkMovable("ToHost", x); err != nil {
 		return nil, err
 	}
-	return s.Clone(), nil
+	return G.ApplyOp(moveOp(x.Shape().Clone(), nil), x)
 }
 
-func (op *moveOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("ops: %v: want 1 input, got %d", op, len(in))
+// checkMovable refuses scalars: they live on the host, as gorgonia's own
+// values.
+func checkMovable(op string, x *G.Node) error {
+	if x.Shape().Dims() == 0 {
+		return fmt.Errorf("ops: %s: x must be a tensor, got a scalar", op)
 	}
-	return move(op.String(), in[0], op.dev)
+	return nil
+}
+
+// moveOp copies its input, of the given shape, to dev (to the host when dev
+// is nil).
+func moveOp(shape tensor.Shape, dev *backend.Device) *specOp {
+	name, config := "ToHost", fmt.Sprintf("x=%v", shape)
+	if dev != nil {
+		// The pointer keeps two devices (or two opened handles) apart.
+		name, config = "ToDevice", fmt.Sprintf("x=%v,dev=%v@%p", shape, dev, dev)
+	}
+	return newOp(&opSpec{
+		name: name, config: config,
+		inputs: []argSpec{{name: "x", shape: shape}}, out: shape,
+		run: func(in []G.Value, _ G.Value) (G.Value, error) {
+			return move(name, in[0], dev)
+		},
+		diffWRT: []bool{true},
+		// The gradient goes back to where the input lives.
+		grad: func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+			g, err := G.ApplyOp(moveLikeOp(grad.Shape().Clone()), grad, in[0])
+			if err != nil {
+				return nil, fmt.Errorf("ops: %s backward: %w", name, err)
+			}
+			return G.Nodes{g}, nil
+		},
+	})
+}
+
+// moveLikeOp copies its first input, of the given shape, to wherever its
+// second input lives (a device, or the host). Its second input is only
+// looked at, not read.
+func moveLikeOp(shape tensor.Shape) *specOp {
+	const name = "MoveLike"
+	return newOp(&opSpec{
+		name: name, config: fmt.Sprintf("x=%v", shape),
+		inputs: []argSpec{{name: "x", shape: shape}, {name: "like", shape: shape}}, out: shape,
+		run: func(in []G.Value, _ G.Value) (G.Value, error) {
+			dev, err := backend.DeviceOf(in[1])
+			if err != nil {
+				return nil, fmt.Errorf("ops: %s: %w", name, err)
+			}
+			return move(name, in[0], dev)
+		},
+		diffWRT: []bool{true, false},
+		grad: func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+			g, err := G.ApplyOp(moveLikeOp(grad.Shape().Clone()), grad, in[0])
+			if err != nil {
+				return nil, fmt.Errorf("ops: %s backward: %w", name, err)
+			}
+			return G.Nodes{g, nil}, nil
+		},
+	})
 }
 
 // move copies v to dev, or to the host when dev is nil.
@@ -93,66 +119,4 @@ func move(op string, v G.Value, dev *backend.Device) (G.Value, error) {
 		return nil, fmt.Errorf("ops: %s: %w", op, err)
 	}
 	return out, nil
-}
-
-func (op *moveOp) DiffWRT(int) []bool { return []bool{true} }
-
-// The gradient goes back to where the input lives.
-func (op *moveOp) SymDiff(in G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(in) != 1 {
-		return nil, fmt.Errorf("ops: %v: want 1 input, got %d", op, len(in))
-	}
-	g, err := G.ApplyOp(&moveLikeOp{rank: op.rank}, grad, in[0])
-	if err != nil {
-		return nil, fmt.Errorf("ops: %v backward: %w", op, err)
-	}
-	return G.Nodes{g}, nil
-}
-
-// moveLikeOp copies its first input to wherever its second input lives (a
-// device, or the host). Its second input is only looked at, not read.
-type moveLikeOp struct{ rank int }
-
-func (op *moveLikeOp) Arity() int            { return 2 }
-func (op *moveLikeOp) Type() hm.Type         { return fnType(op.rank, op.rank, op.rank) }
-func (op *moveLikeOp) ReturnsPtr() bool      { return false }
-func (op *moveLikeOp) CallsExtern() bool     { return false }
-func (op *moveLikeOp) OverwritesInput() int  { return -1 }
-func (op *moveLikeOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *moveLikeOp) Hashcode() uint32      { return hashOf(op) }
-func (op *moveLikeOp) String() string        { return "MoveLike" }
-
-func (op *moveLikeOp) InferShape(in ...G.DimSizer) (tensor.Shape, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
-	}
-	s, err := shapeOf(op.String(), in[0])
-	if err != nil {
-		return nil, err
-	}
-	return s.Clone(), nil
-}
-
-func (op *moveLikeOp) Do(in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
-	}
-	dev, err := backend.DeviceOf(in[1])
-	if err != nil {
-		return nil, fmt.Errorf("ops: %v: %w", op, err)
-	}
-	return move(op.String(), in[0], dev)
-}
-
-func (op *moveLikeOp) DiffWRT(int) []bool { return []bool{true, false} }
-
-func (op *moveLikeOp) SymDiff(in G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
-	}
-	g, err := G.ApplyOp(&moveLikeOp{rank: op.rank}, grad, in[0])
-	if err != nil {
-		return nil, fmt.Errorf("ops: %v backward: %w", op, err)
-	}
-	return G.Nodes{g, nil}, nil
 }

@@ -2,9 +2,7 @@ package ops
 
 import (
 	"fmt"
-	"hash"
 
-	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
@@ -38,7 +36,7 @@ func UpsampleNearest(x *G.Node, factor int) (*G.Node, error) {
 			return nil, fmt.Errorf("ops: %s: x must have positive sizes, got %v (dimension %d)", op, s.x, i)
 		}
 	}
-	return G.ApplyOp(&upsampleOp{s}, x)
+	return G.ApplyOp(upsampleOp(s), x)
 }
 
 type upsampleShape struct {
@@ -56,44 +54,44 @@ func (s upsampleShape) String() string {
 }
 
 // upsampleOp is the forward op: x -> y.
-type upsampleOp struct{ upsampleShape }
-
-func (op *upsampleOp) Arity() int            { return 1 }
-func (op *upsampleOp) Type() hm.Type         { return fnType(4, 4) }
-func (op *upsampleOp) ReturnsPtr() bool      { return false }
-func (op *upsampleOp) CallsExtern() bool     { return false }
-func (op *upsampleOp) OverwritesInput() int  { return -1 }
-func (op *upsampleOp) String() string        { return "UpsampleNearest(" + op.upsampleShape.String() + ")" }
-func (op *upsampleOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *upsampleOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *upsampleOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.yShape(), nil }
-
-func (op *upsampleOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *upsampleOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	const name = "UpsampleNearest"
-	if len(in) != 1 {
-		return nil, fmt.Errorf("ops: %v: want 1 input, got %d", op, len(in))
-	}
-	if err := hostOnly(name, []string{"x"}, in); err != nil {
-		return nil, err
-	}
-	x, err := dense(name, "x", in[0], op.dt, op.x)
-	if err != nil {
-		return nil, err
-	}
-	y := output(prealloc, op.dt, op.yShape())
-	switch op.dt {
-	case tensor.Float32:
-		upsampleNearest(x.Float32s(), y.Float32s(), op.x, op.factor)
-	default:
-		upsampleNearest(x.Float64s(), y.Float64s(), op.x, op.factor)
-	}
-	return y, nil
+func upsampleOp(s upsampleShape) *specOp {
+	return newOp(&opSpec{
+		name: "UpsampleNearest", config: s.String(),
+		inputs: []argSpec{{name: "x", shape: s.x}}, out: s.yShape(), dtype: s.dt,
+		cpu:     floatTwin(s, upsampleNearest[float32], upsampleNearest[float64]),
+		diffWRT: []bool{true},
+		grad: func(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+			dx, err := G.ApplyOp(upsampleGradOp(s), grad)
+			if err != nil {
+				return nil, fmt.Errorf("ops: UpsampleNearest backward: %w", err)
+			}
+			return G.Nodes{dx}, nil
+		},
+	})
 }
 
-func upsampleNearest[T kernels.Float](x, y []T, xs tensor.Shape, f int) {
+// upsampleGradOp is the backward op: dy -> dx, the sum over each block. It
+// is the adjoint of the upsampling, so its own gradient is the upsampling.
+func upsampleGradOp(s upsampleShape) *specOp {
+	return newOp(&opSpec{
+		name: "UpsampleNearest backward", config: s.String(),
+		inputs: []argSpec{{name: "grad", shape: s.yShape()}}, out: s.x, dtype: s.dt,
+		cpu:     floatTwin(s, upsampleBlockSums[float32], upsampleBlockSums[float64]),
+		diffWRT: []bool{true},
+		grad: func(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+			d, err := G.ApplyOp(upsampleOp(s), grad)
+			if err != nil {
+				return nil, fmt.Errorf("ops: UpsampleNearest second derivative: %w", err)
+			}
+			return G.Nodes{d}, nil
+		},
+	})
+}
+
+// upsampleNearest writes y, each pixel of x = in[0] copied to its f x f
+// block.
+func upsampleNearest[T kernels.Float](s upsampleShape, in [][]T, y []T) error {
+	x, xs, f := in[0], s.x, s.factor
 	h, w := xs[2], xs[3]
 	ow := w * f
 	for p := range xs[0] * xs[1] {
@@ -111,65 +109,13 @@ func upsampleNearest[T kernels.Float](x, y []T, xs tensor.Shape, f int) {
 			}
 		}
 	}
+	return nil
 }
 
-func (op *upsampleOp) DiffWRT(int) []bool { return []bool{true} }
-
-func (op *upsampleOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != 1 {
-		return nil, fmt.Errorf("ops: %v: want 1 input, got %d", op, len(inputs))
-	}
-	dx, err := G.ApplyOp(&upsampleGradOp{op.upsampleShape}, grad)
-	if err != nil {
-		return nil, fmt.Errorf("ops: UpsampleNearest backward: %w", err)
-	}
-	return G.Nodes{dx}, nil
-}
-
-// upsampleGradOp is the backward op: dy -> dx, the sum over each block. It
-// is the adjoint of the upsampling, so its own gradient is the upsampling.
-type upsampleGradOp struct{ upsampleShape }
-
-func (op *upsampleGradOp) Arity() int           { return 1 }
-func (op *upsampleGradOp) Type() hm.Type        { return fnType(4, 4) }
-func (op *upsampleGradOp) ReturnsPtr() bool     { return false }
-func (op *upsampleGradOp) CallsExtern() bool    { return false }
-func (op *upsampleGradOp) OverwritesInput() int { return -1 }
-func (op *upsampleGradOp) String() string {
-	return "UpsampleNearestGrad(" + op.upsampleShape.String() + ")"
-}
-func (op *upsampleGradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *upsampleGradOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *upsampleGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.x.Clone(), nil }
-
-func (op *upsampleGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *upsampleGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	const name = "UpsampleNearest backward"
-	if len(in) != 1 {
-		return nil, fmt.Errorf("ops: %v: want 1 input, got %d", op, len(in))
-	}
-	if err := hostOnly(name, []string{"grad"}, in); err != nil {
-		return nil, err
-	}
-	dy, err := dense(name, "grad", in[0], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	dx := output(prealloc, op.dt, op.x)
-	switch op.dt {
-	case tensor.Float32:
-		upsampleBlockSums(dy.Float32s(), dx.Float32s(), op.x, op.factor)
-	default:
-		upsampleBlockSums(dy.Float64s(), dx.Float64s(), op.x, op.factor)
-	}
-	return dx, nil
-}
-
-// upsampleBlockSums writes dx[p,i,j] = the sum of the f x f block of dy that pixel
-// (i, j) was copied to, in row order.
-func upsampleBlockSums[T kernels.Float](dy, dx []T, xs tensor.Shape, f int) {
+// upsampleBlockSums writes dx[p,i,j] = the sum of the f x f block of dy =
+// in[0] that pixel (i, j) was copied to, in row order.
+func upsampleBlockSums[T kernels.Float](s upsampleShape, in [][]T, dx []T) error {
+	dy, xs, f := in[0], s.x, s.factor
 	h, w := xs[2], xs[3]
 	ow := w * f
 	clear(dx)
@@ -178,25 +124,13 @@ func upsampleBlockSums[T kernels.Float](dy, dx []T, xs tensor.Shape, f int) {
 		for oi := range h * f {
 			row, out := src[oi*ow:(oi+1)*ow], dst[oi/f*w:(oi/f+1)*w]
 			for j := range out {
-				var s T
+				var sum T
 				for _, v := range row[j*f : (j+1)*f] {
-					s += v
+					sum += v
 				}
-				out[j] += s
+				out[j] += sum
 			}
 		}
 	}
-}
-
-func (op *upsampleGradOp) DiffWRT(int) []bool { return []bool{true} }
-
-func (op *upsampleGradOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != 1 {
-		return nil, fmt.Errorf("ops: %v: want 1 input, got %d", op, len(inputs))
-	}
-	d, err := G.ApplyOp(&upsampleOp{op.upsampleShape}, grad)
-	if err != nil {
-		return nil, fmt.Errorf("ops: UpsampleNearest second derivative: %w", err)
-	}
-	return G.Nodes{d}, nil
+	return nil
 }
