@@ -453,10 +453,6 @@ func (op *convWgradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return nil, errNoSecondDerivative("Conv")
 }
 
-func errNoSecondDerivative(op string) error {
-	return fmt.Errorf("ops: %s: second derivatives are not implemented", op)
-}
-
 // f32sOrNil and f64sOrNil return the data of an optional tensor, nil for nil.
 func f32sOrNil(d *tensor.Dense) []float32 {
 	if d == nil {

@@ -648,8 +648,6 @@ func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, a
 	return nil
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
 // forward queues y = act(conv(x, w) + bias) on dev. With statsFor non-nil
 // (a ConvBN layer in training) the epilogue also writes the per-channel
 // statistics of y, one record per column tile, into a new float64 tensor

@@ -109,6 +109,9 @@ func fitsInt32(op string, sizes map[string]int) error {
 	return nil
 }
 
+// ceilDiv is a/b rounded up, for positive b: tiles, blocks and slices.
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
 // sm90aState caches, per device and module, whether a kernels/*_sm90a.cu
 // module loads there.
 var sm90aState sync.Map // sm90aKey -> error (nil: it loads)

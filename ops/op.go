@@ -133,3 +133,9 @@ func shapeOf(op string, d G.DimSizer) (tensor.Shape, error) {
 	}
 	return s, nil
 }
+
+// errNoSecondDerivative is what the backward ops of op, which are not
+// differentiable again, answer for a second derivative.
+func errNoSecondDerivative(op string) error {
+	return fmt.Errorf("ops: %s: second derivatives are not implemented", op)
+}
