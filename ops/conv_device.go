@@ -150,10 +150,6 @@ const (
 	convFpropF32V4 = "conv_fprop_f32_v4"
 )
 
-// convFpropKernelOverride, when set (by tests and benchmarks that compare
-// them), names the float32 forward kernel; it must fit the launch.
-var convFpropKernelOverride string
-
 // The float32 backward kernels: conv_gemm's (v1) and the cp.async
 // pipelines of conv_pipe (v2, v1's 128x128 tile and warps, two blocks per
 // SM). dgrad v2 runs stride-1 layers only; wgrad v2 needs OutH*OutW % 4 ==
@@ -221,10 +217,21 @@ func convWgmmaError(dev *backend.Device) error {
 	return sm90aError(dev, convModule(convFpropF32V5), convFpropF32V5)
 }
 
-// convDgradKernelOverride and convWgradKernelOverride, when set (by tests
-// and benchmarks that compare them), name the float32 backward kernels;
-// they must fit the launch.
-var convDgradKernelOverride, convWgradKernelOverride string
+// convKernelKey keys, on a Device, the float32 kernel that tests and
+// benchmarks which compare the kernels force for one of the GEMMs
+// (convFprop, convDgrad or convWgrad) instead of convKernel's choice: its
+// name, which must fit the launch.
+type convKernelKey int
+
+// setConvKernel forces kernel for the float32 GEMMs of mode on dev; ""
+// gives the choice back to convKernel.
+func setConvKernel(dev *backend.Device, mode int, kernel string) {
+	if kernel == "" {
+		dev.SetValue(convKernelKey(mode), nil)
+		return
+	}
+	dev.SetValue(convKernelKey(mode), kernel)
+}
 
 // The shared memory of the pipelined kernels, FpropPipe::kSmemBytes in
 // conv.cu (which pins them): stages of the A and B tiles (or the C tile
@@ -317,7 +324,7 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, gpu convGPU) (conv
 	v4 := convKernelChoice{convFpropF32V4, convFpropV4Smem, 128, 128}
 	fits := convFpropPipeFits(args)
 	var want convKernelChoice
-	switch convFpropKernelOverride {
+	switch gpu.forced[convFprop] {
 	case "":
 		if !fits {
 			return generic, nil
@@ -328,7 +335,7 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, gpu convGPU) (conv
 		return v2, nil
 	case convFpropF32V5, convFpropF32V6, convFpropF32V7:
 		want = v5
-		switch convFpropKernelOverride {
+		switch gpu.forced[convFprop] {
 		case convFpropF32V6:
 			want = convKernelChoice{convFpropF32V6, convWgmmaV6Smem, 256, 256}
 		case convFpropF32V7:
@@ -346,7 +353,7 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, gpu convGPU) (conv
 	case convFpropF32V4:
 		want = v4
 	default:
-		return convKernelChoice{}, fmt.Errorf("no float32 forward kernel %q", convFpropKernelOverride)
+		return convKernelChoice{}, fmt.Errorf("no float32 forward kernel %q", gpu.forced[convFprop])
 	}
 	if !fits {
 		return convKernelChoice{}, fmt.Errorf("%s: (N+1)*Cin*H*W = %d exceeds its 32-bit offsets", want.name,
@@ -360,14 +367,19 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, gpu convGPU) (conv
 
 // convGPU is what the choice of a conv kernel needs to know of the GPU.
 type convGPU struct {
-	optIn int  // shared memory a block may opt in to
-	sms   int  // streaming multiprocessors
-	sm90a bool // runs conv_sm90a.cu's kernels (convSM90a)
+	optIn  int       // shared memory a block may opt in to
+	sms    int       // streaming multiprocessors
+	sm90a  bool      // runs conv_sm90a.cu's kernels (convSM90a)
+	forced [3]string // per GEMM, the float32 kernel forced there (setConvKernel), or ""
 }
 
 func convGPUOf(dev *backend.Device) convGPU {
 	_, optIn := dev.MaxSharedMemory()
-	return convGPU{optIn: optIn, sms: dev.SMCount(), sm90a: convSM90a(dev)}
+	gpu := convGPU{optIn: optIn, sms: dev.SMCount(), sm90a: convSM90a(dev)}
+	for mode := range gpu.forced {
+		gpu.forced[mode], _ = dev.Value(convKernelKey(mode)).(string)
+	}
+	return gpu
 }
 
 // convWgmmaPick chooses among conv_sm90a.cu's kernels for a forward or
@@ -412,12 +424,12 @@ func convWgmmaFits(args convGemmArgs, optIn int, sm90a bool) (bool, string) {
 // convBackwardKernel chooses the float32 dgrad or wgrad kernel: for dgrad,
 // v5 where it runs, then v2 where it applies (convBackwardPipeFits) and the
 // GPU gives a block its shared memory, else v1 (generic); for wgrad, v2 or
-// v1. The overrides pick one.
+// v1. A kernel forced on the device (setConvKernel) is taken instead.
 func convBackwardKernel(mode int, args convGemmArgs, gpu convGPU, generic convKernelChoice) (convKernelChoice, error) {
 	optIn, sm90a := gpu.optIn, gpu.sm90a
-	override, v1, v2 := convDgradKernelOverride, convDgradF32V1, convKernelChoice{convDgradF32V2, convDgradV2Smem, 128, 256}
+	override, v1, v2 := gpu.forced[mode], convDgradF32V1, convKernelChoice{convDgradF32V2, convDgradV2Smem, 128, 256}
 	if mode == convWgrad {
-		override, v1, v2 = convWgradKernelOverride, convWgradF32V1, convKernelChoice{convWgradF32V2, convWgradV2Smem, 128, 256}
+		v1, v2 = convWgradF32V1, convKernelChoice{convWgradF32V2, convWgradV2Smem, 128, 256}
 	}
 	fits, why := convBackwardPipeFits(mode, args)
 	v5ok, v5why := convWgmmaFits(args, optIn, sm90a)

@@ -319,13 +319,13 @@ func benchConvCase(b *testing.B, dev *backend.Device, seed uint64, c convGPUCase
 }
 
 // BenchmarkGPUConvFpropVariants times the float32 forward kernels
-// (convFpropKernelOverride: v1 to v4) on TARGETS.md's shapes: Conv with bias and
+// (setConvKernel on convFprop: v1 to v4) on TARGETS.md's shapes: Conv with bias and
 // ReLU, forward only, as BenchmarkSuiteConv's pass=fwd, timed the same way.
 // Names are benchstat-friendly: .../case=fpn_p2_3x3/kernel=v2.
 func BenchmarkGPUConvFpropVariants(b *testing.B) {
 	dev := gpu(b)
 	dt := tensor.Float32
-	defer func() { convFpropKernelOverride = "" }()
+	defer setConvKernel(dev, convFprop, "")
 	for ci, c := range convTargetCases {
 		rng := rand.New(rand.NewPCG(uint64(ci), 11))
 		conv := convGPUCase{name: c.name, xs: c.xs, ws: c.ws, cfg: c.cfg}
@@ -349,8 +349,8 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 				if err := convWgmmaError(dev); convWgmma(k.name) && err != nil {
 					b.Skipf("%s: %v", k.name, err)
 				}
-				convFpropKernelOverride = k.name
-				defer func() { convFpropKernelOverride = "" }()
+				setConvKernel(dev, convFprop, k.name)
+				defer setConvKernel(dev, convFprop, "")
 				runConvSteps(b, dev, flops, func() error {
 					_, err := fwd.UsePreallocDo(y, x, w, bias)
 					return err
@@ -366,7 +366,7 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 }
 
 // BenchmarkGPUConvBackwardVariants times the float32 backward kernels
-// (convDgradKernelOverride, convWgradKernelOverride: v1, v2) on TARGETS.md's
+// (setConvKernel on convDgrad and convWgrad: v1, v2) on TARGETS.md's
 // shapes: Conv with bias and ReLU, dgrad and wgrad apart (each one GEMM,
 // the forward's FLOPs), each op given dy unmasked, timed as
 // BenchmarkSuiteConv times. v2's time includes the pass that masks dy by
@@ -376,7 +376,8 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 func BenchmarkGPUConvBackwardVariants(b *testing.B) {
 	dev := gpu(b)
 	dt := tensor.Float32
-	defer func() { convDgradKernelOverride, convWgradKernelOverride = "", "" }()
+	defer setConvKernel(dev, convWgrad, "")
+	defer setConvKernel(dev, convDgrad, "")
 	for ci, c := range convTargetCases {
 		rng := rand.New(rand.NewPCG(uint64(ci), 11))
 		conv := convGPUCase{name: c.name, xs: c.xs, ws: c.ws, cfg: c.cfg}
@@ -420,11 +421,12 @@ func BenchmarkGPUConvBackwardVariants(b *testing.B) {
 					b.Skipf("%s: %v", k.name, err)
 				}
 				if k.pass == "dgrad" {
-					convDgradKernelOverride = k.name
+					setConvKernel(dev, convDgrad, k.name)
 				} else {
-					convWgradKernelOverride = k.name
+					setConvKernel(dev, convWgrad, k.name)
 				}
-				defer func() { convDgradKernelOverride, convWgradKernelOverride = "", "" }()
+				defer setConvKernel(dev, convWgrad, "")
+				defer setConvKernel(dev, convDgrad, "")
 				runConvSteps(b, dev, flops, k.step)
 			})
 		}

@@ -79,7 +79,6 @@ func TestConvSharedMemoryMirrorsKernels(t *testing.T) {
 // (stride 1; OutH*OutW % 4 == 0 and dy aligned) and fits, else v1; unless
 // the overrides say otherwise; and conv_gemm's kernels for float64.
 func TestConvKernelChoice(t *testing.T) {
-	defer func() { convFpropKernelOverride, convDgradKernelOverride, convWgradKernelOverride = "", "", "" }()
 	const hopper, ampere = 232448, 166912
 	// Stride 1 and an output the size of the input (3x3 pad 1, or 1x1).
 	gemm := func(n, cin, h, w, m, ncols int) convGemmArgs {
@@ -152,16 +151,9 @@ func TestConvKernelChoice(t *testing.T) {
 		{convFpropF32V3, tensor.Float32, convFprop, fpn, ampere, convKernelChoice{}},
 		{"conv_fprop_f32_v9", tensor.Float32, convFprop, fpn, hopper, convKernelChoice{}},
 	} {
-		convFpropKernelOverride, convDgradKernelOverride, convWgradKernelOverride = "", "", ""
-		switch c.mode {
-		case convFprop:
-			convFpropKernelOverride = c.override
-		case convDgrad:
-			convDgradKernelOverride = c.override
-		default:
-			convWgradKernelOverride = c.override
-		}
-		got, err := convKernel(c.dt, c.mode, c.args, convGPU{optIn: c.optIn, sms: 132})
+		gpu := convGPU{optIn: c.optIn, sms: 132}
+		gpu.forced[c.mode] = c.override
+		got, err := convKernel(c.dt, c.mode, c.args, gpu)
 		what := fmt.Sprintf("override %q, %v %s, %+v, opt-in %d", c.override, c.dt, convModeNames[c.mode], c.args, c.optIn)
 		if c.want == (convKernelChoice{}) {
 			if err == nil {
@@ -180,7 +172,6 @@ func TestConvKernelChoice(t *testing.T) {
 // K % 4 == 0 and the weights are 16-byte aligned, and fall back as before
 // otherwise; wgrad is unchanged.
 func TestConvKernelChoiceSM90a(t *testing.T) {
-	defer func() { convFpropKernelOverride, convDgradKernelOverride, convWgradKernelOverride = "", "", "" }()
 	const hopper = 232448
 	gemm := func(n, cin, h, w, m, ncols, k int) convGemmArgs {
 		return convGemmArgs{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), NCols: int32(ncols),
@@ -243,16 +234,9 @@ func TestConvKernelChoiceSM90a(t *testing.T) {
 		{convDgradF32V5, convWgrad, fpn, true, hopper, convKernelChoice{}},
 		{convDgradF32V2, convDgrad, fpn, true, hopper, dv2},
 	} {
-		convFpropKernelOverride, convDgradKernelOverride, convWgradKernelOverride = "", "", ""
-		switch c.mode {
-		case convFprop:
-			convFpropKernelOverride = c.override
-		case convDgrad:
-			convDgradKernelOverride = c.override
-		default:
-			convWgradKernelOverride = c.override
-		}
-		got, err := convKernel(tensor.Float32, c.mode, c.args, convGPU{optIn: c.optIn, sms: 132, sm90a: c.sm90a})
+		gpu := convGPU{optIn: c.optIn, sms: 132, sm90a: c.sm90a}
+		gpu.forced[c.mode] = c.override
+		got, err := convKernel(tensor.Float32, c.mode, c.args, gpu)
 		what := fmt.Sprintf("override %q, %s, sm90a %v, opt-in %d, %+v", c.override, convModeNames[c.mode], c.sm90a, c.optIn, c.args)
 		if c.want == (convKernelChoice{}) {
 			if err == nil {
@@ -549,7 +533,7 @@ var convFpropVariantCases = append(convGPUCases[:len(convGPUCases):len(convGPUCa
 	convGPUCase{"1x1 pointwise, K=9, 2 row tiles", []int{3, 9, 8, 8}, []int{140, 9, 1, 1}, ConvConfig{}},
 )
 
-// The float32 forward kernels (convFpropKernelOverride): each against the
+// The float32 forward kernels (setConvKernel on convFprop): each against the
 // CPU twin through the op, as TestGPUConvParity does; then v2, v4 and v3
 // against v1 with every part of the epilogue (scale, shift, residual, ReLU
 // and the BatchNorm statistics): each output is the same sum of products
@@ -557,7 +541,7 @@ var convFpropVariantCases = append(convGPUCases[:len(convGPUCases):len(convGPUCa
 // agree bit for bit.
 func TestGPUConvFpropVariants(t *testing.T) {
 	dev := gpu(t)
-	defer func() { convFpropKernelOverride = "" }()
+	defer setConvKernel(dev, convFprop, "")
 	dt := tensor.Float32
 	kernels := []string{convFpropF32V1, convFpropF32V2, convFpropF32V4, convFpropF32V3}
 	if _, optIn := dev.MaxSharedMemory(); optIn < convFpropV3Smem {
@@ -583,7 +567,7 @@ func TestGPUConvFpropVariants(t *testing.T) {
 				}{{true, true}, {false, false}} {
 					name := fmt.Sprintf("%s/%s/bias=%t/relu=%t/exact=%t", kernel, c.name, variant.bias, variant.relu, exact)
 					t.Run(name, func(t *testing.T) {
-						convFpropKernelOverride = kernel
+						setConvKernel(dev, convFprop, kernel)
 						rng := rand.New(rand.NewPCG(uint64(ci), 8))
 						s := c.shape(t, dt, variant.bias, variant.relu)
 						if k := s.p.Cin * s.p.KH * s.p.KW; convWgmma(kernel) && k%4 != 0 {
@@ -635,7 +619,7 @@ func TestGPUConvFpropVariants(t *testing.T) {
 			y := make([][]float64, len(kernels))
 			stats := make([][]float64, len(kernels))
 			for i, kernel := range kernels {
-				convFpropKernelOverride = kernel
+				setConvKernel(dev, convFprop, kernel)
 				yd := toDev(t, dev, fromFloat64s(dt, filled(s.yShape().TotalSize(), math.NaN()), s.yShape()...))
 				sd := toDev(t, dev, fromFloat64s(tensor.Float64, filled(slots*p.Cout*bnRecForward, math.NaN()), slots*p.Cout*bnRecForward))
 				var err error
@@ -679,17 +663,8 @@ var convBackwardVariantCases = append(convFpropVariantCases[:len(convFpropVarian
 	convGPUCase{"3x3 pad 1, 150 input channels", []int{2, 150, 6, 10}, []int{40, 150, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
 )
 
-// setConvBackwardOverride names the float32 kernel of a backward GEMM.
-func setConvBackwardOverride(mode int, kernel string) {
-	if mode == convDgrad {
-		convDgradKernelOverride = kernel
-	} else {
-		convWgradKernelOverride = kernel
-	}
-}
-
-// The float32 backward kernels (convDgradKernelOverride,
-// convWgradKernelOverride): each against the CPU twin through the ops, as
+// The float32 backward kernels (setConvKernel on convDgrad and
+// convWgrad): each against the CPU twin through the ops, as
 // TestGPUConvParity does, with bias and ReLU (v2 reads dy masked
 // beforehand) and without; v2 is skipped, visibly, where it does not apply
 // (strided dgrad; wgrad with OutH*OutW % 4 != 0). Then dgrad v2 against v1
@@ -697,7 +672,8 @@ func setConvBackwardOverride(mode int, kernel string) {
 // sums of the same TF32 products in the same order, so bit for bit.
 func TestGPUConvBackwardVariants(t *testing.T) {
 	dev := gpu(t)
-	defer func() { convDgradKernelOverride, convWgradKernelOverride = "", "" }()
+	defer setConvKernel(dev, convWgrad, "")
+	defer setConvKernel(dev, convDgrad, "")
 	dt := tensor.Float32
 	for ci, c := range convBackwardVariantCases {
 		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
@@ -727,8 +703,8 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 							if k := s.p.Cout * s.p.KH * s.p.KW; convWgmma(kernel) && mode == convDgrad && k%4 != 0 {
 								t.Skipf("%s needs K %% 4 == 0, K = %d", kernel, k)
 							}
-							setConvBackwardOverride(mode, kernel)
-							defer setConvBackwardOverride(mode, "")
+							setConvKernel(dev, mode, kernel)
+							defer setConvKernel(dev, mode, "")
 							rng := rand.New(rand.NewPCG(uint64(ci), 12))
 							draw := func(lo, hi float64, shape ...int) *tensor.Dense {
 								if exact {
@@ -792,9 +768,9 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 			if fits, why := convBackwardPipeFits(convDgrad, s.gemmArgs()); fits {
 				var dx [2][]float64
 				for i, kernel := range []string{convDgradF32V1, convDgradF32V2} {
-					convDgradKernelOverride = kernel
+					setConvKernel(dev, convDgrad, kernel)
 					got, err := (&convDgradOp{s}).Do(w, y, dy)
-					convDgradKernelOverride = ""
+					setConvKernel(dev, convDgrad, "")
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -818,9 +794,9 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 				out := toDev(t, dev, fromFloat64s(dt, filled(nw+p.Cout, math.NaN()), nw+p.Cout))
 				args.Out = devPtr(t, dev, out)
 				args.BiasGrad = args.Out + backend.DevicePtr(4*nw)
-				convWgradKernelOverride = kernel
+				setConvKernel(dev, convWgrad, kernel)
 				err := launchConvGemm("test", dev, dt, convWgrad, args, 1)
-				convWgradKernelOverride = ""
+				setConvKernel(dev, convWgrad, "")
 				if err != nil {
 					t.Fatal(err)
 				}
