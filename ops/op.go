@@ -139,3 +139,9 @@ func shapeOf(op string, d G.DimSizer) (tensor.Shape, error) {
 func errNoSecondDerivative(op string) error {
 	return fmt.Errorf("ops: %s: second derivatives are not implemented", op)
 }
+
+// noSecondDerivative is the opSpec.grad of the backward ops of op, which
+// are not differentiable again.
+func noSecondDerivative(op string) func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) { return nil, errNoSecondDerivative(op) }
+}
