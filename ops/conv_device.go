@@ -7,7 +7,6 @@ import (
 	"strings"
 	"unsafe"
 
-	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
@@ -660,96 +659,58 @@ func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, a
 	return nil
 }
 
-// forward queues y = act(conv(x, w) + bias) on dev. With statsFor non-nil
-// (a ConvBN layer in training) the epilogue also writes the per-channel
-// statistics of y, one record per column tile, into a new float64 tensor
-// it returns with the number of tiles.
-func (s convShape) forward(op string, dev *backend.Device, x, w, bias, y backend.DevicePtr, withStats bool) (*tensor.Dense, int, error) {
+// forward queues y = act(conv(x, w) + bias) on dev. With stats != 0 (a
+// ConvBN layer in training) the epilogue also writes the per-channel
+// statistics of y there, one record per column tile (convStatsOf).
+func (s convShape) forward(op string, dev *backend.Device, x, w, bias, y, stats backend.DevicePtr) error {
 	p := s.p
 	args := s.gemmArgs()
-	args.A, args.B, args.Out, args.Shift = w, x, y, bias
+	args.A, args.B, args.Out, args.Shift, args.Stats = w, x, y, bias, stats
 	args.ReLU = boolInt32(p.ReLU)
 	args.M, args.NCols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
 	args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
-	var stats *tensor.Dense
-	slots := ceilDiv(int(args.NCols), convTileFor(s.dt).bn)
-	if withStats {
-		var err error
-		if stats, err = dev.NewDense(tensor.Float64, slots*p.Cout*bnRecForward); err != nil {
-			return nil, 0, fmt.Errorf("ops: %s: statistics: %w", op, err)
-		}
-		if args.Stats, err = dev.Ptr(stats); err != nil {
-			return nil, 0, fmt.Errorf("ops: %s: statistics: %w", op, err)
-		}
-	}
-	if err := launchConvGemm(op, dev, s.dt, convFprop, args, 1); err != nil {
-		if stats != nil {
-			_ = dev.FreeDense(stats)
-		}
-		return nil, 0, err
-	}
-	return stats, slots, nil
+	return launchConvGemm(op, dev, s.dt, convFprop, args, 1)
 }
 
-func (op *convOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// forwardDevice is convOp's device launcher.
+func (s convShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "Conv"
-	if err := op.checkDeviceSizes(name); err != nil {
-		return nil, err
-	}
-	x, err := deviceArg(name, "x", dev, in[0], op.dt, op.xShape())
-	if err != nil {
-		return nil, err
-	}
-	w, err := deviceArg(name, "w", dev, in[1], op.dt, op.wShape())
-	if err != nil {
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
 	var b backend.DevicePtr
-	if op.bias {
-		if b, err = deviceArg(name, "bias", dev, in[2], op.dt, op.bShape()); err != nil {
-			return nil, err
-		}
+	if s.bias {
+		b = a.ptr[2]
 	}
-	y, yPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.yShape())
+	y, yPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	withStats := op.stats.wanted()
-	stats, slots, err := op.forward(name, dev, x, w, b, yPtr, withStats)
-	if err != nil {
-		return nil, err
+	var stats backend.DevicePtr
+	if s.bn != nil && s.bn.Training {
+		stats = yPtr + backend.DevicePtr(s.stats().off*int(s.dt.Size()))
 	}
-	if withStats {
-		op.stats.put(dev, y, yPtr, stats, slots)
+	if err := s.forward(name, a.dev, a.ptr[0], a.ptr[1], b, yPtr, stats); err != nil {
+		return nil, err
 	}
 	return y, nil
 }
 
-func (op *convDgradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// dgradDevice is convDgradOp's device launcher.
+func (s convShape) dgradDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "Conv backward"
-	if err := op.checkDeviceSizes(name); err != nil {
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	w, err := deviceArg(name, "w", dev, in[0], op.dt, op.wShape())
+	w, y, dy := a.ptr[0], a.ptr[1], a.ptr[2]
+	dx, dxPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	y, err := deviceArg(name, "y", dev, in[1], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	dy, err := deviceArg(name, "grad", dev, in[2], op.dt, op.gradShape())
-	if err != nil {
-		return nil, err
-	}
-	dx, dxPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.xShape())
-	if err != nil {
-		return nil, err
-	}
-	if !op.p.ReLU {
+	if !s.p.ReLU {
 		y = 0
 	}
-	if err := op.dgrad(name, dev, w, y, dy, dxPtr); err != nil {
+	if err := s.dgrad(name, a.dev, w, y, dy, dxPtr); err != nil {
 		return nil, err
 	}
 	return dx, nil
@@ -795,35 +756,25 @@ func (s convShape) dgrad(op string, dev *backend.Device, w, y, dy, dx backend.De
 	return launchConvGemm(op, dev, s.dt, convDgrad, args, 1)
 }
 
-func (op *convWgradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// wgradDevice is convWgradOp's device launcher.
+func (s convShape) wgradDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "Conv backward"
-	if err := op.checkDeviceSizes(name); err != nil {
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	x, err := deviceArg(name, "x", dev, in[0], op.dt, op.xShape())
+	x, y, dy := a.ptr[0], a.ptr[1], a.ptr[2]
+	out, outPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	y, err := deviceArg(name, "y", dev, in[1], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	dy, err := deviceArg(name, "grad", dev, in[2], op.dt, op.gradShape())
-	if err != nil {
-		return nil, err
-	}
-	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.outShape())
-	if err != nil {
-		return nil, err
-	}
-	if !op.p.ReLU {
+	if !s.p.ReLU {
 		y = 0
 	}
 	var db backend.DevicePtr
-	if op.bias {
-		db = outPtr + backend.DevicePtr(op.wShape().TotalSize()*int(op.dt.Size()))
+	if s.bias {
+		db = outPtr + backend.DevicePtr(s.wShape().TotalSize()*int(s.dt.Size()))
 	}
-	if err := op.wgrad(name, dev, x, y, dy, outPtr, db); err != nil {
+	if err := s.wgrad(name, a.dev, x, y, dy, outPtr, db); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -1018,31 +969,25 @@ func (s convShape) gradOperand(op string, dev *backend.Device, y, dy, out, db ba
 	return nil
 }
 
-func (op *convGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// gradDevice is convGradOp's device launcher.
+func (s convShape) gradDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "Conv backward"
-	if err := op.checkDeviceSizes(name); err != nil {
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	y, err := deviceArg(name, "y", dev, in[0], op.dt, op.yShape())
+	y, dy := a.ptr[0], a.ptr[1]
+	out, outPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	dy, err := deviceArg(name, "grad", dev, in[1], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.preparedShape())
-	if err != nil {
-		return nil, err
-	}
-	if !op.p.ReLU {
+	if !s.p.ReLU {
 		y = 0
 	}
 	var db backend.DevicePtr
-	if op.bias {
-		db = outPtr + backend.DevicePtr(op.yShape().TotalSize()*int(op.dt.Size()))
+	if s.bias {
+		db = outPtr + backend.DevicePtr(s.yShape().TotalSize()*int(s.dt.Size()))
 	}
-	if err := op.gradOperand(name, dev, y, dy, outPtr, db); err != nil {
+	if err := s.gradOperand(name, a.dev, y, dy, outPtr, db); err != nil {
 		return nil, err
 	}
 	return out, nil

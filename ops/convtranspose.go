@@ -202,7 +202,7 @@ func (s convTShape) backward(in G.Nodes, output, grad *G.Node) (G.Nodes, error) 
 	dy := grad
 	if s.act == ActReLU {
 		var err error
-		if dy, err = G.ApplyOp(&reluMaskOp{shape: s.yShape(), dt: s.dt}, output, grad); err != nil {
+		if dy, err = G.ApplyOp(reluMaskOp(s.yShape(), s.dt), output, grad); err != nil {
 			return nil, fmt.Errorf("ops: ConvTranspose backward: %w", err)
 		}
 	}
