@@ -2,14 +2,13 @@ package ops
 
 import (
 	"fmt"
-	"hash"
 	"math"
 
-	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/autograd"
+	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/kernels"
 )
 
@@ -95,16 +94,17 @@ func ConvBN(x, w *G.Node, bn *BatchNorm, residual *G.Node, cfg ConvConfig) (*G.N
 	if err != nil {
 		return nil, err
 	}
-	s.stats = &bnStatsLink{bn: bn}
-	// dz reaches the convolution's backward GEMMs ready to read (rounded
-	// to TF32 on a GPU by BatchNorm's backward pass), z being this
-	// layer's alone.
-	s.gemmDz = true
-	z, err := G.ApplyOp(&convOp{convShape{p: p, dt: dt, stats: s.stats, gradReady: true}}, x, w)
+	// z is the convolution's [z | statistics], which the BatchNorm ops
+	// take as it is: the statistics flow to the constants through the
+	// graph. dz reaches the convolution's backward GEMMs ready to read
+	// (rounded to TF32 on a GPU by BatchNorm's backward pass), z being
+	// this layer's alone.
+	s.convStats, s.gemmDz = true, true
+	z, err := G.ApplyOp(convOp(convShape{p: p, dt: dt, bn: bn, gradReady: true}), x, w)
 	if err != nil {
 		return nil, err
 	}
-	coef, err := G.ApplyOp(&bnCoefOp{s}, z, bn.Gamma, bn.Beta)
+	coef, err := G.ApplyOp(bnCoefOp(s), z, bn.Gamma, bn.Beta)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +112,7 @@ func ConvBN(x, w *G.Node, bn *BatchNorm, residual *G.Node, cfg ConvConfig) (*G.N
 	if residual != nil {
 		inputs = append(inputs, residual)
 	}
-	return G.ApplyOp(&bnOp{s}, inputs...)
+	return G.ApplyOp(bnOp(s), inputs...)
 }
 
 // newBNShape checks bn and residual against the convolution's output.
@@ -137,7 +137,7 @@ func newBNShape(p kernels.ConvParams, dt tensor.Dtype, bn *BatchNorm, residual *
 		}
 	}
 	if _, _, err := s.runningStats(); err != nil {
-		return s, err
+		return s, fmt.Errorf("ops: ConvBN: %w", err)
 	}
 	s.momentum, s.eps = bn.Momentum, bn.Eps
 	if s.momentum == 0 {
@@ -175,8 +175,12 @@ type bnShape struct {
 	residual      bool
 	dt            tensor.Dtype
 	bn            *BatchNorm
-	// stats brings the batch statistics from the layer's convolution (GPU).
-	stats *bnStatsLink
+	// convStats says that z comes as the layer's convolution's output
+	// [z | statistics] (convStatsOf): the ops read z, its first N*C*H*W
+	// elements, where it lies, and in training on a GPU bnCoefOp works
+	// the constants out from the statistics, not from another read of z.
+	// Without it z is a plain tensor, and bnCoefOp reduces it itself.
+	convStats bool
 	// gemmDz says that dz feeds only the layer's convolution's backward
 	// GEMMs: on a GPU in float32, bnGradApplyOp stores it rounded to TF32,
 	// the precision they read it in, so that they take no pass of their
@@ -187,6 +191,18 @@ type bnShape struct {
 func (s bnShape) zShape() tensor.Shape { return tensor.Shape{s.n, s.c, s.h, s.w} }
 func (s bnShape) cShape() tensor.Shape { return tensor.Shape{s.c} }
 
+// stats is the layout of the convolution's [z | statistics].
+func (s bnShape) stats() convStatsLayout { return convStatsOf(s.dt, s.n, s.c, s.h*s.w) }
+
+// zInShape is the shape in which the ops take z (and bnGradApplyOp gives
+// its gradient): plain, or the convolution's [z | statistics].
+func (s bnShape) zInShape() tensor.Shape {
+	if s.convStats {
+		return tensor.Shape{s.stats().size}
+	}
+	return s.zShape()
+}
+
 // coefShape is the shape of bnCoefOp's output: kernels.BNCoefStride
 // constants a channel.
 func (s bnShape) coefShape() tensor.Shape { return tensor.Shape{s.c * kernels.BNCoefStride} }
@@ -195,8 +211,8 @@ func (s bnShape) coefShape() tensor.Shape { return tensor.Shape{s.c * kernels.BN
 // applied to the same input are different nodes, and merging them would
 // share (and double-update) one set of running statistics.
 func (s bnShape) String() string {
-	return fmt.Sprintf("bn=%p,z=%v,%v,eps=%v,momentum=%v,residual=%t,act=%v,gemmDz=%t",
-		s.bn, s.zShape(), s.dt, s.eps, s.momentum, s.residual, s.act, s.gemmDz)
+	return fmt.Sprintf("bn=%p,z=%v,%v,eps=%v,momentum=%v,residual=%t,act=%v,gemmDz=%t,convStats=%t",
+		s.bn, s.zShape(), s.dt, s.eps, s.momentum, s.residual, s.act, s.gemmDz, s.convStats)
 }
 
 func (s bnShape) params(training bool) kernels.BatchNormParams {
@@ -205,6 +221,22 @@ func (s bnShape) params(training bool) kernels.BatchNormParams {
 		Eps: s.eps, Momentum: s.momentum,
 		Training: training, ReLU: s.act == ActReLU,
 	}
+}
+
+// The inputs the BatchNorm ops share.
+func (s bnShape) zArg() argSpec    { return argSpec{name: "conv output", shape: s.zInShape()} }
+func (s bnShape) coefArg() argSpec { return argSpec{name: "BatchNorm constants", shape: s.coefShape()} }
+func (s bnShape) gradArg() argSpec { return argSpec{name: "grad", shape: s.zShape()} }
+func (s bnShape) cArg(name string) argSpec {
+	return argSpec{name: name, shape: s.cShape()}
+}
+
+// withResidual returns in, and the residual of a layer that has one.
+func (s bnShape) withResidual(in ...argSpec) []argSpec {
+	if s.residual {
+		in = append(in, argSpec{name: "residual", shape: s.zShape()})
+	}
+	return in
 }
 
 // runningStats returns bn's running statistics after checking that the
@@ -222,25 +254,29 @@ func (s bnShape) runningStats() (mean, variance *tensor.Dense, err error) {
 func (s bnShape) runningStat(name string, d *tensor.Dense) (*tensor.Dense, error) {
 	switch {
 	case d == nil:
-		return nil, fmt.Errorf("ops: ConvBN: bn.%s is nil, want a [%d] tensor", name, s.c)
+		return nil, fmt.Errorf("bn.%s is nil, want a [%d] tensor", name, s.c)
 	case d.Dtype() != s.dt:
-		return nil, fmt.Errorf("ops: ConvBN: bn.%s has dtype %v, want %v like x", name, d.Dtype(), s.dt)
+		return nil, fmt.Errorf("bn.%s has dtype %v, want %v like x", name, d.Dtype(), s.dt)
 	case !d.Shape().Eq(s.cShape()):
-		return nil, fmt.Errorf("ops: ConvBN: bn.%s must have shape [%d], got %v", name, s.c, d.Shape())
+		return nil, fmt.Errorf("bn.%s must have shape [%d], got %v", name, s.c, d.Shape())
 	case d.IsView() || !d.DataOrder().IsRowMajor():
 		// An update would land in a copy.
-		return nil, fmt.Errorf("ops: ConvBN: bn.%s must be a contiguous tensor, not a view", name)
+		return nil, fmt.Errorf("bn.%s must be a contiguous tensor, not a view", name)
 	}
 	return d, nil
 }
 
-// checkTraining reports the run-time error of a training batch with one
-// value per channel, whose variance is undefined.
-func (s bnShape) checkTraining(training bool) error {
+// mode reads the layer's mode and running statistics as the constants op
+// runs: a training batch with one value per channel, whose variance is
+// undefined, is an error, and so are running statistics the kernels cannot
+// update in place.
+func (s bnShape) mode() (training bool, mean, variance *tensor.Dense, err error) {
+	training = s.bn.Training
 	if training && s.n*s.h*s.w <= 1 {
-		return fmt.Errorf("ops: ConvBN: training needs more than one value per channel, got N*OutH*OutW = %d", s.n*s.h*s.w)
+		return training, nil, nil, fmt.Errorf("training needs more than one value per channel, got N*OutH*OutW = %d", s.n*s.h*s.w)
 	}
-	return nil
+	mean, variance, err = s.runningStats()
+	return training, mean, variance, err
 }
 
 // bnCoefOp works out the forward pass's per-channel constants: (z, gamma,
@@ -249,159 +285,57 @@ func (s bnShape) checkTraining(training bool) error {
 // bn's running statistics; in inference mode, from the running ones. It is
 // not differentiated: bnOp, which reads coef, also takes gamma and beta and
 // gives the whole gradient of the layer, the statistics' part included.
-type bnCoefOp struct{ bnShape }
-
-func (op *bnCoefOp) Arity() int            { return 3 }
-func (op *bnCoefOp) Type() hm.Type         { return fnType(4, 1, 1, 1) }
-func (op *bnCoefOp) ReturnsPtr() bool      { return false }
-func (op *bnCoefOp) CallsExtern() bool     { return false }
-func (op *bnCoefOp) OverwritesInput() int  { return -1 }
-func (op *bnCoefOp) String() string        { return "BatchNormCoef(" + op.bnShape.String() + ")" }
-func (op *bnCoefOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *bnCoefOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *bnCoefOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.coefShape(), nil }
-
-func (op *bnCoefOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *bnCoefOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("ops: %v: want 3 inputs, got %d", op, len(in))
-	}
-	training := op.bn.Training
-	if err := op.checkTraining(training); err != nil {
-		return nil, err
-	}
-	rm, rv, err := op.runningStats()
-	if err != nil {
-		return nil, err
-	}
-	dev, err := inputsDevice("ConvBN", []string{"conv output", "bn.Gamma", "bn.Beta"}, in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in, training, rm, rv)
-	}
-	if err := hostRunning("ConvBN", rm, rv); err != nil {
-		return nil, err
-	}
-	z, err := dense("ConvBN", "conv output", in[0], op.dt, op.zShape())
-	if err != nil {
-		return nil, err
-	}
-	gamma, err := dense("ConvBN", "bn.Gamma", in[1], op.dt, op.cShape())
-	if err != nil {
-		return nil, err
-	}
-	beta, err := dense("ConvBN", "bn.Beta", in[2], op.dt, op.cShape())
-	if err != nil {
-		return nil, err
-	}
-	coef := output(prealloc, op.dt, op.coefShape())
-	p := op.params(training)
-	switch op.dt {
-	case tensor.Float32:
-		kernels.BatchNormCoef(p, z.Float32s(), gamma.Float32s(), beta.Float32s(), rm.Float32s(), rv.Float32s(), coef.Float32s())
-	default:
-		kernels.BatchNormCoef(p, z.Float64s(), gamma.Float64s(), beta.Float64s(), rm.Float64s(), rv.Float64s(), coef.Float64s())
-	}
-	return coef, nil
+func bnCoefOp(s bnShape) *specOp {
+	return newOp(&opSpec{
+		name: "ConvBN", kind: "BatchNormCoef", config: s.String(),
+		inputs: []argSpec{s.zArg(), s.cArg("bn.Gamma"), s.cArg("bn.Beta")},
+		out:    s.coefShape(), dtype: s.dt,
+		cpu:    floatTwin(s, bnCoef[float32], bnCoef[float64]),
+		device: s.coefDevice,
+		grad: func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+			return nil, fmt.Errorf("ops: ConvBN: the BatchNorm constants are not differentiated (the BatchNorm op's gradient covers them)")
+		},
+	})
 }
 
-func (op *bnCoefOp) DiffWRT(inputs int) []bool { return make([]bool, inputs) }
-
-func (op *bnCoefOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, fmt.Errorf("ops: ConvBN: the BatchNorm constants are not differentiated (the BatchNorm op's gradient covers them)")
+func bnCoef[T kernels.Float](s bnShape, in [][]T, coef []T) error {
+	training, rm, rv, err := s.mode()
+	if err != nil {
+		return err
+	}
+	if backend.IsDevice(rm) || backend.IsDevice(rv) {
+		// The CPU twin would read device memory.
+		return fmt.Errorf("bn.RunningMean and bn.RunningVar are on a GPU but the layer's inputs are in host memory")
+	}
+	run := floatsOf[T]([]*tensor.Dense{rm, rv})
+	kernels.BatchNormCoef(s.params(training), in[0][:s.n*s.c*s.h*s.w], in[1], in[2], run[0], run[1], coef)
+	return nil
 }
 
 // bnOp is the forward op: (z, gamma, beta, coef[, residual]) -> y, from
 // bnCoefOp's constants. gamma and beta are inputs for the gradient, which
 // bnOp gives for z, gamma, beta and the residual; the values it computes
-// with are in coef.
-type bnOp struct{ bnShape }
-
-func (op *bnOp) Arity() int {
-	if op.residual {
-		return 5
-	}
-	return 4
+// with are in coef (not differentiated: its part of the gradient is in
+// z's, gamma's and beta's).
+func bnOp(s bnShape) *specOp {
+	in := s.withResidual(s.zArg(), s.cArg("bn.Gamma"), s.cArg("bn.Beta"), s.coefArg())
+	return newOp(&opSpec{
+		name: "ConvBN", kind: "BatchNorm", config: s.String(),
+		inputs: in, out: s.zShape(), dtype: s.dt,
+		cpu:     floatTwin(s, bnApply[float32], bnApply[float64]),
+		device:  s.applyDevice,
+		diffWRT: []bool{true, true, true, false, true}[:len(in)],
+		grad:    s.backward,
+	})
 }
 
-func (op *bnOp) Type() hm.Type {
-	if op.residual {
-		return fnType(4, 1, 1, 1, 4, 4)
-	}
-	return fnType(4, 1, 1, 1, 4)
+func bnApply[T kernels.Float](s bnShape, in [][]T, y []T) error {
+	kernels.BatchNormApply(s.params(s.bn.Training), in[0][:len(y)], in[3], optional(in, 4), y)
+	return nil
 }
 
-func (op *bnOp) ReturnsPtr() bool      { return false }
-func (op *bnOp) CallsExtern() bool     { return false }
-func (op *bnOp) OverwritesInput() int  { return -1 }
-func (op *bnOp) String() string        { return "BatchNorm(" + op.bnShape.String() + ")" }
-func (op *bnOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *bnOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *bnOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.zShape(), nil }
-
-func (op *bnOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-// bnInputNames names the inputs of bnOp for errors.
-var bnInputNames = []string{"conv output", "bn.Gamma", "bn.Beta", "BatchNorm constants", "residual"}
-
-func (op *bnOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
-	}
-	dev, err := inputsDevice("ConvBN", bnInputNames[:len(in)], in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	z, err := dense("ConvBN", "conv output", in[0], op.dt, op.zShape())
-	if err != nil {
-		return nil, err
-	}
-	for i, sh := range []tensor.Shape{op.cShape(), op.cShape()} {
-		if _, err := dense("ConvBN", bnInputNames[1+i], in[1+i], op.dt, sh); err != nil {
-			return nil, err
-		}
-	}
-	coef, err := dense("ConvBN", "BatchNorm constants", in[3], op.dt, op.coefShape())
-	if err != nil {
-		return nil, err
-	}
-	var res *tensor.Dense
-	if op.residual {
-		if res, err = dense("ConvBN", "residual", in[4], op.dt, op.zShape()); err != nil {
-			return nil, err
-		}
-	}
-	y := output(prealloc, op.dt, op.zShape())
-	p := op.params(op.bn.Training)
-	switch op.dt {
-	case tensor.Float32:
-		kernels.BatchNormApply(p, z.Float32s(), coef.Float32s(), f32sOrNil(res), y.Float32s())
-	default:
-		kernels.BatchNormApply(p, z.Float64s(), coef.Float64s(), f64sOrNil(res), y.Float64s())
-	}
-	return y, nil
-}
-
-func (op *bnOp) DiffWRT(inputs int) []bool {
-	d := make([]bool, inputs)
-	for i := range d {
-		d[i] = i != 3 // not coef: its part of the gradient is in z's, gamma's and beta's
-	}
-	return d
-}
-
-func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != op.Arity() {
-		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(inputs))
-	}
+// backward is bnOp's SymDiff.
+func (s bnShape) backward(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	// Two passes over z and dy (and the residual, for the ReLU's mask):
 	// the reduction (dgamma, dbeta and the constants of dz), then dz,
 	// which the convolution's GEMMs read as it is. The second is the only
@@ -411,39 +345,42 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	z, gamma, coef := inputs[0], inputs[1], inputs[3]
 	statsIn := G.Nodes{z, gamma, coef, grad}
 	applyIn := G.Nodes{z, coef, grad, nil}
-	if op.residual {
+	if s.residual {
 		statsIn = append(statsIn, inputs[4])
 	}
-	stats, err := G.ApplyOp(&bnGradStatsOp{op.bnShape}, statsIn...)
+	stats, err := G.ApplyOp(bnGradStatsOp(s), statsIn...)
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
 	}
 	applyIn[3] = stats
-	if op.residual {
+	if s.residual {
 		applyIn = append(applyIn, inputs[4])
 	}
-	dz, err := G.ApplyOp(&bnGradApplyOp{op.bnShape}, applyIn...)
+	dz, err := G.ApplyOp(bnGradApplyOp(s), applyIn...)
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
 	}
-	dgb, err := autograd.UnpackAt(stats, 0, op.cShape(), op.cShape())
+	dgb, err := autograd.UnpackAt(stats, 0, s.cShape(), s.cShape())
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
 	}
 	parts := G.Nodes{dz, dgb[0], dgb[1], nil}
-	if !op.residual {
+	if !s.residual {
 		return parts, nil
 	}
 	// The residual is added before the activation: its gradient is dy
 	// through the activation's mask.
 	dres := grad
-	if op.act == ActReLU {
-		if dres, err = G.ApplyOp(&reluMaskOp{shape: op.zShape(), dt: op.dt}, output, grad); err != nil {
+	if s.act == ActReLU {
+		if dres, err = G.ApplyOp(reluMaskOp(s.zShape(), s.dt), output, grad); err != nil {
 			return nil, fmt.Errorf("ops: ConvBN backward: %w", err)
 		}
 	}
 	return append(parts, dres), nil
 }
+
+// statsShape is the shape of bnGradStatsOp's output: [dgamma | dbeta | bcoef].
+func (s bnShape) statsShape() tensor.Shape { return tensor.Shape{s.c * (2 + kernels.BNCoefStride)} }
 
 // bnGradStatsOp is the backward pass's reduction: (z, gamma, coef, dy[,
 // residual]) -> [dgamma | dbeta | bcoef], packed into one vector, where
@@ -453,83 +390,27 @@ func (op *bnOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 // forward's y > 0, recomputed from z (and the residual) with coef, when the
 // layer ends in a ReLU. Its output is small: autograd.UnpackAt carves dgamma
 // and dbeta out of it, and bnGradApplyOp reads bcoef where it lies.
-type bnGradStatsOp struct{ bnShape }
-
-func (op *bnGradStatsOp) Arity() int {
-	if op.residual {
-		return 5
-	}
-	return 4
-}
-
-func (op *bnGradStatsOp) Type() hm.Type {
-	if op.residual {
-		return fnType(4, 1, 1, 4, 4, 1)
-	}
-	return fnType(4, 1, 1, 4, 1)
-}
-
-func (op *bnGradStatsOp) ReturnsPtr() bool      { return false }
-func (op *bnGradStatsOp) CallsExtern() bool     { return false }
-func (op *bnGradStatsOp) OverwritesInput() int  { return -1 }
-func (op *bnGradStatsOp) String() string        { return "BatchNormGradStats(" + op.bnShape.String() + ")" }
-func (op *bnGradStatsOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *bnGradStatsOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *bnGradStatsOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.statsShape(), nil }
-
-func (op *bnGradStatsOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-// statsShape is the shape of bnGradStatsOp's output: [dgamma | dbeta | bcoef].
-func (s bnShape) statsShape() tensor.Shape { return tensor.Shape{s.c * (2 + kernels.BNCoefStride)} }
-
-// bnGradStatsNames names the inputs of bnGradStatsOp for errors.
-var bnGradStatsNames = []string{"conv output", "bn.Gamma", "BatchNorm constants", "grad", "residual"}
-
-func (op *bnGradStatsOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	const name = "ConvBN backward"
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
-	}
-	dev, err := inputsDevice(name, bnGradStatsNames[:len(in)], in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	shapes := []tensor.Shape{op.zShape(), op.cShape(), op.coefShape(), op.zShape(), op.zShape()}
-	var d [5]*tensor.Dense
-	for i := range in {
-		if d[i], err = dense(name, bnGradStatsNames[i], in[i], op.dt, shapes[i]); err != nil {
-			return nil, err
-		}
-	}
-	out := output(prealloc, op.dt, op.statsShape())
-	p := op.params(op.bn.Training)
-	c := op.c
-	switch op.dt {
-	case tensor.Float32:
-		o := out.Float32s()
-		kernels.BatchNormBackwardStats(p, d[0].Float32s(), d[1].Float32s(), d[2].Float32s(), f32sOrNil(d[4]), d[3].Float32s(),
-			o[:c], o[c:2*c], o[2*c:])
-	default:
-		o := out.Float64s()
-		kernels.BatchNormBackwardStats(p, d[0].Float64s(), d[1].Float64s(), d[2].Float64s(), f64sOrNil(d[4]), d[3].Float64s(),
-			o[:c], o[c:2*c], o[2*c:])
-	}
-	return out, nil
-}
-
-// DiffWRT claims the differentiable inputs so that a second derivative
+//
+// Its DiffWRT claims the differentiable inputs so that a second derivative
 // reaches SymDiff and its error, rather than gorgonia's report of a
 // non-differentiable path.
-func (op *bnGradStatsOp) DiffWRT(inputs int) []bool {
-	return []bool{true, true, false, true, true}[:inputs]
+func bnGradStatsOp(s bnShape) *specOp {
+	in := s.withResidual(s.zArg(), s.cArg("bn.Gamma"), s.coefArg(), s.gradArg())
+	return newOp(&opSpec{
+		name: "ConvBN backward", kind: "BatchNormGradStats", config: s.String(),
+		inputs: in, out: s.statsShape(), dtype: s.dt,
+		cpu:     floatTwin(s, bnGradStats[float32], bnGradStats[float64]),
+		device:  s.gradStatsDevice,
+		diffWRT: []bool{true, true, false, true, true}[:len(in)],
+		grad:    noSecondDerivative("ConvBN"),
+	})
 }
 
-func (op *bnGradStatsOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, errNoSecondDerivative("ConvBN")
+func bnGradStats[T kernels.Float](s bnShape, in [][]T, out []T) error {
+	c, nz := s.c, s.n*s.c*s.h*s.w
+	kernels.BatchNormBackwardStats(s.params(s.bn.Training), in[0][:nz], in[1], in[2], optional(in, 4), in[3],
+		out[:c], out[c:2*c], out[2*c:])
+	return nil
 }
 
 // bnGradApplyOp is the backward pass's second read: (z, coef, dy, stats[,
@@ -537,138 +418,49 @@ func (op *bnGradStatsOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 // as bnGradStatsOp makes it and bnGradStatsOp's constants (stats). With
 // gemmDz (a ConvBN layer), dz is stored rounded to TF32 on a GPU in
 // float32: it is the operand of the convolution's TF32 backward GEMMs,
-// which read it as it is; elsewhere it is exact.
-type bnGradApplyOp struct{ bnShape }
-
-func (op *bnGradApplyOp) Arity() int {
-	if op.residual {
-		return 5
-	}
-	return 4
+// which read it as it is; elsewhere it is exact. With convStats dz comes
+// shaped as z does, [dz | zeros]: the statistics are not differentiated.
+func bnGradApplyOp(s bnShape) *specOp {
+	in := s.withResidual(s.zArg(), s.coefArg(), s.gradArg(), argSpec{name: "statistics", shape: s.statsShape()})
+	return newOp(&opSpec{
+		name: "ConvBN backward", kind: "BatchNormGradApply", config: s.String(),
+		inputs: in, out: s.zInShape(), dtype: s.dt,
+		cpu:     floatTwin(s, bnGradApply[float32], bnGradApply[float64]),
+		device:  s.gradApplyDevice,
+		diffWRT: []bool{true, false, true, true, true}[:len(in)],
+		grad:    noSecondDerivative("ConvBN"),
+	})
 }
 
-func (op *bnGradApplyOp) Type() hm.Type {
-	if op.residual {
-		return fnType(4, 1, 4, 1, 4, 4)
-	}
-	return fnType(4, 1, 4, 1, 4)
-}
-
-func (op *bnGradApplyOp) ReturnsPtr() bool      { return false }
-func (op *bnGradApplyOp) CallsExtern() bool     { return false }
-func (op *bnGradApplyOp) OverwritesInput() int  { return -1 }
-func (op *bnGradApplyOp) String() string        { return "BatchNormGradApply(" + op.bnShape.String() + ")" }
-func (op *bnGradApplyOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *bnGradApplyOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *bnGradApplyOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.zShape(), nil }
-
-func (op *bnGradApplyOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-// bnGradApplyNames names the inputs of bnGradApplyOp for errors.
-var bnGradApplyNames = []string{"conv output", "BatchNorm constants", "grad", "statistics", "residual"}
-
-func (op *bnGradApplyOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	const name = "ConvBN backward"
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
-	}
-	dev, err := inputsDevice(name, bnGradApplyNames[:len(in)], in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	shapes := []tensor.Shape{op.zShape(), op.coefShape(), op.zShape(), op.statsShape(), op.zShape()}
-	var d [5]*tensor.Dense
-	for i := range in {
-		if d[i], err = dense(name, bnGradApplyNames[i], in[i], op.dt, shapes[i]); err != nil {
-			return nil, err
-		}
-	}
-	dz := output(prealloc, op.dt, op.zShape())
-	p := op.params(op.bn.Training)
-	c := op.c
-	switch op.dt {
-	case tensor.Float32:
-		kernels.BatchNormBackwardApply(p, d[0].Float32s(), d[1].Float32s(), f32sOrNil(d[4]), d[2].Float32s(), d[3].Float32s()[2*c:], dz.Float32s())
-	default:
-		kernels.BatchNormBackwardApply(p, d[0].Float64s(), d[1].Float64s(), f64sOrNil(d[4]), d[2].Float64s(), d[3].Float64s()[2*c:], dz.Float64s())
-	}
-	return dz, nil
-}
-
-func (op *bnGradApplyOp) DiffWRT(inputs int) []bool {
-	return []bool{true, false, true, true, true}[:inputs]
-}
-
-func (op *bnGradApplyOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, errNoSecondDerivative("ConvBN")
+func bnGradApply[T kernels.Float](s bnShape, in [][]T, dz []T) error {
+	nz := s.n * s.c * s.h * s.w
+	kernels.BatchNormBackwardApply(s.params(s.bn.Training), in[0][:nz], in[1], optional(in, 4), in[2], in[3][2*s.c:], dz[:nz])
+	clear(dz[nz:])
+	return nil
 }
 
 // reluMaskOp is (y, dy) -> dy masked by y > 0: the gradient of a ReLU's
 // input from its output and the output's gradient. It is linear in dy, so
 // its own gradient with respect to dy is itself.
-type reluMaskOp struct {
-	shape tensor.Shape
-	dt    tensor.Dtype
+func reluMaskOp(shape tensor.Shape, dt tensor.Dtype) *specOp {
+	return newOp(&opSpec{
+		name: "ReLU backward", kind: "ReLUMask", config: fmt.Sprintf("%v,%v", shape, dt),
+		inputs: []argSpec{{name: "y", shape: shape}, {name: "grad", shape: shape}},
+		out:    shape, dtype: dt,
+		cpu:     floatTwin(struct{}{}, reluMask[float32], reluMask[float64]),
+		device:  reluMaskDevice,
+		diffWRT: []bool{false, true},
+		grad: func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+			d, err := G.ApplyOp(reluMaskOp(shape, dt), in[0], grad)
+			if err != nil {
+				return nil, fmt.Errorf("ops: ReLU mask second derivative: %w", err)
+			}
+			return G.Nodes{nil, d}, nil
+		},
+	})
 }
 
-func (op *reluMaskOp) Arity() int { return 2 }
-func (op *reluMaskOp) Type() hm.Type {
-	r := op.shape.Dims()
-	return fnType(r, r, r)
-}
-func (op *reluMaskOp) ReturnsPtr() bool      { return false }
-func (op *reluMaskOp) CallsExtern() bool     { return false }
-func (op *reluMaskOp) OverwritesInput() int  { return -1 }
-func (op *reluMaskOp) String() string        { return fmt.Sprintf("ReLUMask(%v,%v)", op.shape, op.dt) }
-func (op *reluMaskOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *reluMaskOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *reluMaskOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.shape.Clone(), nil }
-
-func (op *reluMaskOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *reluMaskOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
-	}
-	dev, err := inputsDevice("ReLU backward", []string{"y", "grad"}, in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	y, err := dense("ReLU backward", "y", in[0], op.dt, op.shape)
-	if err != nil {
-		return nil, err
-	}
-	dy, err := dense("ReLU backward", "grad", in[1], op.dt, op.shape)
-	if err != nil {
-		return nil, err
-	}
-	dx := output(prealloc, op.dt, op.shape)
-	switch op.dt {
-	case tensor.Float32:
-		kernels.MaskReLU(y.Float32s(), dy.Float32s(), dx.Float32s())
-	default:
-		kernels.MaskReLU(y.Float64s(), dy.Float64s(), dx.Float64s())
-	}
-	return dx, nil
-}
-
-func (op *reluMaskOp) DiffWRT(inputs int) []bool { return []bool{false, true} }
-
-func (op *reluMaskOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(inputs))
-	}
-	d, err := G.ApplyOp(op, inputs[0], grad)
-	if err != nil {
-		return nil, fmt.Errorf("ops: ReLU mask second derivative: %w", err)
-	}
-	return G.Nodes{nil, d}, nil
+func reluMask[T kernels.Float](_ struct{}, in [][]T, dx []T) error {
+	kernels.MaskReLU(in[0], in[1], dx)
+	return nil
 }

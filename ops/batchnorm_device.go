@@ -3,10 +3,8 @@ package ops
 import (
 	"fmt"
 	"math"
-	"sync"
 	"unsafe"
 
-	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
@@ -17,13 +15,13 @@ import (
 // of the residual: kernels/conv_bn.cu.
 //
 // Batch statistics. In training, the convolution of a ConvBN layer reduces
-// each channel's count, sum and M2 over every output tile in its epilogue
-// and hands the records to the layer's bnCoefOp (bnStatsLink), so the
-// forward pass reads the convolution's output once, to normalise it; for an
-// input that did not come from the layer's convolution (a direct Do, a
-// graph that rearranged the nodes) the op reduces it itself, one extra
-// read. The backward ops take the forward's constants (mean, istd and the
-// ReLU's mask from them) and read z and dy, not y.
+// each channel's count, sum and M2 over every output tile in its epilogue,
+// into the tail of its output [z | statistics] (convStatsOf), which the
+// layer's bnCoefOp takes as its input: the statistics flow through the
+// graph, and the forward pass reads z once, to normalise it. A bnCoefOp
+// given a plain z (no convStats) reduces it itself, one extra read. The
+// backward ops take the forward's constants (mean, istd and the ReLU's mask
+// from them) and read z and dy, not y.
 //
 // Running statistics. bn.RunningMean and bn.RunningVar may live in host
 // memory (NewBatchNorm makes them there) or on the GPU that runs the layer
@@ -65,63 +63,21 @@ const (
 	bnScratch     = 32 * 4 * 8 // shared memory of bn_reduce and bn_finalize
 )
 
-// bnStatsLink carries the batch statistics of a ConvBN layer from its
-// convolution, which reduces them in its epilogue, to its BatchNorm op.
-// The records are handed over only for the very tensor the convolution
-// wrote, at the same address, and only once; anything else makes the
-// BatchNorm op reduce its input itself.
-type bnStatsLink struct {
-	bn *BatchNorm
+// bnHandOffKey keys, on a Device, how many times BatchNorm constants were
+// worked out there from their convolution's statistics (an int), for the
+// tests: in training every ConvBN layer's must be, with no read of z of
+// their own.
+type bnHandOffKey struct{}
 
-	mu      sync.Mutex
-	dev     *backend.Device
-	z       *tensor.Dense // the convolution's output the records describe
-	zPtr    backend.DevicePtr
-	partial *tensor.Dense // float64 records [slots][C][bnRecForward]
-	slots   int
-	taken   int // records handed over so far, for tests
+func countHandOff(dev *backend.Device) {
+	n, _ := dev.Value(bnHandOffKey{}).(int)
+	dev.SetValue(bnHandOffKey{}, n+1)
 }
 
-// wanted reports whether the convolution should reduce the statistics:
-// the layer is in training now.
-func (l *bnStatsLink) wanted() bool { return l != nil && l.bn != nil && l.bn.Training }
-
-func (l *bnStatsLink) put(dev *backend.Device, z *tensor.Dense, zPtr backend.DevicePtr, partial *tensor.Dense, slots int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.dropLocked()
-	l.dev, l.z, l.zPtr, l.partial, l.slots = dev, z, zPtr, partial, slots
-}
-
-// take returns the records for z at zPtr on dev, which the caller frees,
-// or false when there are none for it.
-func (l *bnStatsLink) take(dev *backend.Device, z G.Value, zPtr backend.DevicePtr) (*tensor.Dense, int, bool) {
-	if l == nil {
-		return nil, 0, false
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.partial == nil {
-		return nil, 0, false
-	}
-	// Owns fails once a Scope has freed the records (with the step that
-	// made them).
-	if l.dev != dev || l.zPtr != zPtr || G.Value(l.z) != z || !dev.Owns(l.partial) {
-		l.dropLocked()
-		return nil, 0, false
-	}
-	p, s := l.partial, l.slots
-	l.dev, l.z, l.zPtr, l.partial, l.slots = nil, nil, 0, nil, 0
-	l.taken++
-	return p, s, true
-}
-
-func (l *bnStatsLink) dropLocked() {
-	if l.partial != nil {
-		// An error means a Scope freed the records already.
-		_ = l.dev.FreeDense(l.partial)
-	}
-	l.dev, l.z, l.zPtr, l.partial, l.slots = nil, nil, 0, nil, 0
+// bnHandOffs is what countHandOff counted on dev.
+func bnHandOffs(dev *backend.Device) int {
+	n, _ := dev.Value(bnHandOffKey{}).(int)
+	return n
 }
 
 func (s bnShape) bnArgs(training bool) bnArgs {
@@ -278,28 +234,25 @@ func (s bnShape) apply(op string, dev *backend.Device, args bnArgs, backward boo
 	return launchBN(op, dev, kernel, cfg, args)
 }
 
-func (op *bnCoefOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value, training bool, rm, rv *tensor.Dense) (G.Value, error) {
+// coefDevice is bnCoefOp's device launcher.
+func (s bnShape) coefDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "ConvBN"
-	if err := op.checkDeviceSizes(name); err != nil {
+	training, rm, rv, err := s.mode()
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", name, err)
+	}
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	args := op.bnArgs(training)
-	var err error
-	if args.Z, err = deviceArg(name, "conv output", dev, in[0], op.dt, op.zShape()); err != nil {
-		return nil, err
-	}
-	if args.Gamma, err = deviceArg(name, "bn.Gamma", dev, in[1], op.dt, op.cShape()); err != nil {
-		return nil, err
-	}
-	if args.Beta, err = deviceArg(name, "bn.Beta", dev, in[2], op.dt, op.cShape()); err != nil {
-		return nil, err
-	}
-	coef, coefPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.coefShape())
+	dev := a.dev
+	args := s.bnArgs(training)
+	args.Z, args.Gamma, args.Beta = a.ptr[0], a.ptr[1], a.ptr[2]
+	coef, coefPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
 	args.Coef = coefPtr
-	run, err := op.deviceRunning(name, dev, rm, rv, !training)
+	run, err := s.deviceRunning(name, dev, rm, rv, !training)
 	if err != nil {
 		return nil, err
 	}
@@ -307,19 +260,26 @@ func (op *bnCoefOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value
 	args.RunMean, args.RunVar = run.mean, run.variance
 	var batch *tensor.Dense
 	if training {
-		partial, slots, ok := op.stats.take(dev, in[0], args.Z)
-		if !ok {
-			if partial, slots, err = op.reduce(name, dev, "bn_reduce", args, bnRecForward); err != nil {
+		if s.convStats {
+			// The convolution's epilogue reduced them into its output.
+			st := s.stats()
+			args.Partial = a.ptr[0] + backend.DevicePtr(st.off*int(s.dt.Size()))
+			args.Slots = int32(st.slots)
+			countHandOff(dev)
+		} else {
+			partial, slots, err := s.reduce(name, dev, "bn_reduce", args, bnRecForward)
+			if err != nil {
 				return nil, err
 			}
+			defer dev.FreeDense(partial)
+			if args.Partial, err = dev.Ptr(partial); err != nil {
+				return nil, fmt.Errorf("ops: %s: statistics: %w", name, err)
+			}
+			args.Slots = int32(slots)
 		}
-		defer dev.FreeDense(partial)
-		if args.Partial, err = dev.Ptr(partial); err != nil {
-			return nil, fmt.Errorf("ops: %s: statistics: %w", name, err)
-		}
-		args.Slots, args.Rec = int32(slots), bnRecForward
+		args.Rec = bnRecForward
 		if !run.onDevice {
-			if batch, err = dev.NewDense(op.dt, 2*op.c); err != nil {
+			if batch, err = dev.NewDense(s.dt, 2*s.c); err != nil {
 				return nil, fmt.Errorf("ops: %s: %w", name, err)
 			}
 			defer dev.FreeDense(batch)
@@ -328,7 +288,7 @@ func (op *bnCoefOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value
 			}
 		}
 	}
-	if err := op.finalize(name, dev, args); err != nil {
+	if err := s.finalize(name, dev, args); err != nil {
 		return nil, err
 	}
 	if batch != nil {
@@ -338,46 +298,34 @@ func (op *bnCoefOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value
 		if err != nil {
 			return nil, fmt.Errorf("ops: %s: batch statistics: %w", name, err)
 		}
-		m := op.n * op.h * op.w
-		switch op.dt {
+		m := s.n * s.h * s.w
+		switch s.dt {
 		case tensor.Float32:
-			updateRunning(rm.Float32s(), rv.Float32s(), host.Float32s(), op.momentum, m)
+			updateRunning(rm.Float32s(), rv.Float32s(), host.Float32s(), s.momentum, m)
 		default:
-			updateRunning(rm.Float64s(), rv.Float64s(), host.Float64s(), op.momentum, m)
+			updateRunning(rm.Float64s(), rv.Float64s(), host.Float64s(), s.momentum, m)
 		}
 	}
 	return coef, nil
 }
 
-func (op *bnOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// applyDevice is bnOp's device launcher.
+func (s bnShape) applyDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "ConvBN"
-	if err := op.checkDeviceSizes(name); err != nil {
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	args := op.bnArgs(op.bn.Training)
-	var err error
-	if args.Z, err = deviceArg(name, "conv output", dev, in[0], op.dt, op.zShape()); err != nil {
-		return nil, err
+	args := s.bnArgs(s.bn.Training)
+	args.Z, args.Coef = a.ptr[0], a.ptr[3]
+	if s.residual {
+		args.Residual = a.ptr[4]
 	}
-	for i := 1; i <= 2; i++ {
-		if _, err = deviceArg(name, bnInputNames[i], dev, in[i], op.dt, op.cShape()); err != nil {
-			return nil, err
-		}
-	}
-	if args.Coef, err = deviceArg(name, "BatchNorm constants", dev, in[3], op.dt, op.coefShape()); err != nil {
-		return nil, err
-	}
-	if op.residual {
-		if args.Residual, err = deviceArg(name, "residual", dev, in[4], op.dt, op.zShape()); err != nil {
-			return nil, err
-		}
-	}
-	y, yPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.zShape())
+	y, yPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
 	args.Out = yPtr
-	if err := op.apply(name, dev, args, false); err != nil {
+	if err := s.apply(name, a.dev, args, false); err != nil {
 		return nil, err
 	}
 	return y, nil
@@ -395,55 +343,37 @@ func updateRunning[T kernels.Float](rm, rv, batch []T, momentum float64, m int) 
 	}
 }
 
-// gradArgs checks the inputs the backward ops share, z, the forward's
-// constants, dy and the residual (when the layer has one), at the positions
-// given, and returns the launch arguments that point at them. The residual
-// is read, for the ReLU's mask, only by a layer with a ReLU.
-func (s bnShape) gradArgs(name string, dev *backend.Device, in []G.Value, names []string, z, coef, dy, res int) (bnArgs, error) {
+// gradArgs returns the launch arguments of the backward ops that point at
+// the inputs they share, z, the forward's constants, dy and the residual
+// (when the layer has one), at the positions given. The residual is read,
+// for the ReLU's mask, only by a layer with a ReLU.
+func (s bnShape) gradArgs(a *deviceArgs, z, coef, dy, res int) bnArgs {
 	args := s.bnArgs(s.bn.Training)
-	var err error
-	if args.Z, err = deviceArg(name, names[z], dev, in[z], s.dt, s.zShape()); err != nil {
-		return args, err
+	args.Z, args.FCoef, args.DY = a.ptr[z], a.ptr[coef], a.ptr[dy]
+	if s.residual && s.act == ActReLU {
+		args.Residual = a.ptr[res]
 	}
-	if args.FCoef, err = deviceArg(name, names[coef], dev, in[coef], s.dt, s.coefShape()); err != nil {
-		return args, err
-	}
-	if args.DY, err = deviceArg(name, names[dy], dev, in[dy], s.dt, s.zShape()); err != nil {
-		return args, err
-	}
-	if s.residual {
-		r, err := deviceArg(name, names[res], dev, in[res], s.dt, s.zShape())
-		if err != nil {
-			return args, err
-		}
-		if s.act == ActReLU {
-			args.Residual = r
-		}
-	}
-	return args, nil
+	return args
 }
 
-func (op *bnGradStatsOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// gradStatsDevice is bnGradStatsOp's device launcher.
+func (s bnShape) gradStatsDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "ConvBN backward"
-	if err := op.checkDeviceSizes(name); err != nil {
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	args, err := op.gradArgs(name, dev, in, bnGradStatsNames, 0, 2, 3, 4)
+	dev := a.dev
+	args := s.gradArgs(a, 0, 2, 3, 4)
+	args.Gamma = a.ptr[1]
+	out, outPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	if args.Gamma, err = deviceArg(name, "bn.Gamma", dev, in[1], op.dt, op.cShape()); err != nil {
-		return nil, err
-	}
-	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.statsShape())
-	if err != nil {
-		return nil, err
-	}
-	elem := backend.DevicePtr(op.dt.Size())
+	elem := backend.DevicePtr(s.dt.Size())
 	args.DGamma = outPtr
-	args.DBeta = outPtr + backend.DevicePtr(op.c)*elem
-	args.Coef = outPtr + 2*backend.DevicePtr(op.c)*elem
-	partial, slots, err := op.reduce(name, dev, "bn_grad_reduce", args, bnRecBackward)
+	args.DBeta = outPtr + backend.DevicePtr(s.c)*elem
+	args.Coef = outPtr + 2*backend.DevicePtr(s.c)*elem
+	partial, slots, err := s.reduce(name, dev, "bn_grad_reduce", args, bnRecBackward)
 	if err != nil {
 		return nil, err
 	}
@@ -452,66 +382,53 @@ func (op *bnGradStatsOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.
 		return nil, fmt.Errorf("ops: %s: statistics: %w", name, err)
 	}
 	args.Slots, args.Rec = int32(slots), bnRecBackward
-	if err := op.finalize(name, dev, args); err != nil {
+	if err := s.finalize(name, dev, args); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
-func (op *bnGradApplyOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// gradApplyDevice is bnGradApplyOp's device launcher.
+func (s bnShape) gradApplyDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "ConvBN backward"
-	if err := op.checkDeviceSizes(name); err != nil {
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	args, err := op.gradArgs(name, dev, in, bnGradApplyNames, 0, 1, 2, 4)
-	if err != nil {
-		return nil, err
-	}
-	stats, err := deviceArg(name, "statistics", dev, in[3], op.dt, op.statsShape())
-	if err != nil {
-		return nil, err
-	}
-	args.Coef = stats + 2*backend.DevicePtr(op.c)*backend.DevicePtr(op.dt.Size())
-	dz, dzPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.zShape())
+	args := s.gradArgs(a, 0, 1, 2, 4)
+	elem := backend.DevicePtr(s.dt.Size())
+	args.Coef = a.ptr[3] + 2*backend.DevicePtr(s.c)*elem
+	dz, dzPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
 	args.Out = dzPtr
-	if err := op.apply(name, dev, args, true); err != nil {
+	if err := s.apply(name, a.dev, args, true); err != nil {
 		return nil, err
+	}
+	if s.convStats {
+		// The gradient of the convolution's statistics, not read.
+		nz := backend.DevicePtr(s.n * s.c * s.h * s.w)
+		tail := backend.Memory{Ptr: dzPtr + nz*elem, Size: int64(s.stats().size-int(nz)) * int64(elem)}
+		if err := a.dev.Engine().Memset(tail, uint32(0)); err != nil {
+			return nil, fmt.Errorf("ops: %s: %w", name, err)
+		}
 	}
 	return dz, nil
 }
 
-// hostRunning refuses running statistics on a GPU for a layer whose inputs
-// are in host memory: the CPU twin would read device memory.
-func hostRunning(op string, rm, rv *tensor.Dense) error {
-	if backend.IsDevice(rm) || backend.IsDevice(rv) {
-		return fmt.Errorf("ops: %s: bn.RunningMean and bn.RunningVar are on a GPU but the layer's inputs are in host memory", op)
-	}
-	return nil
-}
-
-func (op *reluMaskOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// reluMaskDevice is reluMaskOp's device launcher.
+func reluMaskDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "ReLU backward"
-	y, err := deviceArg(name, "y", dev, in[0], op.dt, op.shape)
+	dx, dxPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	dy, err := deviceArg(name, "grad", dev, in[1], op.dt, op.shape)
-	if err != nil {
-		return nil, err
-	}
-	dx, dxPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.shape)
-	if err != nil {
-		return nil, err
-	}
-	k, err := dev.Kernel("conv_bn", "relu_mask_"+dtypeSuffix(op.dt))
+	k, err := a.dev.Kernel("conv_bn", "relu_mask_"+dtypeSuffix(a.spec.dtype))
 	if err != nil {
 		return nil, fmt.Errorf("ops: %s: %w", name, err)
 	}
-	n := int64(op.shape.TotalSize())
-	if err := backend.Launch(k, dev.GridStride(n, bnThreads), maskArgs{Y: y, DY: dy, DX: dxPtr, N: n}); err != nil {
+	n := int64(a.spec.out.TotalSize())
+	if err := backend.Launch(k, a.dev.GridStride(n, bnThreads), maskArgs{Y: a.ptr[0], DY: a.ptr[1], DX: dxPtr, N: n}); err != nil {
 		return nil, fmt.Errorf("ops: %s: %w", name, err)
 	}
 	return dx, nil

@@ -462,7 +462,7 @@ func TestConvBNHashDistinguishesLayers(t *testing.T) {
 	s := bnShape{n: 2, c: 3, h: 5, w: 5, dt: tensor.Float32, bn: bn1}
 	ready := s
 	ready.gemmDz = true
-	for _, op := range []G.Op{&bnCoefOp{s}, &bnOp{s}, &bnGradStatsOp{s}, &bnGradApplyOp{s}, &bnGradApplyOp{ready}, &reluMaskOp{shape: s.zShape(), dt: s.dt}} {
+	for _, op := range []G.Op{bnCoefOp(s), bnOp(s), bnGradStatsOp(s), bnGradApplyOp(s), bnGradApplyOp(ready), reluMaskOp(s.zShape(), s.dt)} {
 		h := op.Hashcode()
 		if prev, ok := hashes[h]; ok {
 			t.Errorf("%v hashes like %v", op, prev)
@@ -619,5 +619,117 @@ func TestConvBNZeroMeansDefaults(t *testing.T) {
 	}
 	if a != b {
 		t.Errorf("zero Momentum/Eps built %v, the defaults %v", a.Op(), b.Op())
+	}
+}
+
+// The batch statistics reach a ConvBN layer's constants through the graph:
+// the constants op takes the convolution's node, whose value is
+// [z | statistics] with the records 8-byte aligned after z. On the CPU the
+// ops read z where it lies and nothing of the tail, and the gradient of the
+// packed value is [dz | zeros].
+func TestConvBNStatisticsInTheGraph(t *testing.T) {
+	for _, c := range []struct {
+		dt         tensor.Dtype
+		n, ch, hw  int
+		off, slots int
+	}{
+		{tensor.Float32, 2, 3, 5 * 5, 150, 1}, // z of 150 floats: the records follow at once
+		{tensor.Float32, 1, 3, 3 * 5, 46, 1},  // 45: one float of padding
+		{tensor.Float32, 2, 4, 100 * 100, 80000, 157},
+		{tensor.Float64, 1, 3, 3 * 5, 45, 1},
+		{tensor.Float64, 2, 4, 100 * 100, 80000, 313},
+	} {
+		l := convStatsOf(c.dt, c.n, c.ch, c.hw)
+		words := 8 / int(c.dt.Size())
+		if l.off != c.off || l.slots != c.slots || l.off*int(c.dt.Size())%8 != 0 || l.size != l.off+l.slots*c.ch*bnRecForward*words {
+			t.Errorf("%v N=%d C=%d HW=%d: layout %+v, want the records from %d in %d slots", c.dt, c.n, c.ch, c.hw, l, c.off, c.slots)
+		}
+	}
+
+	g := G.NewGraph()
+	x := G.NewTensor(g, tensor.Float64, 4, G.WithShape(2, 2, 4, 5), G.WithName("x"))
+	w := G.NewTensor(g, tensor.Float64, 4, G.WithShape(3, 2, 3, 3), G.WithName("w"))
+	bn, err := NewBatchNorm(g, tensor.Float64, 3, "bn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := ConvBN(x, w, bn, nil, ConvConfig{Pad: [2]int{1, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := bnShape{n: 2, c: 3, h: 4, w: 5, eps: DefaultEps, momentum: DefaultMomentum, dt: tensor.Float64, bn: bn}
+	kind := func(n *G.Node) string {
+		if op, ok := n.Op().(*specOp); ok {
+			return op.kindName()
+		}
+		return fmt.Sprint(n.Op())
+	}
+	var coef *G.Node
+	for _, n := range g.AllNodes() {
+		if kind(n) == "BatchNormCoef" {
+			coef = n
+		}
+	}
+	if coef == nil {
+		t.Fatalf("no BatchNorm constants in the graph of %v", y)
+	}
+	var fromConv bool
+	for it := g.From(coef.ID()); it.Next(); {
+		z := it.Node().(*G.Node)
+		if kind(z) == "Conv" {
+			fromConv = true
+			if want := (tensor.Shape{convStatsOf(s.dt, 2, 3, 20).size}); !z.Shape().Eq(want) {
+				t.Errorf("the convolution's output has shape %v, want %v: [z | statistics]", z.Shape(), want)
+			}
+		}
+	}
+	if !fromConv {
+		t.Error("the BatchNorm constants do not take the convolution's output")
+	}
+
+	rng := rand.New(rand.NewPCG(7, 7))
+	packed := s
+	packed.convStats = true
+	nz := s.zShape().TotalSize()
+	zv := randTensor(rng, tensor.Float64, -1, 1, s.zShape()...)
+	pv := randTensor(rng, tensor.Float64, 5, 6, packed.zInShape()...) // a tail of garbage
+	copy(pv.Float64s(), zv.Float64s())
+	gamma, beta := randTensor(rng, tensor.Float64, 0.5, 1.5, 3), randTensor(rng, tensor.Float64, -0.5, 0.5, 3)
+	dy := randTensor(rng, tensor.Float64, -1, 1, s.zShape()...)
+	run := func(op G.Op, in ...G.Value) *tensor.Dense {
+		t.Helper()
+		v, err := op.Do(in...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v.(*tensor.Dense)
+	}
+	for _, training := range []bool{false, true} {
+		bn.Training = training
+		cPlain, cPacked := run(bnCoefOp(s), zv, gamma, beta), run(bnCoefOp(packed), pv, gamma, beta)
+		if err := autograd.TolForward64.Compare(toFloat64s(t, cPacked), toFloat64s(t, cPlain)); err != nil {
+			t.Errorf("training %t: constants from [z | statistics]: %v", training, err)
+		}
+		yPlain, yPacked := run(bnOp(s), zv, gamma, beta, cPlain), run(bnOp(packed), pv, gamma, beta, cPlain)
+		if err := autograd.TolForward64.Compare(toFloat64s(t, yPacked), toFloat64s(t, yPlain)); err != nil {
+			t.Errorf("training %t: y from [z | statistics]: %v", training, err)
+		}
+		st := run(bnGradStatsOp(s), zv, gamma, cPlain, dy)
+		if err := autograd.TolForward64.Compare(toFloat64s(t, run(bnGradStatsOp(packed), pv, gamma, cPlain, dy)), toFloat64s(t, st)); err != nil {
+			t.Errorf("training %t: backward statistics from [z | statistics]: %v", training, err)
+		}
+		dz := run(bnGradApplyOp(s), zv, cPlain, dy, st)
+		stale := randTensor(rng, tensor.Float64, 5, 6, packed.zInShape()...)
+		dp, err := bnGradApplyOp(packed).UsePreallocDo(stale, pv, cPlain, dy, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := toFloat64s(t, dp)
+		if err := autograd.TolForward64.Compare(got[:nz], toFloat64s(t, dz)); err != nil {
+			t.Errorf("training %t: dz from [z | statistics]: %v", training, err)
+		}
+		if err := autograd.TolForward64.Compare(got[nz:], make([]float64, len(got)-nz)); err != nil {
+			t.Errorf("training %t: the gradient of the statistics: %v", training, err)
+		}
 	}
 }

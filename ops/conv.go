@@ -2,9 +2,7 @@ package ops
 
 import (
 	"fmt"
-	"hash"
 
-	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
@@ -141,17 +139,20 @@ func Conv(x, w, bias *G.Node, cfg ConvConfig) (*G.Node, error) {
 		}
 		inputs = append(inputs, bias)
 	}
-	return G.ApplyOp(&convOp{convShape{p: p, bias: bias != nil, dt: dt}}, inputs...)
+	return G.ApplyOp(convOp(convShape{p: p, bias: bias != nil, dt: dt}), inputs...)
 }
 
-// convShape is what the three convolution ops know at graph-build time.
+// convShape is what the convolution ops know at graph-build time.
 type convShape struct {
 	p    kernels.ConvParams
 	bias bool
 	dt   tensor.Dtype
-	// stats is set on a ConvBN layer's convolution: on the GPU, its
-	// epilogue reduces the batch statistics for the layer's BatchNorm op.
-	stats *bnStatsLink
+	// bn is set on a ConvBN layer's convolution, whose output is the
+	// packed [y | statistics] (convStatsOf) that the layer's BatchNorm ops
+	// take: on a GPU in training (bn.Training when it runs) the epilogue
+	// reduces the batch statistics into its tail, from which the BatchNorm
+	// constants are worked out without another read of y.
+	bn *BatchNorm
 	// gradReady says that the gradient reaching the backward ops comes
 	// from the layer's one pass over it (convGradOp, or bnGradApplyOp in a
 	// ConvBN layer): already masked and, on a GPU in float32, rounded to
@@ -168,13 +169,28 @@ func (s convShape) wShape() tensor.Shape { return tensor.Shape{s.p.Cout, s.p.Cin
 func (s convShape) bShape() tensor.Shape { return tensor.Shape{s.p.Cout} }
 func (s convShape) yShape() tensor.Shape { return tensor.Shape{s.p.N, s.p.Cout, s.p.OutH, s.p.OutW} }
 
+// stats is the layout of a ConvBN layer's convolution output.
+func (s convShape) stats() convStatsLayout {
+	return convStatsOf(s.dt, s.p.N, s.p.Cout, s.p.OutH*s.p.OutW)
+}
+
+// outShape is the forward op's output: y, or a ConvBN layer's packed
+// [y | statistics].
+func (s convShape) outShape() tensor.Shape {
+	if s.bn != nil {
+		return tensor.Shape{s.stats().size}
+	}
+	return s.yShape()
+}
+
 // gradShape is the shape of the gradient the backward GEMM ops take: dy,
-// or convGradOp's packed [g | dbias] (gradPacked).
+// convGradOp's packed [g | dbias] (gradPacked), or in a ConvBN layer the
+// gradient of its packed output.
 func (s convShape) gradShape() tensor.Shape {
 	if s.gradPacked {
 		return tensor.Shape{s.yShape().TotalSize() + s.p.Cout}
 	}
-	return s.yShape()
+	return s.outShape()
 }
 
 func (s convShape) String() string {
@@ -183,126 +199,99 @@ func (s convShape) String() string {
 	if p.ReLU {
 		act = ActReLU
 	}
-	return fmt.Sprintf("x=%v,w=%v,%v,stride=%dx%d,pad=%dx%d,dilation=%dx%d,bias=%t,act=%v,gradReady=%t,gradPacked=%t",
+	str := fmt.Sprintf("x=%v,w=%v,%v,stride=%dx%d,pad=%dx%d,dilation=%dx%d,bias=%t,act=%v,gradReady=%t,gradPacked=%t",
 		s.xShape(), s.wShape(), s.dt, p.StrideH, p.StrideW, p.PadH, p.PadW, p.DilationH, p.DilationW, s.bias, act,
 		s.gradReady, s.gradPacked)
+	if s.bn != nil {
+		// The layer's identity: it decides, by its mode, whether the
+		// statistics are reduced.
+		str += fmt.Sprintf(",bn=%p", s.bn)
+	}
+	return str
 }
 
-// convOp is the forward op: (x, w[, bias]) -> y.
-type convOp struct{ convShape }
-
-func (op *convOp) Arity() int {
-	if op.bias {
-		return 3
-	}
-	return 2
+// convStatsLayout is a ConvBN layer's convolution output, [y | statistics]:
+// y's elements, then (from element off, 8-byte aligned) slots records a
+// channel of bnRecForward float64s, one slot per column tile of the forward
+// GEMM, in size elements of the layer's dtype in all. The GPU's epilogue
+// fills the records in training; elsewhere they are not read (the CPU
+// leaves them zero).
+type convStatsLayout struct {
+	off, slots, size int
 }
 
-func (op *convOp) Type() hm.Type {
-	if op.bias {
-		return fnType(4, 4, 1, 4)
-	}
-	return fnType(4, 4, 4)
+func convStatsOf(dt tensor.Dtype, n, c, hw int) convStatsLayout {
+	elem := int(dt.Size())
+	slots := ceilDiv(n*hw, convTileFor(dt).bn)
+	off := ceilDiv(n*c*hw*elem, 8) * 8 / elem
+	return convStatsLayout{off: off, slots: slots, size: off + slots*c*bnRecForward*8/elem}
 }
 
-func (op *convOp) ReturnsPtr() bool      { return false }
-func (op *convOp) CallsExtern() bool     { return false }
-func (op *convOp) OverwritesInput() int  { return -1 }
-func (op *convOp) String() string        { return "Conv(" + op.convShape.String() + ")" }
-func (op *convOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *convOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *convOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.yShape(), nil }
-
-func (op *convOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *convOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
+// convOp is the forward op: (x, w[, bias]) -> y (or a ConvBN layer's
+// [y | statistics]).
+func convOp(s convShape) *specOp {
+	in := []argSpec{{name: "x", shape: s.xShape()}, {name: "w", shape: s.wShape()}}
+	if s.bias {
+		in = append(in, argSpec{name: "bias", shape: s.bShape()})
 	}
-	dev, err := inputsDevice("Conv", []string{"x", "w", "bias"}[:len(in)], in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	x, err := dense("Conv", "x", in[0], op.dt, op.xShape())
-	if err != nil {
-		return nil, err
-	}
-	w, err := dense("Conv", "w", in[1], op.dt, op.wShape())
-	if err != nil {
-		return nil, err
-	}
-	var b *tensor.Dense
-	if op.bias {
-		if b, err = dense("Conv", "bias", in[2], op.dt, op.bShape()); err != nil {
-			return nil, err
-		}
-	}
-	y := output(prealloc, op.dt, op.yShape())
-	switch op.dt {
-	case tensor.Float32:
-		kernels.ConvForward(op.p, x.Float32s(), w.Float32s(), f32sOrNil(b), y.Float32s())
-	default:
-		kernels.ConvForward(op.p, x.Float64s(), w.Float64s(), f64sOrNil(b), y.Float64s())
-	}
-	return y, nil
+	return newOp(&opSpec{
+		name: "Conv", config: s.String(),
+		inputs: in, out: s.outShape(), dtype: s.dt,
+		cpu:     floatTwin(s, convForward[float32], convForward[float64]),
+		device:  s.forwardDevice,
+		diffWRT: []bool{true, true, true}[:len(in)],
+		grad:    s.backward,
+	})
 }
 
-func (op *convOp) DiffWRT(inputs int) []bool {
-	d := make([]bool, inputs)
-	for i := range d {
-		d[i] = true
-	}
-	return d
+func convForward[T kernels.Float](s convShape, in [][]T, out []T) error {
+	ny := s.yShape().TotalSize()
+	kernels.ConvForward(s.p, in[0], in[1], optional(in, 2), out[:ny])
+	clear(out[ny:]) // a ConvBN layer's statistics: only the GPU's epilogue reduces them
+	return nil
 }
 
-func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != op.Arity() {
-		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(inputs))
-	}
+// backward is Conv's SymDiff.
+func (s convShape) backward(in G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	// With a ReLU, one pass over dy (convGradOp) masks it for both GEMMs,
 	// rounds it to TF32 on a GPU (the precision they read it in) and sums
 	// the bias gradient; the GEMMs then read it as it is. The fast GPU
 	// kernels copy their operands with cp.async or read them from shared
 	// memory with wgmma, and cannot mask or round as they do.
-	back := op.convShape
+	back := s
 	var db *G.Node
 	if back.p.ReLU {
-		prep := &convGradOp{op.convShape}
-		g, err := G.ApplyOp(prep, output, grad)
+		g, err := G.ApplyOp(convGradOp(s), output, grad)
 		if err != nil {
 			return nil, fmt.Errorf("ops: Conv backward: %w", err)
 		}
 		grad = g
-		if op.bias {
+		if s.bias {
 			// The GEMMs read g inside the packed vector; only the bias
 			// gradient is carved out.
-			parts, err := autograd.UnpackAt(g, op.yShape().TotalSize(), op.bShape())
+			parts, err := autograd.UnpackAt(g, s.yShape().TotalSize(), s.bShape())
 			if err != nil {
 				return nil, fmt.Errorf("ops: Conv backward: %w", err)
 			}
 			db = parts[0]
 		}
-		back.p.ReLU, back.bias, back.gradReady, back.gradPacked = false, false, true, op.bias
+		back.p.ReLU, back.bias, back.gradReady, back.gradPacked = false, false, true, s.bias
 	}
-	dx, err := G.ApplyOp(&convDgradOp{back}, inputs[1], output, grad)
+	dx, err := G.ApplyOp(convDgradOp(back), in[1], output, grad)
 	if err != nil {
 		return nil, fmt.Errorf("ops: Conv backward: %w", err)
 	}
-	dw, err := G.ApplyOp(&convWgradOp{back}, inputs[0], output, grad)
+	dw, err := G.ApplyOp(convWgradOp(back), in[0], output, grad)
 	if err != nil {
 		return nil, fmt.Errorf("ops: Conv backward: %w", err)
 	}
 	switch {
-	case !op.bias:
+	case !s.bias:
 		return G.Nodes{dx, dw}, nil
 	case db != nil:
 		return G.Nodes{dx, dw, db}, nil
 	}
-	parts, err := autograd.Unpack(dw, op.wShape(), op.bShape())
+	parts, err := autograd.Unpack(dw, s.wShape(), s.bShape())
 	if err != nil {
 		return nil, fmt.Errorf("ops: Conv backward: %w", err)
 	}
@@ -312,61 +301,26 @@ func (op *convOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 // convDgradOp is the data-gradient op: (w, y, dy) -> dx, with dy masked by
 // y > 0 as it is read when the layer ends in a ReLU (y is not read
 // otherwise). It is what a fused dgrad kernel with a ReLU prologue computes.
-type convDgradOp struct{ convShape }
-
-func (op *convDgradOp) Arity() int            { return 3 }
-func (op *convDgradOp) Type() hm.Type         { return fnType(4, 4, op.gradShape().Dims(), 4) }
-func (op *convDgradOp) ReturnsPtr() bool      { return false }
-func (op *convDgradOp) CallsExtern() bool     { return false }
-func (op *convDgradOp) OverwritesInput() int  { return -1 }
-func (op *convDgradOp) String() string        { return "ConvDgrad(" + op.convShape.String() + ")" }
-func (op *convDgradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *convDgradOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *convDgradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.xShape(), nil }
-
-func (op *convDgradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *convDgradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("ops: %v: want 3 inputs, got %d", op, len(in))
-	}
-	dev, err := inputsDevice("Conv backward", []string{"w", "y", "grad"}, in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	w, err := dense("Conv backward", "w", in[0], op.dt, op.wShape())
-	if err != nil {
-		return nil, err
-	}
-	y, err := dense("Conv backward", "y", in[1], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	dy, err := dense("Conv backward", "grad", in[2], op.dt, op.gradShape())
-	if err != nil {
-		return nil, err
-	}
-	dx := output(prealloc, op.dt, op.xShape())
-	ny := op.yShape().TotalSize()
-	switch op.dt {
-	case tensor.Float32:
-		kernels.ConvBackwardData(op.p, w.Float32s(), y.Float32s(), dy.Float32s()[:ny], dx.Float32s())
-	default:
-		kernels.ConvBackwardData(op.p, w.Float64s(), y.Float64s(), dy.Float64s()[:ny], dx.Float64s())
-	}
-	return dx, nil
+//
+// Its DiffWRT claims every input so that a second derivative reaches
+// SymDiff and its error, rather than gorgonia's report of a
+// non-differentiable path.
+func convDgradOp(s convShape) *specOp {
+	return newOp(&opSpec{
+		name: "Conv backward", kind: "ConvDgrad", config: s.String(),
+		inputs: []argSpec{{name: "w", shape: s.wShape()}, {name: "y", shape: s.outShape()}, {name: "grad", shape: s.gradShape()}},
+		out:    s.xShape(), dtype: s.dt,
+		cpu:     floatTwin(s, convDgradTwin[float32], convDgradTwin[float64]),
+		device:  s.dgradDevice,
+		diffWRT: []bool{true, false, true},
+		grad:    noSecondDerivative("Conv"),
+	})
 }
 
-// DiffWRT claims every input so that a second derivative reaches SymDiff and
-// its error, rather than gorgonia's report of a non-differentiable path.
-func (op *convDgradOp) DiffWRT(inputs int) []bool { return []bool{true, false, true} }
-
-func (op *convDgradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, errNoSecondDerivative("Conv")
+func convDgradTwin[T kernels.Float](s convShape, in [][]T, dx []T) error {
+	ny := s.yShape().TotalSize()
+	kernels.ConvBackwardData(s.p, in[0], in[1][:ny], in[2][:ny], dx)
+	return nil
 }
 
 // convWgradOp is the weight-gradient op: (x, y, dy) -> dw, or the packed
@@ -374,100 +328,32 @@ func (op *convDgradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 // autograd.Unpack), with dy masked by y > 0 as it is read when the layer
 // ends in a ReLU. It is what a fused wgrad kernel computes: the bias gradient
 // comes from the same reads of dy.
-type convWgradOp struct{ convShape }
-
-func (op *convWgradOp) Arity() int { return 3 }
-
-func (op *convWgradOp) Type() hm.Type {
-	if op.bias {
-		return fnType(4, 4, op.gradShape().Dims(), 1)
-	}
-	return fnType(4, 4, op.gradShape().Dims(), 4)
+func convWgradOp(s convShape) *specOp {
+	return newOp(&opSpec{
+		name: "Conv backward", kind: "ConvWgrad", config: s.String(),
+		inputs: []argSpec{{name: "x", shape: s.xShape()}, {name: "y", shape: s.outShape()}, {name: "grad", shape: s.gradShape()}},
+		out:    s.wgradShape(), dtype: s.dt,
+		cpu:     floatTwin(s, convWgradTwin[float32], convWgradTwin[float64]),
+		device:  s.wgradDevice,
+		diffWRT: []bool{true, false, true},
+		grad:    noSecondDerivative("Conv"),
+	})
 }
 
-func (op *convWgradOp) ReturnsPtr() bool      { return false }
-func (op *convWgradOp) CallsExtern() bool     { return false }
-func (op *convWgradOp) OverwritesInput() int  { return -1 }
-func (op *convWgradOp) String() string        { return "ConvWgrad(" + op.convShape.String() + ")" }
-func (op *convWgradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *convWgradOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *convWgradOp) outShape() tensor.Shape {
-	if op.bias {
-		return tensor.Shape{autograd.PackedSize(op.wShape(), op.bShape())}
+// wgradShape is convWgradOp's output: dw, or [dw | dbias].
+func (s convShape) wgradShape() tensor.Shape {
+	if s.bias {
+		return tensor.Shape{autograd.PackedSize(s.wShape(), s.bShape())}
 	}
-	return op.wShape()
+	return s.wShape()
 }
 
-func (op *convWgradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
-
-func (op *convWgradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *convWgradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	if len(in) != 3 {
-		return nil, fmt.Errorf("ops: %v: want 3 inputs, got %d", op, len(in))
+func convWgradTwin[T kernels.Float](s convShape, in [][]T, out []T) error {
+	nw, ny := s.wShape().TotalSize(), s.yShape().TotalSize()
+	var db []T
+	if s.bias {
+		db = out[nw:]
 	}
-	dev, err := inputsDevice("Conv backward", []string{"x", "y", "grad"}, in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	x, err := dense("Conv backward", "x", in[0], op.dt, op.xShape())
-	if err != nil {
-		return nil, err
-	}
-	y, err := dense("Conv backward", "y", in[1], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	dy, err := dense("Conv backward", "grad", in[2], op.dt, op.gradShape())
-	if err != nil {
-		return nil, err
-	}
-	out := output(prealloc, op.dt, op.outShape())
-	nw, ny := op.wShape().TotalSize(), op.yShape().TotalSize()
-	switch op.dt {
-	case tensor.Float32:
-		o := out.Float32s()
-		var db []float32
-		if op.bias {
-			db = o[nw:]
-		}
-		kernels.ConvBackwardFilter(op.p, x.Float32s(), y.Float32s(), dy.Float32s()[:ny], o[:nw], db)
-	default:
-		o := out.Float64s()
-		var db []float64
-		if op.bias {
-			db = o[nw:]
-		}
-		kernels.ConvBackwardFilter(op.p, x.Float64s(), y.Float64s(), dy.Float64s()[:ny], o[:nw], db)
-	}
-	return out, nil
-}
-
-func (op *convWgradOp) DiffWRT(inputs int) []bool { return []bool{true, false, true} }
-
-func (op *convWgradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, errNoSecondDerivative("Conv")
-}
-
-func errNoSecondDerivative(op string) error {
-	return fmt.Errorf("ops: %s: second derivatives are not implemented", op)
-}
-
-// f32sOrNil and f64sOrNil return the data of an optional tensor, nil for nil.
-func f32sOrNil(d *tensor.Dense) []float32 {
-	if d == nil {
-		return nil
-	}
-	return d.Float32s()
-}
-
-func f64sOrNil(d *tensor.Dense) []float64 {
-	if d == nil {
-		return nil
-	}
-	return d.Float64s()
+	kernels.ConvBackwardFilter(s.p, in[0], in[1][:ny], in[2][:ny], out[:nw], db)
+	return nil
 }

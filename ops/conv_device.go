@@ -7,7 +7,6 @@ import (
 	"strings"
 	"unsafe"
 
-	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
@@ -150,10 +149,6 @@ const (
 	convFpropF32V4 = "conv_fprop_f32_v4"
 )
 
-// convFpropKernelOverride, when set (by tests and benchmarks that compare
-// them), names the float32 forward kernel; it must fit the launch.
-var convFpropKernelOverride string
-
 // The float32 backward kernels: conv_gemm's (v1) and the cp.async
 // pipelines of conv_pipe (v2, v1's 128x128 tile and warps, two blocks per
 // SM). dgrad v2 runs stride-1 layers only; wgrad v2 needs OutH*OutW % 4 ==
@@ -221,10 +216,21 @@ func convWgmmaError(dev *backend.Device) error {
 	return sm90aError(dev, convModule(convFpropF32V5), convFpropF32V5)
 }
 
-// convDgradKernelOverride and convWgradKernelOverride, when set (by tests
-// and benchmarks that compare them), name the float32 backward kernels;
-// they must fit the launch.
-var convDgradKernelOverride, convWgradKernelOverride string
+// convKernelKey keys, on a Device, the float32 kernel that tests and
+// benchmarks which compare the kernels force for one of the GEMMs
+// (convFprop, convDgrad or convWgrad) instead of convKernel's choice: its
+// name, which must fit the launch.
+type convKernelKey int
+
+// setConvKernel forces kernel for the float32 GEMMs of mode on dev; ""
+// gives the choice back to convKernel.
+func setConvKernel(dev *backend.Device, mode int, kernel string) {
+	if kernel == "" {
+		dev.SetValue(convKernelKey(mode), nil)
+		return
+	}
+	dev.SetValue(convKernelKey(mode), kernel)
+}
 
 // The shared memory of the pipelined kernels, FpropPipe::kSmemBytes in
 // conv.cu (which pins them): stages of the A and B tiles (or the C tile
@@ -317,7 +323,7 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, gpu convGPU) (conv
 	v4 := convKernelChoice{convFpropF32V4, convFpropV4Smem, 128, 128}
 	fits := convFpropPipeFits(args)
 	var want convKernelChoice
-	switch convFpropKernelOverride {
+	switch gpu.forced[convFprop] {
 	case "":
 		if !fits {
 			return generic, nil
@@ -328,7 +334,7 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, gpu convGPU) (conv
 		return v2, nil
 	case convFpropF32V5, convFpropF32V6, convFpropF32V7:
 		want = v5
-		switch convFpropKernelOverride {
+		switch gpu.forced[convFprop] {
 		case convFpropF32V6:
 			want = convKernelChoice{convFpropF32V6, convWgmmaV6Smem, 256, 256}
 		case convFpropF32V7:
@@ -346,7 +352,7 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, gpu convGPU) (conv
 	case convFpropF32V4:
 		want = v4
 	default:
-		return convKernelChoice{}, fmt.Errorf("no float32 forward kernel %q", convFpropKernelOverride)
+		return convKernelChoice{}, fmt.Errorf("no float32 forward kernel %q", gpu.forced[convFprop])
 	}
 	if !fits {
 		return convKernelChoice{}, fmt.Errorf("%s: (N+1)*Cin*H*W = %d exceeds its 32-bit offsets", want.name,
@@ -360,14 +366,19 @@ func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, gpu convGPU) (conv
 
 // convGPU is what the choice of a conv kernel needs to know of the GPU.
 type convGPU struct {
-	optIn int  // shared memory a block may opt in to
-	sms   int  // streaming multiprocessors
-	sm90a bool // runs conv_sm90a.cu's kernels (convSM90a)
+	optIn  int       // shared memory a block may opt in to
+	sms    int       // streaming multiprocessors
+	sm90a  bool      // runs conv_sm90a.cu's kernels (convSM90a)
+	forced [3]string // per GEMM, the float32 kernel forced there (setConvKernel), or ""
 }
 
 func convGPUOf(dev *backend.Device) convGPU {
 	_, optIn := dev.MaxSharedMemory()
-	return convGPU{optIn: optIn, sms: dev.SMCount(), sm90a: convSM90a(dev)}
+	gpu := convGPU{optIn: optIn, sms: dev.SMCount(), sm90a: convSM90a(dev)}
+	for mode := range gpu.forced {
+		gpu.forced[mode], _ = dev.Value(convKernelKey(mode)).(string)
+	}
+	return gpu
 }
 
 // convWgmmaPick chooses among conv_sm90a.cu's kernels for a forward or
@@ -412,12 +423,12 @@ func convWgmmaFits(args convGemmArgs, optIn int, sm90a bool) (bool, string) {
 // convBackwardKernel chooses the float32 dgrad or wgrad kernel: for dgrad,
 // v5 where it runs, then v2 where it applies (convBackwardPipeFits) and the
 // GPU gives a block its shared memory, else v1 (generic); for wgrad, v2 or
-// v1. The overrides pick one.
+// v1. A kernel forced on the device (setConvKernel) is taken instead.
 func convBackwardKernel(mode int, args convGemmArgs, gpu convGPU, generic convKernelChoice) (convKernelChoice, error) {
 	optIn, sm90a := gpu.optIn, gpu.sm90a
-	override, v1, v2 := convDgradKernelOverride, convDgradF32V1, convKernelChoice{convDgradF32V2, convDgradV2Smem, 128, 256}
+	override, v1, v2 := gpu.forced[mode], convDgradF32V1, convKernelChoice{convDgradF32V2, convDgradV2Smem, 128, 256}
 	if mode == convWgrad {
-		override, v1, v2 = convWgradKernelOverride, convWgradF32V1, convKernelChoice{convWgradF32V2, convWgradV2Smem, 128, 256}
+		v1, v2 = convWgradF32V1, convKernelChoice{convWgradF32V2, convWgradV2Smem, 128, 256}
 	}
 	fits, why := convBackwardPipeFits(mode, args)
 	v5ok, v5why := convWgmmaFits(args, optIn, sm90a)
@@ -648,98 +659,58 @@ func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, a
 	return nil
 }
 
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
-
-// forward queues y = act(conv(x, w) + bias) on dev. With statsFor non-nil
-// (a ConvBN layer in training) the epilogue also writes the per-channel
-// statistics of y, one record per column tile, into a new float64 tensor
-// it returns with the number of tiles.
-func (s convShape) forward(op string, dev *backend.Device, x, w, bias, y backend.DevicePtr, withStats bool) (*tensor.Dense, int, error) {
+// forward queues y = act(conv(x, w) + bias) on dev. With stats != 0 (a
+// ConvBN layer in training) the epilogue also writes the per-channel
+// statistics of y there, one record per column tile (convStatsOf).
+func (s convShape) forward(op string, dev *backend.Device, x, w, bias, y, stats backend.DevicePtr) error {
 	p := s.p
 	args := s.gemmArgs()
-	args.A, args.B, args.Out, args.Shift = w, x, y, bias
+	args.A, args.B, args.Out, args.Shift, args.Stats = w, x, y, bias, stats
 	args.ReLU = boolInt32(p.ReLU)
 	args.M, args.NCols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
 	args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
-	var stats *tensor.Dense
-	slots := ceilDiv(int(args.NCols), convTileFor(s.dt).bn)
-	if withStats {
-		var err error
-		if stats, err = dev.NewDense(tensor.Float64, slots*p.Cout*bnRecForward); err != nil {
-			return nil, 0, fmt.Errorf("ops: %s: statistics: %w", op, err)
-		}
-		if args.Stats, err = dev.Ptr(stats); err != nil {
-			return nil, 0, fmt.Errorf("ops: %s: statistics: %w", op, err)
-		}
-	}
-	if err := launchConvGemm(op, dev, s.dt, convFprop, args, 1); err != nil {
-		if stats != nil {
-			_ = dev.FreeDense(stats)
-		}
-		return nil, 0, err
-	}
-	return stats, slots, nil
+	return launchConvGemm(op, dev, s.dt, convFprop, args, 1)
 }
 
-func (op *convOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// forwardDevice is convOp's device launcher.
+func (s convShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "Conv"
-	if err := op.checkDeviceSizes(name); err != nil {
-		return nil, err
-	}
-	x, err := deviceArg(name, "x", dev, in[0], op.dt, op.xShape())
-	if err != nil {
-		return nil, err
-	}
-	w, err := deviceArg(name, "w", dev, in[1], op.dt, op.wShape())
-	if err != nil {
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
 	var b backend.DevicePtr
-	if op.bias {
-		if b, err = deviceArg(name, "bias", dev, in[2], op.dt, op.bShape()); err != nil {
-			return nil, err
-		}
+	if s.bias {
+		b = a.ptr[2]
 	}
-	y, yPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.yShape())
+	y, yPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	withStats := op.stats.wanted()
-	stats, slots, err := op.forward(name, dev, x, w, b, yPtr, withStats)
-	if err != nil {
-		return nil, err
+	var stats backend.DevicePtr
+	if s.bn != nil && s.bn.Training {
+		stats = yPtr + backend.DevicePtr(s.stats().off*int(s.dt.Size()))
 	}
-	if withStats {
-		op.stats.put(dev, y, yPtr, stats, slots)
+	if err := s.forward(name, a.dev, a.ptr[0], a.ptr[1], b, yPtr, stats); err != nil {
+		return nil, err
 	}
 	return y, nil
 }
 
-func (op *convDgradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// dgradDevice is convDgradOp's device launcher.
+func (s convShape) dgradDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "Conv backward"
-	if err := op.checkDeviceSizes(name); err != nil {
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	w, err := deviceArg(name, "w", dev, in[0], op.dt, op.wShape())
+	w, y, dy := a.ptr[0], a.ptr[1], a.ptr[2]
+	dx, dxPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	y, err := deviceArg(name, "y", dev, in[1], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	dy, err := deviceArg(name, "grad", dev, in[2], op.dt, op.gradShape())
-	if err != nil {
-		return nil, err
-	}
-	dx, dxPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.xShape())
-	if err != nil {
-		return nil, err
-	}
-	if !op.p.ReLU {
+	if !s.p.ReLU {
 		y = 0
 	}
-	if err := op.dgrad(name, dev, w, y, dy, dxPtr); err != nil {
+	if err := s.dgrad(name, a.dev, w, y, dy, dxPtr); err != nil {
 		return nil, err
 	}
 	return dx, nil
@@ -785,35 +756,25 @@ func (s convShape) dgrad(op string, dev *backend.Device, w, y, dy, dx backend.De
 	return launchConvGemm(op, dev, s.dt, convDgrad, args, 1)
 }
 
-func (op *convWgradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// wgradDevice is convWgradOp's device launcher.
+func (s convShape) wgradDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "Conv backward"
-	if err := op.checkDeviceSizes(name); err != nil {
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	x, err := deviceArg(name, "x", dev, in[0], op.dt, op.xShape())
+	x, y, dy := a.ptr[0], a.ptr[1], a.ptr[2]
+	out, outPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	y, err := deviceArg(name, "y", dev, in[1], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	dy, err := deviceArg(name, "grad", dev, in[2], op.dt, op.gradShape())
-	if err != nil {
-		return nil, err
-	}
-	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.outShape())
-	if err != nil {
-		return nil, err
-	}
-	if !op.p.ReLU {
+	if !s.p.ReLU {
 		y = 0
 	}
 	var db backend.DevicePtr
-	if op.bias {
-		db = outPtr + backend.DevicePtr(op.wShape().TotalSize()*int(op.dt.Size()))
+	if s.bias {
+		db = outPtr + backend.DevicePtr(s.wShape().TotalSize()*int(s.dt.Size()))
 	}
-	if err := op.wgrad(name, dev, x, y, dy, outPtr, db); err != nil {
+	if err := s.wgrad(name, a.dev, x, y, dy, outPtr, db); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -1008,31 +969,25 @@ func (s convShape) gradOperand(op string, dev *backend.Device, y, dy, out, db ba
 	return nil
 }
 
-func (op *convGradOp) doDevice(dev *backend.Device, prealloc G.Value, in []G.Value) (G.Value, error) {
+// gradDevice is convGradOp's device launcher.
+func (s convShape) gradDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "Conv backward"
-	if err := op.checkDeviceSizes(name); err != nil {
+	if err := s.checkDeviceSizes(name); err != nil {
 		return nil, err
 	}
-	y, err := deviceArg(name, "y", dev, in[0], op.dt, op.yShape())
+	y, dy := a.ptr[0], a.ptr[1]
+	out, outPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	dy, err := deviceArg(name, "grad", dev, in[1], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	out, outPtr, err := deviceOutput(name, dev, prealloc, op.dt, op.preparedShape())
-	if err != nil {
-		return nil, err
-	}
-	if !op.p.ReLU {
+	if !s.p.ReLU {
 		y = 0
 	}
 	var db backend.DevicePtr
-	if op.bias {
-		db = outPtr + backend.DevicePtr(op.yShape().TotalSize()*int(op.dt.Size()))
+	if s.bias {
+		db = outPtr + backend.DevicePtr(s.yShape().TotalSize()*int(s.dt.Size()))
 	}
-	if err := op.gradOperand(name, dev, y, dy, outPtr, db); err != nil {
+	if err := s.gradOperand(name, a.dev, y, dy, outPtr, db); err != nil {
 		return nil, err
 	}
 	return out, nil

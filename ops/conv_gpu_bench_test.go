@@ -206,7 +206,7 @@ func benchConvCase(b *testing.B, dev *backend.Device, seed uint64, c convGPUCase
 	// Conv, and its backward as its SymDiff builds it.
 	back := s
 	back.p.ReLU, back.bias, back.gradReady, back.gradPacked = false, false, true, true
-	fwd, prep, dgrad, wgrad := &convOp{s}, &convGradOp{s}, &convDgradOp{back}, &convWgradOp{back}
+	fwd, prep, dgrad, wgrad := convOp(s), convGradOp(s), convDgradOp(back), convWgradOp(back)
 	y := do(fwd, x, w, bias)
 	g := do(prep, y, dy)
 	dx, dw, db := do(dgrad, w, y, g), do(wgrad, x, y, g), zeros(p.Cout)
@@ -230,7 +230,7 @@ func benchConvCase(b *testing.B, dev *backend.Device, seed uint64, c convGPUCase
 		// The structure before: mask pass, wgrad rounding in a pass of its own.
 		old := s
 		old.p.ReLU = false
-		mask, dgradOld, wgradOld := &reluMaskOp{shape: s.yShape(), dt: dt}, &convDgradOp{old}, &convWgradOp{old}
+		mask, dgradOld, wgradOld := reluMaskOp(s.yShape(), dt), convDgradOp(old), convWgradOp(old)
 		dym := do(mask, y, dy)
 		dwb := do(wgradOld, x, y, dym)
 		run("bwd_twopasses", 2*flops, func() error {
@@ -245,22 +245,21 @@ func benchConvCase(b *testing.B, dev *backend.Device, seed uint64, c convGPUCase
 		})
 	}
 
-	// ConvBN: a bias-free convolution linked to its BatchNorm, running
-	// statistics where the layer runs (on the GPU nothing waits for the
-	// host), as ConvBN builds them.
+	// ConvBN: a bias-free convolution whose output [z | statistics] its
+	// BatchNorm ops take, running statistics where the layer runs (on the
+	// GPU nothing waits for the host), as ConvBN builds them.
 	bn := &BatchNorm{
 		RunningMean: place(fromFloat64s(dt, filled(p.Cout, 0), p.Cout)),
 		RunningVar:  place(fromFloat64s(dt, filled(p.Cout, 1), p.Cout)),
 		Momentum:    DefaultMomentum, Eps: DefaultEps, Training: true,
 	}
-	link := &bnStatsLink{bn: bn}
-	cs := convShape{p: p, dt: dt, stats: link, gradReady: true}
+	cs := convShape{p: p, dt: dt, bn: bn, gradReady: true}
 	cs.p.ReLU = false
 	bs := bnShape{n: p.N, c: p.Cout, h: p.OutH, w: p.OutW, eps: DefaultEps, momentum: DefaultMomentum,
-		act: ActReLU, dt: dt, bn: bn, stats: link, gemmDz: true}
+		act: ActReLU, dt: dt, bn: bn, convStats: true, gemmDz: true}
 	gamma, beta := draw(0.5, 1.5, p.Cout), draw(-0.5, 0.5, p.Cout)
-	cfwd, bcoef, bfwd, bstats, bapply := &convOp{cs}, &bnCoefOp{bs}, &bnOp{bs}, &bnGradStatsOp{bs}, &bnGradApplyOp{bs}
-	cdgrad, cwgrad := &convDgradOp{cs}, &convWgradOp{cs}
+	cfwd, bcoef, bfwd, bstats, bapply := convOp(cs), bnCoefOp(bs), bnOp(bs), bnGradStatsOp(bs), bnGradApplyOp(bs)
+	cdgrad, cwgrad := convDgradOp(cs), convWgradOp(cs)
 	z := do(cfwd, x, w)
 	coef := do(bcoef, z, gamma, beta)
 	yb := do(bfwd, z, gamma, beta, coef)
@@ -268,6 +267,10 @@ func benchConvCase(b *testing.B, dev *backend.Device, seed uint64, c convGPUCase
 	dz := do(bapply, z, coef, dy, stats)
 	dwz := do(cwgrad, x, z, dz)
 	dgamma, dbeta := zeros(p.Cout), zeros(p.Cout)
+	handOffs := 0
+	if dev != nil {
+		handOffs = bnHandOffs(dev)
+	}
 	run("convbn_fwd", flops, func() error {
 		zz, err := cfwd.UsePreallocDo(z, x, w)
 		if err != nil {
@@ -280,7 +283,7 @@ func benchConvCase(b *testing.B, dev *backend.Device, seed uint64, c convGPUCase
 		_, err = bfwd.UsePreallocDo(yb, zz, gamma, beta, cf)
 		return err
 	})
-	if dev != nil && link.taken == 0 {
+	if dev != nil && bnHandOffs(dev) == handOffs {
 		b.Error("the BatchNorm op never took the convolution's statistics")
 	}
 	bnBackward := func(apply G.UsePreallocDoer, wgrad G.UsePreallocDoer, dzw, dzr *tensor.Dense) func() error {
@@ -314,18 +317,18 @@ func benchConvCase(b *testing.B, dev *backend.Device, seed uint64, c convGPUCase
 		csOld, bsOld := cs, bs
 		csOld.gradReady, bsOld.gemmDz = false, false
 		run("convbn_bwd_twopasses", 2*flops,
-			bnBackward(&bnGradApplyOp{bsOld}, &convWgradOp{csOld}, zeros(s.yShape()...), zeros(s.yShape()...)))
+			bnBackward(bnGradApplyOp(bsOld), convWgradOp(csOld), zeros(bs.zInShape()...), zeros(bs.zInShape()...)))
 	}
 }
 
 // BenchmarkGPUConvFpropVariants times the float32 forward kernels
-// (convFpropKernelOverride: v1 to v4) on TARGETS.md's shapes: Conv with bias and
+// (setConvKernel on convFprop: v1 to v4) on TARGETS.md's shapes: Conv with bias and
 // ReLU, forward only, as BenchmarkSuiteConv's pass=fwd, timed the same way.
 // Names are benchstat-friendly: .../case=fpn_p2_3x3/kernel=v2.
 func BenchmarkGPUConvFpropVariants(b *testing.B) {
 	dev := gpu(b)
 	dt := tensor.Float32
-	defer func() { convFpropKernelOverride = "" }()
+	defer setConvKernel(dev, convFprop, "")
 	for ci, c := range convTargetCases {
 		rng := rand.New(rand.NewPCG(uint64(ci), 11))
 		conv := convGPUCase{name: c.name, xs: c.xs, ws: c.ws, cfg: c.cfg}
@@ -336,7 +339,7 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 			return toDev(b, dev, randTensor(rng, dt, lo, hi, shape...))
 		}
 		x, w, bias := dev1(-1, 1, s.xShape()...), dev1(-0.05, 0.05, s.wShape()...), dev1(-0.1, 0.1, p.Cout)
-		fwd := &convOp{s}
+		fwd := convOp(s)
 		y, err := fwd.Do(x, w, bias)
 		if err != nil {
 			b.Fatal(err)
@@ -349,8 +352,8 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 				if err := convWgmmaError(dev); convWgmma(k.name) && err != nil {
 					b.Skipf("%s: %v", k.name, err)
 				}
-				convFpropKernelOverride = k.name
-				defer func() { convFpropKernelOverride = "" }()
+				setConvKernel(dev, convFprop, k.name)
+				defer setConvKernel(dev, convFprop, "")
 				runConvSteps(b, dev, flops, func() error {
 					_, err := fwd.UsePreallocDo(y, x, w, bias)
 					return err
@@ -366,7 +369,7 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 }
 
 // BenchmarkGPUConvBackwardVariants times the float32 backward kernels
-// (convDgradKernelOverride, convWgradKernelOverride: v1, v2) on TARGETS.md's
+// (setConvKernel on convDgrad and convWgrad: v1, v2) on TARGETS.md's
 // shapes: Conv with bias and ReLU, dgrad and wgrad apart (each one GEMM,
 // the forward's FLOPs), each op given dy unmasked, timed as
 // BenchmarkSuiteConv times. v2's time includes the pass that masks dy by
@@ -376,7 +379,8 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 func BenchmarkGPUConvBackwardVariants(b *testing.B) {
 	dev := gpu(b)
 	dt := tensor.Float32
-	defer func() { convDgradKernelOverride, convWgradKernelOverride = "", "" }()
+	defer setConvKernel(dev, convWgrad, "")
+	defer setConvKernel(dev, convDgrad, "")
 	for ci, c := range convTargetCases {
 		rng := rand.New(rand.NewPCG(uint64(ci), 11))
 		conv := convGPUCase{name: c.name, xs: c.xs, ws: c.ws, cfg: c.cfg}
@@ -388,7 +392,7 @@ func BenchmarkGPUConvBackwardVariants(b *testing.B) {
 		}
 		x, w, bias := dev1(-1, 1, s.xShape()...), dev1(-0.05, 0.05, s.wShape()...), dev1(-0.1, 0.1, p.Cout)
 		dy := dev1(-1, 1, s.yShape()...)
-		fwd, dgrad, wgrad := &convOp{s}, &convDgradOp{s}, &convWgradOp{s}
+		fwd, dgrad, wgrad := convOp(s), convDgradOp(s), convWgradOp(s)
 		y, err := fwd.Do(x, w, bias)
 		if err != nil {
 			b.Fatal(err)
@@ -420,11 +424,12 @@ func BenchmarkGPUConvBackwardVariants(b *testing.B) {
 					b.Skipf("%s: %v", k.name, err)
 				}
 				if k.pass == "dgrad" {
-					convDgradKernelOverride = k.name
+					setConvKernel(dev, convDgrad, k.name)
 				} else {
-					convWgradKernelOverride = k.name
+					setConvKernel(dev, convWgrad, k.name)
 				}
-				defer func() { convDgradKernelOverride, convWgradKernelOverride = "", "" }()
+				defer setConvKernel(dev, convWgrad, "")
+				defer setConvKernel(dev, convDgrad, "")
 				runConvSteps(b, dev, flops, k.step)
 			})
 		}

@@ -478,7 +478,7 @@ func TestConvHashDistinguishesConfigs(t *testing.T) {
 	ops := []G.Op{}
 	for _, s := range []convShape{{bias: true, dt: tensor.Float64}, {bias: false, dt: tensor.Float64}, {bias: false, dt: tensor.Float32},
 		{bias: false, dt: tensor.Float32, gradReady: true}, {bias: false, dt: tensor.Float32, gradReady: true, gradPacked: true}} {
-		ops = append(ops, &convOp{s}, &convDgradOp{s}, &convWgradOp{s}, &convGradOp{s})
+		ops = append(ops, convOp(s), convDgradOp(s), convWgradOp(s), convGradOp(s))
 	}
 	hashes := map[uint32]string{}
 	for _, op := range ops {
@@ -498,11 +498,21 @@ func TestConvOpsPreallocAndShapes(t *testing.T) {
 	xn := G.NewTensor(g, tensor.Float64, 4, G.WithShape(1, 2, 4, 5), G.WithName("x"))
 	wn := G.NewTensor(g, tensor.Float64, 4, G.WithShape(3, 2, 3, 3), G.WithName("w"))
 	bn := G.NewVector(g, tensor.Float64, G.WithShape(3), G.WithName("b"))
-	y, err := Conv(xn, wn, bn, ConvConfig{Pad: [2]int{1, 1}, Act: ActReLU})
+	cfg := ConvConfig{Pad: [2]int{1, 1}, Act: ActReLU}
+	y, err := Conv(xn, wn, bn, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	op := y.Op().(*convOp)
+	op := y.Op().(*specOp)
+	p, dt, err := convParams("Conv", xn, wn, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.ReLU = true
+	s := convShape{p: p, bias: true, dt: dt}
+	if op.String() != convOp(s).String() {
+		t.Fatalf("Conv made %v, not %v", op, convOp(s))
+	}
 	x := randTensor(rng, tensor.Float64, -1, 1, 1, 2, 4, 5)
 	w := randTensor(rng, tensor.Float64, -1, 1, 3, 2, 3, 3)
 	b := randTensor(rng, tensor.Float64, -1, 1, 3)
@@ -520,11 +530,11 @@ func TestConvOpsPreallocAndShapes(t *testing.T) {
 	}
 	dy := randTensor(rng, tensor.Float64, -1, 1, 1, 3, 4, 5)
 	yv := fresh
-	for _, gop := range []G.Op{&convDgradOp{op.convShape}, &convWgradOp{op.convShape}} {
-		first := x
-		if _, ok := gop.(*convDgradOp); ok {
-			first = w
-		}
+	for _, c := range []struct {
+		gop   G.Op
+		first *tensor.Dense
+	}{{convDgradOp(s), w}, {convWgradOp(s), x}} {
+		gop, first := c.gop, c.first
 		want, err := gop.Do(first, yv, dy)
 		if err != nil {
 			t.Fatal(err)
@@ -541,7 +551,7 @@ func TestConvOpsPreallocAndShapes(t *testing.T) {
 	// The backward as SymDiff builds it: convGradOp's packed [g | dbias]
 	// (g masked by y > 0, dbias its per-channel sums), which dgrad and
 	// wgrad read in place, to the same results as from g on its own.
-	packed, err := (&convGradOp{op.convShape}).Do(yv, dy)
+	packed, err := convGradOp(s).Do(yv, dy)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -562,7 +572,7 @@ func TestConvOpsPreallocAndShapes(t *testing.T) {
 	if err := autograd.TolForward64.Compare(pv[len(dyd):], dbWant); err != nil {
 		t.Errorf("convGradOp: bias gradient: %v", err)
 	}
-	back := op.convShape
+	back := s
 	back.p.ReLU, back.bias = false, false
 	ready := back
 	ready.gradReady, ready.gradPacked = true, true
@@ -570,7 +580,7 @@ func TestConvOpsPreallocAndShapes(t *testing.T) {
 	for _, c := range []struct {
 		plain, packed G.Op
 		first         *tensor.Dense
-	}{{&convDgradOp{back}, &convDgradOp{ready}, w}, {&convWgradOp{back}, &convWgradOp{ready}, x}} {
+	}{{convDgradOp(back), convDgradOp(ready), w}, {convWgradOp(back), convWgradOp(ready), x}} {
 		want, err := c.plain.Do(c.first, yv, gt)
 		if err != nil {
 			t.Fatal(err)

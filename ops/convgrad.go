@@ -1,11 +1,6 @@
 package ops
 
 import (
-	"fmt"
-	"hash"
-
-	"github.com/chewxy/hm"
-	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/kernels"
@@ -24,18 +19,20 @@ import (
 // wgrad reads it from shared memory as it is, where nothing could round it.
 // The bias gradient is summed from the unrounded values. Elsewhere g is
 // exact, as the CPU GEMMs are.
-type convGradOp struct{ convShape }
-
-func (op *convGradOp) Arity() int { return 2 }
-
-func (op *convGradOp) Type() hm.Type { return fnType(4, 4, op.preparedShape().Dims()) }
-
-func (op *convGradOp) ReturnsPtr() bool      { return false }
-func (op *convGradOp) CallsExtern() bool     { return false }
-func (op *convGradOp) OverwritesInput() int  { return -1 }
-func (op *convGradOp) String() string        { return "ConvGrad(" + op.convShape.String() + ")" }
-func (op *convGradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *convGradOp) Hashcode() uint32      { return hashOf(op) }
+//
+// Its DiffWRT claims dy so that a second derivative reaches SymDiff and its
+// error, as the GEMM ops after it do.
+func convGradOp(s convShape) *specOp {
+	return newOp(&opSpec{
+		name: "Conv backward", kind: "ConvGrad", config: s.String(),
+		inputs: []argSpec{{name: "y", shape: s.yShape()}, {name: "grad", shape: s.yShape()}},
+		out:    s.preparedShape(), dtype: s.dt,
+		cpu:     floatTwin(s, prepareGrad[float32], prepareGrad[float64]),
+		device:  s.gradDevice,
+		diffWRT: []bool{false, true},
+		grad:    noSecondDerivative("Conv"),
+	})
+}
 
 // preparedShape is convGradOp's output, which the GEMM ops take as their
 // gradient: g, or [g | dbias] with a bias.
@@ -44,43 +41,10 @@ func (s convShape) preparedShape() tensor.Shape {
 	return s.gradShape()
 }
 
-func (op *convGradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.preparedShape(), nil }
-
-func (op *convGradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *convGradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	const name = "Conv backward"
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
-	}
-	dev, err := inputsDevice(name, []string{"y", "grad"}, in)
-	if err != nil {
-		return nil, err
-	}
-	if dev != nil {
-		return op.doDevice(dev, prealloc, in)
-	}
-	y, err := dense(name, "y", in[0], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	dy, err := dense(name, "grad", in[1], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	out := output(prealloc, op.dt, op.preparedShape())
-	switch op.dt {
-	case tensor.Float32:
-		prepareGrad(op.convShape, y.Float32s(), dy.Float32s(), out.Float32s())
-	default:
-		prepareGrad(op.convShape, y.Float64s(), dy.Float64s(), out.Float64s())
-	}
-	return out, nil
-}
-
 // prepareGrad is convGradOp on the CPU: out = g (exact), followed by the
 // bias gradient when the layer has a bias.
-func prepareGrad[T kernels.Float](s convShape, y, dy, out []T) {
+func prepareGrad[T kernels.Float](s convShape, in [][]T, out []T) error {
+	y, dy := in[0], in[1]
 	if !s.p.ReLU {
 		y = nil
 	}
@@ -89,12 +53,5 @@ func prepareGrad[T kernels.Float](s convShape, y, dy, out []T) {
 		db = out[len(dy):]
 	}
 	kernels.MaskReLUSums(s.p.N, s.p.Cout, s.p.OutH*s.p.OutW, y, dy, out[:len(dy)], db)
-}
-
-// DiffWRT claims dy so that a second derivative reaches SymDiff and its
-// error, as the GEMM ops after it do.
-func (op *convGradOp) DiffWRT(inputs int) []bool { return []bool{false, true} }
-
-func (op *convGradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, errNoSecondDerivative("Conv")
+	return nil
 }

@@ -2,9 +2,7 @@ package ops
 
 import (
 	"fmt"
-	"hash"
 
-	"github.com/chewxy/hm"
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
@@ -58,7 +56,7 @@ func ConvTranspose(x, w, bias *G.Node, cfg ConvTransposeConfig) (*G.Node, error)
 		s.bias = true
 		inputs = append(inputs, bias)
 	}
-	return G.ApplyOp(&convTOp{s}, inputs...)
+	return G.ApplyOp(convTOp(s), inputs...)
 }
 
 // convTransposeParams checks x, w and cfg and describes the convolution
@@ -153,66 +151,26 @@ func (s convTShape) String() string {
 		p.DilationH, p.DilationW, s.bias, s.act)
 }
 
-// convTOp is the forward op: (x, w[, bias]) -> y.
-type convTOp struct{ convTShape }
-
-func (op *convTOp) Arity() int {
-	if op.bias {
-		return 3
+// convTOp is the forward op: (x, w[, bias]) -> y. The transposed
+// convolution ops have no GPU kernels yet.
+func convTOp(s convTShape) *specOp {
+	in := []argSpec{{name: "x", shape: s.xShape()}, {name: "w", shape: s.wShape()}}
+	if s.bias {
+		in = append(in, argSpec{name: "bias", shape: s.bShape()})
 	}
-	return 2
+	return newOp(&opSpec{
+		name: "ConvTranspose", config: s.String(),
+		inputs: in, out: s.yShape(), dtype: s.dt,
+		cpu:     floatTwin(s, convTForward[float32], convTForward[float64]),
+		diffWRT: []bool{true, true, true}[:len(in)],
+		grad:    s.backward,
+	})
 }
 
-func (op *convTOp) Type() hm.Type {
-	if op.bias {
-		return fnType(4, 4, 1, 4)
-	}
-	return fnType(4, 4, 4)
-}
-
-func (op *convTOp) ReturnsPtr() bool      { return false }
-func (op *convTOp) CallsExtern() bool     { return false }
-func (op *convTOp) OverwritesInput() int  { return -1 }
-func (op *convTOp) String() string        { return "ConvTranspose(" + op.convTShape.String() + ")" }
-func (op *convTOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *convTOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *convTOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.yShape(), nil }
-
-func (op *convTOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *convTOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	const name = "ConvTranspose"
-	if len(in) != op.Arity() {
-		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(in))
-	}
-	if err := hostOnly(name, []string{"x", "w", "bias"}[:len(in)], in); err != nil {
-		return nil, err
-	}
-	x, err := dense(name, "x", in[0], op.dt, op.xShape())
-	if err != nil {
-		return nil, err
-	}
-	w, err := dense(name, "w", in[1], op.dt, op.wShape())
-	if err != nil {
-		return nil, err
-	}
-	var b *tensor.Dense
-	if op.bias {
-		if b, err = dense(name, "bias", in[2], op.dt, op.bShape()); err != nil {
-			return nil, err
-		}
-	}
-	y := output(prealloc, op.dt, op.yShape())
-	switch op.dt {
-	case tensor.Float32:
-		kernels.ConvBackwardData(op.p, w.Float32s(), nil, x.Float32s(), y.Float32s())
-		convTBiasAct(y.Float32s(), f32sOrNil(b), op.p.N, op.p.Cin, op.p.H*op.p.W, op.act == ActReLU)
-	default:
-		kernels.ConvBackwardData(op.p, w.Float64s(), nil, x.Float64s(), y.Float64s())
-		convTBiasAct(y.Float64s(), f64sOrNil(b), op.p.N, op.p.Cin, op.p.H*op.p.W, op.act == ActReLU)
-	}
-	return y, nil
+func convTForward[T kernels.Float](s convTShape, in [][]T, y []T) error {
+	kernels.ConvBackwardData(s.p, in[1], nil, in[0], y)
+	convTBiasAct(y, optional(in, 2), s.p.N, s.p.Cin, s.p.H*s.p.W, s.act == ActReLU)
+	return nil
 }
 
 // convTBiasAct adds bias[c] (when there is one) to every pixel of channel c of
@@ -237,39 +195,29 @@ func convTBiasAct[T kernels.Float](y, bias []T, n, c, hw int, relu bool) {
 	}
 }
 
-func (op *convTOp) DiffWRT(inputs int) []bool {
-	d := make([]bool, inputs)
-	for i := range d {
-		d[i] = true
-	}
-	return d
-}
-
-func (op *convTOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error) {
-	if len(inputs) != op.Arity() {
-		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, op.Arity(), len(inputs))
-	}
+// backward is ConvTranspose's SymDiff.
+func (s convTShape) backward(in G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	// The ReLU's mask is applied once, and both gradients read the masked
 	// gradient.
 	dy := grad
-	if op.act == ActReLU {
+	if s.act == ActReLU {
 		var err error
-		if dy, err = G.ApplyOp(&reluMaskOp{shape: op.yShape(), dt: op.dt}, output, grad); err != nil {
+		if dy, err = G.ApplyOp(reluMaskOp(s.yShape(), s.dt), output, grad); err != nil {
 			return nil, fmt.Errorf("ops: ConvTranspose backward: %w", err)
 		}
 	}
-	dx, err := G.ApplyOp(&convTDgradOp{op.convTShape}, inputs[1], dy)
+	dx, err := G.ApplyOp(convTDgradOp(s), in[1], dy)
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvTranspose backward: %w", err)
 	}
-	dw, err := G.ApplyOp(&convTWgradOp{op.convTShape}, inputs[0], dy)
+	dw, err := G.ApplyOp(convTWgradOp(s), in[0], dy)
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvTranspose backward: %w", err)
 	}
-	if !op.bias {
+	if !s.bias {
 		return G.Nodes{dx, dw}, nil
 	}
-	parts, err := autograd.Unpack(dw, op.wShape(), op.bShape())
+	parts, err := autograd.Unpack(dw, s.wShape(), s.bShape())
 	if err != nil {
 		return nil, fmt.Errorf("ops: ConvTranspose backward: %w", err)
 	}
@@ -279,122 +227,51 @@ func (op *convTOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error
 // convTDgradOp is the input-gradient op: (w, dy) -> dx, the convolution
 // that ConvTranspose transposes, applied to dy (already masked by the
 // activation).
-type convTDgradOp struct{ convTShape }
-
-func (op *convTDgradOp) Arity() int            { return 2 }
-func (op *convTDgradOp) Type() hm.Type         { return fnType(4, 4, 4) }
-func (op *convTDgradOp) ReturnsPtr() bool      { return false }
-func (op *convTDgradOp) CallsExtern() bool     { return false }
-func (op *convTDgradOp) OverwritesInput() int  { return -1 }
-func (op *convTDgradOp) String() string        { return "ConvTransposeDgrad(" + op.convTShape.String() + ")" }
-func (op *convTDgradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *convTDgradOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *convTDgradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.xShape(), nil }
-
-func (op *convTDgradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *convTDgradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	const name = "ConvTranspose backward"
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
-	}
-	if err := hostOnly(name, []string{"w", "grad"}, in); err != nil {
-		return nil, err
-	}
-	w, err := dense(name, "w", in[0], op.dt, op.wShape())
-	if err != nil {
-		return nil, err
-	}
-	dy, err := dense(name, "grad", in[1], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	dx := output(prealloc, op.dt, op.xShape())
-	switch op.dt {
-	case tensor.Float32:
-		kernels.ConvForward(op.p, dy.Float32s(), w.Float32s(), nil, dx.Float32s())
-	default:
-		kernels.ConvForward(op.p, dy.Float64s(), w.Float64s(), nil, dx.Float64s())
-	}
-	return dx, nil
+func convTDgradOp(s convTShape) *specOp {
+	return newOp(&opSpec{
+		name: "ConvTranspose backward", kind: "ConvTransposeDgrad", config: s.String(),
+		inputs: []argSpec{{name: "w", shape: s.wShape()}, {name: "grad", shape: s.yShape()}},
+		out:    s.xShape(), dtype: s.dt,
+		cpu:     floatTwin(s, convTDgrad[float32], convTDgrad[float64]),
+		diffWRT: []bool{true, true},
+		grad:    noSecondDerivative("ConvTranspose"),
+	})
 }
 
-func (op *convTDgradOp) DiffWRT(inputs int) []bool { return []bool{true, true} }
-
-func (op *convTDgradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, errNoSecondDerivative("ConvTranspose")
+func convTDgrad[T kernels.Float](s convTShape, in [][]T, dx []T) error {
+	kernels.ConvForward(s.p, in[1], in[0], nil, dx)
+	return nil
 }
 
 // convTWgradOp is the weight-gradient op: (x, dy) -> dw, or the packed
 // vector [dw | dbias] when the layer has a bias, with dy already masked by
 // the activation.
-type convTWgradOp struct{ convTShape }
-
-func (op *convTWgradOp) Arity() int { return 2 }
-
-func (op *convTWgradOp) Type() hm.Type {
-	if op.bias {
-		return fnType(4, 4, 1)
+func convTWgradOp(s convTShape) *specOp {
+	out := s.wShape()
+	if s.bias {
+		out = tensor.Shape{autograd.PackedSize(s.wShape(), s.bShape())}
 	}
-	return fnType(4, 4, 4)
+	return newOp(&opSpec{
+		name: "ConvTranspose backward", kind: "ConvTransposeWgrad", config: s.String(),
+		inputs: []argSpec{{name: "x", shape: s.xShape()}, {name: "grad", shape: s.yShape()}},
+		out:    out, dtype: s.dt,
+		cpu:     floatTwin(s, convTWgrad[float32], convTWgrad[float64]),
+		diffWRT: []bool{true, true},
+		grad:    noSecondDerivative("ConvTranspose"),
+	})
 }
 
-func (op *convTWgradOp) ReturnsPtr() bool      { return false }
-func (op *convTWgradOp) CallsExtern() bool     { return false }
-func (op *convTWgradOp) OverwritesInput() int  { return -1 }
-func (op *convTWgradOp) String() string        { return "ConvTransposeWgrad(" + op.convTShape.String() + ")" }
-func (op *convTWgradOp) WriteHash(h hash.Hash) { writeHash(h, op) }
-func (op *convTWgradOp) Hashcode() uint32      { return hashOf(op) }
-
-func (op *convTWgradOp) outShape() tensor.Shape {
-	if op.bias {
-		return tensor.Shape{autograd.PackedSize(op.wShape(), op.bShape())}
+func convTWgrad[T kernels.Float](s convTShape, in [][]T, out []T) error {
+	x, dy := in[0], in[1]
+	nw := s.wShape().TotalSize()
+	// The transposed convolution's input is the data of the convolution's
+	// output gradient, and its output gradient that of the convolution's
+	// input.
+	kernels.ConvBackwardFilter(s.p, dy, nil, x, out[:nw], nil)
+	if s.bias {
+		convTChannelSums(out[nw:], dy, s.p.N, s.p.Cin, s.p.H*s.p.W)
 	}
-	return op.wShape()
-}
-
-func (op *convTWgradOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.outShape(), nil }
-
-func (op *convTWgradOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
-
-func (op *convTWgradOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
-	const name = "ConvTranspose backward"
-	if len(in) != 2 {
-		return nil, fmt.Errorf("ops: %v: want 2 inputs, got %d", op, len(in))
-	}
-	if err := hostOnly(name, []string{"x", "grad"}, in); err != nil {
-		return nil, err
-	}
-	x, err := dense(name, "x", in[0], op.dt, op.xShape())
-	if err != nil {
-		return nil, err
-	}
-	dy, err := dense(name, "grad", in[1], op.dt, op.yShape())
-	if err != nil {
-		return nil, err
-	}
-	out := output(prealloc, op.dt, op.outShape())
-	nw := op.wShape().TotalSize()
-	hw := op.p.H * op.p.W
-	switch op.dt {
-	case tensor.Float32:
-		o := out.Float32s()
-		// The transposed convolution's input is the data of the
-		// convolution's output gradient, and its output gradient that of
-		// the convolution's input.
-		kernels.ConvBackwardFilter(op.p, dy.Float32s(), nil, x.Float32s(), o[:nw], nil)
-		if op.bias {
-			convTChannelSums(o[nw:], dy.Float32s(), op.p.N, op.p.Cin, hw)
-		}
-	default:
-		o := out.Float64s()
-		kernels.ConvBackwardFilter(op.p, dy.Float64s(), nil, x.Float64s(), o[:nw], nil)
-		if op.bias {
-			convTChannelSums(o[nw:], dy.Float64s(), op.p.N, op.p.Cin, hw)
-		}
-	}
-	return out, nil
+	return nil
 }
 
 // convTChannelSums writes sums[c] = the sum of channel c of v [N,C,HW], images in
@@ -408,10 +285,4 @@ func convTChannelSums[T kernels.Float](sums, v []T, n, c, hw int) {
 		}
 		sums[i%c] += s
 	}
-}
-
-func (op *convTWgradOp) DiffWRT(inputs int) []bool { return []bool{true, true} }
-
-func (op *convTWgradOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-	return nil, errNoSecondDerivative("ConvTranspose")
 }

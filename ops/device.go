@@ -102,6 +102,17 @@ func fitsInt32(op string, sizes map[string]int) error {
 	return nil
 }
 
+// boolInt32 is b as the C int a kernel's params struct carries.
+func boolInt32(b bool) int32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// ceilDiv is a/b rounded up, for positive b: tiles, blocks and slices.
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
 // sm90aModule keys, on a Device (backend.Device.Value), what sm90aError
 // found for one of the *_sm90a.cu modules there.
 type sm90aModule string

@@ -183,3 +183,15 @@ func output(prealloc G.Value, dt tensor.Dtype, shape tensor.Shape) *tensor.Dense
 	}
 	return tensor.New(tensor.Of(dt), tensor.WithShape(shape...))
 }
+
+// errNoSecondDerivative is what the backward ops of op, which are not
+// differentiable again, answer for a second derivative.
+func errNoSecondDerivative(op string) error {
+	return fmt.Errorf("ops: %s: second derivatives are not implemented", op)
+}
+
+// noSecondDerivative is the opSpec.grad of the backward ops of op, which
+// are not differentiable again.
+func noSecondDerivative(op string) func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) { return nil, errNoSecondDerivative(op) }
+}

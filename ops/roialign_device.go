@@ -560,13 +560,6 @@ func (op roiAlignShape) backwardDevice(a *deviceArgs) (*tensor.Dense, error) {
 	return gx, nil
 }
 
-func boolInt32(b bool) int32 {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // The params structs must be laid out as the C++ ones: 5 pointers, a
 // double and 10 ints; 2 pointers, a double, 2 ints, a pointer and an
 // int64; 2 pointers and 2 ints.

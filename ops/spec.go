@@ -20,6 +20,10 @@ import (
 type opSpec struct {
 	// name names the op in errors and in String: "RoIAlign backward".
 	name string
+	// kind, when set, names the op in String and its hash instead of
+	// name: ops that report their errors under one name ("Conv backward"
+	// for the data and the weight gradients) must still hash apart.
+	kind string
 	// config names every parameter of the op, shapes included. String and
 	// the hash are built from name and config, and gorgonia merges nodes
 	// whose ops hash alike: two ops that compute different things must
@@ -110,9 +114,16 @@ func (op *specOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.ou
 func (op *specOp) ReturnsPtr() bool                               { return false }
 func (op *specOp) CallsExtern() bool                              { return false }
 func (op *specOp) OverwritesInput() int                           { return -1 }
-func (op *specOp) String() string                                 { return op.name + "(" + op.config + ")" }
+func (op *specOp) String() string                                 { return op.kindName() + "(" + op.config + ")" }
 func (op *specOp) WriteHash(h hash.Hash)                          { writeHash(h, op) }
 func (op *specOp) Hashcode() uint32                               { return hashOf(op) }
+
+func (s *opSpec) kindName() string {
+	if s.kind != "" {
+		return s.kind
+	}
+	return s.name
+}
 
 func (op *specOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(nil, in...) }
 
@@ -221,20 +232,6 @@ func errNoDeviceKernel(op string) error {
 	return fmt.Errorf("ops: %s: no GPU kernel yet; move its inputs to the host with ops.ToHost", op)
 }
 
-// hostOnly checks the placement of the inputs of an op that has no device
-// kernels and is not written as an opSpec (whose bind does this): an error
-// when any of them lives on a device. names[i] names in[i] in errors.
-func hostOnly(op string, names []string, in []G.Value) error {
-	dev, err := inputsDevice(op, names, in)
-	if err != nil {
-		return err
-	}
-	if dev != nil {
-		return errNoDeviceKernel(op)
-	}
-	return nil
-}
-
 // floatTwin makes an op's CPU twin from a kernel generic over the element
 // type: f32 and f64 are its two instantiations, and the one of the output's
 // dtype runs on the inputs' and the output's backing slices. Inputs of
@@ -265,4 +262,13 @@ func floatsOf[T kernels.Float](in []*tensor.Dense) [][]T {
 		out[i] = s.([]T)
 	}
 	return out
+}
+
+// optional returns in[i], an input a twin may lack (a bias, a residual),
+// or nil when the op has fewer inputs.
+func optional[T any](in [][]T, i int) []T {
+	if i < len(in) {
+		return in[i]
+	}
+	return nil
 }
