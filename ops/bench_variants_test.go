@@ -86,7 +86,7 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 								b.Skip(why)
 							}
 						}
-						withRoIAlignKernel(backward, kv, func() { runCase(b, "cuda", op, in, bytes) })
+						withRoIAlignKernel(gpu(b), backward, kv, func() { runCase(b, "cuda", op, in, bytes) })
 					})
 				}
 			}

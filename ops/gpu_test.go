@@ -239,12 +239,12 @@ func TestGPURoIAlignParity(t *testing.T) {
 				// Every variant, not only the default.
 				for _, kv := range roiAlignVariants(false, dt) {
 					t.Run(kv.name, func(t *testing.T) {
-						withRoIAlignKernel(false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
+						withRoIAlignKernel(dev, false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
 				for _, kv := range roiAlignVariants(true, dt) {
 					t.Run(kv.name, func(t *testing.T) {
-						withRoIAlignKernel(true, kv, func() { parity(t, dev, roiAlignGradOp(s), dt, rois, gy) })
+						withRoIAlignKernel(dev, true, kv, func() { parity(t, dev, roiAlignGradOp(s), dt, rois, gy) })
 					})
 				}
 				for _, kv := range roiAlignColsVariants(s) {
@@ -252,7 +252,7 @@ func TestGPURoIAlignParity(t *testing.T) {
 						if !s.colsFit() {
 							t.Skip("roialign_forward_cols: needs a sampling ratio of 1 to 4 and PooledW*ratio <= 32")
 						}
-						withRoIAlignKernel(false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
+						withRoIAlignKernel(dev, false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
 				for _, kv := range roiAlignQuadForwards {
@@ -260,7 +260,7 @@ func TestGPURoIAlignParity(t *testing.T) {
 						if dt != tensor.Float32 || c.c%4 != 0 {
 							t.Skip("float32 with C % 4 == 0 only")
 						}
-						withRoIAlignKernel(false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
+						withRoIAlignKernel(dev, false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
 				for _, name := range []string{roiAlignQuadBackward, roiAlignSepQuadBackward} {
@@ -269,7 +269,7 @@ func TestGPURoIAlignParity(t *testing.T) {
 							t.Skip(why)
 						}
 						kv := roiAlignKernel{name: name}
-						withRoIAlignKernel(true, kv, func() { parity(t, dev, roiAlignGradOp(s), dt, rois, gy) })
+						withRoIAlignKernel(dev, true, kv, func() { parity(t, dev, roiAlignGradOp(s), dt, rois, gy) })
 					})
 				}
 			})
@@ -335,15 +335,11 @@ var roiAlignQuadForwards = []roiAlignKernel{
 	{name: "roialign_forward_sep4_b4_f32", chunk: 64, slices: 4}, {name: "roialign_forward_sep4_b4_f32", chunk: 64, slices: 8},
 }
 
-// withRoIAlignKernel runs f with kv as the kernel for its direction.
-func withRoIAlignKernel(backward bool, kv roiAlignKernel, f func()) {
-	roiAlignKernelOverride = func(bw bool, dt tensor.Dtype) roiAlignKernel {
-		if bw == backward {
-			return kv
-		}
-		return roiAlignVariants(bw, dt)[0]
-	}
-	defer func() { roiAlignKernelOverride = nil }()
+// withRoIAlignKernel runs f with kv as dev's kernel for its direction.
+func withRoIAlignKernel(dev *backend.Device, backward bool, kv roiAlignKernel, f func()) {
+	key := roiAlignKernelKey{backward}
+	defer dev.SetValue(key, dev.Value(key))
+	dev.SetValue(key, kv)
 	f()
 }
 
@@ -371,7 +367,7 @@ func TestGPURoIAlignRunTimeErrors(t *testing.T) {
 			for _, backward := range []bool{false, true} {
 				for _, kv := range roiAlignVariants(backward, dt) {
 					var err error
-					withRoIAlignKernel(backward, kv, func() {
+					withRoIAlignKernel(dev, backward, kv, func() {
 						if backward {
 							_, err = roiAlignGradOp(s).Do(rois, gy)
 						} else {

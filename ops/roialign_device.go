@@ -66,9 +66,18 @@ func transposeLaunch(op string, dev *backend.Device, dt tensor.Dtype, in, out ba
 	return nil
 }
 
-// roiAlignKernelOverride, when set by a test or benchmark, names the kernel
-// of roialign.cu to run instead of roiAlignKernelFor's.
-var roiAlignKernelOverride func(backward bool, dt tensor.Dtype) roiAlignKernel
+// roiAlignKernelKey keys, on a Device, the kernel of roialign.cu that tests
+// and benchmarks choose for one direction instead of roiAlignKernelFor's.
+type roiAlignKernelKey struct{ backward bool }
+
+// roiAlignKernelOn is the kernel for s on dev: the one chosen for dev, if
+// any, else roiAlignKernelFor's.
+func roiAlignKernelOn(dev *backend.Device, backward bool, s roiAlignShape, quad bool) roiAlignKernel {
+	if kv, ok := dev.Value(roiAlignKernelKey{backward}).(roiAlignKernel); ok {
+		return kv
+	}
+	return roiAlignKernelFor(backward, s, quad)
+}
 
 // roiAlignKernel is a forward or backward kernel of roialign.cu. A kernel
 // with channels-last input needs the transpose first and takes the RoIs in
@@ -199,9 +208,6 @@ const (
 // scalar separable kernel) 1.91 -> 1.17. Separable one bin at a time (no
 // pairs) it was 0.470 / 0.468 / 0.273 / 1.42.
 func roiAlignKernelFor(backward bool, s roiAlignShape, quad bool) roiAlignKernel {
-	if roiAlignKernelOverride != nil {
-		return roiAlignKernelOverride(backward, s.dt)
-	}
 	sfx := dtypeSuffix(s.dt)
 	switch {
 	case s.cfg.SamplingRatio <= 0 && !backward && s.dt == tensor.Float32 && s.c%4 == 0:
@@ -506,7 +512,7 @@ func (op roiAlignShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
 	if op.k == 0 {
 		return out, nil
 	}
-	kv := roiAlignKernelFor(false, op, false)
+	kv := roiAlignKernelOn(dev, false, op, false)
 	if kv.nchw() {
 		if err := op.launchRoIAlign(dev, kv, false, x, rois, outPtr, nil); err != nil {
 			return nil, err
@@ -551,7 +557,7 @@ func (op roiAlignShape) backwardDevice(a *deviceArgs) (*tensor.Dense, error) {
 	}
 	defer dev.FreeDense(gt)
 	quad := op.dt == tensor.Float32 && op.c%4 == 0 && gtPtr%16 == 0 && roiAlignQuad(dev)
-	if err := op.launchRoIAlign(dev, roiAlignKernelFor(true, op, quad), true, gtPtr, rois, gy, gt); err != nil {
+	if err := op.launchRoIAlign(dev, roiAlignKernelOn(dev, true, op, quad), true, gtPtr, rois, gy, gt); err != nil {
 		return nil, err
 	}
 	if err := transposeLaunch(name, dev, op.dt, gtPtr, gxPtr, op.n, op.h*op.w, op.c); err != nil {
