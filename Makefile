@@ -28,7 +28,7 @@ SM90A_SOURCES := $(wildcard kernels/*_sm90a.cu)
 SM90A_PTX     := $(SM90A_SOURCES:kernels/%.cu=kernels/build/%.ptx)
 SM90A_FLAGS   := -std=c++17 -O3 --expt-relaxed-constexpr -arch=compute_90 -Werror all-warnings
 
-.PHONY: all test vet emu-test bench demo cuda-toolkit kernels kernels-report gpu-vet gpu-bins clean
+.PHONY: all test vet emu-test bench demo cuda-toolkit kernels kernels-go kernels-report gpu-vet gpu-bins clean
 
 all: test
 
@@ -119,6 +119,15 @@ kernels/build/%_sm90a.ptx: kernels/%_sm90a.cu $(CU_SOURCES) $(CU_HEADERS) Makefi
 	sed -e 's/^\.target sm_90$$/.target sm_90a/' -e 's/^\.version 7\.[0-9]$$/.version 8.1/' $@.tmp > $@
 	grep -q '^\.target sm_90a$$' $@ && grep -q '^\.version [89]\.' $@ || { rm -f $@; echo "$@: not retargeted to sm_90a"; exit 1; }
 	rm -f $@.tmp
+
+## kernels-go: regenerate package kernels/cuda (kernels/cuda/kernels_gen.go:
+## params structs, kernel names, launchers, constants) and
+## kernels/params_gen.cuh (the C++ side's layout asserts) from the kernels'
+## declarations, after changing one. kernels/cuda/gen's tests fail while
+## they are stale; nvcc and the emulator's g++ fail on a struct that no
+## longer matches them.
+kernels-go:
+	$(GO) run ./kernels/cuda/gen
 
 ## kernels-report: registers, shared memory and spills of every kernel.
 kernels-report:

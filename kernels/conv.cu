@@ -103,12 +103,33 @@ struct GemmShape {
   static_assert(BM % kARows == 0 && BK % kBRows == 0 && BN % 32 == 0 && BN % kBTRows == 0, "tile");
 };
 
-// ops/conv_device.go computes the same shared-memory sizes: pin them.
+// ops/conv_device.go computes the same shared-memory sizes: pin them. The
+// annotations below hand the values to kernels/cuda.
+// stheno:const ConvGemmF32FpropSmemBytes
 static_assert(GemmShape<float, kFprop>::kSmemBytes == 71680, "ops/conv_device.go mirrors the f32 fprop smem size");
+// stheno:const ConvGemmF32DgradSmemBytes
 static_assert(GemmShape<float, kDgrad>::kSmemBytes == 71680, "ops/conv_device.go mirrors the f32 dgrad smem size");
+// stheno:const ConvGemmF32WgradSmemBytes
 static_assert(GemmShape<float, kWgrad>::kSmemBytes == 75776, "ops/conv_device.go mirrors the f32 wgrad smem size");
+// stheno:const ConvGemmF64FpropSmemBytes
 static_assert(GemmShape<double, kFprop>::kSmemBytes == 34048, "ops/conv_device.go mirrors the f64 fprop smem size");
+// stheno:const ConvGemmF64DgradSmemBytes
+static_assert(GemmShape<double, kDgrad>::kSmemBytes == 34048, "kernels/cuda exports the f64 dgrad smem size");
+// stheno:const ConvGemmF64WgradSmemBytes
 static_assert(GemmShape<double, kWgrad>::kSmemBytes == 35840, "ops/conv_device.go mirrors the f64 wgrad smem size");
+// The block tiles (rows x columns of the output) and threads.
+// stheno:const ConvGemmF32TileM
+static_assert(GemmShape<float, kFprop>::BM == 128, "kernels/cuda exports the f32 tile");
+// stheno:const ConvGemmF32TileN
+static_assert(GemmShape<float, kFprop>::BN == 128, "kernels/cuda exports the f32 tile");
+// stheno:const ConvGemmF32Threads
+static_assert(GemmShape<float, kFprop>::NT == 256, "kernels/cuda exports the f32 block");
+// stheno:const ConvGemmF64TileM
+static_assert(GemmShape<double, kFprop>::BM == 64, "kernels/cuda exports the f64 tile");
+// stheno:const ConvGemmF64TileN
+static_assert(GemmShape<double, kFprop>::BN == 64, "kernels/cuda exports the f64 tile");
+// stheno:const ConvGemmF64Threads
+static_assert(GemmShape<double, kFprop>::NT == 256, "kernels/cuda exports the f64 block");
 
 // What the math reads from shared memory: float32 rounded to TF32 once, as
 // it is staged (every element is read by several warps), float64 as is.
@@ -761,10 +782,19 @@ static_assert(WgradV2::BM == GemmShape<float, kWgrad>::BM && WgradV2::BN == Gemm
                   WgradV2::BK == GemmShape<float, kWgrad>::BK && WgradV2::LDB == GemmShape<float, kWgrad>::LDB &&
                   WgradV2::kWM == WarpMath<float, kWgrad>::kWM && WgradV2::kWN == WarpMath<float, kWgrad>::kWN,
               "wgrad v2 has conv_gemm's tile");
+// stheno:const ConvFpropV2SmemBytes
 static_assert(FpropV2::kSmemBytes == 109568, "ops/conv_device.go mirrors the f32 fprop v2 smem size");
+// stheno:const ConvFpropV3SmemBytes
 static_assert(FpropV3::kSmemBytes == 219136, "ops/conv_device.go mirrors the f32 fprop v3 smem size");
-static_assert(FpropV4::kSmemBytes == 109568 && FpropV4::NT == 128, "ops/conv_device.go mirrors the f32 fprop v4 smem size and threads");
+// stheno:const ConvFpropV3TileM
+static_assert(FpropV3::BM == 256, "kernels/cuda exports the f32 fprop v3 tile");
+// stheno:const ConvFpropV4SmemBytes
+static_assert(FpropV4::kSmemBytes == 109568, "ops/conv_device.go mirrors the f32 fprop v4 smem size");
+// stheno:const ConvFpropV4Threads
+static_assert(FpropV4::NT == 128, "ops/conv_device.go mirrors the f32 fprop v4 threads");
+// stheno:const ConvDgradV2SmemBytes
 static_assert(DgradV2::kSmemBytes == 109568, "ops/conv_device.go mirrors the f32 dgrad v2 smem size");
+// stheno:const ConvWgradV2SmemBytes
 static_assert(WgradV2::kSmemBytes == 112640, "ops/conv_device.go mirrors the f32 wgrad v2 smem size");
 
 // A of the pipelined GEMMs, rows m0.., read along k: fprop the weights w
@@ -1264,6 +1294,7 @@ struct SplitKParams {
   int32_t m, splits;
 };
 static_assert(sizeof(SplitKParams) == 48, "ops/conv_device.go mirrors SplitKParams");
+STHENO_PARAMS(SplitKParams);
 
 template <typename T>
 __device__ __forceinline__ void splitk_reduce(const SplitKParams& p) {
@@ -1299,6 +1330,7 @@ struct WeightTParams {
   int32_t cout, cin, kk, round_tf32;
 };
 static_assert(sizeof(WeightTParams) == 40, "ops/conv_device.go mirrors WeightTParams");
+STHENO_PARAMS(WeightTParams);
 
 template <typename T>
 __device__ __forceinline__ void transpose_weights(const WeightTParams& p) {

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "params_gen.cuh"
+
 namespace stheno {
 
 // FastDiv divides a non-negative int below 2^31 by a divisor d >= 1 fixed
@@ -27,6 +29,7 @@ struct FastDiv {
   int32_t unused;
 };
 static_assert(sizeof(FastDiv) == 16, "ops/conv_device.go mirrors FastDiv");
+STHENO_PARAMS(FastDiv);
 
 __device__ __forceinline__ int fdiv(int n, const FastDiv& f) {
   return f.mul == 0 ? n : static_cast<int>(__umulhi(static_cast<uint32_t>(n), f.mul) >> f.shr);
@@ -64,6 +67,7 @@ struct ConvGemmParams {
   FastDiv div_sw;   // dgrad with stride: StrideW
 };
 static_assert(sizeof(ConvGemmParams) == 288, "ops/conv_device.go mirrors ConvGemmParams");
+STHENO_PARAMS(ConvGemmParams);
 
 // BatchNorm launch parameters (conv_bn.cu), one struct for its kernels.
 // Mirrors bnArgs in ops/batchnorm_device.go field for field.
@@ -87,7 +91,9 @@ struct BNParams {
   int32_t training, relu;
 };
 static_assert(sizeof(BNParams) == 160, "ops/batchnorm_device.go mirrors BNParams");
+STHENO_PARAMS(BNParams);
 
+// stheno:const BNCoefStride
 // Per-channel constants that bn_finalize hands to the apply kernels.
 constexpr int kCoefStride = 8;
 

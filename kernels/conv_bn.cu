@@ -437,6 +437,7 @@ struct MaskParams {
   int64_t n;
 };
 static_assert(sizeof(MaskParams) == 32, "ops/batchnorm_device.go mirrors MaskParams");
+STHENO_PARAMS(MaskParams);
 
 template <typename T>
 __device__ __forceinline__ void relu_mask(const MaskParams& p) {
@@ -462,6 +463,7 @@ struct MaskSumParams {
   int32_t c, plane, chunk, chunks;
 };
 static_assert(sizeof(MaskSumParams) == 48, "ops/conv_device.go mirrors MaskSumParams");
+STHENO_PARAMS(MaskSumParams);
 
 // The block's plane row (n*C + c), its chunk k and the chunk's bounds.
 struct MaskChunk {

@@ -163,9 +163,22 @@ using WgmmaV7 = WgmmaPipe<128, 4, true>;
 // wgrad: 128 (v5) or 256 (v6) output channels x 128 taps, pixels reduced.
 using WgradV5 = WgmmaPipe<128, 3, false, true>;
 using WgradV6 = WgmmaPipe<256, 4, true, true>;
-static_assert(WgmmaV5::kSmemBytes == 104448 && WgmmaV6::kSmemBytes == 203776 && WgmmaV7::kSmemBytes == 138240 &&
-                  WgradV5::kSmemBytes == 107520 && WgradV6::kSmemBytes == 207872,
-              "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
+// ops/conv_device.go mirrors the wgmma kernels' smem sizes; kernels/cuda
+// exports them.
+// stheno:const ConvWgmmaV5SmemBytes
+static_assert(WgmmaV5::kSmemBytes == 104448, "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
+// stheno:const ConvWgmmaV6SmemBytes
+static_assert(WgmmaV6::kSmemBytes == 203776, "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
+// stheno:const ConvWgmmaV6TileM
+static_assert(WgmmaV6::BM == 256, "kernels/cuda exports the v6 tile");
+// stheno:const ConvWgmmaV7SmemBytes
+static_assert(WgmmaV7::kSmemBytes == 138240, "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
+// stheno:const ConvWgradV5SmemBytes
+static_assert(WgradV5::kSmemBytes == 107520, "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
+// stheno:const ConvWgradV6SmemBytes
+static_assert(WgradV6::kSmemBytes == 207872, "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
+// stheno:const ConvWgradV6TileM
+static_assert(WgradV6::BM == 256, "kernels/cuda exports the wgrad v6 tile");
 
 // The weights (fprop: w [Cout][K]; dgrad: the transposed weights
 // [Cin][Cout*KH*KW]), already rounded to TF32 (ops rounds them into

@@ -12,12 +12,15 @@
 
 #include <cstdint>
 
+#include "params_gen.cuh"
+
 struct FillParams {
     uint64_t* out;
     int64_t n;       // number of 8-byte elements
-    uint64_t value;  // bit pattern of the element (float64, int64, ...)
+    uint64_t value;  // bit pattern of the element (float64, int64, ...); stheno:uint64
 };
 static_assert(sizeof(FillParams) == 24, "backend/elementwise.go mirrors FillParams");
+STHENO_PARAMS(FillParams);
 
 // out = acc ? out + a + b : a + b. b is either a tensor (b != nullptr,
 // b_stride 1), one element broadcast (b_stride 0, used for a scalar that
@@ -33,6 +36,7 @@ struct AddParams {
     double scalar;
 };
 static_assert(sizeof(AddParams) == 48, "backend/elementwise.go mirrors AddParams");
+STHENO_PARAMS(AddParams);
 
 // y += alpha * x.
 struct AxpyParams {
@@ -42,6 +46,7 @@ struct AxpyParams {
     double alpha;
 };
 static_assert(sizeof(AxpyParams) == 32, "backend/elementwise.go mirrors AxpyParams");
+STHENO_PARAMS(AxpyParams);
 
 __device__ __forceinline__ int64_t first_index() {
     return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -23,6 +23,7 @@
 // and no shared memory.
 #include "atomics.cuh"
 #include "bilinear.cuh"
+#include "params_gen.cuh"
 
 namespace stheno {
 
@@ -49,6 +50,7 @@ struct MSDeformParams {
   // they were before it.
   uint64_t order;
 };
+STHENO_PARAMS(MSDeformParams);
 
 struct Level {
   int h, w, start;
@@ -710,7 +712,9 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
 // scanning and placing in one block per image still took 18 us on the
 // encoder's two images; now the three launches take 4.7, 5.3 and 5.7 us on
 // seed_full, and the sorted forward 0.506 ms against 0.544 unsorted.
+// stheno:const MSDeformOrderCells
 constexpr int kOrderCells = 8192;
+// stheno:const MSDeformOrderThreads
 constexpr int kOrderThreads = 1024;
 constexpr int kOrderUnroll = 4;  // cells a thread of msdeform_query_starts has in flight
 
@@ -723,6 +727,7 @@ struct MSDeformOrderParams {
   int32_t stride;   // elements between two queries' locations: M*L*P*2
   int32_t bands, cols, unused;
 };
+STHENO_PARAMS(MSDeformOrderParams);
 
 // The cell of normalised location (x, y). Locations outside [0,1]^2 take
 // the nearest edge cell, NaN the first row or column.

@@ -35,6 +35,7 @@
 // slices, so that the gradient being scattered into at once fits L2 better).
 #include "atomics.cuh"
 #include "bilinear.cuh"
+#include "params_gen.cuh"
 
 namespace stheno {
 
@@ -54,7 +55,9 @@ struct RoIAlignParams {
   int32_t max_adaptive_grid;  // adaptive samples per bin side above which a RoI is an error
 };
 static_assert(sizeof(RoIAlignParams) == 88, "ops/roialign_device.go mirrors RoIAlignParams");
+STHENO_PARAMS(RoIAlignParams);
 
+// stheno:const RoIAlignWarps
 // A block is one RoI: 8 warps, each on groups of 32 channels (one per lane).
 constexpr int kWarps = 8;
 
@@ -71,6 +74,7 @@ __device__ __forceinline__ int64_t roi_of(const RoIAlignParams& p, unsigned bloc
 // The NCHW kernels do not use it: their concurrent blocks already share
 // channel planes, and the order made them slower. One block sorts up to
 // kMaxOrder RoIs (bitonic, in shared memory).
+// stheno:const RoIOrderMax
 constexpr int kMaxOrder = 4096;
 constexpr int kOrderBand = 16;
 
@@ -83,6 +87,7 @@ struct RoIOrderParams {
   int64_t zero_bytes;  // a multiple of 16
 };
 static_assert(sizeof(RoIOrderParams) == 48, "ops/roialign_device.go mirrors RoIOrderParams");
+STHENO_PARAMS(RoIOrderParams);
 
 // A sort key clamped into [0, 4095]; NaN and negatives give 0.
 template <typename T>
@@ -154,6 +159,11 @@ template <typename T>
 __host__ __device__ constexpr int tile_bins() {
   return sizeof(T) == 4 ? 32 : 16;
 }
+
+// stheno:const RoIAlignTileBinsF32
+static_assert(tile_bins<float>() == 32, "ops/roialign_device.go mirrors tile_bins");
+// stheno:const RoIAlignTileBinsF64
+static_assert(tile_bins<double>() == 16, "ops/roialign_device.go mirrors tile_bins");
 
 // Taps a block keeps in shared memory at once: what is left of the 48 KB of
 // static shared memory next to the warps' tiles (12 KB).
@@ -934,7 +944,10 @@ __device__ void roialign_forward_nchw(const RoIAlignParams& p) {
 // so a warp works out taps again only when its run crosses a bin row. kS is
 // a template argument: with the ratio known at compile time the tap tables
 // stay in registers and the bin's shuffles and output index are constants.
+// stheno:const RoIAlignColsMaxS
+// The largest sampling ratio (kS) of roialign_forward_cols.
 constexpr int kColsMaxS = 4;
+// stheno:const RoIAlignColsMaxRows
 // Sample rows of a RoI (PH*S) the _cm kernels' table holds.
 constexpr int kColsMaxRows = 128;
 
@@ -1150,6 +1163,7 @@ struct TransposeParams {
   uint64_t in, out;
   int32_t a, b;  // each of the N planes is a x b in, b x a out
 };
+STHENO_PARAMS(TransposeParams);
 
 }  // namespace stheno
 

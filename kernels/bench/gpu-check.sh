@@ -48,6 +48,13 @@ for step in $what; do
 		else
 			echo "== backend tests: no bin/backend.test, skipped"
 		fi
+		# kernels/cuda's tests load every generated kernel on the GPU and
+		# launch one through its typed launcher (a small binary: 32 MB).
+		if [ -x bin/kernels_cuda.test ]; then
+			echo "== kernels/cuda tests"
+			(cd kernels/cuda && "$root/bin/kernels_cuda.test" -test.v -test.timeout 5m >"$OUT/kernels-cuda.log" 2>&1; echo "exit $?" >>"$OUT/kernels-cuda.log")
+			grep -E "^(--- |FAIL|ok|PASS|exit)|loaded" "$OUT/kernels-cuda.log"
+		fi
 		echo "== ops GPU tests"
 		(cd ops && "$root/bin/ops.test" -test.v -test.run GPU -test.timeout 5m >"$OUT/ops-gpu.log" 2>&1; echo "exit $?" >>"$OUT/ops-gpu.log")
 		grep -E "^(--- |FAIL|ok|PASS|exit)|    gpu_test" "$OUT/ops-gpu.log" | grep -v "^    --- PASS" | head -60

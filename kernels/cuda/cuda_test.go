@@ -1,0 +1,323 @@
+//go:build stheno_cuda
+
+package cuda
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels"
+)
+
+// compiled is what a module's compiled image says about one kernel.
+type compiled struct {
+	paramBytes int // -1: not found
+	maxThreads int // 0: no __launch_bounds__ recorded
+}
+
+// The .nv.info attributes the test reads (cuobjdump -elf names them).
+const (
+	eifmtNVAL = 1
+	eifmtBVAL = 2
+	eifmtHVAL = 3
+	eifmtSVAL = 4
+
+	eiattrMaxThreads     = 0x05 // __launch_bounds__' max threads: x, y, z
+	eiattrCbankParamSize = 0x19 // bytes of parameters
+)
+
+// cubinKernels reads the kernels of one sm_XX ELF image of a fatbin: every
+// .nv.info.<kernel> section and the parameter bytes it records.
+func cubinKernels(img []byte) (map[string]compiled, error) {
+	if len(img) < 0x18 {
+		return nil, &elf.FormatError{}
+	}
+	// A cubin's e_version is the CUDA ABI's (0x76 for CUDA 11.8), which
+	// debug/elf refuses: read it as EV_CURRENT.
+	img = bytes.Clone(img)
+	binary.LittleEndian.PutUint32(img[0x14:], uint32(elf.EV_CURRENT))
+	f, err := elf.NewFile(bytes.NewReader(img))
+	if err != nil {
+		return nil, err
+	}
+	if f.Machine != elf.EM_CUDA {
+		return nil, &elf.FormatError{}
+	}
+	out := map[string]compiled{}
+	for _, s := range f.Sections {
+		name, ok := strings.CutPrefix(s.Name, ".nv.info.")
+		if !ok {
+			continue
+		}
+		data, err := s.Data()
+		if err != nil {
+			return nil, err
+		}
+		c := compiled{paramBytes: -1}
+		for len(data) >= 2 {
+			format, attr := data[0], data[1]
+			var val []byte
+			switch format {
+			case eifmtNVAL:
+				data = data[min(4, len(data)):]
+			case eifmtBVAL, eifmtHVAL:
+				if len(data) < 4 {
+					return nil, fmt.Errorf("%s: truncated attribute", s.Name)
+				}
+				val, data = data[2:4], data[4:]
+			case eifmtSVAL:
+				if len(data) < 4 {
+					return nil, fmt.Errorf("%s: truncated attribute", s.Name)
+				}
+				n := int(binary.LittleEndian.Uint16(data[2:4]))
+				if len(data) < 4+n {
+					return nil, fmt.Errorf("%s: truncated attribute", s.Name)
+				}
+				val, data = data[4:4+n], data[4+n:]
+			default:
+				return nil, fmt.Errorf("%s: attribute format %#x", s.Name, format)
+			}
+			switch {
+			case attr == eiattrCbankParamSize && format == eifmtHVAL:
+				c.paramBytes = int(binary.LittleEndian.Uint16(val))
+			case attr == eiattrMaxThreads && format == eifmtSVAL && len(val) >= 4:
+				c.maxThreads = int(binary.LittleEndian.Uint32(val))
+			}
+		}
+		out[name] = c
+	}
+	return out, nil
+}
+
+var (
+	ptxEntry = regexp.MustCompile(`(?m)^\.(?:visible )?\.entry (\w+)\(`)
+	ptxParam = regexp.MustCompile(`\.param \.align \d+ \.b8 (\w+)_param_(\d+)\[(\d+)\]`)
+	ptxMaxnt = regexp.MustCompile(`(?m)^\.maxntid (\d+), (\d+), (\d+)`)
+)
+
+// ptxKernels reads the kernels of a PTX module.
+func ptxKernels(src string) (map[string]compiled, error) {
+	out := map[string]compiled{}
+	starts := ptxEntry.FindAllStringSubmatchIndex(src, -1)
+	for i, m := range starts {
+		name := src[m[2]:m[3]]
+		end := len(src)
+		if i+1 < len(starts) {
+			end = starts[i+1][0]
+		}
+		body := src[m[0]:end]
+		// The parameter list and directives come before the body's brace.
+		head, _, _ := strings.Cut(body, "{")
+		c := compiled{paramBytes: -1}
+		params := ptxParam.FindAllStringSubmatch(head, -1)
+		if len(params) != 1 || params[0][1] != name || params[0][2] != "0" {
+			return nil, fmt.Errorf("kernel %s: %d parameters in its PTX, want one struct", name, len(params))
+		}
+		c.paramBytes, _ = strconv.Atoi(params[0][3])
+		if mt := ptxMaxnt.FindStringSubmatch(head); mt != nil {
+			x, _ := strconv.Atoi(mt[1])
+			y, _ := strconv.Atoi(mt[2])
+			z, _ := strconv.Atoi(mt[3])
+			c.maxThreads = x * y * z
+		}
+		out[name] = c
+	}
+	return out, nil
+}
+
+// moduleImages returns the kernels of each module, per image in it (the
+// cubins of a fatbin, or the PTX).
+func moduleImages(t *testing.T) map[string][]map[string]compiled {
+	t.Helper()
+	out := map[string][]map[string]compiled{}
+	names, _ := fs.Glob(kernels.Modules, "build/*")
+	for _, p := range names {
+		data, err := kernels.Modules.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := path.Base(p)
+		switch {
+		case strings.HasSuffix(base, ".ptx"):
+			ks, err := ptxKernels(string(data))
+			if err != nil {
+				t.Fatalf("%s: %v", p, err)
+			}
+			out[strings.TrimSuffix(base, ".ptx")] = append(out[strings.TrimSuffix(base, ".ptx")], ks)
+		case strings.HasSuffix(base, ".fatbin"):
+			module := strings.TrimSuffix(base, ".fatbin")
+			// The fatbin holds an ELF image per sm_XX target (and
+			// compressed PTX, which the test skips).
+			for off := 0; ; {
+				i := bytes.Index(data[off:], []byte("\x7fELF"))
+				if i < 0 {
+					break
+				}
+				off += i
+				ks, err := cubinKernels(data[off:])
+				off += 4
+				var fe *elf.FormatError
+				if errors.As(err, &fe) {
+					continue // four bytes that only look like an ELF header
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", p, err)
+				}
+				out[module] = append(out[module], ks)
+			}
+			if len(out[module]) == 0 {
+				t.Fatalf("%s: no ELF image", p)
+			}
+		}
+	}
+	return out
+}
+
+// TestKernelsCompiled checks the generated table against the compiled
+// modules: every kernel is in every image of its module with a parameter
+// block of its params struct's size (and within its launch bounds), and
+// every kernel a module holds is in the table. The generator reads the
+// sources; this reads what nvcc made of them.
+func TestKernelsCompiled(t *testing.T) {
+	images := moduleImages(t)
+	want := map[string]map[string]KernelInfo{}
+	for _, k := range Kernels() {
+		if want[k.Module] == nil {
+			want[k.Module] = map[string]KernelInfo{}
+		}
+		want[k.Module][k.Name] = k
+	}
+	var modules []string
+	for m := range images {
+		modules = append(modules, m)
+	}
+	sort.Strings(modules)
+	for _, m := range modules {
+		if want[m] == nil {
+			t.Errorf("module %s (kernels/build) has no kernels in the table", m)
+		}
+		for i, img := range images[m] {
+			for name, c := range img {
+				k, ok := want[m][name]
+				if !ok {
+					t.Errorf("module %s image %d: kernel %s is not in the table (run make kernels-go)", m, i, name)
+					continue
+				}
+				if c.paramBytes != k.ParamsSize {
+					t.Errorf("%s.%s image %d: %d bytes of parameters, %s has %d", m, name, i, c.paramBytes, k.Params, k.ParamsSize)
+				}
+				if c.maxThreads != 0 && c.maxThreads != k.MaxThreads {
+					t.Errorf("%s.%s image %d: compiled for at most %d threads, the table says %d", m, name, i, c.maxThreads, k.MaxThreads)
+				}
+			}
+			for name := range want[m] {
+				if _, ok := img[name]; !ok {
+					t.Errorf("module %s image %d has no kernel %s", m, i, name)
+				}
+			}
+		}
+	}
+	n, bounded := 0, 0
+	for _, imgs := range images {
+		for _, img := range imgs {
+			for _, c := range img {
+				n++
+				if c.maxThreads > 0 {
+					bounded++
+				}
+			}
+		}
+	}
+	t.Logf("%d kernels in %d modules' images, %d with launch bounds recorded", n, len(images), bounded)
+	for m := range want {
+		if images[m] == nil {
+			t.Errorf("the table's module %s is not in kernels/build (make kernels)", m)
+		}
+	}
+}
+
+func TestKernelNames(t *testing.T) {
+	k := RoIAlignForwardColsS2F32
+	if k.Module() != "roialign" || k.Name() != "roialign_forward_cols_s2_f32" {
+		t.Errorf("%q: module %q name %q", string(k), k.Module(), k.Name())
+	}
+	info, ok := Lookup(string(MSDeformQueryStarts))
+	if !ok || info.MaxThreads != MSDeformOrderThreads || info.Params != "MSDeformOrderParams" {
+		t.Errorf("Lookup(%q) = %+v, %v", string(MSDeformQueryStarts), info, ok)
+	}
+	if _, ok := Lookup("roialign.nonesuch"); ok {
+		t.Error("Lookup found a kernel that does not exist")
+	}
+	for _, c := range []struct {
+		dt   tensor.Dtype
+		want Kernel[TransposeParams]
+	}{{tensor.Float32, TransposeF32}, {tensor.Float64, TransposeF64}} {
+		if got, err := Transpose(c.dt); err != nil || got != c.want {
+			t.Errorf("Transpose(%v) = %q, %v; want %q", c.dt, string(got), err, string(c.want))
+		}
+	}
+	if _, err := Transpose(tensor.Int32); err == nil || !strings.Contains(err.Error(), "cuda: transpose has kernels for float32 and float64, not int32") {
+		t.Errorf("Transpose(int32): %v", err)
+	}
+}
+
+// TestLaunch launches one kernel of each module that runs everywhere on a
+// GPU, and a block its launch bounds refuse. It needs a GPU.
+func TestLaunch(t *testing.T) {
+	dev, err := backend.Open(0)
+	if errors.Is(err, backend.ErrNoDevice) {
+		t.Skip("no CUDA device:", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	major, minor := dev.ComputeCapability()
+	loaded := 0
+	for _, k := range Kernels() {
+		if strings.HasSuffix(k.Module, "_sm90a") && (major != 9 || minor != 0) {
+			continue // sm_90a code loads on compute capability 9.0 only
+		}
+		if _, err := dev.Kernel(k.Module, k.Name); err != nil {
+			t.Errorf("loading %s.%s: %v", k.Module, k.Name, err)
+		}
+		loaded++
+	}
+	t.Logf("%s: loaded %d of %d kernels", dev, loaded, len(Kernels()))
+	// transpose of a 2 x 3 plane.
+	in, err := dev.Alloc(6 * 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := dev.Alloc(6 * 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Free(in)
+	defer dev.Free(out)
+	cfg := backend.LaunchConfig{Grid: backend.Dim3{X: 1, Y: 1, Z: 1}, Block: backend.Dim3{X: 32, Y: 8, Z: 1}}
+	if err := TransposeF32.Launch(dev, cfg, TransposeParams{In: in, Out: out, A: 2, B: 3}); err != nil {
+		t.Errorf("TransposeF32: %v", err)
+	}
+	cfg.Block = backend.Dim3{X: 32, Y: 16, Z: 1}
+	err = TransposeF32.Launch(dev, cfg, TransposeParams{In: in, Out: out, A: 2, B: 3})
+	if err == nil || !strings.Contains(err.Error(), "512 threads per block; its __launch_bounds__ allow 256") {
+		t.Errorf("TransposeF32 with 512 threads: %v", err)
+	}
+	if err := dev.Synchronize(); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"strings"
+	"unicode"
+)
+
+// words spells the parts of C++ snake_case names that Go writes as
+// initialisms or with inner capitals.
+var words = map[string]string{
+	"roialign": "RoIAlign", "msdeform": "MSDeform", "roi": "RoI", "rois": "RoIs", "bn": "BN",
+	"relu": "ReLU", "tf32": "TF32", "f32x4": "F32x4", "u64": "U64", "nchw": "NCHW", "nhwc": "NHWC",
+	"splitk": "SplitK", "dy": "DY", "dx": "DX", "hw": "HW", "kk": "KK", "kh": "KH", "kw": "KW",
+	"qw": "QW", "ws": "WS", "wt": "WT", "id": "ID", "cm": "CM", "lq": "Lq",
+}
+
+// goName turns a C++ snake_case name into a Go exported name:
+// roialign_forward_cols_s2_f32 is RoIAlignForwardColsS2F32.
+func goName(s string) string {
+	var b strings.Builder
+	for _, w := range strings.Split(s, "_") {
+		if w == "" {
+			continue
+		}
+		if v, ok := words[w]; ok {
+			b.WriteString(v)
+			continue
+		}
+		// A word and its number: nchw4 is NCHW4.
+		i := strings.IndexFunc(w, unicode.IsDigit)
+		if i > 0 {
+			if v, ok := words[w[:i]]; ok {
+				b.WriteString(v + w[i:])
+				continue
+			}
+		}
+		b.WriteString(strings.ToUpper(w[:1]) + w[1:])
+	}
+	return b.String()
+}
+
+// fieldName is the Go name of a params struct's field; padding fields
+// called unused are blank.
+func fieldName(s string) string {
+	if s == "unused" || strings.HasPrefix(s, "unused_") {
+		return "_"
+	}
+	return goName(s)
+}
