@@ -1,6 +1,7 @@
 // Package cuda is the Go side of the CUDA kernels in kernels/*.cu,
-// generated from their declarations by kernels/cuda/gen (`make kernels-go`)
-// and built with the stheno_cuda tag only:
+// generated from their declarations by kernels/cuda/gen (`make kernels-go`).
+// It needs no cgo, so package ops imports it in every build; without the
+// stheno_cuda tag no device exists to launch on. It holds:
 //
 //   - for each kernel's params struct, a Go struct with the same fields in
 //     the same order, in Go types of the same sizes (device addresses as

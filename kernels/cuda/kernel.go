@@ -1,5 +1,3 @@
-//go:build stheno_cuda
-
 package cuda
 
 import (
