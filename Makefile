@@ -17,6 +17,15 @@ NVCC_FLAGS := -std=c++17 -O3 --expt-relaxed-constexpr \
 	-gencode arch=compute_90,code=compute_90 \
 	-Werror all-warnings
 
+# Kernels that package ops never chooses sit inside #if
+# STHENO_KERNEL_VARIANTS: the shipped modules leave them out, and
+# `make kernels VARIANTS=1` builds them in for experiments (the variant
+# tests and benchmarks skip without them). The emulator always builds them,
+# so their logic stays tested. A change of VARIANTS rebuilds the modules.
+VARIANTS   ?= 0
+NVCC_FLAGS += -DSTHENO_KERNEL_VARIANTS=$(VARIANTS)
+VARIANTS_STAMP := kernels/build/variants-$(VARIANTS).stamp
+
 CU_SOURCES := $(filter-out %_sm90a.cu,$(wildcard kernels/*.cu))
 CU_HEADERS := $(wildcard kernels/*.cuh)
 # One fatbin (one CUDA module) per .cu file, embedded with go:embed.
@@ -26,7 +35,8 @@ FATBINS    := $(CU_SOURCES:kernels/%.cu=kernels/build/%.fatbin)
 # compiled by the driver when loaded, on compute capability 9.0 GPUs only.
 SM90A_SOURCES := $(wildcard kernels/*_sm90a.cu)
 SM90A_PTX     := $(SM90A_SOURCES:kernels/%.cu=kernels/build/%.ptx)
-SM90A_FLAGS   := -std=c++17 -O3 --expt-relaxed-constexpr -arch=compute_90 -Werror all-warnings
+SM90A_FLAGS   := -std=c++17 -O3 --expt-relaxed-constexpr -arch=compute_90 -Werror all-warnings \
+	-DSTHENO_KERNEL_VARIANTS=$(VARIANTS)
 
 .PHONY: all test vet emu-test bench demo cuda-toolkit kernels kernels-go kernels-report gpu-vet gpu-bins clean
 
@@ -53,7 +63,7 @@ vet:
 ## rebuilt when emu.h, the Makefile or a file it includes changes (g++ -MMD
 ## lists those in a .d file beside it).
 EMU_CXX   ?= g++
-EMU_FLAGS := -std=c++20 -O1 -pthread -Wall -Wno-unknown-pragmas -Wno-maybe-uninitialized
+EMU_FLAGS := -std=c++20 -O1 -pthread -Wall -Wno-unknown-pragmas -Wno-maybe-uninitialized -DSTHENO_KERNEL_VARIANTS=1
 EMU_DIR   := kernels/build/emu
 EMU_DEPS  := kernels/emu/emu.h Makefile
 EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_DIR)/roialign_emu_test $(EMU_DIR)/msdeform_emu_test \
@@ -106,14 +116,19 @@ cuda-toolkit:
 ## PTX) embedded by the GPU build.
 kernels: $(FATBINS) $(SM90A_PTX)
 
-kernels/build/%.fatbin: kernels/%.cu $(CU_HEADERS) Makefile
+$(VARIANTS_STAMP):
+	@mkdir -p $(dir $@)
+	rm -f kernels/build/variants-*.stamp
+	touch $@
+
+kernels/build/%.fatbin: kernels/%.cu $(CU_HEADERS) Makefile $(VARIANTS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_FLAGS) -fatbin -o $@ $<
 
 # The retargeting must have happened: a PTX file left at sm_90 would fail
 # to load with wgmma in it. PTX ISA 8.1 for red.global.v4.f32 (8.0 has
 # wgmma); the GPU machine's driver (580) reads up to 9.0.
-kernels/build/%_sm90a.ptx: kernels/%_sm90a.cu $(CU_SOURCES) $(CU_HEADERS) Makefile
+kernels/build/%_sm90a.ptx: kernels/%_sm90a.cu $(CU_SOURCES) $(CU_HEADERS) Makefile $(VARIANTS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(SM90A_FLAGS) -ptx -o $@.tmp $<
 	sed -e 's/^\.target sm_90$$/.target sm_90a/' -e 's/^\.version 7\.[0-9]$$/.version 8.1/' $@.tmp > $@

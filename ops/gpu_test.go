@@ -20,6 +20,7 @@ import (
 
 	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
 var testDevice struct {
@@ -480,5 +481,20 @@ func TestGPUTrainingStepsDoNotLeak(t *testing.T) {
 	if end.DriverAllocs != afterFirst.DriverAllocs || end.DriverFrees != afterFirst.DriverFrees {
 		t.Errorf("steps 2..%d called the driver: allocs %d -> %d, frees %d -> %d", steps,
 			afterFirst.DriverAllocs, end.DriverAllocs, afterFirst.DriverFrees, end.DriverFrees)
+	}
+}
+
+// skipUnbuiltVariant skips tb when module.name is a kernel variant
+// (kernels/cuda's table says so) that dev's modules do not hold: the
+// shipped modules leave the variants out, and `make kernels VARIANTS=1`
+// builds them in.
+func skipUnbuiltVariant(tb testing.TB, dev *backend.Device, module, name string) {
+	tb.Helper()
+	info, ok := cuda.Lookup(module + "." + name)
+	if !ok || !info.Variant {
+		return
+	}
+	if _, err := dev.Kernel(module, name); err != nil {
+		tb.Skipf("kernel variant %s.%s is not in this build (make kernels VARIANTS=1): %v", module, name, err)
 	}
 }

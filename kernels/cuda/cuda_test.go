@@ -223,8 +223,8 @@ func TestKernelsCompiled(t *testing.T) {
 					t.Errorf("%s.%s image %d: compiled for at most %d threads, the table says %d", m, name, i, c.maxThreads, k.MaxThreads)
 				}
 			}
-			for name := range want[m] {
-				if _, ok := img[name]; !ok {
+			for name, k := range want[m] {
+				if _, ok := img[name]; !ok && !k.Variant {
 					t.Errorf("module %s image %d has no kernel %s", m, i, name)
 				}
 			}

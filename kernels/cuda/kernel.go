@@ -58,6 +58,11 @@ type KernelInfo struct {
 	ParamsSize   int    // its size in bytes
 	// MaxThreads and MinBlocks are its __launch_bounds__ (0: none).
 	MaxThreads, MinBlocks int
+	// Variant marks a kernel inside #if STHENO_KERNEL_VARIANTS: one that
+	// package ops never chooses, kept for experiments (benchmarks, and
+	// tests against the default kernels). The shipped modules leave it
+	// out; `make kernels VARIANTS=1` builds it in.
+	Variant bool
 }
 
 // Kernels returns every kernel of every module, module by module, in

@@ -121,8 +121,8 @@ func (m *model) goSource() ([]byte, error) {
 
 	b.WriteString("\n// kernelTable lists every kernel, module by module, in source order.\nvar kernelTable = [...]KernelInfo{\n")
 	for _, k := range m.kernels {
-		fmt.Fprintf(&b, "\t{Module: %q, Name: %q, Params: %q, ParamsSize: %d, MaxThreads: %d, MinBlocks: %d},\n",
-			k.module, k.def.name, k.params.name, k.params.size, k.maxThreads, k.minBlocks)
+		fmt.Fprintf(&b, "\t{Module: %q, Name: %q, Params: %q, ParamsSize: %d, MaxThreads: %d, MinBlocks: %d, Variant: %t},\n",
+			k.module, k.def.name, k.params.name, k.params.size, k.maxThreads, k.minBlocks, k.variant)
 	}
 	b.WriteString("}\n")
 

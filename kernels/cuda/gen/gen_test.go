@@ -147,22 +147,23 @@ func TestFixtureKernels(t *testing.T) {
 	type want struct {
 		name, goName, params  string
 		maxThreads, minBlocks int64
+		variant               bool
 	}
 	wants := []want{
-		{"scale_f32", "ScaleF32", "ScaleParams", 0, 0},
-		{"scale_f64", "ScaleF64", "ScaleParams", 0, 0},
-		{"check_all_types", "CheckAllTypes", "AllTypes", 256, 0},
-		{"scale_b2_f32", "ScaleB2F32", "ScaleParams", 128, 2},
-		{"scale_b2_f64", "ScaleB2F64", "ScaleParams", 128, 2},
-		{"scale_u64", "ScaleU64", "ScaleParams", 0, 0},
+		{"scale_f32", "ScaleF32", "ScaleParams", 0, 0, false},
+		{"scale_f64", "ScaleF64", "ScaleParams", 0, 0, false},
+		{"check_all_types", "CheckAllTypes", "AllTypes", 256, 0, false},
+		{"scale_b2_f32", "ScaleB2F32", "ScaleParams", 128, 2, false},
+		{"scale_b2_f64", "ScaleB2F64", "ScaleParams", 128, 2, true},
+		{"scale_u64", "ScaleU64", "ScaleParams", 0, 0, false},
 	}
 	if len(m.kernels) != len(wants) {
 		t.Fatalf("%d kernels, want %d", len(m.kernels), len(wants))
 	}
 	for i, k := range m.kernels {
 		w := wants[i]
-		if k.def.name != w.name || k.goName != w.goName || k.params.name != w.params || k.maxThreads != w.maxThreads || k.minBlocks != w.minBlocks || k.module != "fixture" {
-			t.Errorf("kernel %d: %s (%s) in %s takes %s, bounds %d %d; want %+v", i, k.def.name, k.goName, k.module, k.params.name, k.maxThreads, k.minBlocks, w)
+		if k.def.name != w.name || k.goName != w.goName || k.params.name != w.params || k.maxThreads != w.maxThreads || k.minBlocks != w.minBlocks || k.module != "fixture" || k.variant != w.variant {
+			t.Errorf("kernel %d: %s (%s) in %s takes %s, bounds %d %d, variant %v; want %+v", i, k.def.name, k.goName, k.module, k.params.name, k.maxThreads, k.minBlocks, k.variant, w)
 		}
 	}
 	var fams []string
@@ -296,6 +297,12 @@ func TestErrors(t *testing.T) {
 			"kernel k takes P: P is a template"},
 		{"kernel in header", map[string]string{"a.cuh": params + `extern "C" __global__ void k(P p) {}`, "b.cu": `#include "a.cuh"`},
 			"a.cuh:4: kernel k in a header"},
+		{"else in the variants' guard", map[string]string{"a.cu": params + "#if STHENO_KERNEL_VARIANTS\nextern \"C\" __global__ void k(P p) {}\n#else\n#endif\n"},
+			"a.cu:6: #else in #if STHENO_KERNEL_VARIANTS (line 4): the guard takes no other branch"},
+		{"variants' guard spelled otherwise", map[string]string{"a.cu": params + "#ifdef STHENO_KERNEL_VARIANTS\n#endif\n"},
+			"a.cu:4: #ifdef STHENO_KERNEL_VARIANTS: write the variants' guard as #if STHENO_KERNEL_VARIANTS"},
+		{"unterminated if", map[string]string{"a.cu": params + "#if STHENO_KERNEL_VARIANTS\n" + `extern "C" __global__ void k(P p) {}`},
+			"a.cu:4: #if without #endif"},
 		{"same kernel twice", map[string]string{"a.cu": params + `extern "C" __global__ void k(P p) {}`, "b.cu": "#include \"a.cu\"\nextern \"C\" __global__ void k(P p) {}"},
 			"b.cu:2: kernel k is also defined at x/a.cu:4"},
 		{"const annotates nothing", map[string]string{"a.cu": withK + "// stheno:const Foo\nint x;\n"},

@@ -49,6 +49,10 @@ type file struct {
 	comments []comment
 	macros   map[string]*macro
 	includes []string // quoted #includes, as written
+	// variants are the line ranges inside #if STHENO_KERNEL_VARIANTS:
+	// kernels that only experiments build (make kernels VARIANTS=1).
+	variants [][2]int
+	conds    []cond // the open conditionals, innermost last
 
 	commentAt  map[int]*comment   // whole-line comments, by each line they cover
 	trailingAt map[int][]*comment // comments after code, by line
@@ -81,6 +85,9 @@ func lexFile(path, name string, src []byte) (*file, error) {
 		if err := f.directive(first+1, strings.TrimSpace(text)[1:]); err != nil {
 			return nil, err
 		}
+	}
+	if n := len(f.conds); n > 0 {
+		return nil, f.errorf(f.conds[n-1].line, "#if without #endif")
 	}
 	for i, l := range lines {
 		toks, err := f.tokenize(l, i+1)
@@ -162,7 +169,28 @@ func (f *file) stripComments(src []byte) ([]byte, error) {
 	return code, nil
 }
 
-// directive records #include "x" and function-like #defines.
+// variantsMacro guards the kernels left out of the shipped modules.
+const variantsMacro = "STHENO_KERNEL_VARIANTS"
+
+// cond is an open #if, #ifdef or #ifndef.
+type cond struct {
+	line    int
+	variant bool // #if STHENO_KERNEL_VARIANTS
+}
+
+// inVariants reports whether line lies inside #if STHENO_KERNEL_VARIANTS.
+func (f *file) inVariants(line int) bool {
+	for _, r := range f.variants {
+		if line > r[0] && line < r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// directive records #include "x", function-like #defines and the regions
+// of #if STHENO_KERNEL_VARIANTS (whose other branches it refuses: a kernel
+// is a variant or not, whatever the build).
 func (f *file) directive(line int, d string) error {
 	d = strings.TrimSpace(d)
 	word, rest := d, ""
@@ -170,6 +198,24 @@ func (f *file) directive(line int, d string) error {
 		word, rest = d[:i], strings.TrimSpace(d[i:])
 	}
 	switch word {
+	case "if", "ifdef", "ifndef":
+		f.conds = append(f.conds, cond{line: line, variant: word == "if" && rest == variantsMacro})
+		if !f.conds[len(f.conds)-1].variant && strings.Contains(rest, variantsMacro) {
+			return f.errorf(line, "#%s %s: write the variants' guard as #if %s", word, rest, variantsMacro)
+		}
+	case "elif", "else":
+		if n := len(f.conds); n > 0 && f.conds[n-1].variant {
+			return f.errorf(line, "#%s in #if %s (line %d): the guard takes no other branch", word, variantsMacro, f.conds[n-1].line)
+		}
+	case "endif":
+		n := len(f.conds)
+		if n == 0 {
+			return f.errorf(line, "#endif without #if")
+		}
+		if c := f.conds[n-1]; c.variant {
+			f.variants = append(f.variants, [2]int{c.line, line})
+		}
+		f.conds = f.conds[:n-1]
 	case "include":
 		if strings.HasPrefix(rest, `"`) {
 			if end := strings.Index(rest[1:], `"`); end >= 0 {

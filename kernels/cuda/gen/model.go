@@ -72,6 +72,7 @@ type pkernel struct {
 	goName                string
 	params                *pstruct
 	maxThreads, minBlocks int64
+	variant               bool // inside #if STHENO_KERNEL_VARIANTS
 }
 
 type pconst struct {
@@ -175,7 +176,7 @@ func (m *model) build() error {
 			if err != nil {
 				return err
 			}
-			k := &pkernel{def: kd, module: module, goName: goName(kd.name), params: ps}
+			k := &pkernel{def: kd, module: module, goName: goName(kd.name), params: ps, variant: kd.file.inVariants(kd.line)}
 			if len(kd.bounds) > 2 || len(kd.bounds) == 1 && len(kd.bounds[0]) == 0 {
 				return kd.file.errorf(kd.line, "kernel %s: __launch_bounds__ takes max threads and, optionally, min blocks", kd.name)
 			}
