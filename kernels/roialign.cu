@@ -1,52 +1,63 @@
 // RoIAlign forward and backward, the CUDA twins of kernels/roialign.go.
-// ops picks among these kernels (roiAlignKernelFor, by measurements that
-// BENCHMARKS.md records):
+// Kernels are named <op>_<pass>_<layout>_<design>[_occ<blocks>]_<dtype>:
+// fwd or bwd; nchw (reads the NCHW input directly) or nhwc (works on a
+// channels-last copy); taps (a sample's 4 taps one by one), sep
+// (separable: each pixel of a bin's footprint once), bin (a thread per
+// bin), cols (lanes on a bin row's sample columns); c<n>: channels a
+// thread; vec4 / red4: 16-byte vector loads / reductions of 4 channels;
+// atomic: scalar atomics; occ<n>: registers capped for n blocks per SM.
+// ops picks among them (roiAlignKernelFor, by measurements that
+// BENCHMARKS.md records); the kernels it never picks are variants
+// (#if STHENO_KERNEL_VARIANTS), for tests and benchmarks only:
 //
-// - roialign_forward_cols_s<S>: straight from the NCHW input, lanes on a
-//   bin row's sample columns, so that a warp's load reads one stretch of a
-//   pixel row. The default float32 forward for a fixed sampling ratio S
-//   where a bin row's PW*S samples fit a warp.
-// - roialign_forward_nchw*: straight from the NCHW input. A thread owns a
-//   bin and a few channels, computes each sample's taps once and gathers
-//   them from all its channels' maps. The fixed-ratio forward elsewhere.
-// - roialign_forward / roialign_backward (channels-last): in NCHW the 4 taps
-//   of a sample lie in one channel map, and a warp gathering taps for 32
-//   channels would touch 32 scattered cache lines per load; so the input
-//   (or the gradient) is transposed to NHWC with one coalesced pass and a
-//   warp works on one bin of one RoI with its lanes on 32 consecutive
-//   channels: every tap is one 128-byte load, or atomic, shared by the
-//   warp. Outputs (or their gradients) are staged in shared memory so that
-//   the [K,C,PH,PW] side stays coalesced. Backward scatters into a zeroed
-//   channels-last gradient that a last pass transposes back to NCHW; it is
-//   the default backward for a fixed sampling ratio, except on compute
-//   capability 9.0 (below).
-// - *_sep: the channels-last kernels with separable sampling (a bin's row
-//   and column weight lists; each pixel of its footprint read or scattered
-//   once): the defaults with adaptive sampling, about one sample per pixel.
-// - roialign_forward_sep4*: the separable forward with 16-byte loads and
-//   channel slices (float32, C % 4 == 0), a kernel of its own: the
+// - roialign_fwd_nchw_cols_s<S>[_cmajor]: straight from the NCHW input,
+//   lanes on a bin row's sample columns, so that a warp's load reads one
+//   stretch of a pixel row. The default float32 forward for a fixed
+//   sampling ratio S where a bin row's PW*S samples fit a warp.
+// - roialign_fwd_nchw_bin_c<n>*: straight from the NCHW input. A thread
+//   owns a bin and n channels, computes each sample's taps once and
+//   gathers them from all its channels' maps. The fixed-ratio forward
+//   elsewhere.
+// - roialign_fwd_nhwc_taps / roialign_bwd_nhwc_taps_atomic (channels-last):
+//   in NCHW the 4 taps of a sample lie in one channel map, and a warp
+//   gathering taps for 32 channels would touch 32 scattered cache lines per
+//   load; so the input (or the gradient) is transposed to NHWC with one
+//   coalesced pass (transpose_planes) and a warp works on one bin of one
+//   RoI with its lanes on 32 consecutive channels: every tap is one
+//   128-byte load, or atomic, shared by the warp. Outputs (or their
+//   gradients) are staged in shared memory so that the [K,C,PH,PW] side
+//   stays coalesced. Backward scatters into a zeroed channels-last gradient
+//   that a last pass transposes back to NCHW; it is the default backward
+//   for a fixed sampling ratio, except on compute capability 9.0 (below).
+// - roialign_*_nhwc_sep*: the channels-last kernels with separable
+//   sampling (a bin's row and column weight lists; each pixel of its
+//   footprint read or scattered once): the defaults with adaptive
+//   sampling, about one sample per pixel.
+// - roialign_fwd_nhwc_sep_vec4*: the separable forward with 16-byte loads
+//   and channel slices (float32, C % 4 == 0), a kernel of its own: the
 //   adaptive forward's default there.
 // - On compute capability 9.0, with float32 and C % 4 == 0, the backward is
-//   roialign_sm90a.cu's separable kernel with 16-byte vector reductions
-//   (kQuad), two neighbouring bins at a time, for any sampling ratio.
+//   roialign_sm90a.cu's roialign_bwd_nhwc_sep_red4_f32: separable, with
+//   16-byte vector reductions (kQuad), two neighbouring bins at a time, for
+//   any sampling ratio.
 //
-// The channels-last kernels take the RoIs in spatial order (roi_order) and
-// split a RoI's bins over blocks; backward, also its channels (grid z
-// slices, so that the gradient being scattered into at once fits L2 better).
+// The channels-last kernels take the RoIs in spatial order
+// (roialign_sort_rois) and split a RoI's bins over blocks; backward, also
+// its channels (grid z slices, so that the gradient being scattered into
+// at once fits L2 better).
 #include "atomics.cuh"
 #include "bilinear.cuh"
 #include "params_gen.cuh"
 
 namespace stheno {
 
-// Launch parameters, passed by value. Mirrors roiAlignArgs in ops (Go); keep
-// field order and types in step.
+// The RoIAlign kernels' launch parameters, passed by value.
 struct RoIAlignParams {
   uint64_t feat;    // channels-last [N,H,W,C]: forward: x (read); backward: grad_x (scattered into)
   uint64_t rois;    // [K,5] rows (batch_index, x1, y1, x2, y2)
   uint64_t pooled;  // forward: out [K,C,PH,PW] (written); backward: grad_out (read)
   uint64_t status;  // int status word, see Status in bilinear.cuh
-  uint64_t order;   // int32 [K]: block b works on RoI order[b] (roi_order), or 0: on RoI b
+  uint64_t order;   // int32 [K]: block b works on RoI order[b] (roialign_sort_rois), or 0: on RoI b
   double spatial_scale;
   int32_t n, c, h, w, k;
   int32_t pooled_h, pooled_w;
@@ -54,28 +65,40 @@ struct RoIAlignParams {
   int32_t aligned;            // bool
   int32_t max_adaptive_grid;  // adaptive samples per bin side above which a RoI is an error
 };
-static_assert(sizeof(RoIAlignParams) == 88, "ops/roialign_device.go mirrors RoIAlignParams");
 STHENO_PARAMS(RoIAlignParams);
 
 // stheno:const RoIAlignWarps
 // A block is one RoI: 8 warps, each on groups of 32 channels (one per lane).
 constexpr int kWarps = 8;
+// stheno:const RoIAlignThreads
+// The threads of a block: the channels-last kernels' kWarps warps, and the
+// most the NCHW kernels take.
+constexpr int kThreads = kWarps * 32;
+
+// The status codes (bilinear.cuh's Status) the kernels raise, which ops
+// explains.
+// stheno:const RoIAlignStatusBadBatchIndex
+static_assert(kStatusBadBatchIndex == 1, "kernels/cuda exports the status codes");
+// stheno:const RoIAlignStatusAdaptiveGridTooLarge
+static_assert(kStatusAdaptiveGridTooLarge == 2, "kernels/cuda exports the status codes");
 
 __device__ __forceinline__ int64_t roi_of(const RoIAlignParams& p, unsigned block) {
   return p.order != 0 ? reinterpret_cast<const int*>(p.order)[block] : static_cast<int64_t>(block);
 }
 
-// RoIs in spatial order. Blocks start roughly in blockIdx order, so with
-// the RoIs sorted by image, then by band of kOrderBand rows of their
-// centre, then by their centre's column, the blocks running together touch
-// neighbouring parts of the map: their taps hit in L2 and, backward, their
-// atomics meet in L2 rather than in DRAM (on an H200, TARGETS' box_head_P2:
-// backward 0.60 -> 0.49 ms, sort included; adaptive backward 3.0 -> 2.7).
-// The NCHW kernels do not use it: their concurrent blocks already share
-// channel planes, and the order made them slower. One block sorts up to
-// kMaxOrder RoIs (bitonic, in shared memory).
-// stheno:const RoIOrderMax
+// RoIs in spatial order (roialign_sort_rois). Blocks start roughly in
+// blockIdx order, so with the RoIs sorted by image, then by band of
+// kOrderBand rows of their centre, then by their centre's column, the
+// blocks running together touch neighbouring parts of the map: their taps
+// hit in L2 and, backward, their atomics meet in L2 rather than in DRAM
+// (the backward is faster, sort included). The NCHW kernels do not use it:
+// their concurrent blocks already share channel planes, and the order made
+// them slower. One block of kOrderThreads threads sorts up to kMaxOrder
+// RoIs (bitonic, in shared memory); the launch's other blocks zero.
+// stheno:const RoIAlignSortMax
 constexpr int kMaxOrder = 4096;
+// stheno:const RoIAlignSortThreads
+constexpr int kOrderThreads = 1024;
 constexpr int kOrderBand = 16;
 
 struct RoIOrderParams {
@@ -86,7 +109,6 @@ struct RoIOrderParams {
   uint64_t zero;       // 16-byte aligned memory blocks 1.. zero while block 0 sorts, or 0
   int64_t zero_bytes;  // a multiple of 16
 };
-static_assert(sizeof(RoIOrderParams) == 48, "ops/roialign_device.go mirrors RoIOrderParams");
 STHENO_PARAMS(RoIOrderParams);
 
 // A sort key clamped into [0, 4095]; NaN and negatives give 0.
@@ -96,7 +118,7 @@ __device__ __forceinline__ uint32_t order_field(T v) {
 }
 
 template <typename T>
-__device__ void roi_order(const RoIOrderParams& p) {
+__device__ void sort_rois(const RoIOrderParams& p) {
   if (blockIdx.x > 0) {
     // The backward's gradient, zeroed alongside the sort (one launch
     // instead of a memset and then the sort).
@@ -161,9 +183,9 @@ __host__ __device__ constexpr int tile_bins() {
 }
 
 // stheno:const RoIAlignTileBinsF32
-static_assert(tile_bins<float>() == 32, "ops/roialign_device.go mirrors tile_bins");
+static_assert(tile_bins<float>() == 32, "kernels/cuda exports tile_bins");
 // stheno:const RoIAlignTileBinsF64
-static_assert(tile_bins<double>() == 16, "ops/roialign_device.go mirrors tile_bins");
+static_assert(tile_bins<double>() == 16, "kernels/cuda exports tile_bins");
 
 // Taps a block keeps in shared memory at once: what is left of the 48 KB of
 // static shared memory next to the warps' tiles (12 KB).
@@ -480,8 +502,8 @@ __device__ __forceinline__ void sep_bin(const RoIAlignParams& p, const RoIGeom<T
 // that several taps of the two bins reach is added once: with a fixed
 // sampling ratio a bin's 2x2 samples touch at most 4 rows and 4 columns,
 // fewer when they share pixels, and bins a couple of pixels wide or less
-// often share their boundary column. On TARGETS.md's fixed-ratio cases
-// that is 32-51% fewer reductions than tap by tap (a bin alone: 15-18%).
+// often share their boundary column: markedly fewer reductions than tap by
+// tap, and than one bin at a time (BENCHMARKS.md).
 template <typename T>
 __device__ __forceinline__ void sep_pair_quad(const RoIAlignParams& p, const RoIGeom<T>& g, const SepTables<T>& sep,
                                               int ph, int t, int64_t chan, int row_slot, bool has0, bool has1,
@@ -862,8 +884,8 @@ __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
   }
 }
 
-// Forward straight from NCHW, without the transpose (a variant measured
-// against the channels-last kernel above; ops picks one).
+// Forward straight from NCHW, without the transpose
+// (roialign_fwd_nchw_bin_c<kCPT>).
 //
 // A thread owns one bin and kCPT channels of one RoI: it computes each
 // sample's taps once and gathers them from all its channels, so the tap
@@ -921,13 +943,12 @@ __device__ void roialign_forward_nchw(const RoIAlignParams& p) {
 }
 
 // Forward with lanes on sample columns, for a fixed sampling ratio kS with
-// PW*kS <= 32 (roialign_forward_cols_s<kS>): a warp gathers one bin row of
+// PW*kS <= 32 (roialign_fwd_nchw_cols_s<kS>): a warp gathers one bin row of
 // a RoI from one channel map, or from 32/(PW*kS) maps side by side, lane j
 // on the row's sample column j. A load instruction of the warp then reads
 // one stretch of one pixel row per map: a few 32-byte sectors for its
-// PW*kS samples, where roialign_forward_nchw, a lane per bin, touches about
-// a sector per lane (Nsight Compute, box_head_P2: ~15 sectors per 32
-// floats, L2-bound). A sample's taps are a row part times a column part
+// PW*kS samples, where roialign_fwd_nchw_bin, a lane per bin, touches about
+// a sector per lane. A sample's taps are a row part times a column part
 // (roi_axis): a lane's column is fixed for the RoI and the rows for a bin
 // row, so the warp works out each bin row's taps (offsets within a map and
 // weights) once for its whole stretch of channels, and a channel then costs
@@ -945,13 +966,13 @@ __device__ void roialign_forward_nchw(const RoIAlignParams& p) {
 // a template argument: with the ratio known at compile time the tap tables
 // stay in registers and the bin's shuffles and output index are constants.
 // stheno:const RoIAlignColsMaxS
-// The largest sampling ratio (kS) of roialign_forward_cols.
+// The largest sampling ratio (kS) of roialign_fwd_nchw_cols.
 constexpr int kColsMaxS = 4;
 // stheno:const RoIAlignColsMaxRows
-// Sample rows of a RoI (PH*S) the _cm kernels' table holds.
+// Sample rows of a RoI (PH*S) the _cmajor kernels' table holds.
 constexpr int kColsMaxRows = 128;
 
-// One sample row of a RoI, for roialign_forward_cols' _cm kernels: the
+// One sample row of a RoI, for the _cmajor kernels of roialign_fwd_nchw_cols: the
 // byte offset in a map of the first of its two pixel rows, and their
 // weights (both 0 for a row outside the RoI's range, at offset 0).
 template <typename T>
@@ -960,7 +981,7 @@ struct ColRow {
   T top, bottom;
 };
 
-// kCM (channel-major, _cm): a warp's run goes through the bin rows of one
+// kCM (channel-major, _cmajor): a warp's run goes through the bin rows of one
 // group of channels before the next, so that the pixel rows a RoI's
 // neighbouring sample rows share are still in L1; the RoI's sample rows
 // are worked out once per block into shared memory (ColRow).
@@ -1132,28 +1153,41 @@ __device__ void roialign_forward_cols(const RoIAlignParams& p) {
   }
 }
 
+// transpose_planes' tiles: kTransposeTileRows rows of A (a lane each) by
+// kTransposeTileCols* columns of B, 16 KB; its blocks kTransposeTileRows x
+// kTransposeBlockY threads.
+// stheno:const TransposeTileRows
+constexpr int kTransposeTileRows = 32;
+// stheno:const TransposeBlockY
+constexpr int kTransposeBlockY = 8;
+// stheno:const TransposeTileColsF32
+constexpr int kTransposeTileColsF32 = 128;
+// stheno:const TransposeTileColsF64
+constexpr int kTransposeTileColsF64 = 64;
+
 // Transposes [N][A][B] to [N][B][A] through shared-memory tiles of 32 rows
 // of A by kTB columns of B, reads and writes both coalesced: NCHW <-> NHWC
 // with (A, B) = (C, HW) or (HW, C). A block of 32x8 threads moves a whole
 // tile, 4*kTB/32 elements per thread, so that many loads are in flight.
 template <typename T, int kTB>
 __device__ void transpose(const T* __restrict__ in, T* __restrict__ out, int a, int b) {
-  __shared__ T tile[32][kTB + 1];
+  constexpr int kRows = kTransposeTileRows, kY = kTransposeBlockY;
+  __shared__ T tile[kRows][kTB + 1];
   const int64_t plane = static_cast<int64_t>(a) * b;
   in += blockIdx.z * plane;
   out += blockIdx.z * plane;
-  const int b0 = blockIdx.x * kTB, a0 = blockIdx.y * 32;
+  const int b0 = blockIdx.x * kTB, a0 = blockIdx.y * kRows;
 #pragma unroll
-  for (int j = 0; j < kTB; j += 32) {
+  for (int j = 0; j < kTB; j += kRows) {
 #pragma unroll
-    for (int i = threadIdx.y; i < 32; i += 8) {
+    for (int i = threadIdx.y; i < kRows; i += kY) {
       const int ai = a0 + i, bi = b0 + j + threadIdx.x;
       if (ai < a && bi < b) tile[i][j + threadIdx.x] = __ldg(in + static_cast<int64_t>(ai) * b + bi);
     }
   }
   __syncthreads();
 #pragma unroll
-  for (int j = threadIdx.y; j < kTB; j += 8) {
+  for (int j = threadIdx.y; j < kTB; j += kY) {
     const int bi = b0 + j, ai = a0 + threadIdx.x;
     if (ai < a && bi < b) out[static_cast<int64_t>(bi) * a + ai] = tile[threadIdx.x][j];
   }
@@ -1171,74 +1205,98 @@ STHENO_PARAMS(TransposeParams);
 // STHENO_ROIALIGN_TEMPLATES_ONLY, so that its module holds only its own kernels.
 #ifndef STHENO_ROIALIGN_TEMPLATES_ONLY
 extern "C" {
-#define STHENO_ROIALIGN(name, T, backward, separable) \
-  __global__ void __launch_bounds__(256) name(stheno::RoIAlignParams p) { stheno::roialign<T, backward>(p, separable); }
-STHENO_ROIALIGN(roialign_forward_f32, float, false, false)
-STHENO_ROIALIGN(roialign_forward_f64, double, false, false)
-STHENO_ROIALIGN(roialign_backward_f32, float, true, false)
-STHENO_ROIALIGN(roialign_backward_f64, double, true, false)
-STHENO_ROIALIGN(roialign_forward_sep_f32, float, false, true)
-STHENO_ROIALIGN(roialign_forward_sep_f64, double, false, true)
-STHENO_ROIALIGN(roialign_backward_sep_f32, float, true, true)
-STHENO_ROIALIGN(roialign_backward_sep_f64, double, true, true)
-// Separable with 16-byte loads (float32, C % 4 == 0); _b4: registers
-// capped for 4 blocks per SM. 8 columns in flight instead of 4 was slower
-// (H200, box_head_P2_adaptive: 0.970 vs 0.932 ms; capped 1.10).
-__global__ void __launch_bounds__(256) roialign_forward_sep4_f32(stheno::RoIAlignParams p) {
-  stheno::roialign_forward_sep4<4>(p);
-}
-__global__ void __launch_bounds__(256, 4) roialign_forward_sep4_b4_f32(stheno::RoIAlignParams p) {
-  stheno::roialign_forward_sep4<4>(p);
-}
-__global__ void __launch_bounds__(256) roialign_forward_nchw4_f32(stheno::RoIAlignParams p) {
-  stheno::roialign_forward_nchw<float, 4>(p);
-}
-// _b4: registers capped (64) so that 4 blocks share an SM instead of 3:
-// the float32 default (ops' roiAlignKernelFor); capped for 5 or 6 it was
-// slower.
-__global__ void __launch_bounds__(256, 4) roialign_forward_nchw4_b4_f32(stheno::RoIAlignParams p) {
-  stheno::roialign_forward_nchw<float, 4>(p);
-}
-__global__ void __launch_bounds__(256) roialign_forward_nchw8_f32(stheno::RoIAlignParams p) {
-  stheno::roialign_forward_nchw<float, 8>(p);
-}
+#define STHENO_ROIALIGN(name, T, backward, separable)                                    \
+  __global__ void __launch_bounds__(stheno::kThreads) name(stheno::RoIAlignParams p) { \
+    stheno::roialign<T, backward>(p, separable);                                       \
+  }
 // Lanes on sample columns (fixed ratio S, PW*S <= 32), one kernel per
 // ratio. (Registers capped for 4 or 5 blocks per SM measured no faster:
 // the ratio-2 kernel needs 64.)
-#define STHENO_ROIALIGN_COLS(name, T, S, CM)                                 \
-  __global__ void __launch_bounds__(256) name(stheno::RoIAlignParams p) { \
-    stheno::roialign_forward_cols<T, S, CM>(p);                           \
+#define STHENO_ROIALIGN_COLS(name, T, S, CM)                                             \
+  __global__ void __launch_bounds__(stheno::kThreads) name(stheno::RoIAlignParams p) { \
+    stheno::roialign_forward_cols<T, S, CM>(p);                                        \
   }
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f32, float, 1, false)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_cm_f32, float, 1, true)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f32, float, 2, false)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_cm_f32, float, 2, true)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f32, float, 3, false)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_cm_f32, float, 3, true)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f32, float, 4, false)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_cm_f32, float, 4, true)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_f64, double, 1, false)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s1_cm_f64, double, 1, true)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_f64, double, 2, false)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s2_cm_f64, double, 2, true)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_f64, double, 3, false)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s3_cm_f64, double, 3, true)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_f64, double, 4, false)
-STHENO_ROIALIGN_COLS(roialign_forward_cols_s4_cm_f64, double, 4, true)
-__global__ void __launch_bounds__(256) roialign_forward_nchw4_f64(stheno::RoIAlignParams p) {
+
+// Forward, fixed sampling ratio: float32 where colsFit, else a thread a bin.
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s1_f32, float, 1, false)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s1_cmajor_f32, float, 1, true)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s2_f32, float, 2, false)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s2_cmajor_f32, float, 2, true)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s3_f32, float, 3, false)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s3_cmajor_f32, float, 3, true)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s4_f32, float, 4, false)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s4_cmajor_f32, float, 4, true)
+// occ4: registers capped (64) so that 4 blocks share an SM instead of 3
+// (faster); capped for 5 or 6 it was slower.
+__global__ void __launch_bounds__(stheno::kThreads, 4) roialign_fwd_nchw_bin_c4_occ4_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_nchw<float, 4>(p);
+}
+__global__ void __launch_bounds__(stheno::kThreads) roialign_fwd_nchw_bin_c4_f64(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<double, 4>(p);
 }
-__global__ void __launch_bounds__(256) roialign_forward_nchw8_f64(stheno::RoIAlignParams p) {
+
+// Forward, adaptive sampling: channels-last and separable; float32 with
+// C % 4 == 0 with 16-byte loads (vec4), registers capped for 4 blocks per
+// SM. 8 columns in flight instead of 4 was slower.
+__global__ void __launch_bounds__(stheno::kThreads, 4) roialign_fwd_nhwc_sep_vec4_occ4_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_sep4<4>(p);
+}
+STHENO_ROIALIGN(roialign_fwd_nhwc_sep_f32, float, false, true)
+STHENO_ROIALIGN(roialign_fwd_nhwc_sep_f64, double, false, true)
+
+// Backward: channels-last scatters with scalar atomics, tap by tap (fixed
+// ratio) or separable (adaptive); on compute capability 9.0,
+// roialign_sm90a.cu's vector reductions instead.
+STHENO_ROIALIGN(roialign_bwd_nhwc_taps_atomic_f32, float, true, false)
+STHENO_ROIALIGN(roialign_bwd_nhwc_taps_atomic_f64, double, true, false)
+STHENO_ROIALIGN(roialign_bwd_nhwc_sep_atomic_f32, float, true, true)
+STHENO_ROIALIGN(roialign_bwd_nhwc_sep_atomic_f64, double, true, true)
+
+// The channels-last kernels' helpers: the RoIs in spatial order (and the
+// backward's gradient zeroed), and NCHW <-> NHWC.
+__global__ void __launch_bounds__(stheno::kOrderThreads) roialign_sort_rois_f32(stheno::RoIOrderParams p) {
+  stheno::sort_rois<float>(p);
+}
+__global__ void __launch_bounds__(stheno::kOrderThreads) roialign_sort_rois_f64(stheno::RoIOrderParams p) {
+  stheno::sort_rois<double>(p);
+}
+__global__ void __launch_bounds__(stheno::kTransposeTileRows * stheno::kTransposeBlockY)
+    transpose_planes_f32(stheno::TransposeParams p) {
+  stheno::transpose<float, stheno::kTransposeTileColsF32>(reinterpret_cast<const float*>(p.in),
+                                                          reinterpret_cast<float*>(p.out), p.a, p.b);
+}
+__global__ void __launch_bounds__(stheno::kTransposeTileRows * stheno::kTransposeBlockY)
+    transpose_planes_f64(stheno::TransposeParams p) {
+  stheno::transpose<double, stheno::kTransposeTileColsF64>(reinterpret_cast<const double*>(p.in),
+                                                           reinterpret_cast<double*>(p.out), p.a, p.b);
+}
+
+#if STHENO_KERNEL_VARIANTS
+// Variants: the forward tap by tap (channels-last), the defaults' siblings
+// (uncapped registers, 8 channels a thread) and float64 lanes on sample
+// columns. The emulator checks them against the defaults.
+STHENO_ROIALIGN(roialign_fwd_nhwc_taps_f32, float, false, false)
+STHENO_ROIALIGN(roialign_fwd_nhwc_taps_f64, double, false, false)
+__global__ void __launch_bounds__(stheno::kThreads) roialign_fwd_nhwc_sep_vec4_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_sep4<4>(p);
+}
+__global__ void __launch_bounds__(stheno::kThreads) roialign_fwd_nchw_bin_c4_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_nchw<float, 4>(p);
+}
+__global__ void __launch_bounds__(stheno::kThreads) roialign_fwd_nchw_bin_c8_f32(stheno::RoIAlignParams p) {
+  stheno::roialign_forward_nchw<float, 8>(p);
+}
+__global__ void __launch_bounds__(stheno::kThreads) roialign_fwd_nchw_bin_c8_f64(stheno::RoIAlignParams p) {
   stheno::roialign_forward_nchw<double, 8>(p);
 }
-__global__ void __launch_bounds__(1024) roi_order_f32(stheno::RoIOrderParams p) { stheno::roi_order<float>(p); }
-__global__ void __launch_bounds__(1024) roi_order_f64(stheno::RoIOrderParams p) { stheno::roi_order<double>(p); }
-// kTB of transpose: tiles of 32 x 128 (float) or 32 x 64 (double), 16 KB.
-__global__ void __launch_bounds__(256) transpose_f32(stheno::TransposeParams p) {
-  stheno::transpose<float, 128>(reinterpret_cast<const float*>(p.in), reinterpret_cast<float*>(p.out), p.a, p.b);
-}
-__global__ void __launch_bounds__(256) transpose_f64(stheno::TransposeParams p) {
-  stheno::transpose<double, 64>(reinterpret_cast<const double*>(p.in), reinterpret_cast<double*>(p.out), p.a, p.b);
-}
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s1_f64, double, 1, false)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s1_cmajor_f64, double, 1, true)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s2_f64, double, 2, false)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s2_cmajor_f64, double, 2, true)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s3_f64, double, 3, false)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s3_cmajor_f64, double, 3, true)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s4_f64, double, 4, false)
+STHENO_ROIALIGN_COLS(roialign_fwd_nchw_cols_s4_cmajor_f64, double, 4, true)
+#endif
 }
 #endif  // STHENO_ROIALIGN_TEMPLATES_ONLY

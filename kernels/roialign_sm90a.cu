@@ -4,7 +4,7 @@
 // and retargeted by the Makefile, compiled by the driver when the module is
 // first loaded. ops picks the separable one on compute capability 9.0 GPUs
 // when C % 4 == 0, and roialign.cu's kernels elsewhere; the tap-by-tap one
-// is kept to compare against.
+// is a variant, kept to compare against.
 //
 // The host emulator's test (kernels/emu) includes roialign.cu whole, then
 // this file for its kernels.
@@ -14,10 +14,12 @@
 #endif
 
 extern "C" {
-__global__ void __launch_bounds__(256) roialign_backward_q4_f32(stheno::RoIAlignParams p) {
-  stheno::roialign<float, true, true>(p, false);
-}
-__global__ void __launch_bounds__(256) roialign_backward_sep_q4_f32(stheno::RoIAlignParams p) {
+__global__ void __launch_bounds__(stheno::kThreads) roialign_bwd_nhwc_sep_red4_f32(stheno::RoIAlignParams p) {
   stheno::roialign<float, true, true>(p, true);
 }
+#if STHENO_KERNEL_VARIANTS
+__global__ void __launch_bounds__(stheno::kThreads) roialign_bwd_nhwc_taps_red4_f32(stheno::RoIAlignParams p) {
+  stheno::roialign<float, true, true>(p, false);
+}
+#endif
 }

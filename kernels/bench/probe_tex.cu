@@ -1,11 +1,11 @@
 // Probe (not part of the library): does a texture gather (tld4: the 2x2 of
-// a bilinear sample in one instruction) beat roialign_forward_cols' four
+// a bilinear sample in one instruction) beat roialign_fwd_nchw_cols' four
 // global loads per sample row? Standalone, for the GPU machine, which has
 // nvcc but no Go:
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I kernels kernels/bench/probe_tex.cu -o probe_tex && ./probe_tex
 //
-// It times roialign_forward_cols_s2[_cm]_f32 (the defaults) and the texture
+// It times roialign_fwd_nchw_cols_s2[_cmajor]_f32 (the defaults) and the texture
 // variants below on TARGETS.md's fixed-ratio cases (CUDA events, median of
 // 30 after 5 warm-ups), and checks that the outputs are equal bit for bit.
 #include <cuda_runtime.h>
@@ -290,8 +290,8 @@ int main() {
         dim3 grid(cs.k, slices), block(256);
         auto launch = [&] {
           switch (v.kind) {
-            case 0: roialign_forward_cols_s2_f32<<<grid, block>>>(p); break;
-            case 1: roialign_forward_cols_s2_cm_f32<<<grid, block>>>(p); break;
+            case 0: roialign_fwd_nchw_cols_s2_f32<<<grid, block>>>(p); break;
+            case 1: roialign_fwd_nchw_cols_s2_cmajor_f32<<<grid, block>>>(p); break;
             case 2: tex_rm<<<grid, block>>>(p, tex[0], tex[1]); break;
             case 3: tex_cm<<<grid, block>>>(p, tex[0], tex[1]); break;
             case 4: pair_rm<<<grid, block>>>(p, tex[0], tex[1]); break;

@@ -18,7 +18,7 @@
 //
 // A launch, as ops writes it:
 //
-//	k, err := cuda.Transpose(dt)
+//	k, err := cuda.TransposePlanes(dt)
 //	if err != nil {
 //		return err
 //	}

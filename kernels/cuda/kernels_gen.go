@@ -424,14 +424,13 @@ var (
 // RoIAlignParams mirrors struct RoIAlignParams of kernels/roialign.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
-// Launch parameters, passed by value. Mirrors roiAlignArgs in ops (Go); keep
-// field order and types in step.
+// The RoIAlign kernels' launch parameters, passed by value.
 type RoIAlignParams struct {
 	Feat             backend.DevicePtr // channels-last [N,H,W,C]: forward: x (read); backward: grad_x (scattered into)
 	RoIs             backend.DevicePtr // [K,5] rows (batch_index, x1, y1, x2, y2)
 	Pooled           backend.DevicePtr // forward: out [K,C,PH,PW] (written); backward: grad_out (read)
 	Status           backend.DevicePtr // int status word, see Status in bilinear.cuh
-	Order            backend.DevicePtr // int32 [K]: block b works on RoI order[b] (roi_order), or 0: on RoI b
+	Order            backend.DevicePtr // int32 [K]: block b works on RoI order[b] (roialign_sort_rois), or 0: on RoI b
 	SpatialScale     float64
 	N, C, H, W, K    int32
 	PooledH, PooledW int32
@@ -724,94 +723,104 @@ const (
 
 // The kernels of kernels/roialign.cu (module roialign).
 const (
-	// RoIAlignForwardF32 is roialign_forward_f32, __launch_bounds__(256).
-	RoIAlignForwardF32 Kernel[RoIAlignParams] = "roialign.roialign_forward_f32"
-	// RoIAlignForwardF64 is roialign_forward_f64, __launch_bounds__(256).
-	RoIAlignForwardF64 Kernel[RoIAlignParams] = "roialign.roialign_forward_f64"
-	// RoIAlignBackwardF32 is roialign_backward_f32, __launch_bounds__(256).
-	RoIAlignBackwardF32 Kernel[RoIAlignParams] = "roialign.roialign_backward_f32"
-	// RoIAlignBackwardF64 is roialign_backward_f64, __launch_bounds__(256).
-	RoIAlignBackwardF64 Kernel[RoIAlignParams] = "roialign.roialign_backward_f64"
-	// RoIAlignForwardSepF32 is roialign_forward_sep_f32, __launch_bounds__(256).
-	RoIAlignForwardSepF32 Kernel[RoIAlignParams] = "roialign.roialign_forward_sep_f32"
-	// RoIAlignForwardSepF64 is roialign_forward_sep_f64, __launch_bounds__(256).
-	RoIAlignForwardSepF64 Kernel[RoIAlignParams] = "roialign.roialign_forward_sep_f64"
-	// RoIAlignBackwardSepF32 is roialign_backward_sep_f32, __launch_bounds__(256).
-	RoIAlignBackwardSepF32 Kernel[RoIAlignParams] = "roialign.roialign_backward_sep_f32"
-	// RoIAlignBackwardSepF64 is roialign_backward_sep_f64, __launch_bounds__(256).
-	RoIAlignBackwardSepF64 Kernel[RoIAlignParams] = "roialign.roialign_backward_sep_f64"
-	// RoIAlignForwardSep4F32 is roialign_forward_sep4_f32, __launch_bounds__(256).
+	// RoIAlignFwdNCHWColsS1F32 is roialign_fwd_nchw_cols_s1_f32, __launch_bounds__(256).
 	//
-	// Separable with 16-byte loads (float32, C % 4 == 0); _b4: registers
-	// capped for 4 blocks per SM. 8 columns in flight instead of 4 was slower
-	// (H200, box_head_P2_adaptive: 0.970 vs 0.932 ms; capped 1.10).
-	RoIAlignForwardSep4F32 Kernel[RoIAlignParams] = "roialign.roialign_forward_sep4_f32"
-	// RoIAlignForwardSep4B4F32 is roialign_forward_sep4_b4_f32, __launch_bounds__(256, 4).
-	RoIAlignForwardSep4B4F32 Kernel[RoIAlignParams] = "roialign.roialign_forward_sep4_b4_f32"
-	// RoIAlignForwardNCHW4F32 is roialign_forward_nchw4_f32, __launch_bounds__(256).
-	RoIAlignForwardNCHW4F32 Kernel[RoIAlignParams] = "roialign.roialign_forward_nchw4_f32"
-	// RoIAlignForwardNCHW4B4F32 is roialign_forward_nchw4_b4_f32, __launch_bounds__(256, 4).
+	// Forward, fixed sampling ratio: float32 where colsFit, else a thread a bin.
+	RoIAlignFwdNCHWColsS1F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s1_f32"
+	// RoIAlignFwdNCHWColsS1CmajorF32 is roialign_fwd_nchw_cols_s1_cmajor_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS1CmajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s1_cmajor_f32"
+	// RoIAlignFwdNCHWColsS2F32 is roialign_fwd_nchw_cols_s2_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS2F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s2_f32"
+	// RoIAlignFwdNCHWColsS2CmajorF32 is roialign_fwd_nchw_cols_s2_cmajor_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS2CmajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s2_cmajor_f32"
+	// RoIAlignFwdNCHWColsS3F32 is roialign_fwd_nchw_cols_s3_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS3F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s3_f32"
+	// RoIAlignFwdNCHWColsS3CmajorF32 is roialign_fwd_nchw_cols_s3_cmajor_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS3CmajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s3_cmajor_f32"
+	// RoIAlignFwdNCHWColsS4F32 is roialign_fwd_nchw_cols_s4_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS4F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s4_f32"
+	// RoIAlignFwdNCHWColsS4CmajorF32 is roialign_fwd_nchw_cols_s4_cmajor_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS4CmajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s4_cmajor_f32"
+	// RoIAlignFwdNCHWBinC4Occ4F32 is roialign_fwd_nchw_bin_c4_occ4_f32, __launch_bounds__(256, 4).
 	//
-	// _b4: registers capped (64) so that 4 blocks share an SM instead of 3:
-	// the float32 default (ops' roiAlignKernelFor); capped for 5 or 6 it was
-	// slower.
-	RoIAlignForwardNCHW4B4F32 Kernel[RoIAlignParams] = "roialign.roialign_forward_nchw4_b4_f32"
-	// RoIAlignForwardNCHW8F32 is roialign_forward_nchw8_f32, __launch_bounds__(256).
-	RoIAlignForwardNCHW8F32 Kernel[RoIAlignParams] = "roialign.roialign_forward_nchw8_f32"
-	// RoIAlignForwardColsS1F32 is roialign_forward_cols_s1_f32, __launch_bounds__(256).
-	RoIAlignForwardColsS1F32 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s1_f32"
-	// RoIAlignForwardColsS1CMF32 is roialign_forward_cols_s1_cm_f32, __launch_bounds__(256).
-	RoIAlignForwardColsS1CMF32 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s1_cm_f32"
-	// RoIAlignForwardColsS2F32 is roialign_forward_cols_s2_f32, __launch_bounds__(256).
-	RoIAlignForwardColsS2F32 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s2_f32"
-	// RoIAlignForwardColsS2CMF32 is roialign_forward_cols_s2_cm_f32, __launch_bounds__(256).
-	RoIAlignForwardColsS2CMF32 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s2_cm_f32"
-	// RoIAlignForwardColsS3F32 is roialign_forward_cols_s3_f32, __launch_bounds__(256).
-	RoIAlignForwardColsS3F32 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s3_f32"
-	// RoIAlignForwardColsS3CMF32 is roialign_forward_cols_s3_cm_f32, __launch_bounds__(256).
-	RoIAlignForwardColsS3CMF32 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s3_cm_f32"
-	// RoIAlignForwardColsS4F32 is roialign_forward_cols_s4_f32, __launch_bounds__(256).
-	RoIAlignForwardColsS4F32 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s4_f32"
-	// RoIAlignForwardColsS4CMF32 is roialign_forward_cols_s4_cm_f32, __launch_bounds__(256).
-	RoIAlignForwardColsS4CMF32 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s4_cm_f32"
-	// RoIAlignForwardColsS1F64 is roialign_forward_cols_s1_f64, __launch_bounds__(256).
-	RoIAlignForwardColsS1F64 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s1_f64"
-	// RoIAlignForwardColsS1CMF64 is roialign_forward_cols_s1_cm_f64, __launch_bounds__(256).
-	RoIAlignForwardColsS1CMF64 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s1_cm_f64"
-	// RoIAlignForwardColsS2F64 is roialign_forward_cols_s2_f64, __launch_bounds__(256).
-	RoIAlignForwardColsS2F64 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s2_f64"
-	// RoIAlignForwardColsS2CMF64 is roialign_forward_cols_s2_cm_f64, __launch_bounds__(256).
-	RoIAlignForwardColsS2CMF64 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s2_cm_f64"
-	// RoIAlignForwardColsS3F64 is roialign_forward_cols_s3_f64, __launch_bounds__(256).
-	RoIAlignForwardColsS3F64 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s3_f64"
-	// RoIAlignForwardColsS3CMF64 is roialign_forward_cols_s3_cm_f64, __launch_bounds__(256).
-	RoIAlignForwardColsS3CMF64 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s3_cm_f64"
-	// RoIAlignForwardColsS4F64 is roialign_forward_cols_s4_f64, __launch_bounds__(256).
-	RoIAlignForwardColsS4F64 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s4_f64"
-	// RoIAlignForwardColsS4CMF64 is roialign_forward_cols_s4_cm_f64, __launch_bounds__(256).
-	RoIAlignForwardColsS4CMF64 Kernel[RoIAlignParams] = "roialign.roialign_forward_cols_s4_cm_f64"
-	// RoIAlignForwardNCHW4F64 is roialign_forward_nchw4_f64, __launch_bounds__(256).
-	RoIAlignForwardNCHW4F64 Kernel[RoIAlignParams] = "roialign.roialign_forward_nchw4_f64"
-	// RoIAlignForwardNCHW8F64 is roialign_forward_nchw8_f64, __launch_bounds__(256).
-	RoIAlignForwardNCHW8F64 Kernel[RoIAlignParams] = "roialign.roialign_forward_nchw8_f64"
-	// RoIOrderF32 is roi_order_f32, __launch_bounds__(1024).
-	RoIOrderF32 Kernel[RoIOrderParams] = "roialign.roi_order_f32"
-	// RoIOrderF64 is roi_order_f64, __launch_bounds__(1024).
-	RoIOrderF64 Kernel[RoIOrderParams] = "roialign.roi_order_f64"
-	// TransposeF32 is transpose_f32, __launch_bounds__(256).
+	// occ4: registers capped (64) so that 4 blocks share an SM instead of 3
+	// (faster); capped for 5 or 6 it was slower.
+	RoIAlignFwdNCHWBinC4Occ4F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_bin_c4_occ4_f32"
+	// RoIAlignFwdNCHWBinC4F64 is roialign_fwd_nchw_bin_c4_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWBinC4F64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_bin_c4_f64"
+	// RoIAlignFwdNHWCSepVec4Occ4F32 is roialign_fwd_nhwc_sep_vec4_occ4_f32, __launch_bounds__(256, 4).
 	//
-	// kTB of transpose: tiles of 32 x 128 (float) or 32 x 64 (double), 16 KB.
-	TransposeF32 Kernel[TransposeParams] = "roialign.transpose_f32"
-	// TransposeF64 is transpose_f64, __launch_bounds__(256).
-	TransposeF64 Kernel[TransposeParams] = "roialign.transpose_f64"
+	// Forward, adaptive sampling: channels-last and separable; float32 with
+	// C % 4 == 0 with 16-byte loads (vec4), registers capped for 4 blocks per
+	// SM. 8 columns in flight instead of 4 was slower.
+	RoIAlignFwdNHWCSepVec4Occ4F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nhwc_sep_vec4_occ4_f32"
+	// RoIAlignFwdNHWCSepF32 is roialign_fwd_nhwc_sep_f32, __launch_bounds__(256).
+	RoIAlignFwdNHWCSepF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nhwc_sep_f32"
+	// RoIAlignFwdNHWCSepF64 is roialign_fwd_nhwc_sep_f64, __launch_bounds__(256).
+	RoIAlignFwdNHWCSepF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nhwc_sep_f64"
+	// RoIAlignBwdNHWCTapsAtomicF32 is roialign_bwd_nhwc_taps_atomic_f32, __launch_bounds__(256).
+	//
+	// Backward: channels-last scatters with scalar atomics, tap by tap (fixed
+	// ratio) or separable (adaptive); on compute capability 9.0,
+	// roialign_sm90a.cu's vector reductions instead.
+	RoIAlignBwdNHWCTapsAtomicF32 Kernel[RoIAlignParams] = "roialign.roialign_bwd_nhwc_taps_atomic_f32"
+	// RoIAlignBwdNHWCTapsAtomicF64 is roialign_bwd_nhwc_taps_atomic_f64, __launch_bounds__(256).
+	RoIAlignBwdNHWCTapsAtomicF64 Kernel[RoIAlignParams] = "roialign.roialign_bwd_nhwc_taps_atomic_f64"
+	// RoIAlignBwdNHWCSepAtomicF32 is roialign_bwd_nhwc_sep_atomic_f32, __launch_bounds__(256).
+	RoIAlignBwdNHWCSepAtomicF32 Kernel[RoIAlignParams] = "roialign.roialign_bwd_nhwc_sep_atomic_f32"
+	// RoIAlignBwdNHWCSepAtomicF64 is roialign_bwd_nhwc_sep_atomic_f64, __launch_bounds__(256).
+	RoIAlignBwdNHWCSepAtomicF64 Kernel[RoIAlignParams] = "roialign.roialign_bwd_nhwc_sep_atomic_f64"
+	// RoIAlignSortRoIsF32 is roialign_sort_rois_f32, __launch_bounds__(1024).
+	//
+	// The channels-last kernels' helpers: the RoIs in spatial order (and the
+	// backward's gradient zeroed), and NCHW <-> NHWC.
+	RoIAlignSortRoIsF32 Kernel[RoIOrderParams] = "roialign.roialign_sort_rois_f32"
+	// RoIAlignSortRoIsF64 is roialign_sort_rois_f64, __launch_bounds__(1024).
+	RoIAlignSortRoIsF64 Kernel[RoIOrderParams] = "roialign.roialign_sort_rois_f64"
+	// TransposePlanesF32 is transpose_planes_f32, __launch_bounds__(256).
+	TransposePlanesF32 Kernel[TransposeParams] = "roialign.transpose_planes_f32"
+	// TransposePlanesF64 is transpose_planes_f64, __launch_bounds__(256).
+	TransposePlanesF64 Kernel[TransposeParams] = "roialign.transpose_planes_f64"
+	// RoIAlignFwdNHWCTapsF32 is roialign_fwd_nhwc_taps_f32, __launch_bounds__(256).
+	//
+	// Variants: the forward tap by tap (channels-last), the defaults' siblings
+	// (uncapped registers, 8 channels a thread) and float64 lanes on sample
+	// columns. The emulator checks them against the defaults.
+	RoIAlignFwdNHWCTapsF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nhwc_taps_f32"
+	// RoIAlignFwdNHWCTapsF64 is roialign_fwd_nhwc_taps_f64, __launch_bounds__(256).
+	RoIAlignFwdNHWCTapsF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nhwc_taps_f64"
+	// RoIAlignFwdNHWCSepVec4F32 is roialign_fwd_nhwc_sep_vec4_f32, __launch_bounds__(256).
+	RoIAlignFwdNHWCSepVec4F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nhwc_sep_vec4_f32"
+	// RoIAlignFwdNCHWBinC4F32 is roialign_fwd_nchw_bin_c4_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWBinC4F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_bin_c4_f32"
+	// RoIAlignFwdNCHWBinC8F32 is roialign_fwd_nchw_bin_c8_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWBinC8F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_bin_c8_f32"
+	// RoIAlignFwdNCHWBinC8F64 is roialign_fwd_nchw_bin_c8_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWBinC8F64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_bin_c8_f64"
+	// RoIAlignFwdNCHWColsS1F64 is roialign_fwd_nchw_cols_s1_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS1F64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s1_f64"
+	// RoIAlignFwdNCHWColsS1CmajorF64 is roialign_fwd_nchw_cols_s1_cmajor_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS1CmajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s1_cmajor_f64"
+	// RoIAlignFwdNCHWColsS2F64 is roialign_fwd_nchw_cols_s2_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS2F64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s2_f64"
+	// RoIAlignFwdNCHWColsS2CmajorF64 is roialign_fwd_nchw_cols_s2_cmajor_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS2CmajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s2_cmajor_f64"
+	// RoIAlignFwdNCHWColsS3F64 is roialign_fwd_nchw_cols_s3_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS3F64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s3_f64"
+	// RoIAlignFwdNCHWColsS3CmajorF64 is roialign_fwd_nchw_cols_s3_cmajor_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS3CmajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s3_cmajor_f64"
+	// RoIAlignFwdNCHWColsS4F64 is roialign_fwd_nchw_cols_s4_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS4F64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s4_f64"
+	// RoIAlignFwdNCHWColsS4CmajorF64 is roialign_fwd_nchw_cols_s4_cmajor_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS4CmajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s4_cmajor_f64"
 )
 
 // The kernels of kernels/roialign_sm90a.cu (module roialign_sm90a).
 const (
-	// RoIAlignBackwardQ4F32 is roialign_backward_q4_f32, __launch_bounds__(256).
-	RoIAlignBackwardQ4F32 Kernel[RoIAlignParams] = "roialign_sm90a.roialign_backward_q4_f32"
-	// RoIAlignBackwardSepQ4F32 is roialign_backward_sep_q4_f32, __launch_bounds__(256).
-	RoIAlignBackwardSepQ4F32 Kernel[RoIAlignParams] = "roialign_sm90a.roialign_backward_sep_q4_f32"
+	// RoIAlignBwdNHWCSepRed4F32 is roialign_bwd_nhwc_sep_red4_f32, __launch_bounds__(256).
+	RoIAlignBwdNHWCSepRed4F32 Kernel[RoIAlignParams] = "roialign_sm90a.roialign_bwd_nhwc_sep_red4_f32"
+	// RoIAlignBwdNHWCTapsRed4F32 is roialign_bwd_nhwc_taps_red4_f32, __launch_bounds__(256).
+	RoIAlignBwdNHWCTapsRed4F32 Kernel[RoIAlignParams] = "roialign_sm90a.roialign_bwd_nhwc_taps_red4_f32"
 )
 
 // ConvFprop returns ConvFpropF32 for float32 and ConvFpropF64 for float64.
@@ -939,84 +948,84 @@ func MSDeformBackwardV4R8(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
 	return byDtype(dt, "msdeform_backward_v4_r8", MSDeformBackwardF32V4R8, MSDeformBackwardF64V4R8)
 }
 
-// RoIAlignForward returns RoIAlignForwardF32 for float32 and RoIAlignForwardF64 for float64.
-func RoIAlignForward(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward", RoIAlignForwardF32, RoIAlignForwardF64)
+// RoIAlignFwdNCHWColsS1 returns RoIAlignFwdNCHWColsS1F32 for float32 and RoIAlignFwdNCHWColsS1F64 for float64.
+func RoIAlignFwdNCHWColsS1(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s1", RoIAlignFwdNCHWColsS1F32, RoIAlignFwdNCHWColsS1F64)
 }
 
-// RoIAlignBackward returns RoIAlignBackwardF32 for float32 and RoIAlignBackwardF64 for float64.
-func RoIAlignBackward(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_backward", RoIAlignBackwardF32, RoIAlignBackwardF64)
+// RoIAlignFwdNCHWColsS1Cmajor returns RoIAlignFwdNCHWColsS1CmajorF32 for float32 and RoIAlignFwdNCHWColsS1CmajorF64 for float64.
+func RoIAlignFwdNCHWColsS1Cmajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s1_cmajor", RoIAlignFwdNCHWColsS1CmajorF32, RoIAlignFwdNCHWColsS1CmajorF64)
 }
 
-// RoIAlignForwardSep returns RoIAlignForwardSepF32 for float32 and RoIAlignForwardSepF64 for float64.
-func RoIAlignForwardSep(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward_sep", RoIAlignForwardSepF32, RoIAlignForwardSepF64)
+// RoIAlignFwdNCHWColsS2 returns RoIAlignFwdNCHWColsS2F32 for float32 and RoIAlignFwdNCHWColsS2F64 for float64.
+func RoIAlignFwdNCHWColsS2(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s2", RoIAlignFwdNCHWColsS2F32, RoIAlignFwdNCHWColsS2F64)
 }
 
-// RoIAlignBackwardSep returns RoIAlignBackwardSepF32 for float32 and RoIAlignBackwardSepF64 for float64.
-func RoIAlignBackwardSep(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_backward_sep", RoIAlignBackwardSepF32, RoIAlignBackwardSepF64)
+// RoIAlignFwdNCHWColsS2Cmajor returns RoIAlignFwdNCHWColsS2CmajorF32 for float32 and RoIAlignFwdNCHWColsS2CmajorF64 for float64.
+func RoIAlignFwdNCHWColsS2Cmajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s2_cmajor", RoIAlignFwdNCHWColsS2CmajorF32, RoIAlignFwdNCHWColsS2CmajorF64)
 }
 
-// RoIAlignForwardNCHW4 returns RoIAlignForwardNCHW4F32 for float32 and RoIAlignForwardNCHW4F64 for float64.
-func RoIAlignForwardNCHW4(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward_nchw4", RoIAlignForwardNCHW4F32, RoIAlignForwardNCHW4F64)
+// RoIAlignFwdNCHWColsS3 returns RoIAlignFwdNCHWColsS3F32 for float32 and RoIAlignFwdNCHWColsS3F64 for float64.
+func RoIAlignFwdNCHWColsS3(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s3", RoIAlignFwdNCHWColsS3F32, RoIAlignFwdNCHWColsS3F64)
 }
 
-// RoIAlignForwardNCHW8 returns RoIAlignForwardNCHW8F32 for float32 and RoIAlignForwardNCHW8F64 for float64.
-func RoIAlignForwardNCHW8(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward_nchw8", RoIAlignForwardNCHW8F32, RoIAlignForwardNCHW8F64)
+// RoIAlignFwdNCHWColsS3Cmajor returns RoIAlignFwdNCHWColsS3CmajorF32 for float32 and RoIAlignFwdNCHWColsS3CmajorF64 for float64.
+func RoIAlignFwdNCHWColsS3Cmajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s3_cmajor", RoIAlignFwdNCHWColsS3CmajorF32, RoIAlignFwdNCHWColsS3CmajorF64)
 }
 
-// RoIAlignForwardColsS1 returns RoIAlignForwardColsS1F32 for float32 and RoIAlignForwardColsS1F64 for float64.
-func RoIAlignForwardColsS1(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward_cols_s1", RoIAlignForwardColsS1F32, RoIAlignForwardColsS1F64)
+// RoIAlignFwdNCHWColsS4 returns RoIAlignFwdNCHWColsS4F32 for float32 and RoIAlignFwdNCHWColsS4F64 for float64.
+func RoIAlignFwdNCHWColsS4(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s4", RoIAlignFwdNCHWColsS4F32, RoIAlignFwdNCHWColsS4F64)
 }
 
-// RoIAlignForwardColsS1CM returns RoIAlignForwardColsS1CMF32 for float32 and RoIAlignForwardColsS1CMF64 for float64.
-func RoIAlignForwardColsS1CM(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward_cols_s1_cm", RoIAlignForwardColsS1CMF32, RoIAlignForwardColsS1CMF64)
+// RoIAlignFwdNCHWColsS4Cmajor returns RoIAlignFwdNCHWColsS4CmajorF32 for float32 and RoIAlignFwdNCHWColsS4CmajorF64 for float64.
+func RoIAlignFwdNCHWColsS4Cmajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s4_cmajor", RoIAlignFwdNCHWColsS4CmajorF32, RoIAlignFwdNCHWColsS4CmajorF64)
 }
 
-// RoIAlignForwardColsS2 returns RoIAlignForwardColsS2F32 for float32 and RoIAlignForwardColsS2F64 for float64.
-func RoIAlignForwardColsS2(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward_cols_s2", RoIAlignForwardColsS2F32, RoIAlignForwardColsS2F64)
+// RoIAlignFwdNHWCSep returns RoIAlignFwdNHWCSepF32 for float32 and RoIAlignFwdNHWCSepF64 for float64.
+func RoIAlignFwdNHWCSep(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nhwc_sep", RoIAlignFwdNHWCSepF32, RoIAlignFwdNHWCSepF64)
 }
 
-// RoIAlignForwardColsS2CM returns RoIAlignForwardColsS2CMF32 for float32 and RoIAlignForwardColsS2CMF64 for float64.
-func RoIAlignForwardColsS2CM(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward_cols_s2_cm", RoIAlignForwardColsS2CMF32, RoIAlignForwardColsS2CMF64)
+// RoIAlignBwdNHWCTapsAtomic returns RoIAlignBwdNHWCTapsAtomicF32 for float32 and RoIAlignBwdNHWCTapsAtomicF64 for float64.
+func RoIAlignBwdNHWCTapsAtomic(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_bwd_nhwc_taps_atomic", RoIAlignBwdNHWCTapsAtomicF32, RoIAlignBwdNHWCTapsAtomicF64)
 }
 
-// RoIAlignForwardColsS3 returns RoIAlignForwardColsS3F32 for float32 and RoIAlignForwardColsS3F64 for float64.
-func RoIAlignForwardColsS3(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward_cols_s3", RoIAlignForwardColsS3F32, RoIAlignForwardColsS3F64)
+// RoIAlignBwdNHWCSepAtomic returns RoIAlignBwdNHWCSepAtomicF32 for float32 and RoIAlignBwdNHWCSepAtomicF64 for float64.
+func RoIAlignBwdNHWCSepAtomic(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_bwd_nhwc_sep_atomic", RoIAlignBwdNHWCSepAtomicF32, RoIAlignBwdNHWCSepAtomicF64)
 }
 
-// RoIAlignForwardColsS3CM returns RoIAlignForwardColsS3CMF32 for float32 and RoIAlignForwardColsS3CMF64 for float64.
-func RoIAlignForwardColsS3CM(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward_cols_s3_cm", RoIAlignForwardColsS3CMF32, RoIAlignForwardColsS3CMF64)
+// RoIAlignSortRoIs returns RoIAlignSortRoIsF32 for float32 and RoIAlignSortRoIsF64 for float64.
+func RoIAlignSortRoIs(dt tensor.Dtype) (Kernel[RoIOrderParams], error) {
+	return byDtype(dt, "roialign_sort_rois", RoIAlignSortRoIsF32, RoIAlignSortRoIsF64)
 }
 
-// RoIAlignForwardColsS4 returns RoIAlignForwardColsS4F32 for float32 and RoIAlignForwardColsS4F64 for float64.
-func RoIAlignForwardColsS4(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward_cols_s4", RoIAlignForwardColsS4F32, RoIAlignForwardColsS4F64)
+// TransposePlanes returns TransposePlanesF32 for float32 and TransposePlanesF64 for float64.
+func TransposePlanes(dt tensor.Dtype) (Kernel[TransposeParams], error) {
+	return byDtype(dt, "transpose_planes", TransposePlanesF32, TransposePlanesF64)
 }
 
-// RoIAlignForwardColsS4CM returns RoIAlignForwardColsS4CMF32 for float32 and RoIAlignForwardColsS4CMF64 for float64.
-func RoIAlignForwardColsS4CM(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_forward_cols_s4_cm", RoIAlignForwardColsS4CMF32, RoIAlignForwardColsS4CMF64)
+// RoIAlignFwdNHWCTaps returns RoIAlignFwdNHWCTapsF32 for float32 and RoIAlignFwdNHWCTapsF64 for float64.
+func RoIAlignFwdNHWCTaps(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nhwc_taps", RoIAlignFwdNHWCTapsF32, RoIAlignFwdNHWCTapsF64)
 }
 
-// RoIOrder returns RoIOrderF32 for float32 and RoIOrderF64 for float64.
-func RoIOrder(dt tensor.Dtype) (Kernel[RoIOrderParams], error) {
-	return byDtype(dt, "roi_order", RoIOrderF32, RoIOrderF64)
+// RoIAlignFwdNCHWBinC4 returns RoIAlignFwdNCHWBinC4F32 for float32 and RoIAlignFwdNCHWBinC4F64 for float64.
+func RoIAlignFwdNCHWBinC4(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_bin_c4", RoIAlignFwdNCHWBinC4F32, RoIAlignFwdNCHWBinC4F64)
 }
 
-// Transpose returns TransposeF32 for float32 and TransposeF64 for float64.
-func Transpose(dt tensor.Dtype) (Kernel[TransposeParams], error) {
-	return byDtype(dt, "transpose", TransposeF32, TransposeF64)
+// RoIAlignFwdNCHWBinC8 returns RoIAlignFwdNCHWBinC8F32 for float32 and RoIAlignFwdNCHWBinC8F64 for float64.
+func RoIAlignFwdNCHWBinC8(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_bin_c8", RoIAlignFwdNCHWBinC8F32, RoIAlignFwdNCHWBinC8F64)
 }
 
 // Constants the kernels define (stheno:const annotations).
@@ -1085,20 +1094,39 @@ const (
 	//
 	// A block is one RoI: 8 warps, each on groups of 32 channels (one per lane).
 	RoIAlignWarps = 8
-	// RoIOrderMax is kMaxOrder in kernels/roialign.cu.
-	RoIOrderMax = 4096
+	// RoIAlignThreads is kThreads in kernels/roialign.cu.
+	//
+	// The threads of a block: the channels-last kernels' kWarps warps, and the
+	// most the NCHW kernels take.
+	RoIAlignThreads = 256
+	// RoIAlignStatusBadBatchIndex is kStatusBadBatchIndex in kernels/roialign.cu.
+	RoIAlignStatusBadBatchIndex = 1
+	// RoIAlignStatusAdaptiveGridTooLarge is kStatusAdaptiveGridTooLarge in kernels/roialign.cu.
+	RoIAlignStatusAdaptiveGridTooLarge = 2
+	// RoIAlignSortMax is kMaxOrder in kernels/roialign.cu.
+	RoIAlignSortMax = 4096
+	// RoIAlignSortThreads is kOrderThreads in kernels/roialign.cu.
+	RoIAlignSortThreads = 1024
 	// RoIAlignTileBinsF32 is tile_bins<float>() in kernels/roialign.cu.
 	RoIAlignTileBinsF32 = 32
 	// RoIAlignTileBinsF64 is tile_bins<double>() in kernels/roialign.cu.
 	RoIAlignTileBinsF64 = 16
 	// RoIAlignColsMaxS is kColsMaxS in kernels/roialign.cu.
 	//
-	// The largest sampling ratio (kS) of roialign_forward_cols.
+	// The largest sampling ratio (kS) of roialign_fwd_nchw_cols.
 	RoIAlignColsMaxS = 4
 	// RoIAlignColsMaxRows is kColsMaxRows in kernels/roialign.cu.
 	//
-	// Sample rows of a RoI (PH*S) the _cm kernels' table holds.
+	// Sample rows of a RoI (PH*S) the _cmajor kernels' table holds.
 	RoIAlignColsMaxRows = 128
+	// TransposeTileRows is kTransposeTileRows in kernels/roialign.cu.
+	TransposeTileRows = 32
+	// TransposeBlockY is kTransposeBlockY in kernels/roialign.cu.
+	TransposeBlockY = 8
+	// TransposeTileColsF32 is kTransposeTileColsF32 in kernels/roialign.cu.
+	TransposeTileColsF32 = 128
+	// TransposeTileColsF64 is kTransposeTileColsF64 in kernels/roialign.cu.
+	TransposeTileColsF64 = 64
 )
 
 // kernelTable lists every kernel, module by module, in source order.
@@ -1189,41 +1217,41 @@ var kernelTable = [...]KernelInfo{
 	{Module: "msdeform_sm90a", Name: "msdeform_backward_f32_q4_r4_h_b3", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: false},
 	{Module: "msdeform_sm90a", Name: "msdeform_backward_f32_q4_r4_h_b4", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 4, Variant: false},
 	{Module: "msdeform_sm90a", Name: "msdeform_backward_f32_q4_r8_h_b3", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_backward_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_backward_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_sep_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_sep_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_backward_sep_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_backward_sep_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_sep4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_sep4_b4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 4, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_nchw4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_nchw4_b4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 4, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_nchw8_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s1_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s1_cm_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s2_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s2_cm_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s3_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s3_cm_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s4_cm_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s1_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s1_cm_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s2_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s2_cm_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s3_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s3_cm_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s4_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_cols_s4_cm_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_nchw4_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_forward_nchw8_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roi_order_f32", Params: "RoIOrderParams", ParamsSize: 48, MaxThreads: 1024, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roi_order_f64", Params: "RoIOrderParams", ParamsSize: 48, MaxThreads: 1024, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "transpose_f32", Params: "TransposeParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "transpose_f64", Params: "TransposeParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign_sm90a", Name: "roialign_backward_q4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign_sm90a", Name: "roialign_backward_sep_q4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_occ4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 4, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_vec4_occ4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 4, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_taps_atomic_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_taps_atomic_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_sep_atomic_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_sep_atomic_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_sort_rois_f32", Params: "RoIOrderParams", ParamsSize: 48, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_sort_rois_f64", Params: "RoIOrderParams", ParamsSize: 48, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "transpose_planes_f32", Params: "TransposeParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "transpose_planes_f64", Params: "TransposeParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_taps_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_taps_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_vec4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c8_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c8_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_sep_red4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_taps_red4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
 }

@@ -1,16 +1,19 @@
 // Emulated runs (see emu.h) of the kernels of kernels/roialign.cu, float32
-// and float64, launched as ops launches them:
-// - every forward (tap by tap channels-last, separable with scalar or, for
-//   float32 with C % 4 == 0, 16-byte loads (sep4), NCHW with 4 and 8
-//   channels per thread) against a double reference of torchvision's
-//   roi_align, and every variant against the tap-by-tap kernel (with lanes
-//   on sample columns, roialign_forward_cols, where the ratio allows it);
-// - both backwards (and, float32 with C % 4 == 0, roialign_sm90a.cu's
-//   vector-reduction ones, tap by tap and separable) against the double
-//   reference's adjoint, and the others against the tap-by-tap one;
-// - roi_order (a permutation sorted by image; the blocks that zero the
-//   backward's gradient alongside) and the kernels that take the RoIs in
-//   its order; transpose (NCHW <-> NHWC) exactly;
+// and float64, the defaults and the variants (the emulator builds them all),
+// launched as ops launches them:
+// - every forward (roialign_fwd_nhwc_taps and _sep channels-last, and for
+//   float32 with C % 4 == 0 _sep_vec4 with 16-byte loads; from NCHW,
+//   roialign_fwd_nchw_bin_c4 and _c8 with 4 and 8 channels per thread, and
+//   roialign_fwd_nchw_cols, lanes on sample columns, where the ratio allows
+//   it) against a double reference of torchvision's roi_align, and against
+//   the tap-by-tap kernel;
+// - both backwards (roialign_bwd_nhwc_taps_atomic and _sep_atomic and, for
+//   float32 with C % 4 == 0, roialign_sm90a.cu's vector-reduction ones,
+//   _taps_red4 and _sep_red4) against the double reference's adjoint, and
+//   the others against the tap-by-tap one;
+// - roialign_sort_rois (a permutation sorted by image; the blocks that zero
+//   the backward's gradient alongside) and the kernels that take the RoIs
+//   in its order; transpose_planes (NCHW <-> NHWC) exactly;
 // - the status word for a RoI with a bad batch index.
 // Tolerances (autograd/tolerance.go): TolParity32/64 between kernels and,
 // for float32 against the double reference, TolParity32 (the kernels
@@ -111,9 +114,10 @@ void reference(const std::vector<T>& x, const std::vector<T>& rois, int n, int c
 template <class T>
 void transpose(const std::vector<T>& in, std::vector<T>& out, int n, int a, int b) {
   stheno::TransposeParams tp{reinterpret_cast<uint64_t>(in.data()), reinterpret_cast<uint64_t>(out.data()), a, b};
-  const int tb = sizeof(T) == 4 ? 128 : 64;
-  emu::launch(sizeof(T) == 4 ? (void (*)(stheno::TransposeParams))transpose_f32 : transpose_f64,
-              dim3((b + tb - 1) / tb, (a + 31) / 32, n), dim3(32, 8), 0, tp);
+  const int tb = sizeof(T) == 4 ? stheno::kTransposeTileColsF32 : stheno::kTransposeTileColsF64;
+  const int rows = stheno::kTransposeTileRows;
+  emu::launch(sizeof(T) == 4 ? (void (*)(stheno::TransposeParams))transpose_planes_f32 : transpose_planes_f64,
+              dim3((b + tb - 1) / tb, (a + rows - 1) / rows, n), dim3(rows, stheno::kTransposeBlockY), 0, tp);
 }
 
 template <class T>
@@ -168,16 +172,18 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
   p.n = n, p.c = c, p.h = h, p.w = w, p.k = k, p.pooled_h = ph, p.pooled_w = pw, p.sampling_ratio = sampling;
   p.aligned = aligned, p.max_adaptive_grid = 1024;
   const int bins = ph * pw, tile = stheno::tile_bins<T>();
-  const dim3 cl_grid(k, (bins + tile - 1) / tile), cl_block(256);
+  const dim3 cl_grid(k, (bins + tile - 1) / tile), cl_block(stheno::kThreads);
   using K = void (*)(stheno::RoIAlignParams);
-  const K fwd = f ? (K)roialign_forward_f32 : (K)roialign_forward_f64;
-  const K fwd_sep = f ? (K)roialign_forward_sep_f32 : (K)roialign_forward_sep_f64;
-  const K bwd = f ? (K)roialign_backward_f32 : (K)roialign_backward_f64;
-  const K bwd_sep = f ? (K)roialign_backward_sep_f32 : (K)roialign_backward_sep_f64;
-  const K nchw4 = f ? (K)roialign_forward_nchw4_f32 : (K)roialign_forward_nchw4_f64;
-  const K nchw8 = f ? (K)roialign_forward_nchw8_f32 : (K)roialign_forward_nchw8_f64;
+  const K fwd = f ? (K)roialign_fwd_nhwc_taps_f32 : (K)roialign_fwd_nhwc_taps_f64;
+  const K fwd_sep = f ? (K)roialign_fwd_nhwc_sep_f32 : (K)roialign_fwd_nhwc_sep_f64;
+  const K bwd = f ? (K)roialign_bwd_nhwc_taps_atomic_f32 : (K)roialign_bwd_nhwc_taps_atomic_f64;
+  const K bwd_sep = f ? (K)roialign_bwd_nhwc_sep_atomic_f32 : (K)roialign_bwd_nhwc_sep_atomic_f64;
+  // The default (float32: registers capped, the same code) and 8 channels a thread.
+  const K nchw4 = f ? (K)roialign_fwd_nchw_bin_c4_occ4_f32 : (K)roialign_fwd_nchw_bin_c4_f64;
+  const K nchw8 = f ? (K)roialign_fwd_nchw_bin_c8_f32 : (K)roialign_fwd_nchw_bin_c8_f64;
   auto forward_nchw = [&](K kern, int cpt, std::vector<T>& out) {
-    const int phases = std::max(1, 256 / bins), threads = std::min((bins * phases + 31) / 32 * 32, 256);
+    const int phases = std::max(1, stheno::kThreads / bins),
+              threads = std::min((bins * phases + 31) / 32 * 32, stheno::kThreads);
     p.feat = (uint64_t)x.data(), p.pooled = (uint64_t)out.data();
     emu::launch(kern, dim3(k, (c + phases * cpt - 1) / (phases * cpt)), dim3(threads), 0, p);
   };
@@ -192,27 +198,32 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
   forward_nchw(nchw8, 8, n8);
   check_ref("forward taps vs reference", ref, taps);
   check_ref("forward sep vs reference", ref, sep);
-  check_ref("forward nchw4 vs reference", ref, n4);
-  check_ref("forward nchw8 vs reference", ref, n8);
+  check_ref("forward bin c4 vs reference", ref, n4);
+  check_ref("forward bin c8 vs reference", ref, n8);
   check("forward sep vs taps", taps, sep, parity);
-  check("forward nchw4 vs taps", taps, n4, parity);
-  check("forward nchw8 vs taps", taps, n8, parity);
+  check("forward bin c4 vs taps", taps, n4, parity);
+  check("forward bin c8 vs taps", taps, n8, parity);
+  if constexpr (sizeof(T) == 4) {
+    std::vector<T> n4u(outn, T(NAN));
+    forward_nchw(roialign_fwd_nchw_bin_c4_f32, 4, n4u);
+    expect("forward bin c4 (registers uncapped) == c4 occ4", n4u == n4);
+  }
   if (sampling > 0 && sampling <= stheno::kColsMaxS && pw * sampling <= 32) {
-    // roialign_forward_cols: lanes on sample columns; the channels in 1, 2,
+    // roialign_fwd_nchw_cols: lanes on sample columns; the channels in 1, 2,
     // 3 or 8 slices (grid y), blocks of 8 or 2 warps (runs of items that
     // cross bin rows, or not).
     // The kernels for this ratio, row- and channel-major.
-    const K by_ratio[2][4] = {{roialign_forward_cols_s1_f32, roialign_forward_cols_s2_f32, roialign_forward_cols_s3_f32,
-                               roialign_forward_cols_s4_f32},
-                              {(K)roialign_forward_cols_s1_f64, (K)roialign_forward_cols_s2_f64,
-                               (K)roialign_forward_cols_s3_f64, (K)roialign_forward_cols_s4_f64}};
+    const K by_ratio[2][4] = {{roialign_fwd_nchw_cols_s1_f32, roialign_fwd_nchw_cols_s2_f32, roialign_fwd_nchw_cols_s3_f32,
+                               roialign_fwd_nchw_cols_s4_f32},
+                              {(K)roialign_fwd_nchw_cols_s1_f64, (K)roialign_fwd_nchw_cols_s2_f64,
+                               (K)roialign_fwd_nchw_cols_s3_f64, (K)roialign_fwd_nchw_cols_s4_f64}};
     const K by_ratio_cm[2][4] = {
-        {roialign_forward_cols_s1_cm_f32, roialign_forward_cols_s2_cm_f32, roialign_forward_cols_s3_cm_f32,
-         roialign_forward_cols_s4_cm_f32},
-        {(K)roialign_forward_cols_s1_cm_f64, (K)roialign_forward_cols_s2_cm_f64, (K)roialign_forward_cols_s3_cm_f64,
-         (K)roialign_forward_cols_s4_cm_f64}};
+        {roialign_fwd_nchw_cols_s1_cmajor_f32, roialign_fwd_nchw_cols_s2_cmajor_f32, roialign_fwd_nchw_cols_s3_cmajor_f32,
+         roialign_fwd_nchw_cols_s4_cmajor_f32},
+        {(K)roialign_fwd_nchw_cols_s1_cmajor_f64, (K)roialign_fwd_nchw_cols_s2_cmajor_f64, (K)roialign_fwd_nchw_cols_s3_cmajor_f64,
+         (K)roialign_fwd_nchw_cols_s4_cmajor_f64}};
     std::vector<std::pair<std::string, K>> kerns = {{"cols", by_ratio[f ? 0 : 1][sampling - 1]},
-                                                    {"cols cm", by_ratio_cm[f ? 0 : 1][sampling - 1]}};
+                                                    {"cols cmajor", by_ratio_cm[f ? 0 : 1][sampling - 1]}};
     // A kernel launched for another ratio writes nothing (ops never does).
     {
       std::vector<T> q(outn, T(NAN));
@@ -236,13 +247,12 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
   }
   if constexpr (sizeof(T) == 4) {
     if (c % 4 == 0) {
-      // roialign_forward_sep4: float4 loads, a bin's rows shared by the
-      // warp's 4 lane groups; the bins in as
-      // many chunks as tiles, in 3 chunks, one bin a block, and (with
+      // roialign_fwd_nhwc_sep_vec4: float4 loads, a bin's rows shared by
+      // the warp's 4 lane groups; the bins in as many chunks as tiles, in 3 chunks, one bin a block, and (with
       // channel slices: warps splitting a chunk's bins) the whole RoI; the
       // channels in 1, 2, 3 or 8 slices.
-      const std::pair<std::string, K> quads[] = {{"forward sep4", roialign_forward_sep4_f32},
-                                                 {"forward sep4 b4", roialign_forward_sep4_b4_f32}};
+      const std::pair<std::string, K> quads[] = {{"forward sep vec4", roialign_fwd_nhwc_sep_vec4_f32},
+                                                 {"forward sep vec4 occ4", roialign_fwd_nhwc_sep_vec4_occ4_f32}};
       for (const auto& [name, kern] : quads) {
         for (auto [gy, gz] : {std::pair{cl_grid.y, 1u}, {3u, 1u}, {unsigned(bins), 1u}, {3u, 2u}, {cl_grid.y, 3u}, {1u, 2u}, {1u, 8u}}) {
           std::vector<T> q(outn, T(NAN));
@@ -280,45 +290,45 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
     if (c % 4 == 0) {
       std::vector<T> gq(x.size(), T(0));
       p.feat = (uint64_t)gq.data();
-      emu::launch(roialign_backward_q4_f32, cl_grid, cl_block, 0, p);
-      check_ref("backward q4 vs reference", gref_t, gq);
-      check("backward q4 vs taps", g1, gq, parity);
+      emu::launch(roialign_bwd_nhwc_taps_red4_f32, cl_grid, cl_block, 0, p);
+      check_ref("backward taps red4 vs reference", gref_t, gq);
+      check("backward taps red4 vs taps", g1, gq, parity);
       std::vector<T> gq2(x.size(), T(0));
       p.feat = (uint64_t)gq2.data();
-      emu::launch(roialign_backward_q4_f32, dim3(cl_grid.x, cl_grid.y, 2), cl_block, 0, p);
-      check("backward q4, 2 slices vs q4", gq, gq2, parity);
+      emu::launch(roialign_bwd_nhwc_taps_red4_f32, dim3(cl_grid.x, cl_grid.y, 2), cl_block, 0, p);
+      check("backward taps red4, 2 slices vs red4", gq, gq2, parity);
       std::vector<T> gsq(x.size(), T(0));
       p.feat = (uint64_t)gsq.data();
-      emu::launch(roialign_backward_sep_q4_f32, cl_grid, cl_block, 0, p);
-      check_ref("backward sep q4 vs reference", gref_t, gsq);
-      check("backward sep q4 vs sep", g2, gsq, parity);
+      emu::launch(roialign_bwd_nhwc_sep_red4_f32, cl_grid, cl_block, 0, p);
+      check_ref("backward sep red4 vs reference", gref_t, gsq);
+      check("backward sep red4 vs sep", g2, gsq, parity);
     }
   }
 
   // Spatial order: the same results with the blocks permuted.
   std::vector<int> order(k, -1);
   stheno::RoIOrderParams op{(uint64_t)rois.data(), (uint64_t)order.data(), scale, k, 0};
-  emu::launch(f ? (void (*)(stheno::RoIOrderParams))roi_order_f32 : roi_order_f64, dim3(1), dim3(1024), 0, op);
+  emu::launch(f ? (void (*)(stheno::RoIOrderParams))roialign_sort_rois_f32 : roialign_sort_rois_f64, dim3(1), dim3(stheno::kOrderThreads), 0, op);
   std::vector<int> seen(k, 0);
   bool perm = true;
   for (int i = 0; i < k; ++i)
     if (order[i] < 0 || order[i] >= k || seen[order[i]]++) perm = false;
-  expect("roi_order is a permutation", perm);
+  expect("sort_rois is a permutation", perm);
   bool by_image = perm;
   for (int i = 0; perm && i + 1 < k; ++i) {
     auto img_of = [&](int r) { return std::min(255.0, std::max(0.0, double(rois[r * 5]))); };
     if (int(img_of(order[i])) > int(img_of(order[i + 1]))) by_image = false;
   }
-  expect("roi_order sorts by image", by_image);
+  expect("sort_rois sorts by image", by_image);
   // The same launch with 3 more blocks that zero 247 of 250 int4s.
   {
     std::vector<int> order2(k, -1);
     std::vector<int4> z(250, make_int4(-1, -1, -1, -1));
     stheno::RoIOrderParams oz{(uint64_t)rois.data(), (uint64_t)order2.data(), scale, k, 0, (uint64_t)z.data(), 247 * 16};
-    emu::launch(f ? (void (*)(stheno::RoIOrderParams))roi_order_f32 : roi_order_f64, dim3(4), dim3(1024), 0, oz);
+    emu::launch(f ? (void (*)(stheno::RoIOrderParams))roialign_sort_rois_f32 : roialign_sort_rois_f64, dim3(4), dim3(stheno::kOrderThreads), 0, oz);
     bool zeroed = true;
     for (int i = 0; i < 250; ++i) zeroed = zeroed && (z[i].x == 0) == (i < 247) && (z[i].w == 0) == (i < 247);
-    expect("roi_order zeroing: same order, exactly its range zeroed", order2 == order && zeroed);
+    expect("sort_rois zeroing: same order, exactly its range zeroed", order2 == order && zeroed);
   }
   if (perm) {
     p.order = (uint64_t)order.data();
@@ -347,7 +357,7 @@ void cases() {
   run_case<T>("adaptive, 7x7, legacy, a bad RoI", 2, 33, 17, 13, 10, 7, 7, 0.5, 0, false, 34, true);
   run_case<T>("adaptive, 3x5, aligned, big boxes", 1, 3, 30, 40, 6, 3, 5, 1.0, 0, true, 45);
   run_case<T>("sampling 1, 14x14", 1, 5, 9, 11, 5, 14, 14, 0.25, 1, true, 44);
-  // C % 4 == 0 (the q4 backward), a last warp of 4 channels, 9 samples a bin.
+  // C % 4 == 0 (the red4 backwards), a last warp of 4 channels, 9 samples a bin.
   run_case<T>("sampling 3, 5x4, C 36", 2, 36, 11, 13, 7, 5, 4, 0.5, 3, true, 40);
   // C % 4 == 0, bins from far below a pixel to a few: a bin's taps share
   // pixels; adaptive sampling, and bins of 400+ samples a side, too many
