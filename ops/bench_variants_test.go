@@ -53,9 +53,11 @@ func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
 // BenchmarkGPURoIAlignVariants times every kernel of roialign.cu on the
 // TARGETS.md cases, with the inputs of BenchmarkSuiteRoIAlign, to choose
 // roiAlignKernelFor's defaults: forward channels-last after a transpose
-// (tap by tap or separable) or NCHW with 4/8/16 channels per thread;
-// backward channels-last, tap by tap or separable (scalar atomics, or
-// roialign_sm90a.cu's vector reductions).
+// (tap by tap, separable, separable with 16-byte loads) or NCHW (a thread
+// a bin with 4 or 8 channels, lanes on sample columns); backward
+// channels-last, tap by tap or separable (scalar atomics, or
+// roialign_sm90a.cu's vector reductions). The variants run where the build
+// has them (make kernels VARIANTS=1).
 func BenchmarkGPURoIAlignVariants(b *testing.B) {
 	for _, c := range roiPresets {
 		s, x, rois, gy := roiBenchInputs(c)
@@ -72,21 +74,21 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 				}
 				kvs := roiAlignVariants(backward, s.dt)
 				if backward {
-					kvs = append(kvs, roiAlignKernel{name: roiAlignQuadBackward}, roiAlignKernel{name: roiAlignSepQuadBackward})
+					kvs = append(kvs, roiAlignRed4Backwards...)
 				} else {
-					kvs = append(kvs, roiAlignQuadForwards...)
-					if s.colsFit() {
-						kvs = append(kvs, roiAlignColsVariants(s)...)
-					}
+					kvs = append(kvs, roiAlignVec4Forwards...)
+					kvs = append(kvs, roiAlignColsVariants(s)...)
 				}
 				for _, kv := range kvs {
 					b.Run("impl=cuda/case="+c.name+"/pass="+pass+"/order="+order+"/kernel="+kv.String(), func(b *testing.B) {
-						if roiAlignModule(kv.name) != "roialign" {
-							if why := roiAlignQuadSkip(gpu(b), s); why != "" {
+						dev := gpu(b)
+						if kv.k.Module() != "roialign" {
+							if why := roiAlignRed4Skip(dev, s); why != "" {
 								b.Skip(why)
 							}
 						}
-						withRoIAlignKernel(gpu(b), backward, kv, func() { runCase(b, "cuda", op, in, bytes) })
+						skipUnbuiltVariant(b, dev, kv.k.Module(), kv.k.Name())
+						withRoIAlignKernel(dev, backward, kv, func() { runCase(b, "cuda", op, in, bytes) })
 					})
 				}
 			}

@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
 // RoIAlign on the GPU against its CPU twin (helpers: gpu_test.go).
@@ -34,7 +35,7 @@ func TestGPURoIAlignParity(t *testing.T) {
 		{"channel groups", 2, 70, 20, 24, 300, RoIAlignConfig{7, 7, 0.25, 2, true}, 4},
 		// C % 4 == 0, a last group of 4 channels, 9 samples a bin: on
 		// compute capability 9.0 the float32 backward is a vector-
-		// reduction kernel (roiAlignSepQuadBackward).
+		// reduction kernel (roialign_bwd_nhwc_sep_red4_f32).
 		{"channels % 4 == 0", 2, 36, 15, 17, 60, RoIAlignConfig{5, 4, 0.5, 3, true}, 2},
 		// C % 4 == 0, 14x14 bins from far below a pixel to a few: taps of
 		// a bin share pixels.
@@ -78,39 +79,46 @@ func TestGPURoIAlignParity(t *testing.T) {
 				parity(t, dev, roiAlignOp(s), dt, x, rois)
 				gy := randTensor(rng, dt, -1, 1, c.k, c.c, c.cfg.PooledH, c.cfg.PooledW)
 				parity(t, dev, roiAlignGradOp(s), dt, rois, gy)
-				// Every variant, not only the default.
+				// Every kernel, not only the default (the variants where
+				// this build has them).
 				for _, kv := range roiAlignVariants(false, dt) {
-					t.Run(kv.name, func(t *testing.T) {
+					t.Run(kv.String(), func(t *testing.T) {
+						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
 						withRoIAlignKernel(dev, false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
 				for _, kv := range roiAlignVariants(true, dt) {
-					t.Run(kv.name, func(t *testing.T) {
+					t.Run(kv.String(), func(t *testing.T) {
+						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
 						withRoIAlignKernel(dev, true, kv, func() { parity(t, dev, roiAlignGradOp(s), dt, rois, gy) })
+					})
+				}
+				if !s.colsFit() {
+					t.Run("roialign_fwd_nchw_cols", func(t *testing.T) {
+						t.Skip("needs a sampling ratio of 1 to 4 and PooledW*ratio <= 32")
 					})
 				}
 				for _, kv := range roiAlignColsVariants(s) {
 					t.Run(kv.String(), func(t *testing.T) {
-						if !s.colsFit() {
-							t.Skip("roialign_forward_cols: needs a sampling ratio of 1 to 4 and PooledW*ratio <= 32")
-						}
+						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
 						withRoIAlignKernel(dev, false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
-				for _, kv := range roiAlignQuadForwards {
+				for _, kv := range roiAlignVec4Forwards {
 					t.Run(kv.String(), func(t *testing.T) {
 						if dt != tensor.Float32 || c.c%4 != 0 {
 							t.Skip("float32 with C % 4 == 0 only")
 						}
+						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
 						withRoIAlignKernel(dev, false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
-				for _, name := range []string{roiAlignQuadBackward, roiAlignSepQuadBackward} {
-					t.Run(name, func(t *testing.T) {
-						if why := roiAlignQuadSkip(dev, s); why != "" {
+				for _, kv := range roiAlignRed4Backwards {
+					t.Run(kv.String(), func(t *testing.T) {
+						if why := roiAlignRed4Skip(dev, s); why != "" {
 							t.Skip(why)
 						}
-						kv := roiAlignKernel{name: name}
+						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
 						withRoIAlignKernel(dev, true, kv, func() { parity(t, dev, roiAlignGradOp(s), dt, rois, gy) })
 					})
 				}
@@ -119,41 +127,48 @@ func TestGPURoIAlignParity(t *testing.T) {
 	}
 }
 
-// roiAlignQuadSkip says why roialign_sm90a.cu's kernels do not apply to s
+// roiAlignRed4Skip says why roialign_sm90a.cu's kernels do not apply to s
 // on dev, or "" when they do.
-func roiAlignQuadSkip(dev *backend.Device, s roiAlignShape) string {
+func roiAlignRed4Skip(dev *backend.Device, s roiAlignShape) string {
 	switch {
 	case s.dt != tensor.Float32:
 		return "float32 only"
 	case s.c%4 != 0:
 		return fmt.Sprintf("C = %d: needs C %% 4 == 0", s.c)
 	}
-	if err := sm90aError(dev, roiAlignModule(roiAlignSepQuadBackward), roiAlignSepQuadBackward); err != nil {
+	k := cuda.RoIAlignBwdNHWCSepRed4F32
+	if err := sm90aError(dev, k.Module(), k.Name()); err != nil {
 		return fmt.Sprintf("roialign_sm90a does not run here: %v", err)
 	}
 	return ""
 }
 
-// roiAlignVariants lists the forward or backward kernels of roialign.cu.
+// roiAlignVariants lists the forward or backward kernels of roialign.cu
+// for dt that take the default launch shape, the variants among them: the
+// channels-last ones and, forward, a thread a bin with 4 or 8 channels.
 func roiAlignVariants(backward bool, dt tensor.Dtype) []roiAlignKernel {
-	sfx := dtypeSuffix(dt)
+	pick := func(p roiAlignPicker) cuda.Kernel[cuda.RoIAlignParams] { return roiAlignPick(dt, p) }
 	if backward {
-		return []roiAlignKernel{{name: "roialign_backward_" + sfx}, {name: "roialign_backward_sep_" + sfx}}
+		return []roiAlignKernel{{k: pick(cuda.RoIAlignBwdNHWCTapsAtomic)}, {k: pick(cuda.RoIAlignBwdNHWCSepAtomic)}}
 	}
-	vs := []roiAlignKernel{{name: "roialign_forward_" + sfx}, {name: "roialign_forward_sep_" + sfx}}
-	for _, cpt := range []int{4, 8} {
-		vs = append(vs, roiAlignKernel{name: fmt.Sprintf("roialign_forward_nchw%d_%s", cpt, sfx), cpt: cpt})
+	vs := []roiAlignKernel{
+		{k: pick(cuda.RoIAlignFwdNHWCTaps)}, {k: pick(cuda.RoIAlignFwdNHWCSep)},
+		{k: pick(cuda.RoIAlignFwdNCHWBinC4), cpt: 4}, {k: pick(cuda.RoIAlignFwdNCHWBinC8), cpt: 8},
 	}
 	if dt == tensor.Float32 {
-		vs = append(vs, roiAlignKernel{name: "roialign_forward_nchw4_b4_f32", cpt: 4})
+		vs = append(vs, roiAlignKernel{k: cuda.RoIAlignFwdNCHWBinC4Occ4F32, cpt: 4})
 	}
 	return vs
 }
 
-// roiAlignColsVariants are the roialign_forward_cols kernels for s's
-// sampling ratio, row-major and channel-major (_cm), with the channels in colsSlices' count or 4, 16 or 64
-// slices.
+// roiAlignColsVariants are the roialign_fwd_nchw_cols kernels for s's
+// sampling ratio, row-major and channel-major (_cmajor), with the channels
+// in colsSlices' count or 4, 16 or 64 slices; none where s does not fit
+// them (colsFit).
 func roiAlignColsVariants(s roiAlignShape) []roiAlignKernel {
+	if !s.colsFit() {
+		return nil
+	}
 	var kvs []roiAlignKernel
 	for _, cm := range []bool{false, true} {
 		for _, slices := range []int{0, 4, 16, 64} {
@@ -163,19 +178,24 @@ func roiAlignColsVariants(s roiAlignShape) []roiAlignKernel {
 	return kvs
 }
 
-// roiAlignQuadForwards are variants of the separable forward with 16-byte
-// loads (float32, C % 4 == 0; roialign_forward_sep4 in roialign.cu):
-// registers capped (_b4) or not; the bins in chunks of a tile (7x7 bins:
-// 2 blocks a RoI), of 16 (4 blocks) or, with channel slices, of up to 64
-// (one block); the channels in 1, 2, 4 or 8 slices.
-var roiAlignQuadForwards = []roiAlignKernel{
-	{name: "roialign_forward_sep4_f32"}, {name: "roialign_forward_sep4_f32", chunk: 16},
-	{name: "roialign_forward_sep4_f32", slices: 2}, {name: "roialign_forward_sep4_f32", slices: 4},
-	{name: "roialign_forward_sep4_f32", slices: 8},
-	{name: "roialign_forward_sep4_f32", chunk: 64, slices: 4}, {name: "roialign_forward_sep4_f32", chunk: 64, slices: 8},
-	{name: "roialign_forward_sep4_b4_f32", slices: 4}, {name: "roialign_forward_sep4_b4_f32", slices: 8},
-	{name: "roialign_forward_sep4_b4_f32", chunk: 64, slices: 4}, {name: "roialign_forward_sep4_b4_f32", chunk: 64, slices: 8},
-}
+// roiAlignVec4Forwards are launches of the separable forward with 16-byte
+// loads (float32, C % 4 == 0; roialign_fwd_nhwc_sep_vec4): registers capped
+// for 4 blocks per SM (occ4, the default) or not; the bins in chunks of a
+// tile (7x7 bins: 2 blocks a RoI), of 16 (4 blocks) or, with channel
+// slices, of up to 64 (one block); the channels in 1, 2, 4 or 8 slices.
+var roiAlignVec4Forwards = func() []roiAlignKernel {
+	vec4, occ4 := cuda.RoIAlignFwdNHWCSepVec4F32, cuda.RoIAlignFwdNHWCSepVec4Occ4F32
+	return []roiAlignKernel{
+		{k: vec4}, {k: vec4, chunk: 16}, {k: vec4, slices: 2}, {k: vec4, slices: 4}, {k: vec4, slices: 8},
+		{k: vec4, chunk: 64, slices: 4}, {k: vec4, chunk: 64, slices: 8},
+		{k: occ4, slices: 4}, {k: occ4, slices: 8}, {k: occ4, chunk: 64, slices: 4}, {k: occ4, chunk: 64, slices: 8},
+	}
+}()
+
+// roiAlignRed4Backwards are roialign_sm90a.cu's float32 backwards with
+// vector reductions, tap by tap and separable (the default on compute
+// capability 9.0).
+var roiAlignRed4Backwards = []roiAlignKernel{{k: cuda.RoIAlignBwdNHWCTapsRed4F32}, {k: cuda.RoIAlignBwdNHWCSepRed4F32}}
 
 // withRoIAlignKernel runs f with kv as dev's kernel for its direction.
 func withRoIAlignKernel(dev *backend.Device, backward bool, kv roiAlignKernel, f func()) {
@@ -193,7 +213,7 @@ func TestGPURoIAlignRunTimeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
-		for _, c := range []struct {
+		for i, c := range []struct {
 			roi  []float64
 			cfg  RoIAlignConfig
 			want string
@@ -208,20 +228,23 @@ func TestGPURoIAlignRunTimeErrors(t *testing.T) {
 			gy := toDev(t, dev, tensor.New(tensor.Of(dt), tensor.WithShape(2, 1, 1, 1)))
 			for _, backward := range []bool{false, true} {
 				for _, kv := range roiAlignVariants(backward, dt) {
-					var err error
-					withRoIAlignKernel(dev, backward, kv, func() {
-						if backward {
-							_, err = roiAlignGradOp(s).Do(rois, gy)
-						} else {
-							_, err = roiAlignOp(s).Do(x, rois)
+					t.Run(fmt.Sprintf("%v/case=%d/%s", dt, i, kv), func(t *testing.T) {
+						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
+						var err error
+						withRoIAlignKernel(dev, backward, kv, func() {
+							if backward {
+								_, err = roiAlignGradOp(s).Do(rois, gy)
+							} else {
+								_, err = roiAlignOp(s).Do(x, rois)
+							}
+						})
+						if err == nil {
+							err = dev.Synchronize()
+						}
+						if err == nil || !strings.Contains(strings.ReplaceAll(err.Error(), "RoIAlign backward", "RoIAlign"), c.want) {
+							t.Errorf("%v %s: error %v, want one containing %q", dt, kv, err, c.want)
 						}
 					})
-					if err == nil {
-						err = dev.Synchronize()
-					}
-					if err == nil || !strings.Contains(strings.ReplaceAll(err.Error(), "RoIAlign backward", "RoIAlign"), c.want) {
-						t.Errorf("%v %s: error %v, want one containing %q", dt, kv.name, err, c.want)
-					}
 				}
 			}
 			// The error is reported once.

@@ -11,6 +11,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/autograd"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
 // rampImages returns x [2,1,4,4] with x[n,0,y,x] = 100n + 4y + x. Bilinear
@@ -308,7 +309,8 @@ func TestRoIAlignHashDistinguishesConfigs(t *testing.T) {
 
 // The kernel choice: roialign_sm90a.cu's vector-reduction backward (the
 // separable one, with any sampling ratio) only for float32 and C % 4 == 0,
-// on a GPU that runs it.
+// on a GPU that runs it; and never a variant (the shipped modules leave
+// those out).
 func TestRoIAlignKernelFor(t *testing.T) {
 	shape := func(dt tensor.Dtype, c, sampling int) roiAlignShape {
 		return roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, sampling, true}, n: 1, c: c, h: 8, w: 8, k: 1, dt: dt}
@@ -319,48 +321,48 @@ func TestRoIAlignKernelFor(t *testing.T) {
 		quad     bool
 		want     string
 	}{
-		{true, shape(tensor.Float32, 256, 2), true, roiAlignSepQuadBackward},
-		{true, shape(tensor.Float32, 256, 0), true, roiAlignSepQuadBackward},
-		{true, shape(tensor.Float32, 256, 2), false, "roialign_backward_f32"},
-		{true, shape(tensor.Float32, 70, 2), true, "roialign_backward_f32"},
-		{true, shape(tensor.Float32, 70, 0), true, "roialign_backward_sep_f32"},
-		{true, shape(tensor.Float32, 256, 0), false, "roialign_backward_sep_f32"},
-		{true, shape(tensor.Float64, 256, 2), true, "roialign_backward_f64"},
+		{true, shape(tensor.Float32, 256, 2), true, "roialign_bwd_nhwc_sep_red4_f32"},
+		{true, shape(tensor.Float32, 256, 0), true, "roialign_bwd_nhwc_sep_red4_f32"},
+		{true, shape(tensor.Float32, 256, 2), false, "roialign_bwd_nhwc_taps_atomic_f32"},
+		{true, shape(tensor.Float32, 70, 2), true, "roialign_bwd_nhwc_taps_atomic_f32"},
+		{true, shape(tensor.Float32, 70, 0), true, "roialign_bwd_nhwc_sep_atomic_f32"},
+		{true, shape(tensor.Float32, 256, 0), false, "roialign_bwd_nhwc_sep_atomic_f32"},
+		{true, shape(tensor.Float64, 256, 2), true, "roialign_bwd_nhwc_taps_atomic_f64"},
 		// Fixed ratio: lanes on sample columns where a bin row's samples
 		// fit a warp (float32), in slices of at most
 		// roiAlignColsSliceBytes and for at least roiAlignColsBlocks
 		// blocks, a slice at least a warp's channels; else NCHW, 4
 		// channels a thread.
-		{false, shape(tensor.Float32, 256, 2), true, "roialign_forward_cols_s2_f32_slices128"},
-		{false, shape(tensor.Float32, 256, 3), false, "roialign_forward_cols_s3_f32_slices256"},
-		{false, shape(tensor.Float64, 256, 2), false, "roialign_forward_nchw4_f64"},
+		{false, shape(tensor.Float32, 256, 2), true, "roialign_fwd_nchw_cols_s2_f32_slices128"},
+		{false, shape(tensor.Float32, 256, 3), false, "roialign_fwd_nchw_cols_s3_f32_slices256"},
+		{false, shape(tensor.Float64, 256, 2), false, "roialign_fwd_nchw_bin_c4_f64"},
 		{false, roiAlignShape{cfg: RoIAlignConfig{14, 14, 0.25, 4, true}, n: 1, c: 8, h: 8, w: 8, k: 1, dt: tensor.Float32},
-			false, "roialign_forward_nchw4_b4_f32"},
+			false, "roialign_fwd_nchw_bin_c4_occ4_f32"},
 		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, 2, true}, n: 1, c: 8, h: 1, w: 8, k: 1, dt: tensor.Float32},
-			false, "roialign_forward_nchw4_b4_f32"},
+			false, "roialign_fwd_nchw_bin_c4_occ4_f32"},
 		// TARGETS.md's box_head_P2 (137 MB of maps: channel-major, slices
 		// of 112 items: 8), mask_head_P2 (the same maps, 14 bin rows of one
 		// channel a warp: 32) and infer_1000_P3 (17 MB, 1000 RoIs:
 		// row-major, 4 slices). A channel-major kernel with few RoIs still
 		// gets roiAlignColsBlocks blocks.
 		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, 2, true}, n: 2, c: 256, h: 200, w: 336, k: 1024, dt: tensor.Float32},
-			false, "roialign_forward_cols_s2_cm_f32_slices8"},
+			false, "roialign_fwd_nchw_cols_s2_cmajor_f32_slices8"},
 		{false, roiAlignShape{cfg: RoIAlignConfig{14, 14, 0.25, 2, true}, n: 2, c: 256, h: 200, w: 336, k: 256, dt: tensor.Float32},
-			false, "roialign_forward_cols_s2_cm_f32_slices32"},
+			false, "roialign_fwd_nchw_cols_s2_cmajor_f32_slices32"},
 		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, 2, true}, n: 2, c: 256, h: 200, w: 336, k: 64, dt: tensor.Float32},
-			false, "roialign_forward_cols_s2_cm_f32_slices48"},
+			false, "roialign_fwd_nchw_cols_s2_cmajor_f32_slices48"},
 		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.125, 2, true}, n: 1, c: 256, h: 100, w: 168, k: 1000, dt: tensor.Float32},
-			false, "roialign_forward_cols_s2_f32_slices4"},
+			false, "roialign_fwd_nchw_cols_s2_f32_slices4"},
 		// Adaptive forward: 16-byte loads for float32 with C % 4 == 0, in
 		// one channel slice and chunks of a tile for a small map.
-		{false, shape(tensor.Float32, 256, 0), false, "roialign_forward_sep4_b4_f32_chunk32_slices1"},
-		{false, shape(tensor.Float32, 36, 0), false, "roialign_forward_sep4_b4_f32_chunk49_slices1"},
-		{false, shape(tensor.Float32, 70, 0), false, "roialign_forward_sep_f32"},
-		{false, shape(tensor.Float64, 256, 0), false, "roialign_forward_sep_f64"},
+		{false, shape(tensor.Float32, 256, 0), false, "roialign_fwd_nhwc_sep_vec4_occ4_f32_chunk32_slices1"},
+		{false, shape(tensor.Float32, 36, 0), false, "roialign_fwd_nhwc_sep_vec4_occ4_f32_chunk49_slices1"},
+		{false, shape(tensor.Float32, 70, 0), false, "roialign_fwd_nhwc_sep_f32"},
+		{false, shape(tensor.Float64, 256, 0), false, "roialign_fwd_nhwc_sep_f64"},
 		// TARGETS.md's box_head_P2_adaptive: 32-channel slices of 17 MB,
 		// a block a RoI.
 		{false, roiAlignShape{cfg: RoIAlignConfig{7, 7, 0.25, 0, true}, n: 2, c: 256, h: 200, w: 336, k: 1, dt: tensor.Float32},
-			false, "roialign_forward_sep4_b4_f32_chunk49_slices8"},
+			false, "roialign_fwd_nhwc_sep_vec4_occ4_f32_chunk49_slices8"},
 	}
 	for _, c := range cases {
 		k := roiAlignKernelFor(c.backward, c.s, c.quad)
@@ -368,10 +370,14 @@ func TestRoIAlignKernelFor(t *testing.T) {
 			t.Errorf("roiAlignKernelFor(backward %v, %v C %d sampling %d, quad %v) = %s, want %s",
 				c.backward, c.s.dt, c.s.c, c.s.cfg.SamplingRatio, c.quad, k, c.want)
 		}
+		if info, ok := cuda.Lookup(string(k.k)); !ok || info.Variant {
+			t.Errorf("roiAlignKernelFor(backward %v, %v C %d sampling %d, quad %v) = %s: in kernels/cuda's table: %v, a variant: %v",
+				c.backward, c.s.dt, c.s.c, c.s.cfg.SamplingRatio, c.quad, k, ok, info.Variant)
+		}
 	}
-	for _, name := range []string{roiAlignQuadBackward, roiAlignSepQuadBackward} {
-		if m := roiAlignModule(name); m != "roialign_sm90a" {
-			t.Errorf("module of %s = %s, want roialign_sm90a", name, m)
+	for _, kv := range roiAlignRed4Backwards {
+		if m := kv.k.Module(); m != "roialign_sm90a" {
+			t.Errorf("module of %s = %s, want roialign_sm90a", kv, m)
 		}
 	}
 }
