@@ -107,9 +107,9 @@ var (
 	roiAlignCols = [cuda.RoIAlignColsMaxS]roiAlignPicker{
 		cuda.RoIAlignFwdNCHWColsS1, cuda.RoIAlignFwdNCHWColsS2, cuda.RoIAlignFwdNCHWColsS3, cuda.RoIAlignFwdNCHWColsS4,
 	}
-	roiAlignColsCmajor = [cuda.RoIAlignColsMaxS]roiAlignPicker{
-		cuda.RoIAlignFwdNCHWColsS1Cmajor, cuda.RoIAlignFwdNCHWColsS2Cmajor, cuda.RoIAlignFwdNCHWColsS3Cmajor,
-		cuda.RoIAlignFwdNCHWColsS4Cmajor,
+	roiAlignColsCMajor = [cuda.RoIAlignColsMaxS]roiAlignPicker{
+		cuda.RoIAlignFwdNCHWColsS1CMajor, cuda.RoIAlignFwdNCHWColsS2CMajor, cuda.RoIAlignFwdNCHWColsS3CMajor,
+		cuda.RoIAlignFwdNCHWColsS4CMajor,
 	}
 )
 
@@ -120,7 +120,7 @@ var (
 func roiAlignColsKernel(s roiAlignShape, cm bool, slices int) roiAlignKernel {
 	pick := roiAlignCols[s.cfg.SamplingRatio-1]
 	if cm {
-		pick = roiAlignColsCmajor[s.cfg.SamplingRatio-1]
+		pick = roiAlignColsCMajor[s.cfg.SamplingRatio-1]
 	}
 	return roiAlignKernel{k: roiAlignPick(s.dt, pick), cols: true, cm: cm, slices: slices}
 }

@@ -727,20 +727,20 @@ const (
 	//
 	// Forward, fixed sampling ratio: float32 where colsFit, else a thread a bin.
 	RoIAlignFwdNCHWColsS1F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s1_f32"
-	// RoIAlignFwdNCHWColsS1CmajorF32 is roialign_fwd_nchw_cols_s1_cmajor_f32, __launch_bounds__(256).
-	RoIAlignFwdNCHWColsS1CmajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s1_cmajor_f32"
+	// RoIAlignFwdNCHWColsS1CMajorF32 is roialign_fwd_nchw_cols_s1_cmajor_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS1CMajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s1_cmajor_f32"
 	// RoIAlignFwdNCHWColsS2F32 is roialign_fwd_nchw_cols_s2_f32, __launch_bounds__(256).
 	RoIAlignFwdNCHWColsS2F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s2_f32"
-	// RoIAlignFwdNCHWColsS2CmajorF32 is roialign_fwd_nchw_cols_s2_cmajor_f32, __launch_bounds__(256).
-	RoIAlignFwdNCHWColsS2CmajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s2_cmajor_f32"
+	// RoIAlignFwdNCHWColsS2CMajorF32 is roialign_fwd_nchw_cols_s2_cmajor_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS2CMajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s2_cmajor_f32"
 	// RoIAlignFwdNCHWColsS3F32 is roialign_fwd_nchw_cols_s3_f32, __launch_bounds__(256).
 	RoIAlignFwdNCHWColsS3F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s3_f32"
-	// RoIAlignFwdNCHWColsS3CmajorF32 is roialign_fwd_nchw_cols_s3_cmajor_f32, __launch_bounds__(256).
-	RoIAlignFwdNCHWColsS3CmajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s3_cmajor_f32"
+	// RoIAlignFwdNCHWColsS3CMajorF32 is roialign_fwd_nchw_cols_s3_cmajor_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS3CMajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s3_cmajor_f32"
 	// RoIAlignFwdNCHWColsS4F32 is roialign_fwd_nchw_cols_s4_f32, __launch_bounds__(256).
 	RoIAlignFwdNCHWColsS4F32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s4_f32"
-	// RoIAlignFwdNCHWColsS4CmajorF32 is roialign_fwd_nchw_cols_s4_cmajor_f32, __launch_bounds__(256).
-	RoIAlignFwdNCHWColsS4CmajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s4_cmajor_f32"
+	// RoIAlignFwdNCHWColsS4CMajorF32 is roialign_fwd_nchw_cols_s4_cmajor_f32, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS4CMajorF32 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s4_cmajor_f32"
 	// RoIAlignFwdNCHWBinC4Occ4F32 is roialign_fwd_nchw_bin_c4_occ4_f32, __launch_bounds__(256, 4).
 	//
 	// occ4: registers capped (64) so that 4 blocks share an SM instead of 3
@@ -799,20 +799,20 @@ const (
 	RoIAlignFwdNCHWBinC8F64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_bin_c8_f64"
 	// RoIAlignFwdNCHWColsS1F64 is roialign_fwd_nchw_cols_s1_f64, __launch_bounds__(256).
 	RoIAlignFwdNCHWColsS1F64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s1_f64"
-	// RoIAlignFwdNCHWColsS1CmajorF64 is roialign_fwd_nchw_cols_s1_cmajor_f64, __launch_bounds__(256).
-	RoIAlignFwdNCHWColsS1CmajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s1_cmajor_f64"
+	// RoIAlignFwdNCHWColsS1CMajorF64 is roialign_fwd_nchw_cols_s1_cmajor_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS1CMajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s1_cmajor_f64"
 	// RoIAlignFwdNCHWColsS2F64 is roialign_fwd_nchw_cols_s2_f64, __launch_bounds__(256).
 	RoIAlignFwdNCHWColsS2F64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s2_f64"
-	// RoIAlignFwdNCHWColsS2CmajorF64 is roialign_fwd_nchw_cols_s2_cmajor_f64, __launch_bounds__(256).
-	RoIAlignFwdNCHWColsS2CmajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s2_cmajor_f64"
+	// RoIAlignFwdNCHWColsS2CMajorF64 is roialign_fwd_nchw_cols_s2_cmajor_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS2CMajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s2_cmajor_f64"
 	// RoIAlignFwdNCHWColsS3F64 is roialign_fwd_nchw_cols_s3_f64, __launch_bounds__(256).
 	RoIAlignFwdNCHWColsS3F64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s3_f64"
-	// RoIAlignFwdNCHWColsS3CmajorF64 is roialign_fwd_nchw_cols_s3_cmajor_f64, __launch_bounds__(256).
-	RoIAlignFwdNCHWColsS3CmajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s3_cmajor_f64"
+	// RoIAlignFwdNCHWColsS3CMajorF64 is roialign_fwd_nchw_cols_s3_cmajor_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS3CMajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s3_cmajor_f64"
 	// RoIAlignFwdNCHWColsS4F64 is roialign_fwd_nchw_cols_s4_f64, __launch_bounds__(256).
 	RoIAlignFwdNCHWColsS4F64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s4_f64"
-	// RoIAlignFwdNCHWColsS4CmajorF64 is roialign_fwd_nchw_cols_s4_cmajor_f64, __launch_bounds__(256).
-	RoIAlignFwdNCHWColsS4CmajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s4_cmajor_f64"
+	// RoIAlignFwdNCHWColsS4CMajorF64 is roialign_fwd_nchw_cols_s4_cmajor_f64, __launch_bounds__(256).
+	RoIAlignFwdNCHWColsS4CMajorF64 Kernel[RoIAlignParams] = "roialign.roialign_fwd_nchw_cols_s4_cmajor_f64"
 )
 
 // The kernels of kernels/roialign_sm90a.cu (module roialign_sm90a).
@@ -953,9 +953,9 @@ func RoIAlignFwdNCHWColsS1(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
 	return byDtype(dt, "roialign_fwd_nchw_cols_s1", RoIAlignFwdNCHWColsS1F32, RoIAlignFwdNCHWColsS1F64)
 }
 
-// RoIAlignFwdNCHWColsS1Cmajor returns RoIAlignFwdNCHWColsS1CmajorF32 for float32 and RoIAlignFwdNCHWColsS1CmajorF64 for float64.
-func RoIAlignFwdNCHWColsS1Cmajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_fwd_nchw_cols_s1_cmajor", RoIAlignFwdNCHWColsS1CmajorF32, RoIAlignFwdNCHWColsS1CmajorF64)
+// RoIAlignFwdNCHWColsS1CMajor returns RoIAlignFwdNCHWColsS1CMajorF32 for float32 and RoIAlignFwdNCHWColsS1CMajorF64 for float64.
+func RoIAlignFwdNCHWColsS1CMajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s1_cmajor", RoIAlignFwdNCHWColsS1CMajorF32, RoIAlignFwdNCHWColsS1CMajorF64)
 }
 
 // RoIAlignFwdNCHWColsS2 returns RoIAlignFwdNCHWColsS2F32 for float32 and RoIAlignFwdNCHWColsS2F64 for float64.
@@ -963,9 +963,9 @@ func RoIAlignFwdNCHWColsS2(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
 	return byDtype(dt, "roialign_fwd_nchw_cols_s2", RoIAlignFwdNCHWColsS2F32, RoIAlignFwdNCHWColsS2F64)
 }
 
-// RoIAlignFwdNCHWColsS2Cmajor returns RoIAlignFwdNCHWColsS2CmajorF32 for float32 and RoIAlignFwdNCHWColsS2CmajorF64 for float64.
-func RoIAlignFwdNCHWColsS2Cmajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_fwd_nchw_cols_s2_cmajor", RoIAlignFwdNCHWColsS2CmajorF32, RoIAlignFwdNCHWColsS2CmajorF64)
+// RoIAlignFwdNCHWColsS2CMajor returns RoIAlignFwdNCHWColsS2CMajorF32 for float32 and RoIAlignFwdNCHWColsS2CMajorF64 for float64.
+func RoIAlignFwdNCHWColsS2CMajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s2_cmajor", RoIAlignFwdNCHWColsS2CMajorF32, RoIAlignFwdNCHWColsS2CMajorF64)
 }
 
 // RoIAlignFwdNCHWColsS3 returns RoIAlignFwdNCHWColsS3F32 for float32 and RoIAlignFwdNCHWColsS3F64 for float64.
@@ -973,9 +973,9 @@ func RoIAlignFwdNCHWColsS3(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
 	return byDtype(dt, "roialign_fwd_nchw_cols_s3", RoIAlignFwdNCHWColsS3F32, RoIAlignFwdNCHWColsS3F64)
 }
 
-// RoIAlignFwdNCHWColsS3Cmajor returns RoIAlignFwdNCHWColsS3CmajorF32 for float32 and RoIAlignFwdNCHWColsS3CmajorF64 for float64.
-func RoIAlignFwdNCHWColsS3Cmajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_fwd_nchw_cols_s3_cmajor", RoIAlignFwdNCHWColsS3CmajorF32, RoIAlignFwdNCHWColsS3CmajorF64)
+// RoIAlignFwdNCHWColsS3CMajor returns RoIAlignFwdNCHWColsS3CMajorF32 for float32 and RoIAlignFwdNCHWColsS3CMajorF64 for float64.
+func RoIAlignFwdNCHWColsS3CMajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s3_cmajor", RoIAlignFwdNCHWColsS3CMajorF32, RoIAlignFwdNCHWColsS3CMajorF64)
 }
 
 // RoIAlignFwdNCHWColsS4 returns RoIAlignFwdNCHWColsS4F32 for float32 and RoIAlignFwdNCHWColsS4F64 for float64.
@@ -983,9 +983,9 @@ func RoIAlignFwdNCHWColsS4(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
 	return byDtype(dt, "roialign_fwd_nchw_cols_s4", RoIAlignFwdNCHWColsS4F32, RoIAlignFwdNCHWColsS4F64)
 }
 
-// RoIAlignFwdNCHWColsS4Cmajor returns RoIAlignFwdNCHWColsS4CmajorF32 for float32 and RoIAlignFwdNCHWColsS4CmajorF64 for float64.
-func RoIAlignFwdNCHWColsS4Cmajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
-	return byDtype(dt, "roialign_fwd_nchw_cols_s4_cmajor", RoIAlignFwdNCHWColsS4CmajorF32, RoIAlignFwdNCHWColsS4CmajorF64)
+// RoIAlignFwdNCHWColsS4CMajor returns RoIAlignFwdNCHWColsS4CMajorF32 for float32 and RoIAlignFwdNCHWColsS4CMajorF64 for float64.
+func RoIAlignFwdNCHWColsS4CMajor(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
+	return byDtype(dt, "roialign_fwd_nchw_cols_s4_cmajor", RoIAlignFwdNCHWColsS4CMajorF32, RoIAlignFwdNCHWColsS4CMajorF64)
 }
 
 // RoIAlignFwdNHWCSep returns RoIAlignFwdNHWCSepF32 for float32 and RoIAlignFwdNHWCSepF64 for float64.

@@ -11,11 +11,11 @@ var words = map[string]string{
 	"roialign": "RoIAlign", "msdeform": "MSDeform", "roi": "RoI", "rois": "RoIs", "bn": "BN",
 	"relu": "ReLU", "tf32": "TF32", "f32x4": "F32x4", "u64": "U64", "nchw": "NCHW", "nhwc": "NHWC",
 	"splitk": "SplitK", "dy": "DY", "dx": "DX", "hw": "HW", "kk": "KK", "kh": "KH", "kw": "KW",
-	"qw": "QW", "ws": "WS", "wt": "WT", "id": "ID", "cm": "CM", "lq": "Lq",
+	"qw": "QW", "ws": "WS", "wt": "WT", "id": "ID", "cm": "CM", "lq": "Lq", "cmajor": "CMajor",
 }
 
 // goName turns a C++ snake_case name into a Go exported name:
-// roialign_forward_cols_s2_f32 is RoIAlignForwardColsS2F32.
+// roialign_fwd_nchw_cols_s2_cmajor_f32 is RoIAlignFwdNCHWColsS2CMajorF32.
 func goName(s string) string {
 	var b strings.Builder
 	for _, w := range strings.Split(s, "_") {
