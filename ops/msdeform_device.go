@@ -96,7 +96,8 @@ func (t msDeformTuning) orderBandRows() int {
 // 15), heads fastest (concurrent atomics hit different addresses);
 // float32's has registers capped for 3 blocks per SM. Each was the fastest
 // of msdeform.cu's variants of its pass on the TARGETS cases
-// (BenchmarkGPUMSDeformAttnVariants, on an H200; BENCHMARKS.md).
+// (BenchmarkGPUMSDeformAttnVariants, on an H200; BENCHMARKS.md also has an
+// H100 run where the uncapped forward, msdeform_fwd_v16b_f32, won).
 //
 // sorted (sortsQueries; forward only) picks the _sorted twin of the forward
 // kernel, which takes the queries in spatial order (queryOrder). For
