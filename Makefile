@@ -78,7 +78,7 @@ emu-test: $(EMU_BINS)
 	@tail -n 1 $(EMU_DIR)/roialign.log
 	$(EMU_DIR)/msdeform_emu_test > $(EMU_DIR)/msdeform.log || { cat $(EMU_DIR)/msdeform.log; exit 1; }
 	@tail -n 1 $(EMU_DIR)/msdeform.log
-	$(EMU_DIR)/msdeform_emu_test_asan _v4_r4_h _q4_r4_h_b3 _v4_s _v2_s _query_ > $(EMU_DIR)/msdeform_asan.log 2>&1 || { cat $(EMU_DIR)/msdeform_asan.log; exit 1; }
+	$(EMU_DIR)/msdeform_emu_test_asan _c4_rs4_ _red4_rs4_occ3_ _fwd_v16b_ _sort_ > $(EMU_DIR)/msdeform_asan.log 2>&1 || { cat $(EMU_DIR)/msdeform_asan.log; exit 1; }
 	@tail -n 1 $(EMU_DIR)/msdeform_asan.log
 	$(EMU_DIR)/elementwise_emu_test > $(EMU_DIR)/elementwise.log || { cat $(EMU_DIR)/elementwise.log; exit 1; }
 	@tail -n 1 $(EMU_DIR)/elementwise.log

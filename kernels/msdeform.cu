@@ -5,8 +5,8 @@
 // queries of the same head, so the blocks of a launch sample neighbouring
 // places of one head's maps and share their cache lines (in the encoder,
 // neighbouring queries are neighbouring pixels). Where the queries come in
-// no such order, the forward's _o kernels take them sorted by where they
-// sample (msdeform_query_cells and the launches after it).
+// no such order, the forward's _sorted kernels take them sorted by where
+// they sample (the msdeform_sort_* launches before them).
 //
 // Forward: each lane owns V consecutive channels (a float4 or double2 when D
 // allows), so one load instruction of a group reads whole 16-byte pieces of a
@@ -16,8 +16,8 @@
 //
 // Backward: channels spread over the lanes, so that the grad_value atomics
 // of a group hit consecutive addresses (CUDA 11.8 cannot assemble vector
-// atomics; msdeform_sm90a.cu's kernels, built around that, add 4 channels
-// with one 16-byte reduction instead). The gradients
+// atomics; msdeform_sm90a.cu's _red4 kernels, built around that, add 4
+// channels with one 16-byte reduction instead). The gradients
 // of the location and the attention weight are sums over channels: the group
 // reduces them with warp shuffles and one lane writes them, with no atomics
 // and no shared memory.
@@ -27,8 +27,16 @@
 
 namespace stheno {
 
-// Launch parameters, passed by value. Mirrors msDeformArgs in ops (Go); keep
-// field order and types in step.
+// Threads per block of every kernel here but msdeform_sort_scan's.
+// stheno:const MSDeformBlock
+constexpr int kBlock = 256;
+
+// Levels whose table travels inside the launch parameters; more are
+// uploaded.
+// stheno:const MSDeformInlineLevels
+constexpr int kInlineLevels = 16;
+
+// Launch parameters, passed by value.
 struct MSDeformParams {
   uint64_t value;        // [N,S,M,D]
   uint64_t loc;          // [N,Lq,M,L,P,2] normalised (x, y)
@@ -43,9 +51,9 @@ struct MSDeformParams {
   int32_t group;         // lanes per (n, q, m), a power of two <= 32
   // The level table itself when L <= kInlineLevels: passed with the launch,
   // it needs no upload and is read from the constant bank.
-  int32_t inline_levels[3 * 16];
+  int32_t inline_levels[3 * kInlineLevels];
   // int32 [N,Lq]: the query each position of an image takes
-  // (msdeform_query_place; _o kernels only). Last, so that the other
+  // (msdeform_sort_place; _sorted kernels only). Last, so that the other
   // fields' offsets, and the code of the kernels that ignore it, are as
   // they were before it.
   uint64_t order;
@@ -88,12 +96,12 @@ struct Query {
   int64_t qm;  // index of (n, q, m) in the [N,Lq,M] layouts of loc, weight and out
 };
 
-// kOrdered (the forward's _o kernels): position q of image n works on query
-// p.order[n*Lq + q] instead of q, the same work in an order where
-// neighbouring groups sample neighbouring places (see msdeform_query_cells).
+// kOrdered (the forward's _sorted kernels): position q of image n works on
+// query p.order[n*Lq + q] instead of q, the same work in an order where
+// neighbouring groups sample neighbouring places (see msdeform_sort_cells).
 // A template flag rather than a test of p.order in every kernel: the lookup
-// costs registers, and the capped kernels spilled more with it (on an H200,
-// encoder backward q4_r4_h_b3 0.85 -> 1.01 ms, forward v4_s_b5 0.25 -> 0.26).
+// costs registers, and the capped kernels, forward and backward, spilled
+// more with it and ran slower.
 template <bool kHeads, bool kOrdered = false>
 __device__ __forceinline__ Query query_of(const MSDeformParams& p, int64_t gid) {
   Query r;
@@ -688,17 +696,17 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
   }
 }
 
-// Queries in spatial order, for the forward (on an H200, seed_full's
-// queries, whose reference points are uniform over the map, sorted on the
-// host took the forward from 0.546 to 0.493 ms: with queries as drawn, the
-// 32 queries of a block sample 32 unrelated places and L1 hits 38%). A counting sort of each
-// image's queries by the cell of their first location (head 0, level 0,
-// point 0) in a grid of bands x cols over the unit square, row-major, which
-// ops sizes from level 0 (at most kOrderCells cells), in three launches:
-// - msdeform_query_cells, a thread per query: its cell;
-// - msdeform_query_starts, one block of kOrderThreads per image: the count
-//   of each cell, scanned into the cell's first position;
-// - msdeform_query_place, a thread per query: the next free position of its
+// Queries in spatial order, for the forward: with queries as drawn (say,
+// reference points uniform over the map), the queries of a block sample
+// unrelated places and miss in L1; sorted, neighbouring groups share cache
+// lines. A counting sort of each image's queries by the cell of their first
+// location (head 0, level 0, point 0) in a grid of bands x cols over the
+// unit square, row-major, which ops sizes from level 0 (at most kOrderCells
+// cells), in three launches:
+// - msdeform_sort_cells, a thread per query: its cell;
+// - msdeform_sort_scan, one block of kOrderThreads per image: the count of
+//   each cell, scanned into the cell's first position;
+// - msdeform_sort_place, a thread per query: the next free position of its
 //   cell takes it.
 // The order of queries within a cell depends on the atomics'; the forward's
 // results do not, as every query's sum is its own.
@@ -706,17 +714,14 @@ __device__ void msdeform_backward_shared(const MSDeformParams& p) {
 // Only the scan is left to one block per image, because it is the only
 // step whose memory accesses are coalesced: a query's location is 1 KB from
 // the next one's, and its position anywhere in the image, so the other two
-// steps touch a cache line per query, and one block per image queues them
-// all at a few SMs' L1s. On an H200: all three steps in one block per image
-// took 48 us on seed_full; with the cells from a wide launch, counting,
-// scanning and placing in one block per image still took 18 us on the
-// encoder's two images; now the three launches take 4.7, 5.3 and 5.7 us on
-// seed_full, and the sorted forward 0.506 ms against 0.544 unsorted.
+// steps touch a cache line per query, and one block per image would queue
+// them all at a few SMs' L1s (one block per image for all three steps, or
+// for the last two, measured several times slower than the three launches).
 // stheno:const MSDeformOrderCells
 constexpr int kOrderCells = 8192;
 // stheno:const MSDeformOrderThreads
 constexpr int kOrderThreads = 1024;
-constexpr int kOrderUnroll = 4;  // cells a thread of msdeform_query_starts has in flight
+constexpr int kOrderUnroll = 4;  // cells a thread of msdeform_sort_scan has in flight
 
 struct MSDeformOrderParams {
   uint64_t loc;     // [N,Lq,M,L,P,2]
@@ -740,13 +745,13 @@ __device__ __forceinline__ int order_cell(const T* loc, int bands, int cols) {
 }
 
 template <typename T>
-__device__ void msdeform_query_cells(const MSDeformOrderParams& p) {
+__device__ void msdeform_sort_cells(const MSDeformOrderParams& p) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(p.n) * p.lq) return;
   reinterpret_cast<int*>(p.cells)[i] = order_cell(reinterpret_cast<const T*>(p.loc) + i * p.stride, p.bands, p.cols);
 }
 
-__device__ __forceinline__ void msdeform_query_starts(const MSDeformOrderParams& p) {
+__device__ __forceinline__ void msdeform_sort_scan(const MSDeformOrderParams& p) {
   __shared__ int count[kOrderCells];
   __shared__ int warp_total[kOrderThreads / 32];
   const int ncells = p.bands * p.cols;
@@ -797,7 +802,7 @@ __device__ __forceinline__ void msdeform_query_starts(const MSDeformOrderParams&
   }
 }
 
-__device__ __forceinline__ void msdeform_query_place(const MSDeformOrderParams& p) {
+__device__ __forceinline__ void msdeform_sort_place(const MSDeformOrderParams& p) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<int64_t>(p.n) * p.lq) return;
   const int n = static_cast<int>(i / p.lq), q = static_cast<int>(i - static_cast<int64_t>(n) * p.lq);
@@ -812,103 +817,110 @@ __device__ __forceinline__ void msdeform_query_place(const MSDeformOrderParams& 
 // STHENO_MSDEFORM_TEMPLATES_ONLY, so that its module holds only its own kernels.
 #ifndef STHENO_MSDEFORM_TEMPLATES_ONLY
 
-// Kernels: _v<V> loads V channels per lane, _u<U> takes U points at a time
-// with every lane computing every point's taps, _s shares each point's taps
-// across the group, _r<K> reduce-scatters the channel sums of K points at a
-// time (msdeform_backward_scatter; there _v<V> takes V channels per lane,
-// strided by the group), _h orders groups heads-fastest
-// (queries-fastest otherwise), _b<B> caps registers for B blocks per SM.
-// ops picks forward _v4_s_b5 and backward _v4_r4_h_b3 (on compute capability
-// 9.0, msdeform_sm90a.cu's _q4_r4_h_b3; see msDeformKernelFor); the others
-// are kept to compare against in BenchmarkGPUMSDeformAttnVariants.
+// Kernels, named msdeform_<pass>_<design>_<dtype>:
+// - fwd: a group of lanes per (n, q, m), queries fastest, each point's taps
+//   computed by one lane and passed round the group (msdeform_forward_shared),
+//   or by every lane (_lanetaps, msdeform_forward). _v16b: a lane loads 16
+//   bytes of consecutive channels at once (4 floats, 2 doubles), _scalar
+//   one channel. _sorted: the queries in p.order's order (ops launches the
+//   msdeform_sort_* kernels first).
+// - bwd: heads fastest (_qfast: queries fastest), every lane computing every
+//   point's taps (_sharedtaps: one lane each, msdeform_backward_shared).
+//   _atomic_c<V>: V channels per lane, a group apart, added to grad_value
+//   with scalar atomics; _red4 (msdeform_sm90a.cu): 4 consecutive channels
+//   per lane, added with one 16-byte vector reduction per corner. The
+//   location and weight gradients' channel sums: _rs<K> reduce-scatters
+//   those of K points at a time over the group (msdeform_backward_scatter),
+//   _butterfly reduces each point's (msdeform_backward).
+// - _occ<B>: registers capped so that B blocks of kBlock threads share an
+//   SM.
+// - sort: msdeform_sort_cells, _scan and _place, the query order (above).
+// ops launches those outside #if STHENO_KERNEL_VARIANTS (msDeformKernelFor);
+// the variants inside it are built for the benchmarks and for the tests
+// against the defaults (make kernels VARIANTS=1; the emulator always).
 #define STHENO_FWD(name, T, V, U, H) \
-  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_forward<T, V, U, H>(p); }
+  __global__ void __launch_bounds__(stheno::kBlock) name(stheno::MSDeformParams p) { stheno::msdeform_forward<T, V, U, H>(p); }
 #define STHENO_BWD(name, T, U, H) \
-  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_backward<T, U, H>(p); }
-
-extern "C" {
-STHENO_FWD(msdeform_forward_f32_v4_u1, float, 4, 1, false)
-STHENO_BWD(msdeform_backward_f32_u1_h, float, 1, true)
-STHENO_BWD(msdeform_backward_f64_u1_h, double, 1, true)
-}
-
+  __global__ void __launch_bounds__(stheno::kBlock) name(stheno::MSDeformParams p) { stheno::msdeform_backward<T, U, H>(p); }
 #define STHENO_FWD_S(name, T, V, H) \
-  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_forward_shared<T, V, H>(p); }
+  __global__ void __launch_bounds__(stheno::kBlock) name(stheno::MSDeformParams p) { stheno::msdeform_forward_shared<T, V, H>(p); }
 #define STHENO_BWD_S(name, T, H) \
-  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { stheno::msdeform_backward_shared<T, H>(p); }
-
-extern "C" {
-STHENO_FWD_S(msdeform_forward_f32_v1_s, float, 1, false)
-STHENO_FWD_S(msdeform_forward_f32_v4_s, float, 4, false)
-}
-
-// _b<B>: v4_s with registers capped so that B blocks of 256 threads share
-// an SM (64 registers allow 4: half the SM's threads). _b5 (48 registers,
-// a few spilled) is the float32 default: 2-8% faster than v4_s on the
-// TARGETS cases; _b6 (40) was slower.
+  __global__ void __launch_bounds__(stheno::kBlock) name(stheno::MSDeformParams p) { stheno::msdeform_backward_shared<T, H>(p); }
+// B: blocks of kBlock threads per SM that the registers must allow.
 #define STHENO_FWD_SB(name, T, V, H, B) \
-  __global__ void __launch_bounds__(256, B) name(stheno::MSDeformParams p) { stheno::msdeform_forward_shared<T, V, H>(p); }
-// _o: queries in p.order's order (ops launches these after
-// msdeform_query_cells and co.).
-#define STHENO_FWD_SO(name, T, V)                                    \
-  __global__ void __launch_bounds__(256) name(stheno::MSDeformParams p) { \
-    stheno::msdeform_forward_shared<T, V, false, true>(p);             \
+  __global__ void __launch_bounds__(stheno::kBlock, B) name(stheno::MSDeformParams p) { stheno::msdeform_forward_shared<T, V, H>(p); }
+#define STHENO_FWD_SO(name, T, V)                                              \
+  __global__ void __launch_bounds__(stheno::kBlock) name(stheno::MSDeformParams p) { \
+    stheno::msdeform_forward_shared<T, V, false, true>(p);                       \
   }
-#define STHENO_FWD_SBO(name, T, V, B)                                   \
-  __global__ void __launch_bounds__(256, B) name(stheno::MSDeformParams p) { \
-    stheno::msdeform_forward_shared<T, V, false, true>(p);                \
+#define STHENO_FWD_SBO(name, T, V, B)                                             \
+  __global__ void __launch_bounds__(stheno::kBlock, B) name(stheno::MSDeformParams p) { \
+    stheno::msdeform_forward_shared<T, V, false, true>(p);                          \
   }
-extern "C" {
-STHENO_FWD_SB(msdeform_forward_f32_v4_s_b5, float, 4, false, 5)
-STHENO_FWD_SO(msdeform_forward_f32_v4_s_o, float, 4)
-STHENO_FWD_SBO(msdeform_forward_f32_v4_s_b5_o, float, 4, 5)
-STHENO_FWD_SO(msdeform_forward_f32_v1_s_o, float, 1)
-STHENO_FWD_SO(msdeform_forward_f64_v1_s_o, double, 1)
-STHENO_FWD_SO(msdeform_forward_f64_v2_s_o, double, 2)
-STHENO_FWD_S(msdeform_forward_f64_v1_s, double, 1, false)
-STHENO_FWD_S(msdeform_forward_f64_v2_s, double, 2, false)
-STHENO_BWD_S(msdeform_backward_f32_s_h, float, true)
-}
-
-// The query order's launches: msdeform_query_cells and _place a thread per
-// query, msdeform_query_starts one block of kOrderThreads per image.
-extern "C" {
-__global__ void __launch_bounds__(256) msdeform_query_cells_f32(stheno::MSDeformOrderParams p) {
-  stheno::msdeform_query_cells<float>(p);
-}
-__global__ void __launch_bounds__(256) msdeform_query_cells_f64(stheno::MSDeformOrderParams p) {
-  stheno::msdeform_query_cells<double>(p);
-}
-__global__ void __launch_bounds__(stheno::kOrderThreads) msdeform_query_starts(stheno::MSDeformOrderParams p) {
-  stheno::msdeform_query_starts(p);
-}
-__global__ void __launch_bounds__(256) msdeform_query_place(stheno::MSDeformOrderParams p) {
-  stheno::msdeform_query_place(p);
-}
-}
-
-// B: blocks of 256 threads per SM that the registers must allow.
 #define STHENO_BWD_R(name, T, K, V, H, B) \
-  __global__ void __launch_bounds__(256, B) name(stheno::MSDeformParams p) { stheno::msdeform_backward_scatter<T, K, V, H>(p); }
+  __global__ void __launch_bounds__(stheno::kBlock, B) name(stheno::MSDeformParams p) { stheno::msdeform_backward_scatter<T, K, V, H>(p); }
 
 extern "C" {
-STHENO_BWD_R(msdeform_backward_f32_r4_h, float, 4, 1, true, 3)
-STHENO_BWD_R(msdeform_backward_f32_r8_h, float, 8, 1, true, 3)
-STHENO_BWD_R(msdeform_backward_f32_r16_h, float, 16, 1, true, 3)
-STHENO_BWD_R(msdeform_backward_f32_v2_r16_h, float, 16, 2, true, 3)
-STHENO_BWD_R(msdeform_backward_f32_v4_r4_h, float, 4, 4, true, 2)
-// v4_r4_h with registers for 3 blocks per SM (80, a few spilled): the
-// float32 default, 1.41 vs 1.50-1.52 ms on the encoder (H200); for 4 (64
-// registers) it spills 1.5 KB and takes 1.61.
-STHENO_BWD_R(msdeform_backward_f32_v4_r4_h_b3, float, 4, 4, true, 3)
-STHENO_BWD_R(msdeform_backward_f32_v4_r8_h, float, 8, 4, true, 1)
-STHENO_BWD_R(msdeform_backward_f32_v4_r8, float, 8, 4, false, 1)
-STHENO_BWD_R(msdeform_backward_f64_r4_h, double, 4, 1, true, 1)
-STHENO_BWD_R(msdeform_backward_f64_r8_h, double, 8, 1, true, 1)
-STHENO_BWD_R(msdeform_backward_f64_r16_h, double, 16, 1, true, 1)
-STHENO_BWD_R(msdeform_backward_f64_v2_r16_h, double, 16, 2, true, 1)
-STHENO_BWD_R(msdeform_backward_f64_v4_r4_h, double, 4, 4, true, 1)
-STHENO_BWD_R(msdeform_backward_f64_v4_r8_h, double, 8, 4, true, 1)
-STHENO_BWD_R(msdeform_backward_f64_v4_r8, double, 8, 4, false, 1)
+// Forward. The float32 default caps registers for 5 blocks per SM (48
+// registers, a few spilled): on the H200 it was chosen on, it beat the
+// uncapped msdeform_fwd_v16b_f32 on the TARGETS cases and a cap for 6
+// blocks (BENCHMARKS.md has an H100 run where the uncapped kernel won). The
+// sorted kernels are uncapped: with the order lookup, the capped one
+// (msdeform_fwd_v16b_occ5_sorted_f32) was slower.
+STHENO_FWD_SB(msdeform_fwd_v16b_occ5_f32, float, 4, false, 5)
+STHENO_FWD_S(msdeform_fwd_v16b_f64, double, 2, false)
+STHENO_FWD_S(msdeform_fwd_scalar_f32, float, 1, false)
+STHENO_FWD_S(msdeform_fwd_scalar_f64, double, 1, false)
+STHENO_FWD_SO(msdeform_fwd_v16b_sorted_f32, float, 4)
+STHENO_FWD_SO(msdeform_fwd_v16b_sorted_f64, double, 2)
+STHENO_FWD_SO(msdeform_fwd_scalar_sorted_f32, float, 1)
+STHENO_FWD_SO(msdeform_fwd_scalar_sorted_f64, double, 1)
+
+// The query order: msdeform_sort_cells and _place a thread per query,
+// msdeform_sort_scan one block of kOrderThreads per image.
+__global__ void __launch_bounds__(stheno::kBlock) msdeform_sort_cells_f32(stheno::MSDeformOrderParams p) {
+  stheno::msdeform_sort_cells<float>(p);
 }
+__global__ void __launch_bounds__(stheno::kBlock) msdeform_sort_cells_f64(stheno::MSDeformOrderParams p) {
+  stheno::msdeform_sort_cells<double>(p);
+}
+__global__ void __launch_bounds__(stheno::kOrderThreads) msdeform_sort_scan(stheno::MSDeformOrderParams p) {
+  stheno::msdeform_sort_scan(p);
+}
+__global__ void __launch_bounds__(stheno::kBlock) msdeform_sort_place(stheno::MSDeformOrderParams p) {
+  stheno::msdeform_sort_place(p);
+}
+
+// Backward (below compute capability 9.0 for float32: msdeform_sm90a.cu's
+// _red4 kernel there). The float32 default caps registers for 3 blocks per
+// SM (80, a few spilled): faster than the cap for 2, and a cap for 4 (64)
+// spilled 1.5 KB and was slower.
+STHENO_BWD_R(msdeform_bwd_atomic_c4_rs4_occ3_f32, float, 4, 4, true, 3)
+STHENO_BWD_R(msdeform_bwd_atomic_c4_rs4_f64, double, 4, 4, true, 1)
+}
+
+#if STHENO_KERNEL_VARIANTS
+extern "C" {
+STHENO_FWD(msdeform_fwd_v16b_lanetaps_f32, float, 4, 1, false)
+STHENO_FWD_S(msdeform_fwd_v16b_f32, float, 4, false)
+STHENO_FWD_SBO(msdeform_fwd_v16b_occ5_sorted_f32, float, 4, 5)
+
+STHENO_BWD(msdeform_bwd_atomic_c1_butterfly_f32, float, 1, true)
+STHENO_BWD(msdeform_bwd_atomic_c1_butterfly_f64, double, 1, true)
+STHENO_BWD_S(msdeform_bwd_atomic_c1_sharedtaps_butterfly_f32, float, true)
+STHENO_BWD_R(msdeform_bwd_atomic_c1_rs4_occ3_f32, float, 4, 1, true, 3)
+STHENO_BWD_R(msdeform_bwd_atomic_c1_rs8_occ3_f32, float, 8, 1, true, 3)
+STHENO_BWD_R(msdeform_bwd_atomic_c1_rs16_occ3_f32, float, 16, 1, true, 3)
+STHENO_BWD_R(msdeform_bwd_atomic_c2_rs16_occ3_f32, float, 16, 2, true, 3)
+STHENO_BWD_R(msdeform_bwd_atomic_c4_rs4_occ2_f32, float, 4, 4, true, 2)
+STHENO_BWD_R(msdeform_bwd_atomic_c4_rs8_f32, float, 8, 4, true, 1)
+STHENO_BWD_R(msdeform_bwd_atomic_c4_rs8_qfast_f32, float, 8, 4, false, 1)
+STHENO_BWD_R(msdeform_bwd_atomic_c1_rs4_f64, double, 4, 1, true, 1)
+STHENO_BWD_R(msdeform_bwd_atomic_c1_rs8_f64, double, 8, 1, true, 1)
+STHENO_BWD_R(msdeform_bwd_atomic_c1_rs16_f64, double, 16, 1, true, 1)
+STHENO_BWD_R(msdeform_bwd_atomic_c2_rs16_f64, double, 16, 2, true, 1)
+STHENO_BWD_R(msdeform_bwd_atomic_c4_rs8_f64, double, 8, 4, true, 1)
+STHENO_BWD_R(msdeform_bwd_atomic_c4_rs8_qfast_f64, double, 8, 4, false, 1)
+}
+#endif  // STHENO_KERNEL_VARIANTS
 #endif  // STHENO_MSDEFORM_TEMPLATES_ONLY

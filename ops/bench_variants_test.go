@@ -9,39 +9,37 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
-// BenchmarkGPUMSDeformAttnVariants times every kernel variant of
-// msdeform.cu (and msdeform_sm90a.cu), to choose msDeformKernelFor's
-// defaults, forward and backward, on every TARGETS.md case.
+// BenchmarkGPUMSDeformAttnVariants times every kernel of msdeform.cu (and
+// msdeform_sm90a.cu), defaults and variants (make kernels VARIANTS=1), to
+// choose msDeformKernelFor's defaults, forward and backward, on every
+// TARGETS.md case.
 func BenchmarkGPUMSDeformAttnVariants(b *testing.B) {
-	// The _o kernels sort the queries first (queryOrder), whatever Lq.
-	forward := []msDeformKernel{{"msdeform_forward_f32_v4_u1", 4}, {"msdeform_forward_f32_v1_s", 1},
-		{"msdeform_forward_f32_v4_s", 4}, {"msdeform_forward_f32_v4_s_b5", 4},
-		{"msdeform_forward_f32_v4_s_o", 4}, {"msdeform_forward_f32_v4_s_b5_o", 4}}
+	// The _sorted kernels sort the queries first (queryOrder), whatever Lq.
+	forward := append([]msDeformKernel{{k: cuda.MSDeformFwdScalarF32, vec: 1}}, msDeformForwardVariants...)
 	for _, c := range msDeformPresets {
 		sh, value, loc, weight, gy := msDeformBenchInputs(c)
 		vb := float64(4 * c.n * sh.s * c.m * c.d)
 		lb := float64(4 * c.n * c.lq * c.m * sh.l * c.p * 3)
 		ob := float64(4 * c.n * c.lq * c.m * c.d)
-		for _, v := range forward {
-			tuning := msDeformTuning{kernel: func(bool, tensor.Dtype) msDeformKernel { return v }}
-			b.Run("impl=cuda/case="+c.name+"/kernel="+v.name, func(b *testing.B) {
-				withMSDeformTuning(gpu(b), tuning, func() {
+		for _, k := range forward {
+			tuning := msDeformTuning{kernel: func(bool, tensor.Dtype) msDeformKernel { return k }}
+			b.Run("impl=cuda/case="+c.name+"/kernel="+k.k.Name(), func(b *testing.B) {
+				dev := gpu(b)
+				skipUnrunnableMSDeform(b, dev, k)
+				withMSDeformTuning(dev, tuning, func() {
 					runCase(b, "cuda", msDeformAttnOp(sh), []*tensor.Dense{value, loc, weight}, vb+lb+ob)
 				})
 			})
 		}
-		for _, v := range msDeformBackwardVariants[sh.dt] {
-			k := v.kernel(sh.dt)
+		for _, k := range msDeformBackwardVariants[sh.dt] {
 			tuning := msDeformTuning{kernel: func(bool, tensor.Dtype) msDeformKernel { return k }}
-			b.Run("impl=cuda/case="+c.name+"/kernel="+k.name, func(b *testing.B) {
+			b.Run("impl=cuda/case="+c.name+"/kernel="+k.k.Name(), func(b *testing.B) {
 				dev := gpu(b)
-				if m := msDeformModule(k.name); m != "msdeform" {
-					if err := sm90aError(dev, m, k.name); err != nil {
-						b.Skipf("%s does not run here: %v", k.name, err)
-					}
-				}
+				skipUnrunnableMSDeform(b, dev, k)
 				withMSDeformTuning(dev, tuning, func() {
 					runCase(b, "cuda", msDeformAttnGradOp(sh), []*tensor.Dense{value, loc, weight, gy}, 2*(vb+lb)+ob)
 				})
@@ -151,12 +149,12 @@ func spatialOrder(rois *tensor.Dense) *tensor.Dense {
 
 // BenchmarkGPUMSDeformAttnQueryOrder times the default MSDeformAttn forward
 // on the TARGETS cases with the queries as drawn, taken in the op's spatial
-// order (msdeform_query_cells; sort=on, its cost included) or not
+// order (msdeform_sort_cells; sort=on, its cost included) or not
 // (sort=off), and with the queries sorted beforehand on the host (by head
 // 0's first point at level 0, in bands of 4 rows, then by column): how much
 // the order in which warps meet the queries matters to the caches, and how
 // much of that the op's own sort gets. The backward does not sort (it
-// gained nothing from presorted queries: seed_full 1.748 -> 1.740 ms).
+// gained nothing from presorted queries).
 func BenchmarkGPUMSDeformAttnQueryOrder(b *testing.B) {
 	for _, c := range msDeformPresets {
 		sh, value, loc, weight, _ := msDeformBenchInputs(c)

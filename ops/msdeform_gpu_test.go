@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
 // MSDeformAttn on the GPU against its CPU twin (helpers: gpu_test.go).
@@ -28,12 +29,12 @@ var msDeformParityCases = []msDeformParityCase{
 	{"decoder-like", 2, 30, 8, 32, []Level{{10, 17}, {5, 9}, {3, 5}, {2, 3}}, 4, -0.1, 1.1, false},
 	{"D=5 (groups of 8 lanes)", 1, 7, 3, 5, []Level{{6, 4}}, 3, 0, 1, false},
 	{"D=48 (two channel passes)", 1, 5, 2, 48, []Level{{4, 4}, {2, 3}}, 2, -0.5, 1.5, false},
-	// Two passes of 32 lanes x 4 channels (the v4 and q4 backward kernels).
+	// Two passes of 32 lanes x 4 channels (the c4 and red4 backward kernels).
 	{"D=256 M2", 1, 4, 2, 256, []Level{{5, 6}, {3, 2}}, 2, -0.2, 1.2, false},
 	{"D=1", 2, 3, 1, 1, []Level{{3, 3}}, 1, 0, 1, false},
 	{"NaN locations", 1, 9, 2, 8, []Level{{5, 5}, {3, 2}}, 2, -0.2, 1.2, true},
 	// More levels than travel with the launch: the table is uploaded.
-	{"17 levels", 1, 4, 2, 4, manyLevels(msDeformInlineLevels + 1), 2, 0, 1, false},
+	{"17 levels", 1, 4, 2, 4, manyLevels(cuda.MSDeformInlineLevels + 1), 2, 0, 1, false},
 	// D = 32, the Deformable-DETR head size, which the default kernels'
 	// lanes cover in one pass: as many queries as pixels, as in an encoder
 	// (the locations are uniform, not around each query's pixel); many
@@ -115,11 +116,15 @@ func TestGPUMSDeformAttnCellBoundary(t *testing.T) {
 	gy := randTensor(rng, tensor.Float32, -1, 1, sh.outShape()...)
 	// The default (msdeform_sm90a.cu's on compute capability 9.0), then
 	// msdeform.cu's float32 default.
-	for _, name := range []string{"default", "msdeform_backward_f32_v4_r4_h_b3"} {
+	for _, k := range []cuda.Kernel[cuda.MSDeformParams]{"", cuda.MSDeformBwdAtomicC4Rs4Occ3F32} {
+		name := k.Name()
+		if k == "" {
+			name = "default"
+		}
 		t.Run("kernel="+name, func(t *testing.T) {
 			var tuning msDeformTuning
-			if name != "default" {
-				tuning.kernel = func(bool, tensor.Dtype) msDeformKernel { return msDeformKernel{name, 4} }
+			if k != "" {
+				tuning.kernel = func(bool, tensor.Dtype) msDeformKernel { return msDeformKernel{k: k, vec: 4} }
 			}
 			withMSDeformTuning(dev, tuning, func() {
 				parity(t, dev, msDeformGradForParity(sh), tensor.Float32, value, loc, weight, gy)

@@ -15,6 +15,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/autograd"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
 func msDeform(levels []Level) func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
@@ -700,40 +701,60 @@ func BenchmarkMSDeformAttn(b *testing.B) {
 
 // The kernel choice: msdeform_sm90a.cu's vector-reduction backward only for
 // float32 with D % 4 == 0 and aligned pointers, on a GPU that runs it;
-// msdeform.cu's kernels otherwise, and always forward.
+// msdeform.cu's kernels otherwise, and always forward. Whatever the inputs,
+// the choice is a kernel the shipped modules hold, not a variant.
 func TestMSDeformKernelFor(t *testing.T) {
 	cases := []struct {
-		backward               bool
-		dt                     tensor.Dtype
-		d                      int
-		aligned, quad, ordered bool
-		want, wantMod          string
+		backward              bool
+		dt                    tensor.Dtype
+		d                     int
+		aligned, quad, sorted bool
+		want                  cuda.Kernel[cuda.MSDeformParams]
+		wantMod               string
 	}{
-		{true, tensor.Float32, 32, true, true, false, msDeformQuadBackward, "msdeform_sm90a"},
-		{true, tensor.Float32, 32, true, false, false, "msdeform_backward_f32_v4_r4_h_b3", "msdeform"},
-		{true, tensor.Float32, 30, true, true, false, "msdeform_backward_f32_v4_r4_h_b3", "msdeform"},
-		{true, tensor.Float32, 32, false, true, false, "msdeform_backward_f32_v4_r4_h_b3", "msdeform"},
-		{true, tensor.Float64, 32, true, true, false, "msdeform_backward_f64_v4_r4_h", "msdeform"},
-		{false, tensor.Float32, 32, true, true, false, "msdeform_forward_f32_v4_s_b5", "msdeform"},
-		{false, tensor.Float32, 30, true, true, false, "msdeform_forward_f32_v1_s", "msdeform"},
-		{false, tensor.Float32, 32, true, true, true, "msdeform_forward_f32_v4_s_o", "msdeform"},
-		{false, tensor.Float32, 30, true, true, true, "msdeform_forward_f32_v1_s_o", "msdeform"},
-		{false, tensor.Float64, 32, true, false, true, "msdeform_forward_f64_v2_s_o", "msdeform"},
-		{false, tensor.Float64, 32, false, false, true, "msdeform_forward_f64_v1_s_o", "msdeform"},
-		{false, tensor.Float64, 32, true, false, false, "msdeform_forward_f64_v2_s", "msdeform"},
+		{true, tensor.Float32, 32, true, true, false, cuda.MSDeformBwdRed4Rs4Occ3F32, "msdeform_sm90a"},
+		{true, tensor.Float32, 32, true, false, false, cuda.MSDeformBwdAtomicC4Rs4Occ3F32, "msdeform"},
+		{true, tensor.Float32, 30, true, true, false, cuda.MSDeformBwdAtomicC4Rs4Occ3F32, "msdeform"},
+		{true, tensor.Float32, 32, false, true, false, cuda.MSDeformBwdAtomicC4Rs4Occ3F32, "msdeform"},
+		{true, tensor.Float64, 32, true, true, false, cuda.MSDeformBwdAtomicC4Rs4F64, "msdeform"},
+		{false, tensor.Float32, 32, true, true, false, cuda.MSDeformFwdV16bOcc5F32, "msdeform"},
+		{false, tensor.Float32, 30, true, true, false, cuda.MSDeformFwdScalarF32, "msdeform"},
+		{false, tensor.Float32, 32, true, true, true, cuda.MSDeformFwdV16bSortedF32, "msdeform"},
+		{false, tensor.Float32, 30, true, true, true, cuda.MSDeformFwdScalarSortedF32, "msdeform"},
+		{false, tensor.Float64, 32, true, false, true, cuda.MSDeformFwdV16bSortedF64, "msdeform"},
+		{false, tensor.Float64, 32, false, false, true, cuda.MSDeformFwdScalarSortedF64, "msdeform"},
+		{false, tensor.Float64, 32, true, false, false, cuda.MSDeformFwdV16bF64, "msdeform"},
 	}
 	for _, c := range cases {
-		k := msDeformKernelFor(c.backward, c.dt, c.d, c.aligned, c.quad, c.ordered)
-		if k.name != c.want || msDeformModule(k.name) != c.wantMod || k.ordered() != c.ordered {
-			t.Errorf("msDeformKernelFor(backward %v, %v, D %d, aligned %v, quad %v, ordered %v) = %s in %s, want %s in %s",
-				c.backward, c.dt, c.d, c.aligned, c.quad, c.ordered, k.name, msDeformModule(k.name), c.want, c.wantMod)
+		k, err := msDeformKernelFor(c.backward, c.dt, c.d, c.aligned, c.quad, c.sorted)
+		if err != nil || k.k != c.want || k.k.Module() != c.wantMod || k.sorted != c.sorted {
+			t.Errorf("msDeformKernelFor(backward %v, %v, D %d, aligned %v, quad %v, sorted %v) = %s (sorted %v), %v; want %s in %s",
+				c.backward, c.dt, c.d, c.aligned, c.quad, c.sorted, string(k.k), k.sorted, err, c.want.Name(), c.wantMod)
 		}
+	}
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		for _, d := range []int{1, 2, 4, 30, 32} {
+			for i := range 16 {
+				backward, aligned, quad, sorted := i&1 != 0, i&2 != 0, i&4 != 0, i&8 != 0 && i&1 == 0
+				k, err := msDeformKernelFor(backward, dt, d, aligned, quad, sorted)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if info, ok := cuda.Lookup(string(k.k)); !ok || info.Variant || info.Params != "MSDeformParams" {
+					t.Errorf("msDeformKernelFor(backward %v, %v, D %d, aligned %v, quad %v, sorted %v) = %s: %+v, %v; want a shipped kernel",
+						backward, dt, d, aligned, quad, sorted, string(k.k), info, ok)
+				}
+			}
+		}
+	}
+	if _, err := msDeformKernelFor(false, tensor.Int32, 32, true, false, false); err == nil {
+		t.Error("msDeformKernelFor(int32): no error")
 	}
 }
 
 // The forward sorts queries only from msDeformOrderMin per image and not
 // when every pixel is a query, and its grid of cells never exceeds what
-// msdeform_query_starts' shared memory holds.
+// msdeform_sort_scan's shared memory holds.
 func TestMSDeformQueryOrderRule(t *testing.T) {
 	cases := []struct {
 		name        string
@@ -765,9 +786,9 @@ func TestMSDeformQueryOrderRule(t *testing.T) {
 			t.Errorf("%s: Lq %d, S %d: sortsQueries = %v, want %v", c.name, s.lq, s.s, got, c.sorts)
 		}
 		bands, cols := s.orderGrid(msDeformOrderBandRows)
-		if bands != c.bands || cols != c.cols || bands*cols > msDeformOrderCells {
+		if bands != c.bands || cols != c.cols || bands*cols > cuda.MSDeformOrderCells {
 			t.Errorf("%s: level 0 %dx%d: orderGrid = %d x %d, want %d x %d (at most %d cells)",
-				c.name, c.lv0.H, c.lv0.W, bands, cols, c.bands, c.cols, msDeformOrderCells)
+				c.name, c.lv0.H, c.lv0.W, bands, cols, c.bands, c.cols, cuda.MSDeformOrderCells)
 		}
 	}
 }

@@ -1,9 +1,11 @@
 package ops
 
-// Every backward kernel variant of msdeform.cu against the CPU twin, not just
-// the one msDeformKernelFor picks: the benchmarks time them all, and any of
-// them may become the default. Like gpu_test.go, it needs a binary built
-// with -tags stheno_cuda and a GPU, and skips visibly anywhere else.
+// Every kernel variant of msdeform.cu and msdeform_sm90a.cu against the CPU
+// twin, not just the ones msDeformKernelFor picks: the benchmarks time them
+// all, and any of them may become the default. Like gpu_test.go, it needs a
+// binary built with -tags stheno_cuda and a GPU, and skips visibly anywhere
+// else; the variants also need modules built with them (make kernels
+// VARIANTS=1).
 
 import (
 	"fmt"
@@ -14,53 +16,80 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
-// msDeformBackwardVariant is a backward kernel of msdeform.cu,
-// msdeform_backward_<f32|f64>_<suffix>, taking vec channels per lane.
-type msDeformBackwardVariant struct {
-	suffix string
-	vec    int
-}
-
-func (v msDeformBackwardVariant) kernel(dt tensor.Dtype) msDeformKernel {
-	return msDeformKernel{"msdeform_backward_" + dtypeSuffix(dt) + "_" + v.suffix, v.vec}
-}
-
 // msDeformBackwardVariants lists the backward kernels of msdeform.cu (and,
-// the _q4 ones, of msdeform_sm90a.cu: compute capability 9.0 only, D % 4 ==
-// 0) for each dtype.
-var msDeformBackwardVariants = map[tensor.Dtype][]msDeformBackwardVariant{
-	tensor.Float32: {{"u1_h", 1}, {"s_h", 1}, {"r4_h", 1}, {"r8_h", 1}, {"r16_h", 1}, {"v2_r16_h", 2}, {"v4_r4_h", 4}, {"v4_r4_h_b3", 4}, {"v4_r8_h", 4}, {"v4_r8", 4},
-		{"q4_r4_h", 4}, {"q4_r4_h_b3", 4}, {"q4_r4_h_b4", 4}, {"q4_r8_h_b3", 4}},
-	tensor.Float64: {{"u1_h", 1}, {"r4_h", 1}, {"r8_h", 1}, {"r16_h", 1}, {"v2_r16_h", 2}, {"v4_r4_h", 4}, {"v4_r8_h", 4}, {"v4_r8", 4}},
+// the _red4 ones, of msdeform_sm90a.cu: compute capability 9.0 only, D % 4
+// == 0) for each dtype, defaults and variants.
+var msDeformBackwardVariants = map[tensor.Dtype][]msDeformKernel{
+	tensor.Float32: {
+		{k: cuda.MSDeformBwdAtomicC1ButterflyF32, vec: 1},
+		{k: cuda.MSDeformBwdAtomicC1SharedTapsButterflyF32, vec: 1},
+		{k: cuda.MSDeformBwdAtomicC1Rs4Occ3F32, vec: 1},
+		{k: cuda.MSDeformBwdAtomicC1Rs8Occ3F32, vec: 1},
+		{k: cuda.MSDeformBwdAtomicC1Rs16Occ3F32, vec: 1},
+		{k: cuda.MSDeformBwdAtomicC2Rs16Occ3F32, vec: 2},
+		{k: cuda.MSDeformBwdAtomicC4Rs4Occ2F32, vec: 4},
+		{k: cuda.MSDeformBwdAtomicC4Rs4Occ3F32, vec: 4},
+		{k: cuda.MSDeformBwdAtomicC4Rs8F32, vec: 4},
+		{k: cuda.MSDeformBwdAtomicC4Rs8QFastF32, vec: 4},
+		{k: cuda.MSDeformBwdRed4Rs4Occ2F32, vec: 4},
+		{k: cuda.MSDeformBwdRed4Rs4Occ3F32, vec: 4},
+		{k: cuda.MSDeformBwdRed4Rs4Occ4F32, vec: 4},
+		{k: cuda.MSDeformBwdRed4Rs8Occ3F32, vec: 4},
+	},
+	tensor.Float64: {
+		{k: cuda.MSDeformBwdAtomicC1ButterflyF64, vec: 1},
+		{k: cuda.MSDeformBwdAtomicC1Rs4F64, vec: 1},
+		{k: cuda.MSDeformBwdAtomicC1Rs8F64, vec: 1},
+		{k: cuda.MSDeformBwdAtomicC1Rs16F64, vec: 1},
+		{k: cuda.MSDeformBwdAtomicC2Rs16F64, vec: 2},
+		{k: cuda.MSDeformBwdAtomicC4Rs4F64, vec: 4},
+		{k: cuda.MSDeformBwdAtomicC4Rs8F64, vec: 4},
+		{k: cuda.MSDeformBwdAtomicC4Rs8QFastF64, vec: 4},
+	},
+}
+
+// skipUnrunnableMSDeform skips tb when dev cannot run k: one of
+// msdeform_sm90a.cu's on a GPU that does not run them, or a variant this
+// build leaves out (skipUnbuiltVariant). sm90aError is asked with the
+// shipped kernel, whose module's verdict it keeps for ops: a variant
+// missing from the build must not turn the default off.
+func skipUnrunnableMSDeform(tb testing.TB, dev *backend.Device, k msDeformKernel) {
+	tb.Helper()
+	if k.k.Module() == msDeformQuadBackward.Module() {
+		if err := sm90aError(dev, msDeformQuadBackward.Module(), msDeformQuadBackward.Name()); err != nil {
+			tb.Skipf("%s does not run here: %v", k.k.Name(), err)
+		}
+	}
+	skipUnbuiltVariant(tb, dev, k.k.Module(), k.k.Name())
 }
 
 func TestGPUMSDeformAttnBackwardVariants(t *testing.T) {
 	dev := gpu(t)
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
-		for _, v := range msDeformBackwardVariants[dt] {
-			k := v.kernel(dt)
+		// Only the backward op runs here; this forward kernel takes any D
+		// and alignment.
+		fwd, err := cuda.MSDeformFwdScalar(dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range msDeformBackwardVariants[dt] {
 			tuning := msDeformTuning{kernel: func(backward bool, dt tensor.Dtype) msDeformKernel {
 				if !backward {
-					// Only the backward op runs here; this forward kernel
-					// takes any D and alignment.
-					return msDeformKernel{"msdeform_forward_" + dtypeSuffix(dt) + "_v1_s", 1}
+					return msDeformKernel{k: fwd, vec: 1}
 				}
 				return k
 			}}
-			quadErr := error(nil)
-			if msDeformModule(k.name) != "msdeform" {
-				quadErr = sm90aError(dev, msDeformModule(k.name), k.name)
-			}
 			for i, c := range msDeformParityCases {
-				t.Run(fmt.Sprintf("kernel=%s/%s", k.name, c.name), func(t *testing.T) {
-					if quadErr != nil {
-						t.Skipf("%s does not run here: %v", k.name, quadErr)
-					}
+				t.Run(fmt.Sprintf("kernel=%s/%s", k.k.Name(), c.name), func(t *testing.T) {
+					skipUnrunnableMSDeform(t, dev, k)
 					sh, value, loc, weight, gy := c.inputs(t, rand.New(rand.NewPCG(uint64(i), 4)), dt)
-					if msDeformModule(k.name) != "msdeform" && sh.d%4 != 0 {
-						t.Skipf("D = %d: the q4 kernels need D %% 4 == 0", sh.d)
+					if k.k.Module() == msDeformQuadBackward.Module() && sh.d%4 != 0 {
+						t.Skipf("D = %d: the red4 kernels need D %% 4 == 0", sh.d)
 					}
 					withMSDeformTuning(dev, tuning, func() {
 						parity(t, dev, msDeformGradForParity(sh), dt, value, loc, weight, gy)
@@ -72,10 +101,16 @@ func TestGPUMSDeformAttnBackwardVariants(t *testing.T) {
 }
 
 // msDeformForwardVariants lists the float32 forward kernels of msdeform.cu
-// that take 4 channels per lane (D % 4 == 0); the v1 kernels run in
-// TestGPUMSDeformAttnParity on the cases that need them.
-var msDeformForwardVariants = []msDeformKernel{{"msdeform_forward_f32_v4_u1", 4}, {"msdeform_forward_f32_v4_s", 4},
-	{"msdeform_forward_f32_v4_s_b5", 4}, {"msdeform_forward_f32_v4_s_o", 4}, {"msdeform_forward_f32_v4_s_b5_o", 4}}
+// that take 4 channels per lane (D % 4 == 0), defaults and variants; the
+// scalar kernels run in TestGPUMSDeformAttnParity on the cases that need
+// them.
+var msDeformForwardVariants = []msDeformKernel{
+	{k: cuda.MSDeformFwdV16bLaneTapsF32, vec: 4},
+	{k: cuda.MSDeformFwdV16bF32, vec: 4},
+	{k: cuda.MSDeformFwdV16bOcc5F32, vec: 4},
+	{k: cuda.MSDeformFwdV16bSortedF32, vec: 4, sorted: true},
+	{k: cuda.MSDeformFwdV16bOcc5SortedF32, vec: 4, sorted: true},
+}
 
 func TestGPUMSDeformAttnForwardVariants(t *testing.T) {
 	dev := gpu(t)
@@ -83,10 +118,11 @@ func TestGPUMSDeformAttnForwardVariants(t *testing.T) {
 	for _, k := range msDeformForwardVariants {
 		tuning := msDeformTuning{kernel: func(bool, tensor.Dtype) msDeformKernel { return k }}
 		for i, c := range msDeformParityCases {
-			t.Run(fmt.Sprintf("kernel=%s/%s", k.name, c.name), func(t *testing.T) {
+			t.Run(fmt.Sprintf("kernel=%s/%s", k.k.Name(), c.name), func(t *testing.T) {
+				skipUnrunnableMSDeform(t, dev, k)
 				sh, value, loc, weight, _ := c.inputs(t, rand.New(rand.NewPCG(uint64(i), 4)), dt)
 				if sh.d%4 != 0 {
-					t.Skipf("D = %d: the v4 kernels need D %% 4 == 0", sh.d)
+					t.Skipf("D = %d: the v16b kernels need D %% 4 == 0", sh.d)
 				}
 				withMSDeformTuning(dev, tuning, func() { parity(t, dev, msDeformAttnOp(sh), dt, value, loc, weight) })
 			})
@@ -94,7 +130,7 @@ func TestGPUMSDeformAttnForwardVariants(t *testing.T) {
 	}
 }
 
-// The forward with its queries sorted (msdeform_query_cells) on every parity
+// The forward with its queries sorted (msdeform_sort_cells) on every parity
 // case, whatever their number of queries.
 func TestGPUMSDeformAttnSortedParity(t *testing.T) {
 	dev := gpu(t)
@@ -195,8 +231,10 @@ func TestGPUMSDeformAttnTuning(t *testing.T) {
 	dev := gpu(t)
 	sh, value, loc, weight, _ := msDeformParityCases[0].inputs(t, rand.New(rand.NewPCG(1, 4)), tensor.Float32)
 	in := []G.Value{toDev(t, dev, value), toDev(t, dev, loc), toDev(t, dev, weight)}
-	const missing = "msdeform_forward_f32_missing"
-	tuning := msDeformTuning{kernel: func(bool, tensor.Dtype) msDeformKernel { return msDeformKernel{missing, 1} }}
+	const missing = "msdeform_fwd_missing_f32"
+	tuning := msDeformTuning{kernel: func(bool, tensor.Dtype) msDeformKernel {
+		return msDeformKernel{k: "msdeform." + missing, vec: 1}
+	}}
 	withMSDeformTuning(dev, tuning, func() {
 		if _, err := msDeformAttnOp(sh).Do(in...); err == nil || !strings.Contains(err.Error(), missing) {
 			t.Errorf("with the tuning: got error %v, want one naming %s", err, missing)

@@ -88,7 +88,7 @@ for step in $what; do
 	stalls)
 		echo "== Nsight Compute: where the slowest kernels wait"
 		(cd ops && ncu --clock-control none --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
-			-k regex:'roialign_fwd_nchw_cols_s2(_cmajor)?_f32|msdeform_backward_f32_q4_r4_h_b3' -c 2 "$root/bin/ops.test" -test.run '^$' \
+			-k regex:'roialign_fwd_nchw_cols_s2(_cmajor)?_f32|msdeform_bwd_red4_rs4_occ3_f32' -c 2 "$root/bin/ops.test" -test.run '^$' \
 			-test.bench 'Suite(RoIAlign|MSDeformAttn)$/impl=cuda/dtype=float32/case=(box_head_P2|detr_encoder)$' \
 			-test.benchtime 1x >"$OUT/ncu-stalls.txt" 2>&1)
 		grep -E "^  [a-z_0-9]+.*\(|Stall|Warp Cycles|Issued Warp|No Eligible|Active Warps|Eligible Warps|Mem Busy|Max Bandwidth|L1/TEX Hit|L2 Hit|Mem Pipes" "$OUT/ncu-stalls.txt" | head -60

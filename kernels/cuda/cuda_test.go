@@ -254,9 +254,9 @@ func TestKernelNames(t *testing.T) {
 	if k.Module() != "roialign" || k.Name() != "roialign_fwd_nchw_cols_s2_f32" {
 		t.Errorf("%q: module %q name %q", string(k), k.Module(), k.Name())
 	}
-	info, ok := Lookup(string(MSDeformQueryStarts))
+	info, ok := Lookup(string(MSDeformSortScan))
 	if !ok || info.MaxThreads != MSDeformOrderThreads || info.Params != "MSDeformOrderParams" {
-		t.Errorf("Lookup(%q) = %+v, %v", string(MSDeformQueryStarts), info, ok)
+		t.Errorf("Lookup(%q) = %+v, %v", string(MSDeformSortScan), info, ok)
 	}
 	if _, ok := Lookup("roialign.nonesuch"); ok {
 		t.Error("Lookup found a kernel that does not exist")

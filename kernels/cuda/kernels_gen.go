@@ -343,8 +343,7 @@ var (
 // MSDeformParams mirrors struct MSDeformParams of kernels/msdeform.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
-// Launch parameters, passed by value. Mirrors msDeformArgs in ops (Go); keep
-// field order and types in step.
+// Launch parameters, passed by value.
 type MSDeformParams struct {
 	Value                backend.DevicePtr // [N,S,M,D]
 	Loc                  backend.DevicePtr // [N,Lq,M,L,P,2] normalised (x, y)
@@ -363,7 +362,7 @@ type MSDeformParams struct {
 	InlineLevels [48]int32
 
 	// int32 [N,Lq]: the query each position of an image takes
-	// (msdeform_query_place; _o kernels only). Last, so that the other
+	// (msdeform_sort_place; _sorted kernels only). Last, so that the other
 	// fields' offsets, and the code of the kernels that ignore it, are as
 	// they were before it.
 	Order backend.DevicePtr
@@ -637,88 +636,99 @@ const (
 
 // The kernels of kernels/msdeform.cu (module msdeform).
 const (
-	// MSDeformForwardF32V4U1 is msdeform_forward_f32_v4_u1, __launch_bounds__(256).
-	MSDeformForwardF32V4U1 Kernel[MSDeformParams] = "msdeform.msdeform_forward_f32_v4_u1"
-	// MSDeformBackwardF32U1H is msdeform_backward_f32_u1_h, __launch_bounds__(256).
-	MSDeformBackwardF32U1H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f32_u1_h"
-	// MSDeformBackwardF64U1H is msdeform_backward_f64_u1_h, __launch_bounds__(256).
-	MSDeformBackwardF64U1H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f64_u1_h"
-	// MSDeformForwardF32V1S is msdeform_forward_f32_v1_s, __launch_bounds__(256).
-	MSDeformForwardF32V1S Kernel[MSDeformParams] = "msdeform.msdeform_forward_f32_v1_s"
-	// MSDeformForwardF32V4S is msdeform_forward_f32_v4_s, __launch_bounds__(256).
-	MSDeformForwardF32V4S Kernel[MSDeformParams] = "msdeform.msdeform_forward_f32_v4_s"
-	// MSDeformForwardF32V4SB5 is msdeform_forward_f32_v4_s_b5, __launch_bounds__(256, 5).
-	MSDeformForwardF32V4SB5 Kernel[MSDeformParams] = "msdeform.msdeform_forward_f32_v4_s_b5"
-	// MSDeformForwardF32V4SO is msdeform_forward_f32_v4_s_o, __launch_bounds__(256).
-	MSDeformForwardF32V4SO Kernel[MSDeformParams] = "msdeform.msdeform_forward_f32_v4_s_o"
-	// MSDeformForwardF32V4SB5O is msdeform_forward_f32_v4_s_b5_o, __launch_bounds__(256, 5).
-	MSDeformForwardF32V4SB5O Kernel[MSDeformParams] = "msdeform.msdeform_forward_f32_v4_s_b5_o"
-	// MSDeformForwardF32V1SO is msdeform_forward_f32_v1_s_o, __launch_bounds__(256).
-	MSDeformForwardF32V1SO Kernel[MSDeformParams] = "msdeform.msdeform_forward_f32_v1_s_o"
-	// MSDeformForwardF64V1SO is msdeform_forward_f64_v1_s_o, __launch_bounds__(256).
-	MSDeformForwardF64V1SO Kernel[MSDeformParams] = "msdeform.msdeform_forward_f64_v1_s_o"
-	// MSDeformForwardF64V2SO is msdeform_forward_f64_v2_s_o, __launch_bounds__(256).
-	MSDeformForwardF64V2SO Kernel[MSDeformParams] = "msdeform.msdeform_forward_f64_v2_s_o"
-	// MSDeformForwardF64V1S is msdeform_forward_f64_v1_s, __launch_bounds__(256).
-	MSDeformForwardF64V1S Kernel[MSDeformParams] = "msdeform.msdeform_forward_f64_v1_s"
-	// MSDeformForwardF64V2S is msdeform_forward_f64_v2_s, __launch_bounds__(256).
-	MSDeformForwardF64V2S Kernel[MSDeformParams] = "msdeform.msdeform_forward_f64_v2_s"
-	// MSDeformBackwardF32SH is msdeform_backward_f32_s_h, __launch_bounds__(256).
-	MSDeformBackwardF32SH Kernel[MSDeformParams] = "msdeform.msdeform_backward_f32_s_h"
-	// MSDeformQueryCellsF32 is msdeform_query_cells_f32, __launch_bounds__(256).
-	MSDeformQueryCellsF32 Kernel[MSDeformOrderParams] = "msdeform.msdeform_query_cells_f32"
-	// MSDeformQueryCellsF64 is msdeform_query_cells_f64, __launch_bounds__(256).
-	MSDeformQueryCellsF64 Kernel[MSDeformOrderParams] = "msdeform.msdeform_query_cells_f64"
-	// MSDeformQueryStarts is msdeform_query_starts, __launch_bounds__(1024).
-	MSDeformQueryStarts Kernel[MSDeformOrderParams] = "msdeform.msdeform_query_starts"
-	// MSDeformQueryPlace is msdeform_query_place, __launch_bounds__(256).
-	MSDeformQueryPlace Kernel[MSDeformOrderParams] = "msdeform.msdeform_query_place"
-	// MSDeformBackwardF32R4H is msdeform_backward_f32_r4_h, __launch_bounds__(256, 3).
-	MSDeformBackwardF32R4H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f32_r4_h"
-	// MSDeformBackwardF32R8H is msdeform_backward_f32_r8_h, __launch_bounds__(256, 3).
-	MSDeformBackwardF32R8H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f32_r8_h"
-	// MSDeformBackwardF32R16H is msdeform_backward_f32_r16_h, __launch_bounds__(256, 3).
-	MSDeformBackwardF32R16H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f32_r16_h"
-	// MSDeformBackwardF32V2R16H is msdeform_backward_f32_v2_r16_h, __launch_bounds__(256, 3).
-	MSDeformBackwardF32V2R16H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f32_v2_r16_h"
-	// MSDeformBackwardF32V4R4H is msdeform_backward_f32_v4_r4_h, __launch_bounds__(256, 2).
-	MSDeformBackwardF32V4R4H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f32_v4_r4_h"
-	// MSDeformBackwardF32V4R4HB3 is msdeform_backward_f32_v4_r4_h_b3, __launch_bounds__(256, 3).
+	// MSDeformFwdV16bOcc5F32 is msdeform_fwd_v16b_occ5_f32, __launch_bounds__(256, 5).
 	//
-	// v4_r4_h with registers for 3 blocks per SM (80, a few spilled): the
-	// float32 default, 1.41 vs 1.50-1.52 ms on the encoder (H200); for 4 (64
-	// registers) it spills 1.5 KB and takes 1.61.
-	MSDeformBackwardF32V4R4HB3 Kernel[MSDeformParams] = "msdeform.msdeform_backward_f32_v4_r4_h_b3"
-	// MSDeformBackwardF32V4R8H is msdeform_backward_f32_v4_r8_h, __launch_bounds__(256, 1).
-	MSDeformBackwardF32V4R8H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f32_v4_r8_h"
-	// MSDeformBackwardF32V4R8 is msdeform_backward_f32_v4_r8, __launch_bounds__(256, 1).
-	MSDeformBackwardF32V4R8 Kernel[MSDeformParams] = "msdeform.msdeform_backward_f32_v4_r8"
-	// MSDeformBackwardF64R4H is msdeform_backward_f64_r4_h, __launch_bounds__(256, 1).
-	MSDeformBackwardF64R4H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f64_r4_h"
-	// MSDeformBackwardF64R8H is msdeform_backward_f64_r8_h, __launch_bounds__(256, 1).
-	MSDeformBackwardF64R8H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f64_r8_h"
-	// MSDeformBackwardF64R16H is msdeform_backward_f64_r16_h, __launch_bounds__(256, 1).
-	MSDeformBackwardF64R16H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f64_r16_h"
-	// MSDeformBackwardF64V2R16H is msdeform_backward_f64_v2_r16_h, __launch_bounds__(256, 1).
-	MSDeformBackwardF64V2R16H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f64_v2_r16_h"
-	// MSDeformBackwardF64V4R4H is msdeform_backward_f64_v4_r4_h, __launch_bounds__(256, 1).
-	MSDeformBackwardF64V4R4H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f64_v4_r4_h"
-	// MSDeformBackwardF64V4R8H is msdeform_backward_f64_v4_r8_h, __launch_bounds__(256, 1).
-	MSDeformBackwardF64V4R8H Kernel[MSDeformParams] = "msdeform.msdeform_backward_f64_v4_r8_h"
-	// MSDeformBackwardF64V4R8 is msdeform_backward_f64_v4_r8, __launch_bounds__(256, 1).
-	MSDeformBackwardF64V4R8 Kernel[MSDeformParams] = "msdeform.msdeform_backward_f64_v4_r8"
+	// Forward. The float32 default caps registers for 5 blocks per SM (48
+	// registers, a few spilled): on the H200 it was chosen on, it beat the
+	// uncapped msdeform_fwd_v16b_f32 on the TARGETS cases and a cap for 6
+	// blocks (BENCHMARKS.md has an H100 run where the uncapped kernel won). The
+	// sorted kernels are uncapped: with the order lookup, the capped one
+	// (msdeform_fwd_v16b_occ5_sorted_f32) was slower.
+	MSDeformFwdV16bOcc5F32 Kernel[MSDeformParams] = "msdeform.msdeform_fwd_v16b_occ5_f32"
+	// MSDeformFwdV16bF64 is msdeform_fwd_v16b_f64, __launch_bounds__(256).
+	MSDeformFwdV16bF64 Kernel[MSDeformParams] = "msdeform.msdeform_fwd_v16b_f64"
+	// MSDeformFwdScalarF32 is msdeform_fwd_scalar_f32, __launch_bounds__(256).
+	MSDeformFwdScalarF32 Kernel[MSDeformParams] = "msdeform.msdeform_fwd_scalar_f32"
+	// MSDeformFwdScalarF64 is msdeform_fwd_scalar_f64, __launch_bounds__(256).
+	MSDeformFwdScalarF64 Kernel[MSDeformParams] = "msdeform.msdeform_fwd_scalar_f64"
+	// MSDeformFwdV16bSortedF32 is msdeform_fwd_v16b_sorted_f32, __launch_bounds__(256).
+	MSDeformFwdV16bSortedF32 Kernel[MSDeformParams] = "msdeform.msdeform_fwd_v16b_sorted_f32"
+	// MSDeformFwdV16bSortedF64 is msdeform_fwd_v16b_sorted_f64, __launch_bounds__(256).
+	MSDeformFwdV16bSortedF64 Kernel[MSDeformParams] = "msdeform.msdeform_fwd_v16b_sorted_f64"
+	// MSDeformFwdScalarSortedF32 is msdeform_fwd_scalar_sorted_f32, __launch_bounds__(256).
+	MSDeformFwdScalarSortedF32 Kernel[MSDeformParams] = "msdeform.msdeform_fwd_scalar_sorted_f32"
+	// MSDeformFwdScalarSortedF64 is msdeform_fwd_scalar_sorted_f64, __launch_bounds__(256).
+	MSDeformFwdScalarSortedF64 Kernel[MSDeformParams] = "msdeform.msdeform_fwd_scalar_sorted_f64"
+	// MSDeformSortCellsF32 is msdeform_sort_cells_f32, __launch_bounds__(256).
+	//
+	// The query order: msdeform_sort_cells and _place a thread per query,
+	// msdeform_sort_scan one block of kOrderThreads per image.
+	MSDeformSortCellsF32 Kernel[MSDeformOrderParams] = "msdeform.msdeform_sort_cells_f32"
+	// MSDeformSortCellsF64 is msdeform_sort_cells_f64, __launch_bounds__(256).
+	MSDeformSortCellsF64 Kernel[MSDeformOrderParams] = "msdeform.msdeform_sort_cells_f64"
+	// MSDeformSortScan is msdeform_sort_scan, __launch_bounds__(1024).
+	MSDeformSortScan Kernel[MSDeformOrderParams] = "msdeform.msdeform_sort_scan"
+	// MSDeformSortPlace is msdeform_sort_place, __launch_bounds__(256).
+	MSDeformSortPlace Kernel[MSDeformOrderParams] = "msdeform.msdeform_sort_place"
+	// MSDeformBwdAtomicC4Rs4Occ3F32 is msdeform_bwd_atomic_c4_rs4_occ3_f32, __launch_bounds__(256, 3).
+	//
+	// Backward (below compute capability 9.0 for float32: msdeform_sm90a.cu's
+	// _red4 kernel there). The float32 default caps registers for 3 blocks per
+	// SM (80, a few spilled): faster than the cap for 2, and a cap for 4 (64)
+	// spilled 1.5 KB and was slower.
+	MSDeformBwdAtomicC4Rs4Occ3F32 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c4_rs4_occ3_f32"
+	// MSDeformBwdAtomicC4Rs4F64 is msdeform_bwd_atomic_c4_rs4_f64, __launch_bounds__(256, 1).
+	MSDeformBwdAtomicC4Rs4F64 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c4_rs4_f64"
+	// MSDeformFwdV16bLaneTapsF32 is msdeform_fwd_v16b_lanetaps_f32, __launch_bounds__(256).
+	MSDeformFwdV16bLaneTapsF32 Kernel[MSDeformParams] = "msdeform.msdeform_fwd_v16b_lanetaps_f32"
+	// MSDeformFwdV16bF32 is msdeform_fwd_v16b_f32, __launch_bounds__(256).
+	MSDeformFwdV16bF32 Kernel[MSDeformParams] = "msdeform.msdeform_fwd_v16b_f32"
+	// MSDeformFwdV16bOcc5SortedF32 is msdeform_fwd_v16b_occ5_sorted_f32, __launch_bounds__(256, 5).
+	MSDeformFwdV16bOcc5SortedF32 Kernel[MSDeformParams] = "msdeform.msdeform_fwd_v16b_occ5_sorted_f32"
+	// MSDeformBwdAtomicC1ButterflyF32 is msdeform_bwd_atomic_c1_butterfly_f32, __launch_bounds__(256).
+	MSDeformBwdAtomicC1ButterflyF32 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c1_butterfly_f32"
+	// MSDeformBwdAtomicC1ButterflyF64 is msdeform_bwd_atomic_c1_butterfly_f64, __launch_bounds__(256).
+	MSDeformBwdAtomicC1ButterflyF64 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c1_butterfly_f64"
+	// MSDeformBwdAtomicC1SharedTapsButterflyF32 is msdeform_bwd_atomic_c1_sharedtaps_butterfly_f32, __launch_bounds__(256).
+	MSDeformBwdAtomicC1SharedTapsButterflyF32 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c1_sharedtaps_butterfly_f32"
+	// MSDeformBwdAtomicC1Rs4Occ3F32 is msdeform_bwd_atomic_c1_rs4_occ3_f32, __launch_bounds__(256, 3).
+	MSDeformBwdAtomicC1Rs4Occ3F32 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c1_rs4_occ3_f32"
+	// MSDeformBwdAtomicC1Rs8Occ3F32 is msdeform_bwd_atomic_c1_rs8_occ3_f32, __launch_bounds__(256, 3).
+	MSDeformBwdAtomicC1Rs8Occ3F32 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c1_rs8_occ3_f32"
+	// MSDeformBwdAtomicC1Rs16Occ3F32 is msdeform_bwd_atomic_c1_rs16_occ3_f32, __launch_bounds__(256, 3).
+	MSDeformBwdAtomicC1Rs16Occ3F32 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c1_rs16_occ3_f32"
+	// MSDeformBwdAtomicC2Rs16Occ3F32 is msdeform_bwd_atomic_c2_rs16_occ3_f32, __launch_bounds__(256, 3).
+	MSDeformBwdAtomicC2Rs16Occ3F32 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c2_rs16_occ3_f32"
+	// MSDeformBwdAtomicC4Rs4Occ2F32 is msdeform_bwd_atomic_c4_rs4_occ2_f32, __launch_bounds__(256, 2).
+	MSDeformBwdAtomicC4Rs4Occ2F32 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c4_rs4_occ2_f32"
+	// MSDeformBwdAtomicC4Rs8F32 is msdeform_bwd_atomic_c4_rs8_f32, __launch_bounds__(256, 1).
+	MSDeformBwdAtomicC4Rs8F32 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c4_rs8_f32"
+	// MSDeformBwdAtomicC4Rs8QFastF32 is msdeform_bwd_atomic_c4_rs8_qfast_f32, __launch_bounds__(256, 1).
+	MSDeformBwdAtomicC4Rs8QFastF32 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c4_rs8_qfast_f32"
+	// MSDeformBwdAtomicC1Rs4F64 is msdeform_bwd_atomic_c1_rs4_f64, __launch_bounds__(256, 1).
+	MSDeformBwdAtomicC1Rs4F64 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c1_rs4_f64"
+	// MSDeformBwdAtomicC1Rs8F64 is msdeform_bwd_atomic_c1_rs8_f64, __launch_bounds__(256, 1).
+	MSDeformBwdAtomicC1Rs8F64 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c1_rs8_f64"
+	// MSDeformBwdAtomicC1Rs16F64 is msdeform_bwd_atomic_c1_rs16_f64, __launch_bounds__(256, 1).
+	MSDeformBwdAtomicC1Rs16F64 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c1_rs16_f64"
+	// MSDeformBwdAtomicC2Rs16F64 is msdeform_bwd_atomic_c2_rs16_f64, __launch_bounds__(256, 1).
+	MSDeformBwdAtomicC2Rs16F64 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c2_rs16_f64"
+	// MSDeformBwdAtomicC4Rs8F64 is msdeform_bwd_atomic_c4_rs8_f64, __launch_bounds__(256, 1).
+	MSDeformBwdAtomicC4Rs8F64 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c4_rs8_f64"
+	// MSDeformBwdAtomicC4Rs8QFastF64 is msdeform_bwd_atomic_c4_rs8_qfast_f64, __launch_bounds__(256, 1).
+	MSDeformBwdAtomicC4Rs8QFastF64 Kernel[MSDeformParams] = "msdeform.msdeform_bwd_atomic_c4_rs8_qfast_f64"
 )
 
 // The kernels of kernels/msdeform_sm90a.cu (module msdeform_sm90a).
 const (
-	// MSDeformBackwardF32Q4R4H is msdeform_backward_f32_q4_r4_h, __launch_bounds__(256, 2).
-	MSDeformBackwardF32Q4R4H Kernel[MSDeformParams] = "msdeform_sm90a.msdeform_backward_f32_q4_r4_h"
-	// MSDeformBackwardF32Q4R4HB3 is msdeform_backward_f32_q4_r4_h_b3, __launch_bounds__(256, 3).
-	MSDeformBackwardF32Q4R4HB3 Kernel[MSDeformParams] = "msdeform_sm90a.msdeform_backward_f32_q4_r4_h_b3"
-	// MSDeformBackwardF32Q4R4HB4 is msdeform_backward_f32_q4_r4_h_b4, __launch_bounds__(256, 4).
-	MSDeformBackwardF32Q4R4HB4 Kernel[MSDeformParams] = "msdeform_sm90a.msdeform_backward_f32_q4_r4_h_b4"
-	// MSDeformBackwardF32Q4R8HB3 is msdeform_backward_f32_q4_r8_h_b3, __launch_bounds__(256, 3).
-	MSDeformBackwardF32Q4R8HB3 Kernel[MSDeformParams] = "msdeform_sm90a.msdeform_backward_f32_q4_r8_h_b3"
+	// MSDeformBwdRed4Rs4Occ3F32 is msdeform_bwd_red4_rs4_occ3_f32, __launch_bounds__(256, 3).
+	MSDeformBwdRed4Rs4Occ3F32 Kernel[MSDeformParams] = "msdeform_sm90a.msdeform_bwd_red4_rs4_occ3_f32"
+	// MSDeformBwdRed4Rs4Occ2F32 is msdeform_bwd_red4_rs4_occ2_f32, __launch_bounds__(256, 2).
+	MSDeformBwdRed4Rs4Occ2F32 Kernel[MSDeformParams] = "msdeform_sm90a.msdeform_bwd_red4_rs4_occ2_f32"
+	// MSDeformBwdRed4Rs4Occ4F32 is msdeform_bwd_red4_rs4_occ4_f32, __launch_bounds__(256, 4).
+	MSDeformBwdRed4Rs4Occ4F32 Kernel[MSDeformParams] = "msdeform_sm90a.msdeform_bwd_red4_rs4_occ4_f32"
+	// MSDeformBwdRed4Rs8Occ3F32 is msdeform_bwd_red4_rs8_occ3_f32, __launch_bounds__(256, 3).
+	MSDeformBwdRed4Rs8Occ3F32 Kernel[MSDeformParams] = "msdeform_sm90a.msdeform_bwd_red4_rs8_occ3_f32"
 )
 
 // The kernels of kernels/roialign.cu (module roialign).
@@ -893,59 +903,44 @@ func Axpy(dt tensor.Dtype) (Kernel[AxpyParams], error) {
 	return byDtype(dt, "axpy", AxpyF32, AxpyF64)
 }
 
-// MSDeformBackwardU1H returns MSDeformBackwardF32U1H for float32 and MSDeformBackwardF64U1H for float64.
-func MSDeformBackwardU1H(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
-	return byDtype(dt, "msdeform_backward_u1_h", MSDeformBackwardF32U1H, MSDeformBackwardF64U1H)
+// MSDeformFwdScalar returns MSDeformFwdScalarF32 for float32 and MSDeformFwdScalarF64 for float64.
+func MSDeformFwdScalar(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
+	return byDtype(dt, "msdeform_fwd_scalar", MSDeformFwdScalarF32, MSDeformFwdScalarF64)
 }
 
-// MSDeformForwardV1S returns MSDeformForwardF32V1S for float32 and MSDeformForwardF64V1S for float64.
-func MSDeformForwardV1S(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
-	return byDtype(dt, "msdeform_forward_v1_s", MSDeformForwardF32V1S, MSDeformForwardF64V1S)
+// MSDeformFwdV16bSorted returns MSDeformFwdV16bSortedF32 for float32 and MSDeformFwdV16bSortedF64 for float64.
+func MSDeformFwdV16bSorted(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
+	return byDtype(dt, "msdeform_fwd_v16b_sorted", MSDeformFwdV16bSortedF32, MSDeformFwdV16bSortedF64)
 }
 
-// MSDeformForwardV1SO returns MSDeformForwardF32V1SO for float32 and MSDeformForwardF64V1SO for float64.
-func MSDeformForwardV1SO(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
-	return byDtype(dt, "msdeform_forward_v1_s_o", MSDeformForwardF32V1SO, MSDeformForwardF64V1SO)
+// MSDeformFwdScalarSorted returns MSDeformFwdScalarSortedF32 for float32 and MSDeformFwdScalarSortedF64 for float64.
+func MSDeformFwdScalarSorted(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
+	return byDtype(dt, "msdeform_fwd_scalar_sorted", MSDeformFwdScalarSortedF32, MSDeformFwdScalarSortedF64)
 }
 
-// MSDeformQueryCells returns MSDeformQueryCellsF32 for float32 and MSDeformQueryCellsF64 for float64.
-func MSDeformQueryCells(dt tensor.Dtype) (Kernel[MSDeformOrderParams], error) {
-	return byDtype(dt, "msdeform_query_cells", MSDeformQueryCellsF32, MSDeformQueryCellsF64)
+// MSDeformSortCells returns MSDeformSortCellsF32 for float32 and MSDeformSortCellsF64 for float64.
+func MSDeformSortCells(dt tensor.Dtype) (Kernel[MSDeformOrderParams], error) {
+	return byDtype(dt, "msdeform_sort_cells", MSDeformSortCellsF32, MSDeformSortCellsF64)
 }
 
-// MSDeformBackwardR4H returns MSDeformBackwardF32R4H for float32 and MSDeformBackwardF64R4H for float64.
-func MSDeformBackwardR4H(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
-	return byDtype(dt, "msdeform_backward_r4_h", MSDeformBackwardF32R4H, MSDeformBackwardF64R4H)
+// MSDeformFwdV16b returns MSDeformFwdV16bF32 for float32 and MSDeformFwdV16bF64 for float64.
+func MSDeformFwdV16b(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
+	return byDtype(dt, "msdeform_fwd_v16b", MSDeformFwdV16bF32, MSDeformFwdV16bF64)
 }
 
-// MSDeformBackwardR8H returns MSDeformBackwardF32R8H for float32 and MSDeformBackwardF64R8H for float64.
-func MSDeformBackwardR8H(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
-	return byDtype(dt, "msdeform_backward_r8_h", MSDeformBackwardF32R8H, MSDeformBackwardF64R8H)
+// MSDeformBwdAtomicC1Butterfly returns MSDeformBwdAtomicC1ButterflyF32 for float32 and MSDeformBwdAtomicC1ButterflyF64 for float64.
+func MSDeformBwdAtomicC1Butterfly(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
+	return byDtype(dt, "msdeform_bwd_atomic_c1_butterfly", MSDeformBwdAtomicC1ButterflyF32, MSDeformBwdAtomicC1ButterflyF64)
 }
 
-// MSDeformBackwardR16H returns MSDeformBackwardF32R16H for float32 and MSDeformBackwardF64R16H for float64.
-func MSDeformBackwardR16H(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
-	return byDtype(dt, "msdeform_backward_r16_h", MSDeformBackwardF32R16H, MSDeformBackwardF64R16H)
+// MSDeformBwdAtomicC4Rs8 returns MSDeformBwdAtomicC4Rs8F32 for float32 and MSDeformBwdAtomicC4Rs8F64 for float64.
+func MSDeformBwdAtomicC4Rs8(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
+	return byDtype(dt, "msdeform_bwd_atomic_c4_rs8", MSDeformBwdAtomicC4Rs8F32, MSDeformBwdAtomicC4Rs8F64)
 }
 
-// MSDeformBackwardV2R16H returns MSDeformBackwardF32V2R16H for float32 and MSDeformBackwardF64V2R16H for float64.
-func MSDeformBackwardV2R16H(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
-	return byDtype(dt, "msdeform_backward_v2_r16_h", MSDeformBackwardF32V2R16H, MSDeformBackwardF64V2R16H)
-}
-
-// MSDeformBackwardV4R4H returns MSDeformBackwardF32V4R4H for float32 and MSDeformBackwardF64V4R4H for float64.
-func MSDeformBackwardV4R4H(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
-	return byDtype(dt, "msdeform_backward_v4_r4_h", MSDeformBackwardF32V4R4H, MSDeformBackwardF64V4R4H)
-}
-
-// MSDeformBackwardV4R8H returns MSDeformBackwardF32V4R8H for float32 and MSDeformBackwardF64V4R8H for float64.
-func MSDeformBackwardV4R8H(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
-	return byDtype(dt, "msdeform_backward_v4_r8_h", MSDeformBackwardF32V4R8H, MSDeformBackwardF64V4R8H)
-}
-
-// MSDeformBackwardV4R8 returns MSDeformBackwardF32V4R8 for float32 and MSDeformBackwardF64V4R8 for float64.
-func MSDeformBackwardV4R8(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
-	return byDtype(dt, "msdeform_backward_v4_r8", MSDeformBackwardF32V4R8, MSDeformBackwardF64V4R8)
+// MSDeformBwdAtomicC4Rs8QFast returns MSDeformBwdAtomicC4Rs8QFastF32 for float32 and MSDeformBwdAtomicC4Rs8QFastF64 for float64.
+func MSDeformBwdAtomicC4Rs8QFast(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
+	return byDtype(dt, "msdeform_bwd_atomic_c4_rs8_qfast", MSDeformBwdAtomicC4Rs8QFastF32, MSDeformBwdAtomicC4Rs8QFastF64)
 }
 
 // RoIAlignFwdNCHWColsS1 returns RoIAlignFwdNCHWColsS1F32 for float32 and RoIAlignFwdNCHWColsS1F64 for float64.
@@ -1086,6 +1081,10 @@ const (
 	ConvWgradV6SmemBytes = 207872
 	// ConvWgradV6TileM is WgradV6::BM in kernels/conv_sm90a.cu.
 	ConvWgradV6TileM = 256
+	// MSDeformBlock is kBlock in kernels/msdeform.cu.
+	MSDeformBlock = 256
+	// MSDeformInlineLevels is kInlineLevels in kernels/msdeform.cu.
+	MSDeformInlineLevels = 16
 	// MSDeformOrderCells is kOrderCells in kernels/msdeform.cu.
 	MSDeformOrderCells = 8192
 	// MSDeformOrderThreads is kOrderThreads in kernels/msdeform.cu.
@@ -1180,43 +1179,43 @@ var kernelTable = [...]KernelInfo{
 	{Module: "elementwise", Name: "add_acc_f64", Params: "AddParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "axpy_f32", Params: "AxpyParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "axpy_f64", Params: "AxpyParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_forward_f32_v4_u1", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f32_u1_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f64_u1_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_forward_f32_v1_s", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_forward_f32_v4_s", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_forward_f32_v4_s_b5", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 5, Variant: false},
-	{Module: "msdeform", Name: "msdeform_forward_f32_v4_s_o", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_forward_f32_v4_s_b5_o", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 5, Variant: false},
-	{Module: "msdeform", Name: "msdeform_forward_f32_v1_s_o", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_forward_f64_v1_s_o", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_forward_f64_v2_s_o", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_forward_f64_v1_s", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_forward_f64_v2_s", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f32_s_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_query_cells_f32", Params: "MSDeformOrderParams", ParamsSize: 56, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_query_cells_f64", Params: "MSDeformOrderParams", ParamsSize: 56, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_query_starts", Params: "MSDeformOrderParams", ParamsSize: 56, MaxThreads: 1024, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_query_place", Params: "MSDeformOrderParams", ParamsSize: 56, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f32_r4_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f32_r8_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f32_r16_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f32_v2_r16_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f32_v4_r4_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 2, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f32_v4_r4_h_b3", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f32_v4_r8_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f32_v4_r8", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f64_r4_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f64_r8_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f64_r16_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f64_v2_r16_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f64_v4_r4_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f64_v4_r8_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "msdeform", Name: "msdeform_backward_f64_v4_r8", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "msdeform_sm90a", Name: "msdeform_backward_f32_q4_r4_h", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 2, Variant: false},
-	{Module: "msdeform_sm90a", Name: "msdeform_backward_f32_q4_r4_h_b3", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: false},
-	{Module: "msdeform_sm90a", Name: "msdeform_backward_f32_q4_r4_h_b4", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 4, Variant: false},
-	{Module: "msdeform_sm90a", Name: "msdeform_backward_f32_q4_r8_h_b3", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: false},
+	{Module: "msdeform", Name: "msdeform_fwd_v16b_occ5_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 5, Variant: false},
+	{Module: "msdeform", Name: "msdeform_fwd_v16b_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "msdeform", Name: "msdeform_fwd_scalar_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "msdeform", Name: "msdeform_fwd_scalar_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "msdeform", Name: "msdeform_fwd_v16b_sorted_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "msdeform", Name: "msdeform_fwd_v16b_sorted_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "msdeform", Name: "msdeform_fwd_scalar_sorted_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "msdeform", Name: "msdeform_fwd_scalar_sorted_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "msdeform", Name: "msdeform_sort_cells_f32", Params: "MSDeformOrderParams", ParamsSize: 56, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "msdeform", Name: "msdeform_sort_cells_f64", Params: "MSDeformOrderParams", ParamsSize: 56, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "msdeform", Name: "msdeform_sort_scan", Params: "MSDeformOrderParams", ParamsSize: 56, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "msdeform", Name: "msdeform_sort_place", Params: "MSDeformOrderParams", ParamsSize: 56, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c4_rs4_occ3_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: false},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c4_rs4_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: false},
+	{Module: "msdeform", Name: "msdeform_fwd_v16b_lanetaps_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "msdeform", Name: "msdeform_fwd_v16b_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "msdeform", Name: "msdeform_fwd_v16b_occ5_sorted_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 5, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c1_butterfly_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c1_butterfly_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c1_sharedtaps_butterfly_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c1_rs4_occ3_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c1_rs8_occ3_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c1_rs16_occ3_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c2_rs16_occ3_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c4_rs4_occ2_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 2, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c4_rs8_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c4_rs8_qfast_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c1_rs4_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c1_rs8_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c1_rs16_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c2_rs16_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c4_rs8_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: true},
+	{Module: "msdeform", Name: "msdeform_bwd_atomic_c4_rs8_qfast_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 1, Variant: true},
+	{Module: "msdeform_sm90a", Name: "msdeform_bwd_red4_rs4_occ3_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: false},
+	{Module: "msdeform_sm90a", Name: "msdeform_bwd_red4_rs4_occ2_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 2, Variant: true},
+	{Module: "msdeform_sm90a", Name: "msdeform_bwd_red4_rs4_occ4_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 4, Variant: true},
+	{Module: "msdeform_sm90a", Name: "msdeform_bwd_red4_rs8_occ3_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: true},
 	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},

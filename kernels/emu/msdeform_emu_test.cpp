@@ -158,7 +158,7 @@ static Err compare(const std::vector<T>& got, const std::vector<double>& want, d
   return e;
 }
 
-// With ordered (the forward's _o kernels), the launch takes each image's
+// With ordered (the forward's _sorted kernels), the launch takes each image's
 // queries in a shuffled order (p.order): every output must still land where
 // its query's belongs. Then, so that a kernel that ignores p.order cannot
 // pass, again with every position taking query 0: only query 0's outputs
@@ -201,7 +201,7 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
   p.grad_out = (uint64_t)tg.data(), p.grad_value = (uint64_t)ov.data(), p.grad_loc = (uint64_t)ol.data();
   p.grad_weight = (uint64_t)ow.data();
   p.out = (uint64_t)of.data();
-  if (L <= 16) {
+  if (L <= stheno::kInlineLevels) {
     memcpy(p.inline_levels, table.data(), table.size() * sizeof(int));
   } else {
     // An exact-size copy, so that AddressSanitizer sees reads past the table.
@@ -223,8 +223,8 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
     p.order = (uint64_t)order.data();
   }
   const long threads = (long)c.n * c.lq * c.m * group;
-  const unsigned blocks = (threads + 255) / 256;
-  emu::launch(k, dim3(blocks), dim3(256), 0, p);
+  const unsigned blocks = (threads + stheno::kBlock - 1) / stheno::kBlock;
+  emu::launch(k, dim3(blocks), dim3(stheno::kBlock), 0, p);
   bool ok;
   if (forward) {
     const double tabs = sizeof(T) == 4 ? 1e-6 : 1e-12, trel = sizeof(T) == 4 ? 1e-5 : 1e-10;  // TolForward32/64
@@ -233,7 +233,7 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
     if (ordered) {
       std::fill(order.begin(), order.end(), 0);
       std::fill(of.begin(), of.end(), T(NAN));
-      emu::launch(k, dim3(blocks), dim3(256), 0, p);
+      emu::launch(k, dim3(blocks), dim3(stheno::kBlock), 0, p);
       for (int n = 0; n < c.n; ++n)
         for (int q = 0; q < c.lq; ++q)
           for (size_t j = 0; j < (size_t)c.m * c.d; ++j) {
@@ -241,7 +241,7 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
             if (std::isnan(of[i]) != (q != 0)) ok = false;
           }
     }
-    printf("%-4s %-28s %-34s maxabs out %.2e | worst/tol %.3f%s\n", ok ? "ok" : "FAIL", c.name.c_str(), kname.c_str(),
+    printf("%-4s %-28s %-47s maxabs out %.2e | worst/tol %.3f%s\n", ok ? "ok" : "FAIL", c.name.c_str(), kname.c_str(),
            eo.abs, eo.worst, ordered ? " (shuffled query order; all positions on query 0)" : "");
   } else {
     const double tabs = sizeof(T) == 4 ? 1e-5 : 1e-12, trel = sizeof(T) == 4 ? 1e-4 : 1e-10;  // TolParity32/64
@@ -255,14 +255,14 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
     }
     const Err ev = compare(ov, gv, tabs, trel), el = compare(olp, glp, tabs, trel), ew = compare(ow, gw, tabs, trel);
     ok = ev.bad + el.bad + ew.bad == 0;
-    printf("%-4s %-28s %-34s maxabs value %.2e loc %.2e weight %.2e | worst/tol %.3f %.3f %.3f%s\n",
+    printf("%-4s %-28s %-47s maxabs value %.2e loc %.2e weight %.2e | worst/tol %.3f %.3f %.3f%s\n",
            ok ? "ok" : "FAIL", c.name.c_str(), kname.c_str(), ev.abs, el.abs, ew.abs, ev.worst, el.worst, ew.worst,
            ordered ? " (shuffled query order)" : "");
   }
   return ok;
 }
 
-// msdeform_query_cells, _starts and _place on nq queries per image (n images, stride elements
+// msdeform_sort_cells, _scan and _place on nq queries per image (n images, stride elements
 // apart, a bands x cols grid): each image's order must be a permutation of
 // its queries whose cells, computed here as the kernel defines them, never
 // decrease. Locations reach past [0,1] and some are NaN or infinite.
@@ -279,10 +279,11 @@ static bool run_order(int n, int nq, int stride, int bands, int cols) {
   memset(&p, 0, sizeof p);
   p.loc = (uint64_t)loc.data(), p.cells = (uint64_t)cells.data(), p.starts = (uint64_t)starts.data(), p.order = (uint64_t)order.data();
   p.n = n, p.lq = nq, p.stride = stride, p.bands = bands, p.cols = cols;
-  emu::launch(sizeof(T) == 4 ? (void (*)(stheno::MSDeformOrderParams))msdeform_query_cells_f32 : msdeform_query_cells_f64,
-              dim3((n * nq + 255) / 256), dim3(256), 0, p);
-  emu::launch(msdeform_query_starts, dim3(n), dim3(stheno::kOrderThreads), 0, p);
-  emu::launch(msdeform_query_place, dim3((n * nq + 255) / 256), dim3(256), 0, p);
+  constexpr int kB = stheno::kBlock;
+  emu::launch(sizeof(T) == 4 ? (void (*)(stheno::MSDeformOrderParams))msdeform_sort_cells_f32 : msdeform_sort_cells_f64,
+              dim3((n * nq + kB - 1) / kB), dim3(kB), 0, p);
+  emu::launch(msdeform_sort_scan, dim3(n), dim3(stheno::kOrderThreads), 0, p);
+  emu::launch(msdeform_sort_place, dim3((n * nq + kB - 1) / kB), dim3(kB), 0, p);
   auto cell = [&](int img, int q) {
     const T* l = &loc[((size_t)img * nq + q) * stride];
     const T x = l[0], y = l[1];
@@ -300,7 +301,7 @@ static bool run_order(int n, int nq, int stride, int bands, int cols) {
       if (ok && i > 0) ok = cell(img, order[(size_t)img * nq + i - 1]) <= cell(img, q);
     }
   }
-  printf("%-4s msdeform_query_{cells_%s,starts,place}: %d images of %d queries, %dx%d cells\n",
+  printf("%-4s msdeform_sort_{cells_%s,scan,place}: %d images of %d queries, %dx%d cells\n",
          ok ? "ok" : "FAIL", sizeof(T) == 4 ? "f32" : "f64", n, nq, bands, cols);
   return ok;
 }
@@ -326,7 +327,7 @@ int main(int argc, char** argv) {
       {"D=3 M5 L2 P4", 2, 5, 5, 3, {{3, 5}, {4, 3}}, 4, -0.2, 1.2, false},
       {"D=12 M8 L4 P4", 1, 6, 8, 12, {{7, 9}, {5, 3}, {3, 5}, {1, 2}}, 4, -0.2, 1.2, false},
       // Two images of 30 queries: blocks (of 4 queries x 8 heads for the
-      // q4 kernels) that span both images.
+      // red4 kernels) that span both images.
       {"two images, Lq 30, D32 M8", 2, 30, 8, 32, {{6, 5}, {3, 3}, {2, 2}, {1, 2}}, 4, -0.1, 1.1, false},
       // Many samples on few pixels: many atomics on the same addresses.
       {"crowded D32 M2 2x2", 2, 20, 2, 32, {{2, 2}, {1, 3}}, 4, -0.3, 1.3, false},
@@ -357,22 +358,26 @@ int main(int argc, char** argv) {
 #define B(name, vec) {#name, name, vec, false, false}
 #define Q(name) {#name, name, 4, false, true}
   const std::vector<Kernel> f32 = {
-      F(msdeform_forward_f32_v4_u1, 4),      F(msdeform_forward_f32_v1_s, 1),       F(msdeform_forward_f32_v4_s, 4),
-      F(msdeform_forward_f32_v4_s_b5, 4),    FO(msdeform_forward_f32_v4_s_o, 4),    FO(msdeform_forward_f32_v4_s_b5_o, 4),
-      FO(msdeform_forward_f32_v1_s_o, 1),
-      B(msdeform_backward_f32_u1_h, 1),      B(msdeform_backward_f32_s_h, 1),       B(msdeform_backward_f32_r4_h, 1),
-      B(msdeform_backward_f32_r8_h, 1),      B(msdeform_backward_f32_r16_h, 1),     B(msdeform_backward_f32_v2_r16_h, 2),
-      B(msdeform_backward_f32_v4_r4_h, 4),   B(msdeform_backward_f32_v4_r4_h_b3, 4),   B(msdeform_backward_f32_v4_r8_h, 4),   B(msdeform_backward_f32_v4_r8, 4),
+      F(msdeform_fwd_v16b_lanetaps_f32, 4),        F(msdeform_fwd_scalar_f32, 1),
+      F(msdeform_fwd_v16b_f32, 4),                 F(msdeform_fwd_v16b_occ5_f32, 4),
+      FO(msdeform_fwd_v16b_sorted_f32, 4),         FO(msdeform_fwd_v16b_occ5_sorted_f32, 4),
+      FO(msdeform_fwd_scalar_sorted_f32, 1),
+      B(msdeform_bwd_atomic_c1_butterfly_f32, 1),  B(msdeform_bwd_atomic_c1_sharedtaps_butterfly_f32, 1),
+      B(msdeform_bwd_atomic_c1_rs4_occ3_f32, 1),   B(msdeform_bwd_atomic_c1_rs8_occ3_f32, 1),
+      B(msdeform_bwd_atomic_c1_rs16_occ3_f32, 1),  B(msdeform_bwd_atomic_c2_rs16_occ3_f32, 2),
+      B(msdeform_bwd_atomic_c4_rs4_occ2_f32, 4),   B(msdeform_bwd_atomic_c4_rs4_occ3_f32, 4),
+      B(msdeform_bwd_atomic_c4_rs8_f32, 4),        B(msdeform_bwd_atomic_c4_rs8_qfast_f32, 4),
       // msdeform_sm90a.cu's (vector reductions; D % 4 == 0 only).
-      Q(msdeform_backward_f32_q4_r4_h),      Q(msdeform_backward_f32_q4_r4_h_b3),   Q(msdeform_backward_f32_q4_r4_h_b4),
-      Q(msdeform_backward_f32_q4_r8_h_b3),
+      Q(msdeform_bwd_red4_rs4_occ2_f32),           Q(msdeform_bwd_red4_rs4_occ3_f32),
+      Q(msdeform_bwd_red4_rs4_occ4_f32),           Q(msdeform_bwd_red4_rs8_occ3_f32),
   };
   const std::vector<Kernel> f64 = {
-      F(msdeform_forward_f64_v1_s, 1),       F(msdeform_forward_f64_v2_s, 2),       FO(msdeform_forward_f64_v1_s_o, 1),
-      FO(msdeform_forward_f64_v2_s_o, 2),    B(msdeform_backward_f64_u1_h, 1),
-      B(msdeform_backward_f64_r4_h, 1),      B(msdeform_backward_f64_r8_h, 1),      B(msdeform_backward_f64_r16_h, 1),
-      B(msdeform_backward_f64_v2_r16_h, 2),  B(msdeform_backward_f64_v4_r4_h, 4),   B(msdeform_backward_f64_v4_r8_h, 4),
-      B(msdeform_backward_f64_v4_r8, 4),
+      F(msdeform_fwd_scalar_f64, 1),               F(msdeform_fwd_v16b_f64, 2),
+      FO(msdeform_fwd_scalar_sorted_f64, 1),       FO(msdeform_fwd_v16b_sorted_f64, 2),
+      B(msdeform_bwd_atomic_c1_butterfly_f64, 1),  B(msdeform_bwd_atomic_c1_rs4_f64, 1),
+      B(msdeform_bwd_atomic_c1_rs8_f64, 1),        B(msdeform_bwd_atomic_c1_rs16_f64, 1),
+      B(msdeform_bwd_atomic_c2_rs16_f64, 2),       B(msdeform_bwd_atomic_c4_rs4_f64, 4),
+      B(msdeform_bwd_atomic_c4_rs8_f64, 4),        B(msdeform_bwd_atomic_c4_rs8_qfast_f64, 4),
   };
 #undef F
 #undef FO
@@ -382,7 +387,7 @@ int main(int argc, char** argv) {
   const std::vector<std::string> only(argv + 1, argv + argc);
   int runs = 0, failed = 0;
   if (only.empty() || std::any_of(only.begin(), only.end(), [](const std::string& o) {
-        return std::string("msdeform_query_cells msdeform_query_starts msdeform_query_place").find(o) != std::string::npos;
+        return std::string("msdeform_sort_cells msdeform_sort_scan msdeform_sort_place").find(o) != std::string::npos;
       })) {
     // One query; fewer than the block's threads; more than one pass of
     // kOrderUnroll per thread; the most cells; one cell.
