@@ -70,7 +70,6 @@ static_assert(sizeof(ConvGemmParams) == 288, "ops/conv_device.go mirrors ConvGem
 STHENO_PARAMS(ConvGemmParams);
 
 // BatchNorm launch parameters (conv_bn.cu), one struct for its kernels.
-// Mirrors bnArgs in ops/batchnorm_device.go field for field.
 struct BNParams {
   uint64_t z;            // [N,C,HW], the convolution's output
   uint64_t dy;           // backward: the output's gradient, or 0 (forward)
@@ -90,12 +89,22 @@ struct BNParams {
   int32_t chunk;         // reduce: elements of a plane per block
   int32_t training, relu;
 };
-static_assert(sizeof(BNParams) == 160, "ops/batchnorm_device.go mirrors BNParams");
 STHENO_PARAMS(BNParams);
 
 // stheno:const BNCoefStride
 // Per-channel constants that bn_finalize hands to the apply kernels.
 constexpr int kCoefStride = 8;
+
+// stheno:const BNStatsRecord
+// Doubles per record of the forward's statistics, {count, sum, M2}: conv.cu's
+// epilogue writes one per (column tile, channel), bn_reduce one per (chunk,
+// channel), and bn_finalize merges them (BNParams::rec).
+constexpr int kStatsRecord = 3;
+
+// stheno:const BNGradRecord
+// Doubles per record of the backward's sums, {sum g, sum g*(z - mean)}, that
+// bn_grad_reduce writes and bn_finalize reads (BNParams::rec).
+constexpr int kGradRecord = 2;
 
 // Bit casts that the emulator provides itself.
 #ifndef STHENO_EMULATE

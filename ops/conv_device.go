@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
 // The GPU path of Conv and of ConvBN's convolution: kernels/conv.cu, one
@@ -534,17 +535,16 @@ func convBlocksPerSM(choice convKernelChoice, optIn int) int {
 // the kernels.
 func (s convShape) maskedGrad(op string, dev *backend.Device, y, dy backend.DevicePtr) (backend.DevicePtr, func(), error) {
 	n := int64(s.p.N) * int64(s.p.Cout) * int64(s.p.OutH) * int64(s.p.OutW)
+	k, err := cuda.ReLUMask(s.dt)
+	if err != nil {
+		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
+	}
 	buf, err := dev.Alloc(n * int64(s.dt.Size()))
 	if err != nil {
 		return 0, nil, fmt.Errorf("ops: %s: masked gradient: %w", op, err)
 	}
 	free := func() { dev.Free(buf) }
-	k, err := dev.Kernel("conv_bn", "relu_mask_"+dtypeSuffix(s.dt))
-	if err != nil {
-		free()
-		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
-	}
-	if err := backend.Launch(k, dev.GridStride(n, bnThreads), maskArgs{Y: y, DY: dy, DX: buf, N: n}); err != nil {
+	if err := k.Launch(dev, dev.GridStride(n, bnThreads), cuda.MaskParams{Y: y, DY: dy, DX: buf, N: n}); err != nil {
 		free()
 		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
 	}
@@ -891,16 +891,8 @@ func (s convShape) splitKReduce(op string, dev *backend.Device, ws, out backend.
 	return nil
 }
 
-// maskSumArgs mirrors MaskSumParams in kernels/conv_bn.cu.
-type maskSumArgs struct {
-	Y, DY, DX, Partial      backend.DevicePtr
-	C, Plane, Chunk, Chunks int32
-}
-
-var _ [48]byte = [unsafe.Sizeof(maskSumArgs{})]byte{}
-
 // maskSumChunk is the elements of a plane of dy that one block of
-// relu_mask_tf32 / relu_mask_sum takes.
+// relu_mask_sum_tf32 / relu_mask_sum takes.
 const maskSumChunk = 4096
 
 // maskedGradTF32 returns dy masked by y > 0 (y may be 0: no mask) and
@@ -922,29 +914,27 @@ func (s convShape) maskedGradTF32(op string, dev *backend.Device, y, dy, db back
 }
 
 // gradOperand queues g = dy masked by y > 0 (y may be 0: no mask) into out,
-// rounded to TF32 in float32 (what the backward GEMMs read: relu_mask_tf32),
-// as it is in float64 (relu_mask_sum); with db != 0 also db = the
+// rounded to TF32 in float32 (what the backward GEMMs read:
+// relu_mask_sum_tf32), as it is in float64 (relu_mask_sum); with db != 0
+// also db = the
 // per-channel sums of the unrounded g (per chunk of each plane, then over
 // the chunks in a fixed order). One pass over dy and y.
 func (s convShape) gradOperand(op string, dev *backend.Device, y, dy, out, db backend.DevicePtr) error {
 	p := s.p
 	plane := p.OutH * p.OutW
 	chunks := ceilDiv(plane, maskSumChunk)
-	kernel := "relu_mask_sum_f64"
+	k := cuda.ReLUMaskSumF64
 	if s.dt == tensor.Float32 {
-		kernel = "relu_mask_tf32_f32"
+		k = cuda.ReLUMaskSumTF32F32
 		if plane%4 == 0 && (y|dy|out)%16 == 0 {
 			// Planes of whole float4s: every plane starts 16-byte aligned
 			// when the tensors do (a view may not).
-			kernel = "relu_mask_tf32_f32x4"
+			k = cuda.ReLUMaskSumTF32Vec4F32
 		}
-	}
-	k, err := dev.Kernel("conv_bn", kernel)
-	if err != nil {
-		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	var partial backend.DevicePtr
 	if db != 0 {
+		var err error
 		if partial, err = dev.Alloc(int64(s.dt.Size()) * int64(p.N*chunks*p.Cout)); err != nil {
 			return fmt.Errorf("ops: %s: bias gradient: %w", op, err)
 		}
@@ -955,11 +945,11 @@ func (s convShape) gradOperand(op string, dev *backend.Device, y, dy, out, db ba
 	cfg := backend.LaunchConfig{
 		Grid:      backend.Dim3{X: uint32(p.N * p.Cout * chunks), Y: 1, Z: 1},
 		Block:     backend.Dim3{X: bnThreads, Y: 1, Z: 1},
-		SharedMem: 32 * 8, // block_sum's scratch
+		SharedMem: cuda.MaskSumScratchBytes,
 	}
-	margs := maskSumArgs{Y: y, DY: dy, DX: out, Partial: partial, C: int32(p.Cout), Plane: int32(plane),
+	margs := cuda.MaskSumParams{Y: y, DY: dy, DX: out, Partial: partial, C: int32(p.Cout), Plane: int32(plane),
 		Chunk: maskSumChunk, Chunks: int32(chunks)}
-	if err := backend.Launch(k, cfg, margs); err != nil {
+	if err := k.Launch(dev, cfg, margs); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	if db != 0 {

@@ -173,7 +173,6 @@ var (
 // there asserts the same layout).
 //
 // BatchNorm launch parameters (conv_bn.cu), one struct for its kernels.
-// Mirrors bnArgs in ops/batchnorm_device.go field for field.
 type BNParams struct {
 	Z               backend.DevicePtr // [N,C,HW], the convolution's output
 	DY              backend.DevicePtr // backward: the output's gradient, or 0 (forward)
@@ -562,28 +561,28 @@ const (
 	BNFinalizeF64 Kernel[BNParams] = "conv_bn.bn_finalize_f64"
 	// BNApplyF32 is bn_apply_f32.
 	BNApplyF32 Kernel[BNParams] = "conv_bn.bn_apply_f32"
-	// BNApplyF32x4 is bn_apply_f32x4.
-	BNApplyF32x4 Kernel[BNParams] = "conv_bn.bn_apply_f32x4"
+	// BNApplyVec4F32 is bn_apply_vec4_f32.
+	BNApplyVec4F32 Kernel[BNParams] = "conv_bn.bn_apply_vec4_f32"
 	// BNApplyF64 is bn_apply_f64.
 	BNApplyF64 Kernel[BNParams] = "conv_bn.bn_apply_f64"
 	// BNBackwardApplyF32 is bn_backward_apply_f32.
 	BNBackwardApplyF32 Kernel[BNParams] = "conv_bn.bn_backward_apply_f32"
 	// BNBackwardApplyF64 is bn_backward_apply_f64.
 	BNBackwardApplyF64 Kernel[BNParams] = "conv_bn.bn_backward_apply_f64"
-	// BNBackwardApplyF32x4 is bn_backward_apply_f32x4.
-	BNBackwardApplyF32x4 Kernel[BNParams] = "conv_bn.bn_backward_apply_f32x4"
+	// BNBackwardApplyVec4F32 is bn_backward_apply_vec4_f32.
+	BNBackwardApplyVec4F32 Kernel[BNParams] = "conv_bn.bn_backward_apply_vec4_f32"
 	// BNBackwardApplyTF32F32 is bn_backward_apply_tf32_f32.
 	BNBackwardApplyTF32F32 Kernel[BNParams] = "conv_bn.bn_backward_apply_tf32_f32"
-	// BNBackwardApplyTF32F32x4 is bn_backward_apply_tf32_f32x4.
-	BNBackwardApplyTF32F32x4 Kernel[BNParams] = "conv_bn.bn_backward_apply_tf32_f32x4"
+	// BNBackwardApplyTF32Vec4F32 is bn_backward_apply_tf32_vec4_f32.
+	BNBackwardApplyTF32Vec4F32 Kernel[BNParams] = "conv_bn.bn_backward_apply_tf32_vec4_f32"
 	// ReLUMaskF32 is relu_mask_f32.
 	ReLUMaskF32 Kernel[MaskParams] = "conv_bn.relu_mask_f32"
 	// ReLUMaskF64 is relu_mask_f64.
 	ReLUMaskF64 Kernel[MaskParams] = "conv_bn.relu_mask_f64"
-	// ReLUMaskTF32F32 is relu_mask_tf32_f32.
-	ReLUMaskTF32F32 Kernel[MaskSumParams] = "conv_bn.relu_mask_tf32_f32"
-	// ReLUMaskTF32F32x4 is relu_mask_tf32_f32x4.
-	ReLUMaskTF32F32x4 Kernel[MaskSumParams] = "conv_bn.relu_mask_tf32_f32x4"
+	// ReLUMaskSumTF32F32 is relu_mask_sum_tf32_f32.
+	ReLUMaskSumTF32F32 Kernel[MaskSumParams] = "conv_bn.relu_mask_sum_tf32_f32"
+	// ReLUMaskSumTF32Vec4F32 is relu_mask_sum_tf32_vec4_f32.
+	ReLUMaskSumTF32Vec4F32 Kernel[MaskSumParams] = "conv_bn.relu_mask_sum_tf32_vec4_f32"
 	// ReLUMaskSumF64 is relu_mask_sum_f64.
 	ReLUMaskSumF64 Kernel[MaskSumParams] = "conv_bn.relu_mask_sum_f64"
 )
@@ -1063,6 +1062,28 @@ const (
 	//
 	// Per-channel constants that bn_finalize hands to the apply kernels.
 	BNCoefStride = 8
+	// BNStatsRecord is kStatsRecord in kernels/conv.cuh.
+	//
+	// Doubles per record of the forward's statistics, {count, sum, M2}: conv.cu's
+	// epilogue writes one per (column tile, channel), bn_reduce one per (chunk,
+	// channel), and bn_finalize merges them (BNParams::rec).
+	BNStatsRecord = 3
+	// BNGradRecord is kGradRecord in kernels/conv.cuh.
+	//
+	// Doubles per record of the backward's sums, {sum g, sum g*(z - mean)}, that
+	// bn_grad_reduce writes and bn_finalize reads (BNParams::rec).
+	BNGradRecord = 2
+	// BNScratchBytes is kBNScratchBytes in kernels/conv_bn.cu.
+	//
+	// The dynamic shared memory of bn_reduce, bn_grad_reduce and bn_finalize:
+	// block_sum's scratch, 32 doubles per value summed at once, for up to four
+	// (they sum two).
+	BNScratchBytes = 1024
+	// MaskSumScratchBytes is kMaskSumScratchBytes in kernels/conv_bn.cu.
+	//
+	// The dynamic shared memory of relu_mask_sum: block_sum's scratch for one
+	// value.
+	MaskSumScratchBytes = 256
 	// ConvWgmmaV5SmemBytes is WgmmaV5::kSmemBytes in kernels/conv_sm90a.cu.
 	ConvWgmmaV5SmemBytes = 104448
 	// ConvWgmmaV6SmemBytes is WgmmaV6::kSmemBytes in kernels/conv_sm90a.cu.
@@ -1125,17 +1146,17 @@ var kernelTable = [...]KernelInfo{
 	{Module: "conv_bn", Name: "bn_finalize_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_finalize_f64", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_apply_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "conv_bn", Name: "bn_apply_f32x4", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "bn_apply_vec4_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_apply_f64", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_backward_apply_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_backward_apply_f64", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "conv_bn", Name: "bn_backward_apply_f32x4", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "bn_backward_apply_vec4_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_backward_apply_tf32_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "conv_bn", Name: "bn_backward_apply_tf32_f32x4", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "bn_backward_apply_tf32_vec4_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "relu_mask_f32", Params: "MaskParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "relu_mask_f64", Params: "MaskParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "conv_bn", Name: "relu_mask_tf32_f32", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "conv_bn", Name: "relu_mask_tf32_f32x4", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "relu_mask_sum_tf32_f32", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "relu_mask_sum_tf32_vec4_f32", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "relu_mask_sum_f64", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_sm90a", Name: "conv_fprop_f32_v5", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
 	{Module: "conv_sm90a", Name: "conv_fprop_f32_v6", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},

@@ -417,8 +417,8 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
   p.eps = eps, p.momentum = mom, p.n = n, p.c = c, p.hw = hw, p.slots = n * chunks, p.rec = 3, p.chunk = chunk;
   p.training = training, p.relu = relu;
   const bool f = std::is_same<T, float>::value;
-  if (training) emu::launch(f ? bn_reduce_f32 : bn_reduce_f64, dim3(chunks, n, c), dim3(64), 32 * 4 * 8, p);
-  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), 32 * 4 * 8, p);
+  if (training) emu::launch(f ? bn_reduce_f32 : bn_reduce_f64, dim3(chunks, n, c), dim3(64), stheno::kBNScratchBytes, p);
+  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), stheno::kBNScratchBytes, p);
   if (!training) {
     // Elements whose output before the ReLU is within a few ulps of 0, on
     // both sides (inference: the constants do not depend on z), where the
@@ -461,11 +461,11 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
       // the reference, and bn_apply_f32 bit for bit.
       std::vector<float> out4(total, NAN);
       p.out = ptr(out4);
-      emu::launch(bn_apply_f32x4, dim3(n * c, 2), dim3(32), 0, p);
+      emu::launch(bn_apply_vec4_f32, dim3(n * c, 2), dim3(32), 0, p);
       p.out = ptr(out);
-      check("bn forward x4", yref, out4, tol);
+      check("bn forward vec4", yref, out4, tol);
       const int bad = bitwise_mismatches(out, out4);
-      printf("  %-28s %d differ %s\n", "bn forward x4 == f32", bad, bad == 0 ? "ok" : "FAIL");
+      printf("  %-28s %d differ %s\n", "bn forward vec4 == f32", bad, bad == 0 ? "ok" : "FAIL");
       ++checks;
       if (bad) ++failures;
     }
@@ -487,8 +487,8 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
   std::fill(part.begin(), part.end(), NAN);
   p.dy = ptr(dy), p.fcoef = ptr(fcoef), p.out = ptr(dz), p.rec = 2, p.dgamma = ptr(dg), p.dbeta = ptr(dbt);
   p.run_mean = 0, p.run_var = 0, p.batch_stats = 0;
-  emu::launch(f ? bn_grad_reduce_f32 : bn_grad_reduce_f64, dim3(chunks, n, c), dim3(64), 32 * 4 * 8, p);
-  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), 32 * 4 * 8, p);
+  emu::launch(f ? bn_grad_reduce_f32 : bn_grad_reduce_f64, dim3(chunks, n, c), dim3(64), stheno::kBNScratchBytes, p);
+  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), stheno::kBNScratchBytes, p);
   emu::launch(f ? bn_backward_apply_f32 : bn_backward_apply_f64, dim3(n * c, 3), dim3(32), 0, p);
   std::vector<double> dzr(total), dgr(c), dbr(c);
   for (int ch = 0; ch < c; ++ch) {
@@ -528,11 +528,11 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
     if (hw % 4 == 0) {
       std::vector<float> dz4(total, NAN), dzt4(total, NAN);
       p.out = ptr(dz4);
-      emu::launch(bn_backward_apply_f32x4, dim3(n * c, 2), dim3(32), 0, p);
+      emu::launch(bn_backward_apply_vec4_f32, dim3(n * c, 2), dim3(32), 0, p);
       p.out = ptr(dzt4);
-      emu::launch(bn_backward_apply_tf32_f32x4, dim3(n * c, 2), dim3(32), 0, p);
+      emu::launch(bn_backward_apply_tf32_vec4_f32, dim3(n * c, 2), dim3(32), 0, p);
       bad = bitwise_mismatches(dz, dz4) + bitwise_mismatches(dzt, dzt4);
-      printf("  %-28s %d differ %s\n", "bn dz x4 == f32", bad, bad == 0 ? "ok" : "FAIL");
+      printf("  %-28s %d differ %s\n", "bn dz vec4 == f32", bad, bad == 0 ? "ok" : "FAIL");
       ++checks;
       if (bad) ++failures;
     }
@@ -548,7 +548,7 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
   if (nonzero) ++failures;
 }
 
-// relu_mask_tf32_f32 (and its float4 variant) and relu_mask_sum_f64: g = dy
+// relu_mask_sum_tf32_f32 (and its float4 variant) and relu_mask_sum_f64: g = dy
 // masked by y > 0 (or not masked), rounded to TF32 in float32, bit for bit
 // against the host; the per-chunk sums of the unrounded g against double
 // sums.
@@ -577,15 +577,15 @@ void test_mask_sum(int n, int c, int plane, int chunk, bool mask) {
   using K = void (*)(stheno::MaskSumParams);
   std::vector<std::pair<const char*, K>> kernels;
   if constexpr (std::is_same<T, float>::value) {
-    kernels.push_back({"relu_mask_tf32_f32", relu_mask_tf32_f32});
-    if (plane % 4 == 0) kernels.push_back({"relu_mask_tf32_f32x4", relu_mask_tf32_f32x4});
+    kernels.push_back({"relu_mask_sum_tf32_f32", relu_mask_sum_tf32_f32});
+    if (plane % 4 == 0) kernels.push_back({"relu_mask_sum_tf32_vec4_f32", relu_mask_sum_tf32_vec4_f32});
   } else {
     kernels.push_back({"relu_mask_sum_f64", relu_mask_sum_f64});
   }
   for (auto [name, k] : kernels) {
     std::vector<T> g(total, T(NAN)), part(sums.size(), T(NAN));
     stheno::MaskSumParams mp{mask ? ptr(y) : 0, ptr(dy), ptr(g), ptr(part), c, plane, chunk, chunks};
-    emu::launch(k, dim3(n * c * chunks), dim3(64), 32 * 8, mp);
+    emu::launch(k, dim3(n * c * chunks), dim3(64), stheno::kMaskSumScratchBytes, mp);
     const int bad = bitwise_mismatches(want, g);
     printf("  %-28s %d differ %s\n", name, bad, bad == 0 ? "ok" : "FAIL");
     ++checks;
