@@ -22,12 +22,18 @@
 // on the tensor cores in TF32 (operands rounded once, as they are staged;
 // FP32 accumulation); float64, used for gradient checks, on the CUDA cores.
 //
-// The float32 GEMMs have faster kernels of their own, conv_pipe
-// (conv_fprop_f32_v2, _v3, _v4, conv_dgrad_f32_v2, conv_wgrad_f32_v2):
-// cp.async pipelines that compute the same results; the conv_gemm kernels
-// stay for comparison, for strided dgrad and for tensors too large for
-// their 32-bit offsets. On Hopper, conv_sm90a.cu's kernels (v5 to v7) run
-// conv_pipe's loads and epilogue with warpgroup MMAs instead of mma.sync.
+// The float32 GEMMs have faster kernels of their own, conv_pipe: cp.async
+// pipelines that compute the same results; the conv_gemm kernels stay for
+// comparison, for strided dgrad and for tensors too large for conv_pipe's
+// 32-bit offsets. On Hopper, conv_sm90a.cu's kernels run conv_pipe's loads
+// and epilogue with warpgroup MMAs instead of mma.sync.
+//
+// The kernels are named conv_<pass>_<math>_m<rows>_<loads>[_t<threads>]_<dtype>:
+// math mma (TF32 mma.sync), wgmma (Hopper's warpgroup MMA) or fma (the
+// CUDA cores); m<rows> the output channels of a block's tile (its pixels
+// are 128 in float32, 64 in float64); loads i64 (conv_gemm: registers
+// double-buffer the loads, offsets in 64 bits) or s<N> (an N-stage cp.async
+// ring, offsets in 32 bits); t<threads> when a block is not 256 threads.
 //
 // The epilogue stages the accumulator tile in shared memory and writes it
 // out row by row, 32 consecutive pixels per warp instruction, applying the
@@ -42,6 +48,7 @@ namespace stheno {
 
 enum ConvMode : int { kFprop = 0, kDgrad = 1, kWgrad = 2 };
 
+// stheno:const ConvFarIndex
 // An index far enough outside any image that a row or column marked with it
 // fails every bounds check, whatever tap offset is added.
 constexpr int kFar = 1 << 29;
@@ -103,33 +110,40 @@ struct GemmShape {
   static_assert(BM % kARows == 0 && BK % kBRows == 0 && BN % 32 == 0 && BN % kBTRows == 0, "tile");
 };
 
-// ops/conv_device.go computes the same shared-memory sizes: pin them. The
-// annotations below hand the values to kernels/cuda.
-// stheno:const ConvGemmF32FpropSmemBytes
-static_assert(GemmShape<float, kFprop>::kSmemBytes == 71680, "ops/conv_device.go mirrors the f32 fprop smem size");
-// stheno:const ConvGemmF32DgradSmemBytes
-static_assert(GemmShape<float, kDgrad>::kSmemBytes == 71680, "ops/conv_device.go mirrors the f32 dgrad smem size");
-// stheno:const ConvGemmF32WgradSmemBytes
-static_assert(GemmShape<float, kWgrad>::kSmemBytes == 75776, "ops/conv_device.go mirrors the f32 wgrad smem size");
-// stheno:const ConvGemmF64FpropSmemBytes
-static_assert(GemmShape<double, kFprop>::kSmemBytes == 34048, "ops/conv_device.go mirrors the f64 fprop smem size");
-// stheno:const ConvGemmF64DgradSmemBytes
-static_assert(GemmShape<double, kDgrad>::kSmemBytes == 34048, "kernels/cuda exports the f64 dgrad smem size");
-// stheno:const ConvGemmF64WgradSmemBytes
-static_assert(GemmShape<double, kWgrad>::kSmemBytes == 35840, "ops/conv_device.go mirrors the f64 wgrad smem size");
-// The block tiles (rows x columns of the output) and threads.
-// stheno:const ConvGemmF32TileM
-static_assert(GemmShape<float, kFprop>::BM == 128, "kernels/cuda exports the f32 tile");
-// stheno:const ConvGemmF32TileN
-static_assert(GemmShape<float, kFprop>::BN == 128, "kernels/cuda exports the f32 tile");
-// stheno:const ConvGemmF32Threads
-static_assert(GemmShape<float, kFprop>::NT == 256, "kernels/cuda exports the f32 block");
-// stheno:const ConvGemmF64TileM
-static_assert(GemmShape<double, kFprop>::BM == 64, "kernels/cuda exports the f64 tile");
-// stheno:const ConvGemmF64TileN
-static_assert(GemmShape<double, kFprop>::BN == 64, "kernels/cuda exports the f64 tile");
-// stheno:const ConvGemmF64Threads
-static_assert(GemmShape<double, kFprop>::NT == 256, "kernels/cuda exports the f64 block");
+// What a launch of the conv_gemm kernels needs, for kernels/cuda: the
+// shared memory of conv_<pass>_mma_m128_i64_f32 and
+// conv_<pass>_fma_m64_i64_f64, their block tiles and threads. Every float32
+// kernel's tile is ConvF32TileN pixels wide and its k-tiles ConvF32TileK
+// deep (conv_pipe's and conv_sm90a.cu's included, which static_asserts
+// pin), every float64 one's ConvF64TileN and ConvF64TileK.
+// stheno:const ConvFpropMmaM128I64SmemBytes
+static_assert(GemmShape<float, kFprop>::kSmemBytes == 71680, "kernels/cuda exports it");
+// stheno:const ConvDgradMmaM128I64SmemBytes
+static_assert(GemmShape<float, kDgrad>::kSmemBytes == 71680, "kernels/cuda exports it");
+// stheno:const ConvWgradMmaM128I64SmemBytes
+static_assert(GemmShape<float, kWgrad>::kSmemBytes == 75776, "kernels/cuda exports it");
+// stheno:const ConvFpropFmaM64I64SmemBytes
+static_assert(GemmShape<double, kFprop>::kSmemBytes == 34048, "kernels/cuda exports it");
+// stheno:const ConvDgradFmaM64I64SmemBytes
+static_assert(GemmShape<double, kDgrad>::kSmemBytes == 34048, "kernels/cuda exports it");
+// stheno:const ConvWgradFmaM64I64SmemBytes
+static_assert(GemmShape<double, kWgrad>::kSmemBytes == 35840, "kernels/cuda exports it");
+// stheno:const ConvMmaM128I64TileM
+static_assert(GemmShape<float, kFprop>::BM == 128, "kernels/cuda exports it");
+// stheno:const ConvF32TileN
+static_assert(GemmShape<float, kFprop>::BN == 128, "kernels/cuda exports it");
+// stheno:const ConvF32TileK
+static_assert(GemmShape<float, kFprop>::BK == 32, "kernels/cuda exports it");
+// stheno:const ConvF32Threads
+static_assert(GemmShape<float, kFprop>::NT == 256, "kernels/cuda exports it");
+// stheno:const ConvFmaM64I64TileM
+static_assert(GemmShape<double, kFprop>::BM == 64, "kernels/cuda exports it");
+// stheno:const ConvF64TileN
+static_assert(GemmShape<double, kFprop>::BN == 64, "kernels/cuda exports it");
+// stheno:const ConvF64TileK
+static_assert(GemmShape<double, kFprop>::BK == 16, "kernels/cuda exports it");
+// stheno:const ConvF64Threads
+static_assert(GemmShape<double, kFprop>::NT == 256, "kernels/cuda exports it");
 
 // What the math reads from shared memory: float32 rounded to TF32 once, as
 // it is staged (every element is read by several warps), float64 as is.
@@ -583,7 +597,7 @@ __device__ __forceinline__ void epilogue(const ConvGemmParams& p, const T* sc, i
       }
       m2 = warp_sum(m2);
       if (lane == 0) {
-        double* st = reinterpret_cast<double*>(p.stats) + (static_cast<int64_t>(tile_n) * p.m + gm) * 3;
+        double* st = reinterpret_cast<double*>(p.stats) + (static_cast<int64_t>(tile_n) * p.m + gm) * kStatsRecord;
         st[0] = count;
         st[1] = static_cast<double>(sum);
         st[2] = static_cast<double>(m2);
@@ -666,39 +680,44 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
 // registers and kStages-1 k-tiles are in flight while one is multiplied.
 // The forward GEMM has three tiles (FpropPipe):
 //
-//   conv_fprop_f32_v2: conv_gemm's 128x128 tile and 8 warps of 64x32, MMAs
-//     in the same order, so the same results bit for bit. It fits in 128
-//     registers: two blocks share an SM and hide each other's barriers.
-//   conv_fprop_f32_v3: 256x128, 8 warps of 64x64, one block per SM. A warp
-//     tile of 64x32 reads (64+32)*8*4 bytes of fragments from shared memory
-//     per k-step of 8, 0.19 bytes per multiply-add: shared memory's 128
-//     bytes per clock then feed at most two thirds of the ~1024 TF32
-//     multiply-adds per clock of an SM's tensor cores (less, with the
-//     copies into shared memory). 64x64 reads 0.125 bytes per multiply-add,
-//     at the price of 128 accumulators per thread. Each output is still the
-//     same sum over k in the same order: the same results as v1. Its grid
-//     has half as many blocks: for layers with many output pixels and
-//     channels.
-//   conv_fprop_f32_v4: v2's 128x128 tile with v3's warps, 4 of 64x64 (128
-//     threads), and three stages: two blocks per SM, as many blocks as v2,
-//     v3's fragment traffic.
+//   conv_fprop_mma_m128_s3_f32 (PipeM128S3): conv_gemm's 128x128 tile and 8
+//     warps of 64x32, MMAs in the same order, so the same results bit for
+//     bit. It fits in 128 registers: two blocks share an SM and hide each
+//     other's barriers.
+//   conv_fprop_mma_m256_s4_f32 (PipeM256S4): 256x128, 8 warps of 64x64, one
+//     block per SM. A warp tile of 64x32 reads (64+32)*8*4 bytes of
+//     fragments from shared memory per k-step of 8, 0.19 bytes per
+//     multiply-add: shared memory's 128 bytes per clock then feed at most
+//     two thirds of the ~1024 TF32 multiply-adds per clock of an SM's
+//     tensor cores (less, with the copies into shared memory). 64x64 reads
+//     0.125 bytes per multiply-add, at the price of 128 accumulators per
+//     thread. Each output is still the same sum over k in the same order:
+//     the same results as conv_gemm's. Its grid has half as many blocks:
+//     for layers with many output pixels and channels.
+//   conv_fprop_mma_m128_s3_t128_f32 (PipeM128S3T128): the 128x128 tile with
+//     PipeM256S4's warps, 4 of 64x64 (128 threads), and three stages: two
+//     blocks per SM, as many blocks as PipeM128S3, PipeM256S4's fragment
+//     traffic.
 //
-// The backward GEMMs run on v2's tile, the same pipeline and the same warps:
+// The backward GEMMs run on PipeM128S3's tile, the same pipeline and the
+// same warps:
 //
-//   conv_dgrad_f32_v2, for stride 1 only: there, dgrad is a convolution of
-//     dy with the transposed, flipped weights, and its B gather is fprop's
-//     over dy instead of x, with source row ih + pad - kh*dil instead of
-//     oh*stride - pad + kh*dil (PixelGather). With a stride, most taps of
-//     an input pixel meet no output pixel; the gather would have to skip
-//     them to gain anything, so strided layers keep conv_dgrad_f32.
-//   conv_wgrad_f32_v2: A is dy, read along pixels (16-byte copies when
-//     OutH*OutW % 4 == 0: a chunk of 4 then never straddles two images); B
-//     is col(x)^T, staged n-major as conv_gemm does, gathered along the
-//     reduction by 4-byte copies (16-byte ones for pointwise filters), its
-//     columns' taps in a table built once per block from fprop's row
-//     tables. Split-K as conv_wgrad_f32: each split writes its partial tile
-//     and conv_splitk_reduce sums them in order. The bias gradient is
-//     summed by each thread over the A values it copied, as it rounds them.
+//   conv_dgrad_mma_m128_s3_f32, for stride 1 only: there, dgrad is a
+//     convolution of dy with the transposed, flipped weights, and its B
+//     gather is fprop's over dy instead of x, with source row ih + pad -
+//     kh*dil instead of oh*stride - pad + kh*dil (PixelGather). With a
+//     stride, most taps of an input pixel meet no output pixel; the gather
+//     would have to skip them to gain anything, so strided layers keep
+//     conv_dgrad_mma_m128_i64_f32.
+//   conv_wgrad_mma_m128_s3_f32: A is dy, read along pixels (16-byte copies
+//     when OutH*OutW % 4 == 0: a chunk of 4 then never straddles two
+//     images); B is col(x)^T, staged n-major as conv_gemm does, gathered
+//     along the reduction by 4-byte copies (16-byte ones for pointwise
+//     filters), its columns' taps in a table built once per block from
+//     fprop's row tables. Split-K as conv_gemm's wgrad: each split writes
+//     its partial tile and conv_splitk_reduce sums them in order. The bias
+//     gradient is summed by each thread over the A values it copied, as it
+//     rounds them.
 //
 // Neither backward kernel applies the ReLU mask of dy: cp.async copies
 // without looking at the data. ops/conv_device.go masks dy into scratch
@@ -710,12 +729,12 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
 // element of dy KH*KW times.
 //
 // The operands reach the MMAs rounded to TF32 as in conv_gemm, rounded
-// where it costs least. B always as its fragments are loaded. A, in v2,
-// in shared memory, each thread rounding the values it copied once they
-// land (cp.async.wait_group makes a thread's own copies visible to it: no
-// extra barrier), with 128-bit loads and stores, rather than four times,
-// once per warp that reads it; in v3, whose shared memory is the tighter
-// resource (and in v4), as its fragments are loaded.
+// where it costs least. B always as its fragments are loaded. A, in
+// PipeM128S3, in shared memory, each thread rounding the values it copied
+// once they land (cp.async.wait_group makes a thread's own copies visible
+// to it: no extra barrier), with 128-bit loads and stores, rather than four
+// times, once per warp that reads it; in PipeM256S4, whose shared memory is
+// the tighter resource (and in PipeM128S3T128), as its fragments are loaded.
 template <int kBM, int kWarpsM, int kWarpsN, int kNumStages, bool kRoundAInSmem, bool kBNMajor = false>
 struct FpropPipe {
   static constexpr int BM = kBM, BN = 128, BK = 32, NT = 32 * kWarpsM * kWarpsN;
@@ -761,41 +780,55 @@ struct FpropPipe {
   static_assert(NT / 32 >= kStages, "the prologue builds kStages tables, one per warp");
   static_assert(((NT / 32) & (NT / 32 - 1)) == 0, "the warps build the tables in turn");
 };
-using FpropV2 = FpropPipe<128, 2, 4, 3, true>;
-using FpropV3 = FpropPipe<256, 4, 2, 4, false>;
-using FpropV4 = FpropPipe<128, 2, 2, 3, false>;
+using PipeM128S3 = FpropPipe<128, 2, 4, 3, true>;
+using PipeM256S4 = FpropPipe<256, 4, 2, 4, false>;
+using PipeM128S3T128 = FpropPipe<128, 2, 2, 3, false>;
 // dgrad is fprop's GEMM shape over other tensors; wgrad stages B n-major.
-using DgradV2 = FpropV2;
-using WgradV2 = FpropPipe<128, 2, 4, 3, true, true>;
-// v2 is conv_gemm's tile, so that the two agree bit for bit and share the
-// statistics' column tiles; v3 shares the column tiles too. The backward
-// v2 kernels have conv_gemm's tiles, warps and MMA order as well: dgrad
-// agrees with conv_dgrad_f32 bit for bit, wgrad's dw with conv_wgrad_f32's
-// for the same splits (its bias gradient is summed in another order).
-static_assert(FpropV2::BM == GemmShape<float, kFprop>::BM && FpropV2::BN == GemmShape<float, kFprop>::BN &&
-                  FpropV2::BK == GemmShape<float, kFprop>::BK && FpropV2::LDA == GemmShape<float, kFprop>::LDA &&
-                  FpropV2::LDB == GemmShape<float, kFprop>::LDB && FpropV2::kWM == WarpMath<float, kFprop>::kWM &&
-                  FpropV2::kWN == WarpMath<float, kFprop>::kWN && FpropV3::BN == FpropV2::BN &&
-                  FpropV4::BN == FpropV2::BN,
-              "v2 has conv_gemm's tile");
-static_assert(WgradV2::BM == GemmShape<float, kWgrad>::BM && WgradV2::BN == GemmShape<float, kWgrad>::BN &&
-                  WgradV2::BK == GemmShape<float, kWgrad>::BK && WgradV2::LDB == GemmShape<float, kWgrad>::LDB &&
-                  WgradV2::kWM == WarpMath<float, kWgrad>::kWM && WgradV2::kWN == WarpMath<float, kWgrad>::kWN,
-              "wgrad v2 has conv_gemm's tile");
-// stheno:const ConvFpropV2SmemBytes
-static_assert(FpropV2::kSmemBytes == 109568, "ops/conv_device.go mirrors the f32 fprop v2 smem size");
-// stheno:const ConvFpropV3SmemBytes
-static_assert(FpropV3::kSmemBytes == 219136, "ops/conv_device.go mirrors the f32 fprop v3 smem size");
-// stheno:const ConvFpropV3TileM
-static_assert(FpropV3::BM == 256, "kernels/cuda exports the f32 fprop v3 tile");
-// stheno:const ConvFpropV4SmemBytes
-static_assert(FpropV4::kSmemBytes == 109568, "ops/conv_device.go mirrors the f32 fprop v4 smem size");
-// stheno:const ConvFpropV4Threads
-static_assert(FpropV4::NT == 128, "ops/conv_device.go mirrors the f32 fprop v4 threads");
-// stheno:const ConvDgradV2SmemBytes
-static_assert(DgradV2::kSmemBytes == 109568, "ops/conv_device.go mirrors the f32 dgrad v2 smem size");
-// stheno:const ConvWgradV2SmemBytes
-static_assert(WgradV2::kSmemBytes == 112640, "ops/conv_device.go mirrors the f32 wgrad v2 smem size");
+using DgradPipeM128S3 = PipeM128S3;
+using WgradPipeM128S3 = FpropPipe<128, 2, 4, 3, true, true>;
+// PipeM128S3 is conv_gemm's tile, so that the two agree bit for bit and
+// share the statistics' column tiles; the other tiles share the column
+// tiles too. The backward m128_s3 kernels have conv_gemm's tiles, warps
+// and MMA order as well: dgrad agrees with conv_dgrad_mma_m128_i64_f32 bit
+// for bit, wgrad's dw with conv_wgrad_mma_m128_i64_f32's for the same
+// splits (its bias gradient is summed in another order).
+static_assert(PipeM128S3::BM == GemmShape<float, kFprop>::BM && PipeM128S3::BN == GemmShape<float, kFprop>::BN &&
+                  PipeM128S3::BK == GemmShape<float, kFprop>::BK && PipeM128S3::LDA == GemmShape<float, kFprop>::LDA &&
+                  PipeM128S3::LDB == GemmShape<float, kFprop>::LDB && PipeM128S3::kWM == WarpMath<float, kFprop>::kWM &&
+                  PipeM128S3::kWN == WarpMath<float, kFprop>::kWN && PipeM256S4::BN == PipeM128S3::BN &&
+                  PipeM128S3T128::BN == PipeM128S3::BN,
+              "PipeM128S3 has conv_gemm's tile");
+static_assert(WgradPipeM128S3::BM == GemmShape<float, kWgrad>::BM &&
+                  WgradPipeM128S3::BN == GemmShape<float, kWgrad>::BN &&
+                  WgradPipeM128S3::BK == GemmShape<float, kWgrad>::BK &&
+                  WgradPipeM128S3::LDB == GemmShape<float, kWgrad>::LDB &&
+                  WgradPipeM128S3::kWM == WarpMath<float, kWgrad>::kWM &&
+                  WgradPipeM128S3::kWN == WarpMath<float, kWgrad>::kWN,
+              "WgradPipeM128S3 has conv_gemm's tile");
+// What a launch of the conv_pipe kernels needs, for kernels/cuda (tiles
+// ConvF32TileN wide, k-tiles ConvF32TileK deep, ConvF32Threads threads but
+// where named).
+// stheno:const ConvFpropMmaM128S3SmemBytes
+static_assert(PipeM128S3::kSmemBytes == 109568, "kernels/cuda exports it");
+// stheno:const ConvDgradMmaM128S3SmemBytes
+static_assert(DgradPipeM128S3::kSmemBytes == 109568, "kernels/cuda exports it");
+// stheno:const ConvWgradMmaM128S3SmemBytes
+static_assert(WgradPipeM128S3::kSmemBytes == 112640, "kernels/cuda exports it");
+// stheno:const ConvMmaM128S3TileM
+static_assert(PipeM128S3::BM == 128, "kernels/cuda exports it");
+// stheno:const ConvFpropMmaM256S4SmemBytes
+static_assert(PipeM256S4::kSmemBytes == 219136, "kernels/cuda exports it");
+// stheno:const ConvMmaM256S4TileM
+static_assert(PipeM256S4::BM == 256, "kernels/cuda exports it");
+// stheno:const ConvFpropMmaM128S3T128SmemBytes
+static_assert(PipeM128S3T128::kSmemBytes == 109568, "kernels/cuda exports it");
+// stheno:const ConvMmaM128S3T128TileM
+static_assert(PipeM128S3T128::BM == 128, "kernels/cuda exports it");
+// stheno:const ConvMmaM128S3T128Threads
+static_assert(PipeM128S3T128::NT == 128, "kernels/cuda exports it");
+static_assert(PipeM128S3::NT == 256 && PipeM256S4::NT == 256 && WgradPipeM128S3::NT == 256 &&
+                  PipeM256S4::BK == PipeM128S3::BK && PipeM128S3T128::BK == PipeM128S3::BK,
+              "ConvF32Threads threads; ConvF32TileK-deep k-tiles");
 
 // A of the pipelined GEMMs, rows m0.., read along k: fprop the weights w
 // [Cout][K]; dgrad the transposed weights [Cin][Cout*KH*KW]; wgrad dy
@@ -1293,7 +1326,6 @@ struct SplitKParams {
   int64_t n;
   int32_t m, splits;
 };
-static_assert(sizeof(SplitKParams) == 48, "ops/conv_device.go mirrors SplitKParams");
 STHENO_PARAMS(SplitKParams);
 
 template <typename T>
@@ -1329,7 +1361,6 @@ struct WeightTParams {
   int64_t n;
   int32_t cout, cin, kk, round_tf32;
 };
-static_assert(sizeof(WeightTParams) == 40, "ops/conv_device.go mirrors WeightTParams");
 STHENO_PARAMS(WeightTParams);
 
 template <typename T>
@@ -1355,42 +1386,45 @@ __device__ __forceinline__ void transpose_weights(const WeightTParams& p) {
 // STHENO_CONV_TEMPLATES_ONLY, so that its module holds only its own kernels.
 #ifndef STHENO_CONV_TEMPLATES_ONLY
 extern "C" {
-__global__ void __launch_bounds__(256, 1) conv_fprop_f32(stheno::ConvGemmParams p) {
+// conv_gemm, offsets in 64 bits: the GEMMs conv_pipe's kernels do not run.
+__global__ void __launch_bounds__(256, 1) conv_fprop_mma_m128_i64_f32(stheno::ConvGemmParams p) {
   stheno::conv_gemm<float, stheno::kFprop>(p);
 }
 // Two blocks per SM: at most 128 registers.
-__global__ void __launch_bounds__(256, 2) conv_fprop_f32_v2(stheno::ConvGemmParams p) {
-  stheno::conv_pipe<stheno::FpropV2, stheno::kFprop>(p);
+__global__ void __launch_bounds__(256, 2) conv_fprop_mma_m128_s3_f32(stheno::ConvGemmParams p) {
+  stheno::conv_pipe<stheno::PipeM128S3, stheno::kFprop>(p);
 }
+#if STHENO_KERNEL_VARIANTS
 // One block per SM: up to 255 registers, 128 of them accumulators.
-__global__ void __launch_bounds__(256, 1) conv_fprop_f32_v3(stheno::ConvGemmParams p) {
-  stheno::conv_pipe<stheno::FpropV3, stheno::kFprop>(p);
+__global__ void __launch_bounds__(256, 1) conv_fprop_mma_m256_s4_f32(stheno::ConvGemmParams p) {
+  stheno::conv_pipe<stheno::PipeM256S4, stheno::kFprop>(p);
 }
 // 128 threads, two blocks per SM: up to 255 registers.
-__global__ void __launch_bounds__(128, 2) conv_fprop_f32_v4(stheno::ConvGemmParams p) {
-  stheno::conv_pipe<stheno::FpropV4, stheno::kFprop>(p);
+__global__ void __launch_bounds__(128, 2) conv_fprop_mma_m128_s3_t128_f32(stheno::ConvGemmParams p) {
+  stheno::conv_pipe<stheno::PipeM128S3T128, stheno::kFprop>(p);
 }
-__global__ void __launch_bounds__(256, 1) conv_dgrad_f32(stheno::ConvGemmParams p) {
+#endif
+__global__ void __launch_bounds__(256, 1) conv_dgrad_mma_m128_i64_f32(stheno::ConvGemmParams p) {
   stheno::conv_gemm<float, stheno::kDgrad>(p);
 }
-// Stride 1 only; dy already masked. Two blocks per SM, as fprop v2.
-__global__ void __launch_bounds__(256, 2) conv_dgrad_f32_v2(stheno::ConvGemmParams p) {
-  stheno::conv_pipe<stheno::DgradV2, stheno::kDgrad>(p);
+// Stride 1 only; dy already masked. Two blocks per SM, as fprop's.
+__global__ void __launch_bounds__(256, 2) conv_dgrad_mma_m128_s3_f32(stheno::ConvGemmParams p) {
+  stheno::conv_pipe<stheno::DgradPipeM128S3, stheno::kDgrad>(p);
 }
-__global__ void __launch_bounds__(256, 1) conv_wgrad_f32(stheno::ConvGemmParams p) {
+__global__ void __launch_bounds__(256, 1) conv_wgrad_mma_m128_i64_f32(stheno::ConvGemmParams p) {
   stheno::conv_gemm<float, stheno::kWgrad>(p);
 }
 // dy already masked. Two blocks per SM where shared memory allows (sm_90).
-__global__ void __launch_bounds__(256, 2) conv_wgrad_f32_v2(stheno::ConvGemmParams p) {
-  stheno::conv_pipe<stheno::WgradV2, stheno::kWgrad>(p);
+__global__ void __launch_bounds__(256, 2) conv_wgrad_mma_m128_s3_f32(stheno::ConvGemmParams p) {
+  stheno::conv_pipe<stheno::WgradPipeM128S3, stheno::kWgrad>(p);
 }
-__global__ void __launch_bounds__(256) conv_fprop_f64(stheno::ConvGemmParams p) {
+__global__ void __launch_bounds__(256) conv_fprop_fma_m64_i64_f64(stheno::ConvGemmParams p) {
   stheno::conv_gemm<double, stheno::kFprop>(p);
 }
-__global__ void __launch_bounds__(256) conv_dgrad_f64(stheno::ConvGemmParams p) {
+__global__ void __launch_bounds__(256) conv_dgrad_fma_m64_i64_f64(stheno::ConvGemmParams p) {
   stheno::conv_gemm<double, stheno::kDgrad>(p);
 }
-__global__ void __launch_bounds__(256) conv_wgrad_f64(stheno::ConvGemmParams p) {
+__global__ void __launch_bounds__(256) conv_wgrad_fma_m64_i64_f64(stheno::ConvGemmParams p) {
   stheno::conv_gemm<double, stheno::kWgrad>(p);
 }
 __global__ void conv_splitk_reduce_f32(stheno::SplitKParams p) { stheno::splitk_reduce<float>(p); }

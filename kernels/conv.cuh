@@ -21,23 +21,22 @@ namespace stheno {
 // instructions. With l = ceil(log2 d), mul = ceil(2^(31+l)/d) < 2^32 and
 // shr = l-1, q = umulhi(n, mul) >> shr is exact for every n < 2^31 (the
 // rounding error of mul adds less than 1/d to n/d). d == 1 has mul == 0.
-// ops.fastDiv computes the constants; kernels/conv.go's tests check them.
+// ops.fastDiv computes the constants; ops' TestConvFastDiv checks them.
 struct FastDiv {
   int32_t d;
   uint32_t mul;
   uint32_t shr;
   int32_t unused;
 };
-static_assert(sizeof(FastDiv) == 16, "ops/conv_device.go mirrors FastDiv");
 STHENO_PARAMS(FastDiv);
 
 __device__ __forceinline__ int fdiv(int n, const FastDiv& f) {
   return f.mul == 0 ? n : static_cast<int>(__umulhi(static_cast<uint32_t>(n), f.mul) >> f.shr);
 }
 
-// Implicit-GEMM convolution launch parameters (conv.cu). Mirrors
-// convGemmArgs in ops/conv_device.go field for field. The geometry is
-// kernels.ConvParams; the GEMM the launch runs is described after it.
+// Implicit-GEMM convolution launch parameters (conv.cu, conv_sm90a.cu). The
+// geometry is kernels.ConvParams; the GEMM the launch runs is described
+// after it.
 struct ConvGemmParams {
   uint64_t a;          // fprop: w [Cout,K]; dgrad: w transposed [Cin, Cout*KH*KW]; wgrad: dy [N,Cout,P]
   uint64_t b;          // fprop, wgrad: x [N,Cin,H,W]; dgrad: dy [N,Cout,OutH,OutW]
@@ -66,11 +65,9 @@ struct ConvGemmParams {
   FastDiv div_sh;   // dgrad with stride: StrideH
   FastDiv div_sw;   // dgrad with stride: StrideW
 };
-static_assert(sizeof(ConvGemmParams) == 288, "ops/conv_device.go mirrors ConvGemmParams");
 STHENO_PARAMS(ConvGemmParams);
 
 // BatchNorm launch parameters (conv_bn.cu), one struct for its kernels.
-// Mirrors bnArgs in ops/batchnorm_device.go field for field.
 struct BNParams {
   uint64_t z;            // [N,C,HW], the convolution's output
   uint64_t dy;           // backward: the output's gradient, or 0 (forward)
@@ -90,12 +87,22 @@ struct BNParams {
   int32_t chunk;         // reduce: elements of a plane per block
   int32_t training, relu;
 };
-static_assert(sizeof(BNParams) == 160, "ops/batchnorm_device.go mirrors BNParams");
 STHENO_PARAMS(BNParams);
 
 // stheno:const BNCoefStride
 // Per-channel constants that bn_finalize hands to the apply kernels.
 constexpr int kCoefStride = 8;
+
+// stheno:const BNStatsRecord
+// Doubles per record of the forward's statistics, {count, sum, M2}: conv.cu's
+// epilogue writes one per (column tile, channel), bn_reduce one per (chunk,
+// channel), and bn_finalize merges them (BNParams::rec).
+constexpr int kStatsRecord = 3;
+
+// stheno:const BNGradRecord
+// Doubles per record of the backward's sums, {sum g, sum g*(z - mean)}, that
+// bn_grad_reduce writes and bn_finalize reads (BNParams::rec).
+constexpr int kGradRecord = 2;
 
 // Bit casts that the emulator provides itself.
 #ifndef STHENO_EMULATE

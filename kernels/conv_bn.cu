@@ -34,6 +34,13 @@
 
 namespace stheno {
 
+// stheno:const BNScratchBytes
+// The dynamic shared memory of bn_reduce, bn_grad_reduce and bn_finalize:
+// block_sum's scratch, 32 doubles per value summed at once, for up to four
+// (they sum two).
+constexpr int kBNScratchBytes = 32 * 4 * 8;
+static_assert(kBNScratchBytes >= 32 * 2 * static_cast<int>(sizeof(double)), "block_sum of two values");
+
 // count, mean and M2 (sum of squared deviations from the mean) of a set.
 struct Moments {
   double n, mean, m2;
@@ -218,10 +225,9 @@ __device__ __forceinline__ void bn_grad_reduce(const BNParams& p) {
 // own mean's distance from it (M2 = sum M2_i + sum n_i (mean_i - mean)^2,
 // exact, as Chan et al.'s pairwise merge is; an error d in the mean moves
 // the result by only N d^2). Two block sums in a fixed order, so the result
-// is the same on every run. Chan's merge, pair by pair, took two float64
-// divisions per merge, chained ~26 deep across the block: bn_finalize took
-// 7.6 us of a ConvBN forward on resnet_c3 (H200), 5.1 us with this (the
-// backward's, plain sums, 3.1).
+// is the same on every run. Chan's merge, pair by pair, takes two float64
+// divisions per merge, chained ~26 deep across the block: slower (the
+// times are in BENCHMARKS.md).
 __device__ __forceinline__ Moments merge_records(const double* part, int slots, int channels, int c, int rec,
                                                  double* scratch) {
   double v[2] = {0.0, 0.0};
@@ -347,7 +353,7 @@ __device__ __forceinline__ void bn_apply(const BNParams& p) {
 
 // bn_apply four elements at a time, for float planes of a multiple of 4
 // elements (16-byte aligned: the allocator's blocks are).
-__device__ __forceinline__ void bn_apply_x4(const BNParams& p) {
+__device__ __forceinline__ void bn_apply_vec4(const BNParams& p) {
   const int64_t row = blockIdx.x;
   const FwdCoef<float> f = fwd_coef<float>(p.coef, static_cast<int>(row % p.c));
   const int64_t off = row * p.hw;
@@ -401,7 +407,7 @@ __device__ __forceinline__ void bn_backward_apply(const BNParams& p) {
 // bn_backward_apply four elements at a time (float planes of a multiple of
 // 4 elements, 16-byte aligned), with the same arithmetic per element.
 template <bool kRound>
-__device__ __forceinline__ void bn_backward_apply_x4(const BNParams& p) {
+__device__ __forceinline__ void bn_backward_apply_vec4(const BNParams& p) {
   const int64_t row = blockIdx.x;
   const int c = static_cast<int>(row % p.c);
   const float* q = reinterpret_cast<const float*>(p.coef) + static_cast<int64_t>(c) * kCoefStride;
@@ -436,7 +442,6 @@ struct MaskParams {
   uint64_t y, dy, dx;
   int64_t n;
 };
-static_assert(sizeof(MaskParams) == 32, "ops/batchnorm_device.go mirrors MaskParams");
 STHENO_PARAMS(MaskParams);
 
 template <typename T>
@@ -462,8 +467,13 @@ struct MaskSumParams {
   uint64_t y, dy, dx, partial;
   int32_t c, plane, chunk, chunks;
 };
-static_assert(sizeof(MaskSumParams) == 48, "ops/conv_device.go mirrors MaskSumParams");
 STHENO_PARAMS(MaskSumParams);
+
+// stheno:const MaskSumScratchBytes
+// The dynamic shared memory of relu_mask_sum: block_sum's scratch for one
+// value.
+constexpr int kMaskSumScratchBytes = 32 * 8;
+static_assert(kMaskSumScratchBytes >= 32 * static_cast<int>(sizeof(double)), "block_sum of one value");
 
 // The block's plane row (n*C + c), its chunk k and the chunk's bounds.
 struct MaskChunk {
@@ -508,7 +518,7 @@ __device__ __forceinline__ void relu_mask_sum(const MaskSumParams& p) {
 // relu_mask_sum in float32 four elements at a time (planes of a multiple of
 // 4 elements, 16-byte aligned; chunk a multiple of 4).
 template <bool kRound>
-__device__ __forceinline__ void relu_mask_sum_x4(const MaskSumParams& p) {
+__device__ __forceinline__ void relu_mask_sum_vec4(const MaskSumParams& p) {
   const MaskChunk m = mask_chunk(p);
   const int64_t off = m.row * p.plane;
   const float4* __restrict__ dy = reinterpret_cast<const float4*>(reinterpret_cast<const float*>(p.dy) + off);
@@ -542,16 +552,16 @@ __global__ void bn_grad_reduce_f64(stheno::BNParams p) { stheno::bn_grad_reduce<
 __global__ void bn_finalize_f32(stheno::BNParams p) { stheno::bn_finalize<float>(p); }
 __global__ void bn_finalize_f64(stheno::BNParams p) { stheno::bn_finalize<double>(p); }
 __global__ void bn_apply_f32(stheno::BNParams p) { stheno::bn_apply<float>(p); }
-__global__ void bn_apply_f32x4(stheno::BNParams p) { stheno::bn_apply_x4(p); }
+__global__ void bn_apply_vec4_f32(stheno::BNParams p) { stheno::bn_apply_vec4(p); }
 __global__ void bn_apply_f64(stheno::BNParams p) { stheno::bn_apply<double>(p); }
 __global__ void bn_backward_apply_f32(stheno::BNParams p) { stheno::bn_backward_apply<float, false>(p); }
 __global__ void bn_backward_apply_f64(stheno::BNParams p) { stheno::bn_backward_apply<double, false>(p); }
-__global__ void bn_backward_apply_f32x4(stheno::BNParams p) { stheno::bn_backward_apply_x4<false>(p); }
+__global__ void bn_backward_apply_vec4_f32(stheno::BNParams p) { stheno::bn_backward_apply_vec4<false>(p); }
 __global__ void bn_backward_apply_tf32_f32(stheno::BNParams p) { stheno::bn_backward_apply<float, true>(p); }
-__global__ void bn_backward_apply_tf32_f32x4(stheno::BNParams p) { stheno::bn_backward_apply_x4<true>(p); }
+__global__ void bn_backward_apply_tf32_vec4_f32(stheno::BNParams p) { stheno::bn_backward_apply_vec4<true>(p); }
 __global__ void relu_mask_f32(stheno::MaskParams p) { stheno::relu_mask<float>(p); }
 __global__ void relu_mask_f64(stheno::MaskParams p) { stheno::relu_mask<double>(p); }
-__global__ void relu_mask_tf32_f32(stheno::MaskSumParams p) { stheno::relu_mask_sum<float, true>(p); }
-__global__ void relu_mask_tf32_f32x4(stheno::MaskSumParams p) { stheno::relu_mask_sum_x4<true>(p); }
+__global__ void relu_mask_sum_tf32_f32(stheno::MaskSumParams p) { stheno::relu_mask_sum<float, true>(p); }
+__global__ void relu_mask_sum_tf32_vec4_f32(stheno::MaskSumParams p) { stheno::relu_mask_sum_vec4<true>(p); }
 __global__ void relu_mask_sum_f64(stheno::MaskSumParams p) { stheno::relu_mask_sum<double, false>(p); }
 }

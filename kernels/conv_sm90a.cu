@@ -8,7 +8,7 @@
 // The GEMM is conv_pipe's (conv.cu): the same cp.async ring of three
 // stages, the same gather of col(x) (or of dy) through BPixelPipe's row
 // tables, the same epilogue. What changes is the math. A block's tile is
-// 128 (v5) or 256 (v6) output channels x 128 pixels; its two warpgroups
+// 128 (m128) or 256 (m256) output channels x 128 pixels; its two warpgroups
 // each take 64 of the pixels and all the channels, and per k-step of 8
 // issue one wgmma.m64n128k8 (or n256), which reads the weights straight
 // from shared memory and the gathered pixels from registers:
@@ -154,31 +154,45 @@ struct WgmmaPipe {
   static_assert(kTabSlots >= kAhead + 1 && NT / 32 >= kAhead + 1, "a row table per k-tile in flight, one warp each");
   static_assert(kAhead >= 1, "copies in flight");
 };
-// v5: 128 channels, three stages, two blocks per SM. v6: 256 channels (each
-// gathered pixel feeds twice the MMAs), four stages, one block per SM,
-// MMAs waited for a k-tile late. v7: v5's tile with v6's pipeline.
-using WgmmaV5 = WgmmaPipe<128, 3, false>;
-using WgmmaV6 = WgmmaPipe<256, 4, true>;
-using WgmmaV7 = WgmmaPipe<128, 4, true>;
-// wgrad: 128 (v5) or 256 (v6) output channels x 128 taps, pixels reduced.
-using WgradV5 = WgmmaPipe<128, 3, false, true>;
-using WgradV6 = WgmmaPipe<256, 4, true, true>;
-// ops/conv_device.go mirrors the wgmma kernels' smem sizes; kernels/cuda
-// exports them.
-// stheno:const ConvWgmmaV5SmemBytes
-static_assert(WgmmaV5::kSmemBytes == 104448, "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
-// stheno:const ConvWgmmaV6SmemBytes
-static_assert(WgmmaV6::kSmemBytes == 203776, "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
-// stheno:const ConvWgmmaV6TileM
-static_assert(WgmmaV6::BM == 256, "kernels/cuda exports the v6 tile");
-// stheno:const ConvWgmmaV7SmemBytes
-static_assert(WgmmaV7::kSmemBytes == 138240, "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
-// stheno:const ConvWgradV5SmemBytes
-static_assert(WgradV5::kSmemBytes == 107520, "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
-// stheno:const ConvWgradV6SmemBytes
-static_assert(WgradV6::kSmemBytes == 207872, "ops/conv_device.go mirrors the wgmma kernels' smem sizes");
-// stheno:const ConvWgradV6TileM
-static_assert(WgradV6::BM == 256, "kernels/cuda exports the wgrad v6 tile");
+// m128_s3: 128 channels, three stages, two blocks per SM. m256_s4: 256
+// channels (each gathered pixel feeds twice the MMAs), four stages, one
+// block per SM, MMAs waited for a k-tile late. m128_s4: m128_s3's tile
+// with m256_s4's pipeline.
+using WgmmaM128S3 = WgmmaPipe<128, 3, false>;
+using WgmmaM256S4 = WgmmaPipe<256, 4, true>;
+using WgmmaM128S4 = WgmmaPipe<128, 4, true>;
+// wgrad: 128 or 256 output channels x 128 taps, pixels reduced.
+using WgradWgmmaM128S3 = WgmmaPipe<128, 3, false, true>;
+using WgradWgmmaM256S4 = WgmmaPipe<256, 4, true, true>;
+// The tiles are conv.cu's float32 ones in width and k-tile depth.
+static_assert(WgmmaM128S3::BN == GemmShape<float, kFprop>::BN && WgmmaM128S3::BK == GemmShape<float, kFprop>::BK,
+              "ConvF32TileN pixels wide, k-tiles ConvF32TileK deep");
+// What a launch needs, for kernels/cuda: the shared memory of each kernel
+// (fprop and dgrad share their tiles), the tiles' rows and the threads.
+// stheno:const ConvFpropWgmmaM128S3SmemBytes
+static_assert(WgmmaM128S3::kSmemBytes == 104448, "kernels/cuda exports it");
+// stheno:const ConvDgradWgmmaM128S3SmemBytes
+static_assert(WgmmaM128S3::kSmemBytes == 104448, "kernels/cuda exports it");
+// stheno:const ConvWgradWgmmaM128S3SmemBytes
+static_assert(WgradWgmmaM128S3::kSmemBytes == 107520, "kernels/cuda exports it");
+// stheno:const ConvWgmmaM128S3TileM
+static_assert(WgmmaM128S3::BM == 128, "kernels/cuda exports it");
+// stheno:const ConvFpropWgmmaM256S4SmemBytes
+static_assert(WgmmaM256S4::kSmemBytes == 203776, "kernels/cuda exports it");
+// stheno:const ConvDgradWgmmaM256S4SmemBytes
+static_assert(WgmmaM256S4::kSmemBytes == 203776, "kernels/cuda exports it");
+// stheno:const ConvWgradWgmmaM256S4SmemBytes
+static_assert(WgradWgmmaM256S4::kSmemBytes == 207872, "kernels/cuda exports it");
+// stheno:const ConvWgmmaM256S4TileM
+static_assert(WgmmaM256S4::BM == 256, "kernels/cuda exports it");
+// stheno:const ConvFpropWgmmaM128S4SmemBytes
+static_assert(WgmmaM128S4::kSmemBytes == 138240, "kernels/cuda exports it");
+// stheno:const ConvDgradWgmmaM128S4SmemBytes
+static_assert(WgmmaM128S4::kSmemBytes == 138240, "kernels/cuda exports it");
+// stheno:const ConvWgmmaM128S4TileM
+static_assert(WgmmaM128S4::BM == 128, "kernels/cuda exports it");
+// stheno:const ConvWgmmaThreads
+static_assert(WgmmaM128S3::NT == 256, "kernels/cuda exports it");
 
 // The weights (fprop: w [Cout][K]; dgrad: the transposed weights
 // [Cin][Cout*KH*KW]), already rounded to TF32 (ops rounds them into
@@ -213,12 +227,13 @@ struct WeightPipe {
 };
 
 // wgrad's dy' (masked, rounded to TF32 by the layer's one elementwise pass
-// of the backward: conv_bn.cu's relu_mask_tf32 or bn_backward_apply_tf32,
-// or by the wgrad's own relu_mask_tf32 pass otherwise), [N][Cout][P] as
-// the Cout x (N*P) matrix whose element (m, k) with k = n*P + pixel sits at
-// m*P + k + n*(Cout-1)*P (as conv.cu's APipe), into the swizzled tile as
-// WeightPipe copies the weights: 16-byte copies, so P % 4 == 0 (a chunk
-// never straddles two images) and dy' 16-byte aligned (ops checks).
+// of the backward: conv_bn.cu's relu_mask_sum_tf32 or
+// bn_backward_apply_tf32, or by the wgrad's own relu_mask_sum_tf32 pass
+// otherwise), [N][Cout][P] as the Cout x (N*P) matrix whose element (m, k)
+// with k = n*P + pixel sits at m*P + k + n*(Cout-1)*P (as conv.cu's
+// APipe), into the swizzled tile as WeightPipe copies the weights: 16-byte
+// copies, so P % 4 == 0 (a chunk never straddles two images) and dy'
+// 16-byte aligned (ops checks).
 template <typename C>
 struct DyPipe {
   static constexpr int kRowsPer = C::NT / 8, kPer = C::BM / kRowsPer;
@@ -458,41 +473,41 @@ __device__ __forceinline__ void conv_wgmma(const ConvGemmParams& p) {
 
 extern "C" {
 // Two blocks per SM: at most 128 registers, 64 of them accumulators.
-__global__ void __launch_bounds__(256, 2) conv_fprop_f32_v5(stheno::ConvGemmParams p) {
-  stheno::conv_wgmma<stheno::WgmmaV5, stheno::kFprop>(p);
+__global__ void __launch_bounds__(256, 2) conv_fprop_wgmma_m128_s3_f32(stheno::ConvGemmParams p) {
+  stheno::conv_wgmma<stheno::WgmmaM128S3, stheno::kFprop>(p);
 }
 // One block per SM: 128 accumulators.
-__global__ void __launch_bounds__(256, 1) conv_fprop_f32_v6(stheno::ConvGemmParams p) {
-  stheno::conv_wgmma<stheno::WgmmaV6, stheno::kFprop>(p);
+__global__ void __launch_bounds__(256, 1) conv_fprop_wgmma_m256_s4_f32(stheno::ConvGemmParams p) {
+  stheno::conv_wgmma<stheno::WgmmaM256S4, stheno::kFprop>(p);
 }
-__global__ void __launch_bounds__(256, 1) conv_fprop_f32_v7(stheno::ConvGemmParams p) {
-  stheno::conv_wgmma<stheno::WgmmaV7, stheno::kFprop>(p);
+__global__ void __launch_bounds__(256, 1) conv_fprop_wgmma_m128_s4_f32(stheno::ConvGemmParams p) {
+  stheno::conv_wgmma<stheno::WgmmaM128S4, stheno::kFprop>(p);
 }
-// Stride 1 only; dy already masked (as conv_dgrad_f32_v2).
-__global__ void __launch_bounds__(256, 2) conv_dgrad_f32_v5(stheno::ConvGemmParams p) {
-  stheno::conv_wgmma<stheno::WgmmaV5, stheno::kDgrad>(p);
+// Stride 1 only; dy already masked (as conv_dgrad_mma_m128_s3_f32).
+__global__ void __launch_bounds__(256, 2) conv_dgrad_wgmma_m128_s3_f32(stheno::ConvGemmParams p) {
+  stheno::conv_wgmma<stheno::WgmmaM128S3, stheno::kDgrad>(p);
 }
-__global__ void __launch_bounds__(256, 1) conv_dgrad_f32_v6(stheno::ConvGemmParams p) {
-  stheno::conv_wgmma<stheno::WgmmaV6, stheno::kDgrad>(p);
+__global__ void __launch_bounds__(256, 1) conv_dgrad_wgmma_m256_s4_f32(stheno::ConvGemmParams p) {
+  stheno::conv_wgmma<stheno::WgmmaM256S4, stheno::kDgrad>(p);
 }
-__global__ void __launch_bounds__(256, 1) conv_dgrad_f32_v7(stheno::ConvGemmParams p) {
-  stheno::conv_wgmma<stheno::WgmmaV7, stheno::kDgrad>(p);
+__global__ void __launch_bounds__(256, 1) conv_dgrad_wgmma_m128_s4_f32(stheno::ConvGemmParams p) {
+  stheno::conv_wgmma<stheno::WgmmaM128S4, stheno::kDgrad>(p);
 }
 // dy' masked and rounded to TF32 beforehand, OutH*OutW % 4 == 0, dy'
-// 16-byte aligned (as conv_wgrad_f32_v2's 16-byte copies of dy); no bias
-// gradient.
-__global__ void __launch_bounds__(256, 2) conv_wgrad_f32_v5(stheno::ConvGemmParams p) {
+// 16-byte aligned (as conv_wgrad_mma_m128_s3_f32's 16-byte copies of dy);
+// no bias gradient.
+__global__ void __launch_bounds__(256, 2) conv_wgrad_wgmma_m128_s3_f32(stheno::ConvGemmParams p) {
   if (stheno::pointwise(p) && p.b % 16 == 0) {
-    stheno::conv_wgmma_wgrad<stheno::WgradV5, true>(p);
+    stheno::conv_wgmma_wgrad<stheno::WgradWgmmaM128S3, true>(p);
   } else {
-    stheno::conv_wgmma_wgrad<stheno::WgradV5, false>(p);
+    stheno::conv_wgmma_wgrad<stheno::WgradWgmmaM128S3, false>(p);
   }
 }
-__global__ void __launch_bounds__(256, 1) conv_wgrad_f32_v6(stheno::ConvGemmParams p) {
+__global__ void __launch_bounds__(256, 1) conv_wgrad_wgmma_m256_s4_f32(stheno::ConvGemmParams p) {
   if (stheno::pointwise(p) && p.b % 16 == 0) {
-    stheno::conv_wgmma_wgrad<stheno::WgradV6, true>(p);
+    stheno::conv_wgmma_wgrad<stheno::WgradWgmmaM256S4, true>(p);
   } else {
-    stheno::conv_wgmma_wgrad<stheno::WgradV6, false>(p);
+    stheno::conv_wgmma_wgrad<stheno::WgradWgmmaM256S4, false>(p);
   }
 }
 }

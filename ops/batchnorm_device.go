@@ -3,12 +3,12 @@ package ops
 import (
 	"fmt"
 	"math"
-	"unsafe"
 
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/kernels"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
 // The GPU path of ConvBN's BatchNorm op, its backward op and the ReLU mask
@@ -32,36 +32,15 @@ import (
 // updates them on the host with the CPU twin's expressions, and inference
 // uploads them for the kernels. Keep them on the GPU when training there.
 
-// bnArgs mirrors BNParams in kernels/conv.cuh field for field.
-type bnArgs struct {
-	Z, DY, FCoef, Residual, Out, Partial backend.DevicePtr
-	Gamma, Beta, RunMean, RunVar         backend.DevicePtr
-	BatchStats, Coef, DGamma, DBeta      backend.DevicePtr
-	Eps, Momentum                        float64
-	N, C, HW                             int32
-	Slots, Rec, Chunk                    int32
-	Training, ReLU                       int32
-}
-
-// maskArgs mirrors MaskParams in kernels/conv_bn.cu.
-type maskArgs struct {
-	Y, DY, DX backend.DevicePtr
-	N         int64
-}
-
-var (
-	_ [160]byte = [unsafe.Sizeof(bnArgs{})]byte{}
-	_ [32]byte  = [unsafe.Sizeof(maskArgs{})]byte{}
-)
-
 const (
-	bnRecForward  = 3 // float64s per statistics record: count, sum, M2
-	bnRecBackward = 2 // per gradient record: sum g, sum g*(z - mean)
+	bnRecForward  = cuda.BNStatsRecord // float64s per statistics record: count, sum, M2
+	bnRecBackward = cuda.BNGradRecord  // per gradient record: sum g, sum g*(z - mean)
 	bnThreads     = 256
-	bnChunk       = 4096       // elements of a plane per bn_reduce block
-	bnCoefStride  = 8          // kCoefStride in conv.cuh
-	bnScratch     = 32 * 4 * 8 // shared memory of bn_reduce and bn_finalize
+	bnChunk       = 4096 // elements of a plane per bn_reduce block
 )
+
+// The CPU twin and the kernels lay out the per-channel constants alike.
+var _ = [1]struct{}{}[kernels.BNCoefStride-cuda.BNCoefStride]
 
 // bnHandOffKey keys, on a Device, how many times BatchNorm constants were
 // worked out there from their convolution's statistics (an int), for the
@@ -80,8 +59,8 @@ func bnHandOffs(dev *backend.Device) int {
 	return n
 }
 
-func (s bnShape) bnArgs(training bool) bnArgs {
-	return bnArgs{
+func (s bnShape) bnArgs(training bool) cuda.BNParams {
+	return cuda.BNParams{
 		Eps: s.eps, Momentum: s.momentum,
 		N: int32(s.n), C: int32(s.c), HW: int32(s.h * s.w),
 		Training: boolInt32(training), ReLU: boolInt32(s.act == ActReLU),
@@ -156,10 +135,15 @@ func (s bnShape) deviceRunning(op string, dev *backend.Device, rm, rv *tensor.De
 	return r, nil
 }
 
-// reduce queues kernel (bn_reduce or bn_grad_reduce) over the planes into
-// new records of rec float64s, which the caller frees, and returns them with
-// their number of slots.
-func (s bnShape) reduce(op string, dev *backend.Device, kernel string, args bnArgs, rec int) (*tensor.Dense, int, error) {
+// reduce queues kernel (bn_reduce or bn_grad_reduce, picked by dtype) over
+// the planes into new records of rec float64s, which the caller frees, and
+// returns them with their number of slots.
+func (s bnShape) reduce(op string, dev *backend.Device, kernel func(tensor.Dtype) (cuda.Kernel[cuda.BNParams], error),
+	args cuda.BNParams, rec int) (*tensor.Dense, int, error) {
+	k, err := kernel(s.dt)
+	if err != nil {
+		return nil, 0, fmt.Errorf("ops: %s: %w", op, err)
+	}
 	hw := s.h * s.w
 	chunk := min(hw, bnChunk)
 	chunks := ceilDiv(hw, chunk)
@@ -176,62 +160,74 @@ func (s bnShape) reduce(op string, dev *backend.Device, kernel string, args bnAr
 	cfg := backend.LaunchConfig{
 		Grid:      backend.Dim3{X: uint32(chunks), Y: uint32(s.n), Z: uint32(s.c)},
 		Block:     backend.Dim3{X: bnThreads, Y: 1, Z: 1},
-		SharedMem: bnScratch,
+		SharedMem: cuda.BNScratchBytes,
 	}
-	if err := launchBN(op, dev, kernel+"_"+dtypeSuffix(s.dt), cfg, args); err != nil {
+	if err := launchBN(op, dev, k, cfg, args); err != nil {
 		_ = dev.FreeDense(partial)
 		return nil, 0, err
 	}
 	return partial, slots, nil
 }
 
-func launchBN(op string, dev *backend.Device, kernel string, cfg backend.LaunchConfig, args bnArgs) error {
-	k, err := dev.Kernel("conv_bn", kernel)
-	if err != nil {
-		return fmt.Errorf("ops: %s: %w", op, err)
-	}
-	if err := backend.Launch(k, cfg, args); err != nil {
+func launchBN(op string, dev *backend.Device, k cuda.Kernel[cuda.BNParams], cfg backend.LaunchConfig, args cuda.BNParams) error {
+	if err := k.Launch(dev, cfg, args); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	return nil
 }
 
 // finalize queues bn_finalize, one block per channel, into args.Coef (and,
-// backward, args.DGamma and args.DBeta).
-func (s bnShape) finalize(op string, dev *backend.Device, args bnArgs) error {
+// backward, args.Dgamma and args.Dbeta).
+func (s bnShape) finalize(op string, dev *backend.Device, args cuda.BNParams) error {
 	cfg := backend.LaunchConfig{
 		Grid:      backend.Dim3{X: uint32(s.c), Y: 1, Z: 1},
 		Block:     backend.Dim3{X: bnThreads, Y: 1, Z: 1},
-		SharedMem: bnScratch,
+		SharedMem: cuda.BNScratchBytes,
 	}
-	return launchBN(op, dev, "bn_finalize_"+dtypeSuffix(s.dt), cfg, args)
+	k, err := cuda.BNFinalize(s.dt)
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	return launchBN(op, dev, k, cfg, args)
 }
 
 // apply queues the forward or backward apply kernel over the planes, four
 // elements at a time in float32 when the planes allow (the backward one
 // rounding dz to TF32 with gemmDz).
-func (s bnShape) apply(op string, dev *backend.Device, args bnArgs, backward bool) error {
+func (s bnShape) apply(op string, dev *backend.Device, args cuda.BNParams, backward bool) error {
 	hw := s.h * s.w
 	// Planes of whole float4s: every plane starts 16-byte aligned when the
 	// tensors do (a view may not).
-	x4 := s.dt == tensor.Float32 && hw%4 == 0 && (args.Z|args.DY|args.Residual|args.Out)%16 == 0
-	kernel := "bn_apply_"
-	if backward {
-		kernel = "bn_backward_apply_"
-		if s.gemmDz && s.dt == tensor.Float32 {
-			kernel += "tf32_"
-		}
+	vec4 := s.dt == tensor.Float32 && hw%4 == 0 && (args.Z|args.DY|args.Residual|args.Out)%16 == 0
+	tf32 := backward && s.gemmDz && s.dt == tensor.Float32
+	var k cuda.Kernel[cuda.BNParams]
+	var err error
+	switch {
+	case tf32 && vec4:
+		k = cuda.BNBackwardApplyTF32Vec4F32
+	case tf32:
+		k = cuda.BNBackwardApplyTF32F32
+	case backward && vec4:
+		k = cuda.BNBackwardApplyVec4F32
+	case backward:
+		k, err = cuda.BNBackwardApply(s.dt)
+	case vec4:
+		k = cuda.BNApplyVec4F32
+	default:
+		k, err = cuda.BNApply(s.dt)
 	}
-	kernel += dtypeSuffix(s.dt)
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
 	units := hw
-	if x4 {
-		kernel, units = kernel+"x4", hw/4
+	if vec4 {
+		units = hw / 4
 	}
 	cfg := backend.LaunchConfig{
 		Grid:  backend.Dim3{X: uint32(s.n * s.c), Y: uint32(min(max(ceilDiv(units, bnThreads*4), 1), 65535)), Z: 1},
 		Block: backend.Dim3{X: bnThreads, Y: 1, Z: 1},
 	}
-	return launchBN(op, dev, kernel, cfg, args)
+	return launchBN(op, dev, k, cfg, args)
 }
 
 // coefDevice is bnCoefOp's device launcher.
@@ -267,7 +263,7 @@ func (s bnShape) coefDevice(a *deviceArgs) (*tensor.Dense, error) {
 			args.Slots = int32(st.slots)
 			countHandOff(dev)
 		} else {
-			partial, slots, err := s.reduce(name, dev, "bn_reduce", args, bnRecForward)
+			partial, slots, err := s.reduce(name, dev, cuda.BNReduce, args, bnRecForward)
 			if err != nil {
 				return nil, err
 			}
@@ -347,9 +343,9 @@ func updateRunning[T kernels.Float](rm, rv, batch []T, momentum float64, m int) 
 // the inputs they share, z, the forward's constants, dy and the residual
 // (when the layer has one), at the positions given. The residual is read,
 // for the ReLU's mask, only by a layer with a ReLU.
-func (s bnShape) gradArgs(a *deviceArgs, z, coef, dy, res int) bnArgs {
+func (s bnShape) gradArgs(a *deviceArgs, z, coef, dy, res int) cuda.BNParams {
 	args := s.bnArgs(s.bn.Training)
-	args.Z, args.FCoef, args.DY = a.ptr[z], a.ptr[coef], a.ptr[dy]
+	args.Z, args.Fcoef, args.DY = a.ptr[z], a.ptr[coef], a.ptr[dy]
 	if s.residual && s.act == ActReLU {
 		args.Residual = a.ptr[res]
 	}
@@ -370,10 +366,10 @@ func (s bnShape) gradStatsDevice(a *deviceArgs) (*tensor.Dense, error) {
 		return nil, err
 	}
 	elem := backend.DevicePtr(s.dt.Size())
-	args.DGamma = outPtr
-	args.DBeta = outPtr + backend.DevicePtr(s.c)*elem
+	args.Dgamma = outPtr
+	args.Dbeta = outPtr + backend.DevicePtr(s.c)*elem
 	args.Coef = outPtr + 2*backend.DevicePtr(s.c)*elem
-	partial, slots, err := s.reduce(name, dev, "bn_grad_reduce", args, bnRecBackward)
+	partial, slots, err := s.reduce(name, dev, cuda.BNGradReduce, args, bnRecBackward)
 	if err != nil {
 		return nil, err
 	}
@@ -423,12 +419,12 @@ func reluMaskDevice(a *deviceArgs) (*tensor.Dense, error) {
 	if err != nil {
 		return nil, err
 	}
-	k, err := a.dev.Kernel("conv_bn", "relu_mask_"+dtypeSuffix(a.spec.dtype))
+	k, err := cuda.ReLUMask(a.spec.dtype)
 	if err != nil {
 		return nil, fmt.Errorf("ops: %s: %w", name, err)
 	}
 	n := int64(a.spec.out.TotalSize())
-	if err := backend.Launch(k, a.dev.GridStride(n, bnThreads), maskArgs{Y: a.ptr[0], DY: a.ptr[1], DX: dxPtr, N: n}); err != nil {
+	if err := k.Launch(a.dev, a.dev.GridStride(n, bnThreads), cuda.MaskParams{Y: a.ptr[0], DY: a.ptr[1], DX: dxPtr, N: n}); err != nil {
 		return nil, fmt.Errorf("ops: %s: %w", name, err)
 	}
 	return dx, nil

@@ -222,7 +222,7 @@ type convStatsLayout struct {
 
 func convStatsOf(dt tensor.Dtype, n, c, hw int) convStatsLayout {
 	elem := int(dt.Size())
-	slots := ceilDiv(n*hw, convTileFor(dt).bn)
+	slots := ceilDiv(n*hw, convTileN(dt))
 	off := ceilDiv(n*c*hw*elem, 8) * 8 / elem
 	return convStatsLayout{off: off, slots: slots, size: off + slots*c*bnRecForward*8/elem}
 }

@@ -4,12 +4,11 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"strings"
-	"unsafe"
 
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
 // The GPU path of Conv and of ConvBN's convolution: kernels/conv.cu, one
@@ -17,21 +16,16 @@ import (
 // scale/shift, residual and ReLU in its epilogue, and for ConvBN in training
 // the batch statistics), the data gradient and the weight gradient (split
 // along its long reduction when the GEMM has too few tiles to fill the GPU),
-// and for float32 the cp.async pipelines of conv_pipe for all three.
+// and for float32 the cp.async pipelines of conv_pipe for all three and, on
+// Hopper, conv_sm90a.cu's warpgroup MMAs. conv.cu's header says how the
+// kernels' names spell their design.
 
-// fastDivArgs mirrors FastDiv in kernels/conv.cuh: division of a
-// non-negative int32 by d as a multiply-high and a shift.
-type fastDivArgs struct {
-	D        int32
-	Mul, Shr uint32
-	Unused   int32
-}
-
-// fastDiv returns the constants for divisor d >= 1: with l = ceil(log2 d),
-// mul = ceil(2^(31+l)/d) and shr = l-1, umulhi(n, mul) >> shr = n/d for
-// every 0 <= n < 2^31 (conv.cuh explains why); d == 1 has mul 0.
-func fastDiv(d int) fastDivArgs {
-	f := fastDivArgs{D: int32(d)}
+// fastDiv returns the constants of FastDiv (conv.cuh) for divisor d >= 1:
+// with l = ceil(log2 d), mul = ceil(2^(31+l)/d) and shr = l-1,
+// umulhi(n, mul) >> shr = n/d for every 0 <= n < 2^31 (conv.cuh explains
+// why); d == 1 has mul 0.
+func fastDiv(d int) cuda.FastDiv {
+	f := cuda.FastDiv{D: int32(d)}
 	if d == 1 {
 		return f
 	}
@@ -40,53 +34,6 @@ func fastDiv(d int) fastDivArgs {
 	f.Shr = uint32(l - 1)
 	return f
 }
-
-// div is the kernel's fdiv, for tests.
-func (f fastDivArgs) div(n int32) int32 {
-	if f.Mul == 0 {
-		return n
-	}
-	return int32(uint32((uint64(uint32(n))*uint64(f.Mul))>>32) >> f.Shr)
-}
-
-// convGemmArgs mirrors ConvGemmParams in kernels/conv.cuh field for field.
-type convGemmArgs struct {
-	A, B, Mask, Out        backend.DevicePtr
-	Scale, Shift, Residual backend.DevicePtr
-	Stats, BiasGrad        backend.DevicePtr
-	N, Cin, H, W           int32
-	Cout, KH, KW           int32
-	StrideH, StrideW       int32
-	PadH, PadW, DilH, DilW int32
-	OutH, OutW             int32
-	ReLU                   int32
-	M, NCols, K            int32
-	TilesM, KTilesPerSplit int32
-	Unused                 int32
-	DivKK, DivKW           fastDivArgs
-	DivImg, DivRow         fastDivArgs
-	DivQ, DivQW            fastDivArgs
-	DivStrideH, DivStrideW fastDivArgs
-}
-
-// splitKArgs mirrors SplitKParams and weightTArgs WeightTParams (conv.cu).
-type splitKArgs struct {
-	WS, Out, BiasWS, BiasOut backend.DevicePtr
-	N                        int64
-	M, Splits                int32
-}
-
-type weightTArgs struct {
-	W, WT                    backend.DevicePtr
-	N                        int64
-	Cout, Cin, KK, RoundTF32 int32
-}
-
-var (
-	_ [288]byte = [unsafe.Sizeof(convGemmArgs{})]byte{}
-	_ [48]byte  = [unsafe.Sizeof(splitKArgs{})]byte{}
-	_ [40]byte  = [unsafe.Sizeof(weightTArgs{})]byte{}
-)
 
 // The three GEMMs of conv.cu (ConvMode).
 const (
@@ -97,111 +44,108 @@ const (
 
 var convModeNames = [...]string{"fprop", "dgrad", "wgrad"}
 
-// convTile mirrors ConvTile<T> in conv.cu: block tile, threads and the
-// padding of the shared-memory rows.
-type convTile struct {
-	bm, bn, bk, threads int
-	padA, padB, padC    int
-	elem                int
-}
-
-var (
-	convTileF32 = convTile{bm: 128, bn: 128, bk: 32, threads: 256, padA: 4, padB: 8, padC: 8, elem: 4}
-	convTileF64 = convTile{bm: 64, bn: 64, bk: 16, threads: 256, padA: 1, padB: 1, padC: 1, elem: 8}
-)
-
-func convTileFor(dt tensor.Dtype) convTile {
+// convTileN is the columns of every GEMM kernel's block tile (output pixels;
+// wgrad: taps) for dt, and convTileK the depth of its k-tiles.
+func convTileN(dt tensor.Dtype) int {
 	if dt == tensor.Float32 {
-		return convTileF32
+		return cuda.ConvF32TileN
 	}
-	return convTileF64
+	return cuda.ConvF64TileN
 }
 
-// smemBytes is GemmShape<T, mode>::kSmemBytes: two stages of the A and B
-// tiles, or the C tile of the epilogue over them, and for wgrad a table of
-// 16 bytes per column. conv.cu pins the values with static_asserts.
-func (t convTile) smemBytes(mode int) int {
-	lda := t.bk + t.padA
-	a := t.bm * lda
-	b := t.bk * (t.bn + t.padB)
-	if mode == convWgrad {
-		b = t.bn * lda
+func convTileK(dt tensor.Dtype) int {
+	if dt == tensor.Float32 {
+		return cuda.ConvF32TileK
 	}
-	pipe := 2 * (a + b) * t.elem
-	c := t.bm * (t.bn + t.padC) * t.elem
-	main := (max(pipe, c) + 15) / 16 * 16
-	if mode == convWgrad {
-		main += 16 * t.bn
-	}
-	return main
+	return cuda.ConvF64TileK
 }
 
-// The float32 forward kernels of conv.cu: conv_gemm's register-staged loop
-// (v1), and the cp.async pipelines of conv_pipe: v2 (v1's 128x128
-// tile and warps of 64x32, two blocks per SM), v3 (256x128, warps of
-// 64x64, one block per SM) and v4 (128x128, four warps of 64x64, two blocks
-// per SM). All four compute the same results, bit for bit; convKernel
-// chooses.
-const (
-	convFpropF32V1 = "conv_fprop_f32"
-	convFpropF32V2 = "conv_fprop_f32_v2"
-	convFpropF32V3 = "conv_fprop_f32_v3"
-	convFpropF32V4 = "conv_fprop_f32_v4"
-)
+// convGemmKernel is a kernel of conv.cu or conv_sm90a.cu that runs one of a
+// convolution's GEMMs.
+type convGemmKernel = cuda.Kernel[cuda.ConvGemmParams]
 
-// The float32 backward kernels: conv_gemm's (v1) and the cp.async
-// pipelines of conv_pipe (v2, v1's 128x128 tile and warps, two blocks per
-// SM). dgrad v2 runs stride-1 layers only; wgrad v2 needs OutH*OutW % 4 ==
-// 0 and dy 16-byte aligned (its 16-byte copies of dy). Neither applies the
-// ReLU mask of dy as it copies: dgrad and wgrad mask dy into scratch memory
-// first (maskedGrad). dgrad v2 agrees with v1 bit for bit; so does wgrad
-// v2's dw for the same splits (its bias gradient adds in another order).
-const (
-	convDgradF32V1 = "conv_dgrad_f32"
-	convDgradF32V2 = "conv_dgrad_f32_v2"
-	convWgradF32V1 = "conv_wgrad_f32"
-	convWgradF32V2 = "conv_wgrad_f32_v2"
-)
+// convKernelChoice is a GEMM's kernel with what its launch needs: its
+// dynamic shared memory, the rows of its block tile (the columns are
+// convTileN for all) and its threads per block.
+type convKernelChoice struct {
+	kernel            convGemmKernel
+	smem, bm, threads int
+}
 
-// The wgmma kernels of conv_sm90a.cu (module conv_sm90a, PTX the driver
-// compiles for sm_90a): fprop and stride-1 dgrad on conv_pipe's loads and
-// epilogue, with the weights read by the MMAs straight from shared memory.
-// They run on compute capability 9.0 GPUs only, need K % 4 == 0 and the
-// weights 16-byte aligned (16-byte copies of their rows), and, like dgrad
-// v2, dy masked beforehand. WgmmaPipe::kSmemBytes in conv_sm90a.cu pins
-// their shared memory.
-const (
-	convFpropF32V5  = "conv_fprop_f32_v5"
-	convDgradF32V5  = "conv_dgrad_f32_v5"
-	convFpropF32V6  = "conv_fprop_f32_v6"
-	convDgradF32V6  = "conv_dgrad_f32_v6"
-	convFpropF32V7  = "conv_fprop_f32_v7"
-	convDgradF32V7  = "conv_dgrad_f32_v7"
-	convWgradF32V5  = "conv_wgrad_f32_v5"
-	convWgradF32V6  = "conv_wgrad_f32_v6"
-	convWgmmaSmem   = 104448
-	convWgmmaV6Smem = 203776
-	convWgmmaV7Smem = 138240
-	convWgradV5Smem = 107520
-	convWgradV6Smem = 207872
-)
+// convPassKernels are the kernels of one GEMM (convFprop, convDgrad or
+// convWgrad), by design; a pass that has no kernel of a design has a zero
+// choice there.
+type convPassKernels struct {
+	// conv_gemm: the float64 kernel, and the float32 one of last resort,
+	// which runs every GEMM (loads double-buffered in registers, 64-bit
+	// offsets, dy's ReLU mask applied as it is staged).
+	fmaM64I64, mmaM128I64 convKernelChoice
+	// conv_pipe: the cp.async ring of 3 stages, where its 32-bit offsets
+	// fit (convFpropPipeFits, convBackwardPipeFits); fprop's other tiles
+	// are variants, launched only when forced (setConvKernel).
+	mmaM128S3, mmaM256S4, mmaM128S3T128 convKernelChoice
+	// conv_sm90a.cu's, which convWgmmaPick chooses among (wgrad has no
+	// m128_s4).
+	wgmmaM128S3, wgmmaM256S4, wgmmaM128S4 convKernelChoice
+}
 
-// convWgmma reports whether name is a kernel of conv_sm90a.cu.
-func convWgmma(name string) bool {
-	switch name {
-	case convFpropF32V5, convDgradF32V5, convFpropF32V6, convDgradF32V6, convFpropF32V7, convDgradF32V7,
-		convWgradF32V5, convWgradF32V6:
-		return true
+// convKernels are the GEMM kernels by pass, with their launch shapes as
+// kernels/cuda exports them.
+var convKernels = [3]convPassKernels{
+	convFprop: {
+		fmaM64I64:     convKernelChoice{cuda.ConvFpropFmaM64I64F64, cuda.ConvFpropFmaM64I64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
+		mmaM128I64:    convKernelChoice{cuda.ConvFpropMmaM128I64F32, cuda.ConvFpropMmaM128I64SmemBytes, cuda.ConvMmaM128I64TileM, cuda.ConvF32Threads},
+		mmaM128S3:     convKernelChoice{cuda.ConvFpropMmaM128S3F32, cuda.ConvFpropMmaM128S3SmemBytes, cuda.ConvMmaM128S3TileM, cuda.ConvF32Threads},
+		mmaM256S4:     convKernelChoice{cuda.ConvFpropMmaM256S4F32, cuda.ConvFpropMmaM256S4SmemBytes, cuda.ConvMmaM256S4TileM, cuda.ConvF32Threads},
+		mmaM128S3T128: convKernelChoice{cuda.ConvFpropMmaM128S3T128F32, cuda.ConvFpropMmaM128S3T128SmemBytes, cuda.ConvMmaM128S3T128TileM, cuda.ConvMmaM128S3T128Threads},
+		wgmmaM128S3:   convKernelChoice{cuda.ConvFpropWgmmaM128S3F32, cuda.ConvFpropWgmmaM128S3SmemBytes, cuda.ConvWgmmaM128S3TileM, cuda.ConvWgmmaThreads},
+		wgmmaM256S4:   convKernelChoice{cuda.ConvFpropWgmmaM256S4F32, cuda.ConvFpropWgmmaM256S4SmemBytes, cuda.ConvWgmmaM256S4TileM, cuda.ConvWgmmaThreads},
+		wgmmaM128S4:   convKernelChoice{cuda.ConvFpropWgmmaM128S4F32, cuda.ConvFpropWgmmaM128S4SmemBytes, cuda.ConvWgmmaM128S4TileM, cuda.ConvWgmmaThreads},
+	},
+	convDgrad: {
+		fmaM64I64:   convKernelChoice{cuda.ConvDgradFmaM64I64F64, cuda.ConvDgradFmaM64I64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
+		mmaM128I64:  convKernelChoice{cuda.ConvDgradMmaM128I64F32, cuda.ConvDgradMmaM128I64SmemBytes, cuda.ConvMmaM128I64TileM, cuda.ConvF32Threads},
+		mmaM128S3:   convKernelChoice{cuda.ConvDgradMmaM128S3F32, cuda.ConvDgradMmaM128S3SmemBytes, cuda.ConvMmaM128S3TileM, cuda.ConvF32Threads},
+		wgmmaM128S3: convKernelChoice{cuda.ConvDgradWgmmaM128S3F32, cuda.ConvDgradWgmmaM128S3SmemBytes, cuda.ConvWgmmaM128S3TileM, cuda.ConvWgmmaThreads},
+		wgmmaM256S4: convKernelChoice{cuda.ConvDgradWgmmaM256S4F32, cuda.ConvDgradWgmmaM256S4SmemBytes, cuda.ConvWgmmaM256S4TileM, cuda.ConvWgmmaThreads},
+		wgmmaM128S4: convKernelChoice{cuda.ConvDgradWgmmaM128S4F32, cuda.ConvDgradWgmmaM128S4SmemBytes, cuda.ConvWgmmaM128S4TileM, cuda.ConvWgmmaThreads},
+	},
+	convWgrad: {
+		fmaM64I64:   convKernelChoice{cuda.ConvWgradFmaM64I64F64, cuda.ConvWgradFmaM64I64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
+		mmaM128I64:  convKernelChoice{cuda.ConvWgradMmaM128I64F32, cuda.ConvWgradMmaM128I64SmemBytes, cuda.ConvMmaM128I64TileM, cuda.ConvF32Threads},
+		mmaM128S3:   convKernelChoice{cuda.ConvWgradMmaM128S3F32, cuda.ConvWgradMmaM128S3SmemBytes, cuda.ConvMmaM128S3TileM, cuda.ConvF32Threads},
+		wgmmaM128S3: convKernelChoice{cuda.ConvWgradWgmmaM128S3F32, cuda.ConvWgradWgmmaM128S3SmemBytes, cuda.ConvWgmmaM128S3TileM, cuda.ConvWgmmaThreads},
+		wgmmaM256S4: convKernelChoice{cuda.ConvWgradWgmmaM256S4F32, cuda.ConvWgradWgmmaM256S4SmemBytes, cuda.ConvWgmmaM256S4TileM, cuda.ConvWgmmaThreads},
+	},
+}
+
+// find returns the float32 kernel of ks that k names.
+func (ks *convPassKernels) find(k convGemmKernel) (convKernelChoice, bool) {
+	for _, c := range [...]convKernelChoice{ks.mmaM128I64, ks.mmaM128S3, ks.mmaM256S4, ks.mmaM128S3T128,
+		ks.wgmmaM128S3, ks.wgmmaM256S4, ks.wgmmaM128S4} {
+		if c.kernel != "" && c.kernel == k {
+			return c, true
+		}
+	}
+	return convKernelChoice{}, false
+}
+
+// convWgmma reports whether k is a kernel of conv_sm90a.cu.
+func convWgmma(k convGemmKernel) bool {
+	return k.Module() == cuda.ConvFpropWgmmaM128S3F32.Module()
+}
+
+// convRegisterStaged reports whether k is one of conv_gemm's kernels, which
+// stage their loads through registers: they apply dy's ReLU mask on the way
+// and run one block per SM. The others copy with cp.async, without looking
+// at the data.
+func convRegisterStaged(k convGemmKernel) bool {
+	for _, ks := range &convKernels {
+		if k == ks.mmaM128I64.kernel || k == ks.fmaM64I64.kernel {
+			return true
+		}
 	}
 	return false
-}
-
-// convModule is the module (kernels/<module>.cu) of a conv kernel.
-func convModule(name string) string {
-	if convWgmma(name) {
-		return "conv_sm90a"
-	}
-	return "conv"
 }
 
 // convSM90a reports whether dev runs conv_sm90a.cu's kernels (sm90aError);
@@ -213,18 +157,19 @@ func convSM90a(dev *backend.Device) bool {
 
 // convWgmmaError is why dev does not run conv_sm90a.cu's kernels, or nil.
 func convWgmmaError(dev *backend.Device) error {
-	return sm90aError(dev, convModule(convFpropF32V5), convFpropF32V5)
+	k := cuda.ConvFpropWgmmaM128S3F32
+	return sm90aError(dev, k.Module(), k.Name())
 }
 
 // convKernelKey keys, on a Device, the float32 kernel that tests and
 // benchmarks which compare the kernels force for one of the GEMMs
-// (convFprop, convDgrad or convWgrad) instead of convKernel's choice: its
-// name, which must fit the launch.
+// (convFprop, convDgrad or convWgrad) instead of convKernel's choice: a
+// convGemmKernel, which must fit the launch.
 type convKernelKey int
 
 // setConvKernel forces kernel for the float32 GEMMs of mode on dev; ""
 // gives the choice back to convKernel.
-func setConvKernel(dev *backend.Device, mode int, kernel string) {
+func setConvKernel(dev *backend.Device, mode int, kernel convGemmKernel) {
 	if kernel == "" {
 		dev.SetValue(convKernelKey(mode), nil)
 		return
@@ -232,45 +177,20 @@ func setConvKernel(dev *backend.Device, mode int, kernel string) {
 	dev.SetValue(convKernelKey(mode), kernel)
 }
 
-// The shared memory of the pipelined kernels, FpropPipe::kSmemBytes in
-// conv.cu (which pins them): stages of the A and B tiles (or the C tile
-// over them), then a ring of four k-tiles' row tables of 16 bytes a row
-// (wgrad: its column table, as large). B rows are convTileF32's, k-major
-// (BK rows of BN+padB) or, for wgrad, n-major (BN rows of BK+padA); C rows
-// are convTileF32's; A's rows are bm.
-func convPipeSmemBytes(bm, stages int, nMajorB bool) int {
-	t := convTileF32
-	b := t.bk * (t.bn + t.padB)
-	if nMajorB {
-		b = t.bn * (t.bk + t.padA)
-	}
-	pipe := stages * (bm*(t.bk+t.padA) + b) * t.elem
-	c := bm * (t.bn + t.padC) * t.elem
-	return (max(pipe, c)+15)/16*16 + 4*t.bk*16
-}
-
-var (
-	convFpropV2Smem = convPipeSmemBytes(128, 3, false)
-	convFpropV3Smem = convPipeSmemBytes(256, 4, false)
-	convFpropV4Smem = convPipeSmemBytes(128, 3, false)
-	convDgradV2Smem = convPipeSmemBytes(128, 3, false)
-	convWgradV2Smem = convPipeSmemBytes(128, 3, true)
-)
-
 // convFpropPipeFits reports whether the pipelined kernels can run the
 // forward GEMM of args: they add their offsets into x in 32-bit ints,
 // whose sums, column part plus row part, stay below (N+1)*Cin*H*W.
-// wgrad v2 gathers x the same way.
-func convFpropPipeFits(args convGemmArgs) bool {
+// wgrad's m128_s3 gathers x the same way.
+func convFpropPipeFits(args cuda.ConvGemmParams) bool {
 	return int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W) <= math.MaxInt32
 }
 
-// convBackwardPipeFits reports whether the v2 kernel of a backward GEMM can
-// run args, and if not why. dgrad v2: stride 1, and its offsets into dy,
-// a column part (an image's offset plus (ih+PadH)*OutW + iw+PadW) plus a
-// row part (co*OutH*OutW - kh*DilH*OutW - kw*DilW), within 32 bits.
-// wgrad v2: fprop's offsets into x, and 16-byte copies of dy's rows.
-func convBackwardPipeFits(mode int, args convGemmArgs) (bool, string) {
+// convBackwardPipeFits reports whether the m128_s3 kernel of a backward
+// GEMM can run args, and if not why. dgrad: stride 1, and its offsets into
+// dy, a column part (an image's offset plus (ih+PadH)*OutW + iw+PadW) plus
+// a row part (co*OutH*OutW - kh*DilH*OutW - kw*DilW), within 32 bits.
+// wgrad: fprop's offsets into x, and 16-byte copies of dy's rows.
+func convBackwardPipeFits(mode int, args cuda.ConvGemmParams) (bool, string) {
 	if mode == convDgrad {
 		if args.StrideH != 1 || args.StrideW != 1 {
 			return false, "strided dgrad"
@@ -290,241 +210,173 @@ func convBackwardPipeFits(mode int, args convGemmArgs) (bool, string) {
 	return true, ""
 }
 
-// convKernelChoice is a GEMM's kernel, its dynamic shared memory, the rows
-// of its block tile (the columns are convTileFor(dt).bn for all) and its
-// threads per block.
-type convKernelChoice struct {
-	name              string
-	smem, bm, threads int
-}
-
-// convKernel chooses the kernel of a GEMM on gpu. For float32 forward
-// GEMMs: conv_sm90a.cu's where they run (convWgmmaFits; which one by
-// convWgmmaPick), else v2, and v1 only where v2's offsets do not fit. The
-// conv.cu kernels measured on an H200
-// (BenchmarkGPUConvFpropVariants, TARGETS.md cases): v2 0.096 / 1.331 /
-// 0.048 ms on resnet_c3_3x3 / fpn_p2_3x3 / resnet_c4_1x1; v4, whose warp
-// tiles read a third less shared memory per MMA, 0.096 / 1.332 / 0.055;
-// v3 0.168 / 1.338 / 0.078; v1 0.214 / 3.260 / 0.098. v3 and v4 only by
-// override. For float32 dgrad and wgrad, convBackwardKernel.
-func convKernel(dt tensor.Dtype, mode int, args convGemmArgs, gpu convGPU) (convKernelChoice, error) {
-	optIn, sm90a := gpu.optIn, gpu.sm90a
-	t := convTileFor(dt)
-	generic := convKernelChoice{"conv_" + convModeNames[mode] + "_" + dtypeSuffix(dt), t.smemBytes(mode), t.bm, t.threads}
+// convKernel chooses the kernel of a GEMM on gpu: for float64,
+// fma_m64_i64; for float32 forward GEMMs, conv_sm90a.cu's where they run
+// (convWgmmaFits; which one by convWgmmaPick), else mma_m128_s3, and
+// mma_m128_i64 only where mma_m128_s3's offsets do not fit. The other
+// tiles of conv_pipe, mma_m256_s4 (fewer fragment loads per MMA, half the
+// blocks) and mma_m128_s3_t128 (m256_s4's warps on the m128 tile), do not
+// beat mma_m128_s3 on TARGETS.md's cases (BenchmarkGPUConvFpropVariants
+// times them): they run only when forced. For float32 dgrad and wgrad,
+// convBackwardKernel.
+func convKernel(dt tensor.Dtype, mode int, args cuda.ConvGemmParams, gpu convGPU) (convKernelChoice, error) {
+	ks := &convKernels[mode]
 	if dt != tensor.Float32 {
-		return generic, nil
+		return ks.fmaM64I64, nil
 	}
 	if mode != convFprop {
-		return convBackwardKernel(mode, args, gpu, generic)
+		return convBackwardKernel(mode, args, gpu)
 	}
-	v2 := convKernelChoice{convFpropF32V2, convFpropV2Smem, 128, 256}
-	v5 := convKernelChoice{convFpropF32V5, convWgmmaSmem, 128, 256}
-	v3 := convKernelChoice{convFpropF32V3, convFpropV3Smem, 256, 256}
-	v4 := convKernelChoice{convFpropF32V4, convFpropV4Smem, 128, 128}
 	fits := convFpropPipeFits(args)
-	var want convKernelChoice
-	switch gpu.forced[convFprop] {
-	case "":
-		if !fits {
-			return generic, nil
+	wgmmaOK, wgmmaWhy := convWgmmaFits(args, gpu.optIn, gpu.sm90a)
+	if gpu.forced[mode] == "" {
+		switch {
+		case !fits:
+			return ks.mmaM128I64, nil
+		case wgmmaOK:
+			c, _ := convWgmmaPick(mode, args, gpu)
+			return c, nil
 		}
-		if ok, _ := convWgmmaFits(args, optIn, sm90a); ok {
-			return convWgmmaPick(mode, args, gpu), nil
-		}
-		return v2, nil
-	case convFpropF32V5, convFpropF32V6, convFpropF32V7:
-		want = v5
-		switch gpu.forced[convFprop] {
-		case convFpropF32V6:
-			want = convKernelChoice{convFpropF32V6, convWgmmaV6Smem, 256, 256}
-		case convFpropF32V7:
-			want = convKernelChoice{convFpropF32V7, convWgmmaV7Smem, 128, 256}
-		}
-		if ok, why := convWgmmaFits(args, optIn, sm90a); !ok {
-			return convKernelChoice{}, fmt.Errorf("%s: %s", want.name, why)
-		}
-	case convFpropF32V1:
-		return generic, nil
-	case convFpropF32V2:
-		want = v2
-	case convFpropF32V3:
-		want = v3
-	case convFpropF32V4:
-		want = v4
-	default:
-		return convKernelChoice{}, fmt.Errorf("no float32 forward kernel %q", gpu.forced[convFprop])
+		return ks.mmaM128S3, nil
 	}
-	if !fits {
-		return convKernelChoice{}, fmt.Errorf("%s: (N+1)*Cin*H*W = %d exceeds its 32-bit offsets", want.name,
-			int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W))
+	why := fmt.Sprintf("(N+1)*Cin*H*W = %d exceeds its 32-bit offsets", int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W))
+	return convForced(mode, gpu, fits, why, wgmmaOK, wgmmaWhy)
+}
+
+// convForced returns the kernel forced for mode on gpu (setConvKernel), or
+// why it cannot run the GEMM: fits (why) says whether conv_pipe's offsets
+// fit, wgmmaOK (wgmmaWhy) whether conv_sm90a.cu's kernels run it.
+func convForced(mode int, gpu convGPU, fits bool, why string, wgmmaOK bool, wgmmaWhy string) (convKernelChoice, error) {
+	ks := &convKernels[mode]
+	forced := gpu.forced[mode]
+	c, ok := ks.find(forced)
+	switch {
+	case !ok:
+		return convKernelChoice{}, fmt.Errorf("no float32 %s kernel %q", convModeNames[mode], forced)
+	case c == ks.mmaM128I64:
+		return c, nil
+	case !fits:
+		return convKernelChoice{}, fmt.Errorf("%s: %s", forced.Name(), why)
+	case convWgmma(forced) && !wgmmaOK:
+		return convKernelChoice{}, fmt.Errorf("%s: %s", forced.Name(), wgmmaWhy)
+	case c.smem > gpu.optIn:
+		return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", forced.Name(), c.smem, gpu.optIn)
 	}
-	if want.smem > optIn {
-		return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", want.name, want.smem, optIn)
-	}
-	return want, nil
+	return c, nil
 }
 
 // convGPU is what the choice of a conv kernel needs to know of the GPU.
 type convGPU struct {
-	optIn  int       // shared memory a block may opt in to
-	sms    int       // streaming multiprocessors
-	sm90a  bool      // runs conv_sm90a.cu's kernels (convSM90a)
-	forced [3]string // per GEMM, the float32 kernel forced there (setConvKernel), or ""
+	optIn  int               // shared memory a block may opt in to
+	sms    int               // streaming multiprocessors
+	sm90a  bool              // runs conv_sm90a.cu's kernels (convSM90a)
+	forced [3]convGemmKernel // per GEMM, the float32 kernel forced there (setConvKernel), or ""
 }
 
 func convGPUOf(dev *backend.Device) convGPU {
 	_, optIn := dev.MaxSharedMemory()
 	gpu := convGPU{optIn: optIn, sms: dev.SMCount(), sm90a: convSM90a(dev)}
 	for mode := range gpu.forced {
-		gpu.forced[mode], _ = dev.Value(convKernelKey(mode)).(string)
+		gpu.forced[mode], _ = dev.Value(convKernelKey(mode)).(convGemmKernel)
 	}
 	return gpu
 }
 
-// convWgmmaPick chooses among conv_sm90a.cu's kernels for a forward or
-// dgrad GEMM that they run (convWgmmaFits): v6 (256 channels a tile, one
-// block per SM) for GEMMs of more than 128 rows with at least four waves
-// of its tiles; v7 (128 channels, one block per SM, MMAs overlapping the
-// next k-tile's barrier) when v5's tiles fill at most one wave; else v5
-// (128 channels, two blocks per SM). Measured on an H200
-// (BenchmarkGPUConv*Variants), forward / dgrad ms: resnet_c3_3x3 v5
-// 0.068 / 0.080, v6 0.101 / 0.106, v7 0.079 / 0.086; fpn_p2_3x3 v5 0.883 /
-// 0.972, v6 0.743 / 0.771, v7 1.027 / 1.069; resnet_c4_1x1 v5 0.038 /
-// 0.046, v6 0.049 / 0.043, v7 0.034 / 0.045.
-func convWgmmaPick(mode int, args convGemmArgs, gpu convGPU) convKernelChoice {
-	tiles := func(bm int) int { return ceilDiv(int(args.M), bm) * ceilDiv(int(args.NCols), convTileF32.bn) }
-	v5, v6, v7 := convFpropF32V5, convFpropF32V6, convFpropF32V7
-	if mode == convDgrad {
-		v5, v6, v7 = convDgradF32V5, convDgradF32V6, convDgradF32V7
+// convWgmmaPick chooses among conv_sm90a.cu's kernels for a GEMM that they
+// run (convWgmmaFits; wgrad: on an sm90a GPU), and reports whether one
+// fits the GPU's shared memory. Forward and dgrad: m256_s4 (256 channels a
+// tile: each gathered pixel feeds twice the MMAs; one block per SM) for
+// GEMMs of more than one 128-channel tile with at least four waves of its
+// tiles; m128_s4 (one block per SM, MMAs overlapping the next k-tile's
+// barrier and copies) when m128_s3's tiles fill at most one wave, where
+// two blocks per SM have nothing to hide behind each other; else m128_s3
+// (two blocks per SM). Wgrad: m256_s4 above 128 channels, else m128_s3.
+// BENCHMARKS.md ("The kernels") has the measurements behind the rule.
+func convWgmmaPick(mode int, args cuda.ConvGemmParams, gpu convGPU) (convKernelChoice, bool) {
+	ks := &convKernels[mode]
+	many := int(args.M) > cuda.ConvWgmmaM128S3TileM
+	if mode == convWgrad {
+		switch {
+		case many && ks.wgmmaM256S4.smem <= gpu.optIn:
+			return ks.wgmmaM256S4, true
+		case ks.wgmmaM128S3.smem <= gpu.optIn:
+			return ks.wgmmaM128S3, true
+		}
+		return convKernelChoice{}, false
 	}
+	tiles := func(bm int) int { return ceilDiv(int(args.M), bm) * ceilDiv(int(args.Ncols), cuda.ConvF32TileN) }
 	switch {
-	case args.M > 128 && tiles(256) >= 4*gpu.sms && convWgmmaV6Smem <= gpu.optIn:
-		return convKernelChoice{v6, convWgmmaV6Smem, 256, 256}
-	case tiles(128) <= gpu.sms && convWgmmaV7Smem <= gpu.optIn:
-		return convKernelChoice{v7, convWgmmaV7Smem, 128, 256}
+	case many && tiles(ks.wgmmaM256S4.bm) >= 4*gpu.sms && ks.wgmmaM256S4.smem <= gpu.optIn:
+		return ks.wgmmaM256S4, true
+	case tiles(ks.wgmmaM128S4.bm) <= gpu.sms && ks.wgmmaM128S4.smem <= gpu.optIn:
+		return ks.wgmmaM128S4, true
 	}
-	return convKernelChoice{v5, convWgmmaSmem, 128, 256}
+	return ks.wgmmaM128S3, true
 }
 
+// convNoSM90a is why a GPU runs none of conv_sm90a.cu's kernels.
+const convNoSM90a = "needs a compute capability 9.0 GPU whose driver compiles the sm_90a PTX"
+
 // convWgmmaFits reports whether conv_sm90a.cu's kernels can run a forward
-// or stride-1 dgrad GEMM (whose other conditions are v2's), and if not why.
-func convWgmmaFits(args convGemmArgs, optIn int, sm90a bool) (bool, string) {
+// or stride-1 dgrad GEMM (whose other conditions are m128_s3's), and if
+// not why.
+func convWgmmaFits(args cuda.ConvGemmParams, optIn int, sm90a bool) (bool, string) {
+	smem := convKernels[convFprop].wgmmaM128S3.smem
 	switch {
 	case !sm90a:
-		return false, "needs a compute capability 9.0 GPU whose driver compiles the sm_90a PTX"
+		return false, convNoSM90a
 	case args.K%4 != 0 || args.A%16 != 0:
 		return false, fmt.Sprintf("K = %d must be a multiple of 4 and the weights 16-byte aligned", args.K)
-	case convWgmmaSmem > optIn:
-		return false, fmt.Sprintf("needs %d bytes of shared memory per block; this GPU allows %d", convWgmmaSmem, optIn)
+	case smem > optIn:
+		return false, fmt.Sprintf("needs %d bytes of shared memory per block; this GPU allows %d", smem, optIn)
 	}
 	return true, ""
 }
 
-// convBackwardKernel chooses the float32 dgrad or wgrad kernel: for dgrad,
-// v5 where it runs, then v2 where it applies (convBackwardPipeFits) and the
-// GPU gives a block its shared memory, else v1 (generic); for wgrad, v2 or
-// v1. A kernel forced on the device (setConvKernel) is taken instead.
-func convBackwardKernel(mode int, args convGemmArgs, gpu convGPU, generic convKernelChoice) (convKernelChoice, error) {
-	optIn, sm90a := gpu.optIn, gpu.sm90a
-	override, v1, v2 := gpu.forced[mode], convDgradF32V1, convKernelChoice{convDgradF32V2, convDgradV2Smem, 128, 256}
-	if mode == convWgrad {
-		v1, v2 = convWgradF32V1, convKernelChoice{convWgradF32V2, convWgradV2Smem, 128, 256}
-	}
+// convBackwardKernel chooses the float32 dgrad or wgrad kernel: a
+// conv_sm90a.cu kernel where one runs (convWgmmaPick), then mma_m128_s3
+// where it applies (convBackwardPipeFits) and the GPU gives a block its
+// shared memory, else mma_m128_i64. A kernel forced on the device
+// (setConvKernel) is taken instead.
+func convBackwardKernel(mode int, args cuda.ConvGemmParams, gpu convGPU) (convKernelChoice, error) {
+	ks := &convKernels[mode]
 	fits, why := convBackwardPipeFits(mode, args)
-	v5ok, v5why := convWgmmaFits(args, optIn, sm90a)
+	wgmmaOK, wgmmaWhy := convWgmmaFits(args, gpu.optIn, gpu.sm90a)
 	if mode == convWgrad {
 		// wgrad's A is dy', a rounded copy in scratch memory (aligned),
 		// with rows of P = OutH*OutW % 4 == 0 (fits).
-		v5ok, v5why = sm90a, "needs a compute capability 9.0 GPU whose driver compiles the sm_90a PTX"
+		wgmmaOK, wgmmaWhy = gpu.sm90a, convNoSM90a
 	}
-	v5ok = v5ok && fits
-	wv5 := convKernelChoice{convWgradF32V5, convWgradV5Smem, 128, 256}
-	wv6 := convKernelChoice{convWgradF32V6, convWgradV6Smem, 256, 256}
-	switch override {
-	case "":
-		if v5ok && mode == convWgrad {
-			if args.M > 128 && wv6.smem <= optIn {
-				return wv6, nil
-			}
-			if wv5.smem <= optIn {
-				return wv5, nil
-			}
-		} else if v5ok {
-			return convWgmmaPick(mode, args, gpu), nil
-		}
-		if !fits || v2.smem > optIn {
-			return generic, nil
-		}
-		return v2, nil
-	case convWgradF32V5, convWgradF32V6:
-		if mode != convWgrad {
-			return convKernelChoice{}, fmt.Errorf("no float32 %s kernel %q", convModeNames[mode], override)
-		}
-		if !fits {
-			return convKernelChoice{}, fmt.Errorf("%s: %s", override, why)
-		}
-		if !v5ok {
-			return convKernelChoice{}, fmt.Errorf("%s: %s", override, v5why)
-		}
-		c := wv5
-		if override == convWgradF32V6 {
-			c = wv6
-		}
-		if c.smem > optIn {
-			return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", override, c.smem, optIn)
-		}
-		return c, nil
-	case convDgradF32V5, convDgradF32V6, convDgradF32V7:
-		if mode != convDgrad {
-			return convKernelChoice{}, fmt.Errorf("no float32 %s kernel %q", convModeNames[mode], override)
-		}
-		if !fits {
-			return convKernelChoice{}, fmt.Errorf("%s: %s", override, why)
-		}
-		if !v5ok {
-			return convKernelChoice{}, fmt.Errorf("%s: %s", override, v5why)
-		}
-		if override != convDgradF32V5 {
-			c := convKernelChoice{convDgradF32V6, convWgmmaV6Smem, 256, 256}
-			if override == convDgradF32V7 {
-				c = convKernelChoice{convDgradF32V7, convWgmmaV7Smem, 128, 256}
-			}
-			if c.smem > optIn {
-				return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", override, c.smem, optIn)
-			}
+	wgmmaOK = wgmmaOK && fits
+	if gpu.forced[mode] != "" {
+		return convForced(mode, gpu, fits, why, wgmmaOK, wgmmaWhy)
+	}
+	if wgmmaOK {
+		if c, ok := convWgmmaPick(mode, args, gpu); ok {
 			return c, nil
 		}
-		return convKernelChoice{convDgradF32V5, convWgmmaSmem, 128, 256}, nil
-	case v1:
-		return generic, nil
-	case v2.name:
-	default:
-		return convKernelChoice{}, fmt.Errorf("no float32 %s kernel %q", convModeNames[mode], override)
 	}
-	if !fits {
-		return convKernelChoice{}, fmt.Errorf("%s: %s", v2.name, why)
+	if !fits || ks.mmaM128S3.smem > gpu.optIn {
+		return ks.mmaM128I64, nil
 	}
-	if v2.smem > optIn {
-		return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", v2.name, v2.smem, optIn)
-	}
-	return v2, nil
+	return ks.mmaM128S3, nil
 }
 
 // convUnmasked reports whether a kernel leaves dy's ReLU mask to the
-// caller (the cp.async backward kernels).
-func convUnmasked(name string) bool {
-	return name == convDgradF32V2 || name == convWgradF32V2 ||
-		(convWgmma(name) && (strings.HasPrefix(name, "conv_dgrad") || strings.HasPrefix(name, "conv_wgrad")))
+// caller (the cp.async and wgmma kernels).
+func convUnmasked(k convGemmKernel) bool {
+	return !convRegisterStaged(k)
 }
 
 // convBlocksPerSM is how many blocks of choice share an SM, by shared
 // memory (each block also takes 1 KiB of the SM's for the system; an SM
-// has optIn + 1 KiB): the v2 and wgmma kernels, by their shared memory (at most two).
+// has optIn + 1 KiB): conv_gemm's one, the others by their shared memory
+// (at most two).
 func convBlocksPerSM(choice convKernelChoice, optIn int) int {
-	if choice.name == convWgradF32V2 || choice.name == convDgradF32V2 || convWgmma(choice.name) {
-		return max(1, min(2, (optIn+1024)/(choice.smem+1024)))
+	if convRegisterStaged(choice.kernel) {
+		return 1
 	}
-	return 1
+	return max(1, min(2, (optIn+1024)/(choice.smem+1024)))
 }
 
 // maskedGrad returns dy masked by y > 0 in scratch memory (relu_mask of
@@ -534,17 +386,16 @@ func convBlocksPerSM(choice convKernelChoice, optIn int) int {
 // the kernels.
 func (s convShape) maskedGrad(op string, dev *backend.Device, y, dy backend.DevicePtr) (backend.DevicePtr, func(), error) {
 	n := int64(s.p.N) * int64(s.p.Cout) * int64(s.p.OutH) * int64(s.p.OutW)
+	k, err := cuda.ReLUMask(s.dt)
+	if err != nil {
+		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
+	}
 	buf, err := dev.Alloc(n * int64(s.dt.Size()))
 	if err != nil {
 		return 0, nil, fmt.Errorf("ops: %s: masked gradient: %w", op, err)
 	}
 	free := func() { dev.Free(buf) }
-	k, err := dev.Kernel("conv_bn", "relu_mask_"+dtypeSuffix(s.dt))
-	if err != nil {
-		free()
-		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
-	}
-	if err := backend.Launch(k, dev.GridStride(n, bnThreads), maskArgs{Y: y, DY: dy, DX: buf, N: n}); err != nil {
+	if err := k.Launch(dev, dev.GridStride(n, bnThreads), cuda.MaskParams{Y: y, DY: dy, DX: buf, N: n}); err != nil {
 		free()
 		return 0, nil, fmt.Errorf("ops: %s: %w", op, err)
 	}
@@ -553,9 +404,9 @@ func (s convShape) maskedGrad(op string, dev *backend.Device, y, dy backend.Devi
 
 // gemmArgs fills the geometry of the convolution; the caller sets the
 // operands and the GEMM.
-func (s convShape) gemmArgs() convGemmArgs {
+func (s convShape) gemmArgs() cuda.ConvGemmParams {
 	p := s.p
-	return convGemmArgs{
+	return cuda.ConvGemmParams{
 		N: int32(p.N), Cin: int32(p.Cin), H: int32(p.H), W: int32(p.W),
 		Cout: int32(p.Cout), KH: int32(p.KH), KW: int32(p.KW),
 		StrideH: int32(p.StrideH), StrideW: int32(p.StrideW),
@@ -563,17 +414,19 @@ func (s convShape) gemmArgs() convGemmArgs {
 		OutH: int32(p.OutH), OutW: int32(p.OutW),
 		DivKK: fastDiv(p.KH * p.KW), DivKW: fastDiv(p.KW),
 		DivImg: fastDiv(1), DivRow: fastDiv(1), DivQ: fastDiv(1), DivQW: fastDiv(1),
-		DivStrideH: fastDiv(p.StrideH), DivStrideW: fastDiv(p.StrideW),
+		DivSh: fastDiv(p.StrideH), DivSw: fastDiv(p.StrideW),
 	}
 }
 
 // checkDeviceSizes checks that the indices the kernels keep in 32-bit ints
 // fit: per-image offsets and the GEMM sizes, with a tile of slack since
 // kernels form indices up to one tile past the end; and that displacements
-// within an image stay clear of the kernels' "far outside" mark, 2^29.
+// within an image stay clear, by a factor of 4, of the kernels' "far
+// outside" mark.
 func (s convShape) checkDeviceSizes(op string) error {
 	p := s.p
 	const slack = 256
+	const far = cuda.ConvFarIndex / 4
 	for _, c := range []struct {
 		name         string
 		value, limit int
@@ -584,8 +437,8 @@ func (s convShape) checkDeviceSizes(op string) error {
 		{"N*H*W", p.N * p.H * p.W, math.MaxInt32 - slack},
 		{"Cin*KH*KW", p.Cin * p.KH * p.KW, math.MaxInt32 - slack},
 		{"Cout*KH*KW", p.Cout * p.KH * p.KW, math.MaxInt32 - slack},
-		{"H+2*PadH+DilationH*KH", p.H + 2*p.PadH + p.DilationH*p.KH, 1 << 27},
-		{"W+2*PadW+DilationW*KW", p.W + 2*p.PadW + p.DilationW*p.KW, 1 << 27},
+		{"H+2*PadH+DilationH*KH", p.H + 2*p.PadH + p.DilationH*p.KH, far},
+		{"W+2*PadW+DilationW*KW", p.W + 2*p.PadW + p.DilationW*p.KW, far},
 	} {
 		if c.value > c.limit {
 			return fmt.Errorf("ops: %s: %s = %d is too large for the CUDA kernels' 32-bit indices", op, c.name, c.value)
@@ -594,26 +447,24 @@ func (s convShape) checkDeviceSizes(op string) error {
 	return nil
 }
 
-// launchConvGemm queues the kernel convKernel chooses (conv_<mode>_<dtype>,
-// or for float32 GEMMs conv_fprop_f32_v2, _v3 or _v4, conv_dgrad_f32_v2,
-// conv_wgrad_f32_v2, which need args.Mask == 0) for args
-// (operands, GEMM sizes and divisors set) in splits splits of the
-// reduction (1 but for wgrad).
-func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, args convGemmArgs, splits int) error {
-	t := convTileFor(dt)
+// launchConvGemm queues the kernel convKernel chooses for args (operands,
+// GEMM sizes and divisors set; args.Mask == 0 for the kernels that leave
+// the mask to the caller, convUnmasked) in splits splits of the reduction
+// (1 but for wgrad).
+func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, args cuda.ConvGemmParams, splits int) error {
 	byDefault, _ := dev.MaxSharedMemory()
 	choice, err := convKernel(dt, mode, args, convGPUOf(dev))
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	if args.Mask != 0 && convUnmasked(choice.name) {
-		return fmt.Errorf("ops: %s: %s needs dy masked beforehand", op, choice.name)
+	if args.Mask != 0 && convUnmasked(choice.kernel) {
+		return fmt.Errorf("ops: %s: %s needs dy masked beforehand", op, choice.kernel.Name())
 	}
-	k, err := dev.Kernel(convModule(choice.name), choice.name)
+	k, err := choice.kernel.Load(dev)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	if mode == convFprop && convWgmma(choice.name) {
+	if mode == convFprop && convWgmma(choice.kernel) {
 		// The wgmma kernels read the weights rounded to TF32: a rounded
 		// copy ([Cout][K] as [Cout][1][K]), freed once queued work is
 		// done with it (the allocator hands a block out again only to
@@ -624,12 +475,8 @@ func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, a
 			return fmt.Errorf("ops: %s: rounded weights: %w", op, err)
 		}
 		defer dev.Free(wr)
-		rk, err := dev.Kernel("conv", "conv_transpose_weights_f32")
-		if err != nil {
-			return fmt.Errorf("ops: %s: %w", op, err)
-		}
-		rargs := weightTArgs{W: args.A, WT: wr, N: n, Cout: args.M, Cin: 1, KK: args.K, RoundTF32: 1}
-		if err := backend.Launch(rk, dev.GridStride(n, 256), rargs); err != nil {
+		rargs := cuda.WeightTParams{W: args.A, WT: wr, N: n, Cout: args.M, Cin: 1, KK: args.K, RoundTF32: 1}
+		if err := cuda.ConvTransposeWeightsF32.Launch(dev, dev.GridStride(n, 256), rargs); err != nil {
 			return fmt.Errorf("ops: %s: %w", op, err)
 		}
 		args.A = wr
@@ -641,8 +488,8 @@ func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, a
 		}
 	}
 	tilesM := ceilDiv(int(args.M), choice.bm)
-	tiles := tilesM * ceilDiv(int(args.NCols), t.bn)
-	kTiles := ceilDiv(int(args.K), t.bk)
+	tiles := tilesM * ceilDiv(int(args.Ncols), convTileN(dt))
+	kTiles := ceilDiv(int(args.K), convTileK(dt))
 	if tiles > math.MaxInt32 || splits > 65535 {
 		return fmt.Errorf("ops: %s: %d tiles in %d splits exceed the CUDA grid", op, tiles, splits)
 	}
@@ -653,7 +500,7 @@ func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, a
 		Block:     backend.Dim3{X: uint32(choice.threads), Y: 1, Z: 1},
 		SharedMem: uint32(smem),
 	}
-	if err := backend.Launch(k, cfg, args); err != nil {
+	if err := choice.kernel.Launch(dev, cfg, args); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	return nil
@@ -667,7 +514,7 @@ func (s convShape) forward(op string, dev *backend.Device, x, w, bias, y, stats 
 	args := s.gemmArgs()
 	args.A, args.B, args.Out, args.Shift, args.Stats = w, x, y, bias, stats
 	args.ReLU = boolInt32(p.ReLU)
-	args.M, args.NCols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
+	args.M, args.Ncols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
 	args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
 	return launchConvGemm(op, dev, s.dt, convFprop, args, 1)
 }
@@ -730,22 +577,22 @@ func (s convShape) dgrad(op string, dev *backend.Device, w, y, dy, dx backend.De
 	// Free queues nothing: the block is handed out again only to work
 	// queued after this launch.
 	defer dev.Free(wt)
-	tk, err := dev.Kernel("conv", "conv_transpose_weights_"+dtypeSuffix(s.dt))
+	tk, err := cuda.ConvTransposeWeights(s.dt)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	// float32: rounded to TF32 as well, which the wgmma kernels need and
 	// the others do anyway as they stage their operands.
-	targs := weightTArgs{W: w, WT: wt, N: int64(nw), Cout: int32(p.Cout), Cin: int32(p.Cin), KK: int32(kk),
+	targs := cuda.WeightTParams{W: w, WT: wt, N: int64(nw), Cout: int32(p.Cout), Cin: int32(p.Cin), KK: int32(kk),
 		RoundTF32: boolInt32(s.dt == tensor.Float32)}
-	if err := backend.Launch(tk, dev.GridStride(int64(nw), 256), targs); err != nil {
+	if err := tk.Launch(dev, dev.GridStride(int64(nw), 256), targs); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	args := s.gemmArgs()
 	args.A, args.B, args.Mask, args.Out = wt, dy, y, dx
-	args.M, args.NCols, args.K = int32(p.Cin), int32(p.N*p.H*p.W), int32(p.Cout*kk)
+	args.M, args.Ncols, args.K = int32(p.Cin), int32(p.N*p.H*p.W), int32(p.Cout*kk)
 	args.DivImg, args.DivRow = fastDiv(p.H*p.W), fastDiv(p.W)
-	if choice, err := convKernel(s.dt, convDgrad, args, convGPUOf(dev)); err == nil && y != 0 && convUnmasked(choice.name) {
+	if choice, err := convKernel(s.dt, convDgrad, args, convGPUOf(dev)); err == nil && y != 0 && convUnmasked(choice.kernel) {
 		masked, free, err := s.maskedGrad(op, dev, y, dy)
 		if err != nil {
 			return err
@@ -817,14 +664,17 @@ func wgradSplits(tiles, kTiles, slots, outBytes int) int {
 // else from a pass of their own (maskedGradTF32), which also sums db.
 func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backend.DevicePtr) error {
 	p := s.p
-	t := convTileFor(s.dt)
 	args := s.gemmArgs()
 	args.A, args.B, args.Mask = dy, x, y
-	args.M, args.NCols, args.K = int32(p.Cout), int32(p.Cin*p.KH*p.KW), int32(p.N*p.OutH*p.OutW)
+	args.M, args.Ncols, args.K = int32(p.Cout), int32(p.Cin*p.KH*p.KW), int32(p.N*p.OutH*p.OutW)
 	args.DivQ, args.DivQW = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
 	elem := int64(s.dt.Size())
-	nw := int64(p.Cout) * int64(args.NCols)
-	bm := t.bm
+	nw := int64(p.Cout) * int64(args.Ncols)
+	// conv_gemm's tile, unless the kernel chosen has another.
+	bm := convKernels[convWgrad].fmaM64I64.bm
+	if s.dt == tensor.Float32 {
+		bm = convKernels[convWgrad].mmaM128I64.bm
+	}
 	slots := dev.SMCount()
 	gpu := convGPUOf(dev)
 	gemmDB := db // the bias gradient the GEMM sums, if any
@@ -832,17 +682,17 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 		bm = choice.bm
 		slots *= convBlocksPerSM(choice, gpu.optIn)
 		switch {
-		case convWgmma(choice.name) && s.gradReady:
+		case convWgmma(choice.kernel) && s.gradReady:
 			// dy came masked and rounded from the layer's one pass over
 			// it (convGradOp, bnGradApplyOp); the bias gradient came with it.
-		case convWgmma(choice.name):
+		case convWgmma(choice.kernel):
 			masked, free, err := s.maskedGradTF32(op, dev, y, dy, db)
 			if err != nil {
 				return err
 			}
 			defer free()
 			args.A, args.Mask, gemmDB = masked, 0, 0
-		case y != 0 && convUnmasked(choice.name):
+		case y != 0 && convUnmasked(choice.kernel):
 			masked, free, err := s.maskedGrad(op, dev, y, dy)
 			if err != nil {
 				return err
@@ -851,8 +701,8 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 			args.A, args.Mask = masked, 0
 		}
 	}
-	tiles := ceilDiv(p.Cout, bm) * ceilDiv(int(args.NCols), t.bn)
-	splits := wgradSplits(tiles, ceilDiv(int(args.K), t.bk), slots, int(nw*elem))
+	tiles := ceilDiv(p.Cout, bm) * ceilDiv(int(args.Ncols), convTileN(s.dt))
+	splits := wgradSplits(tiles, ceilDiv(int(args.K), convTileK(s.dt)), slots, int(nw*elem))
 	if splits == 1 {
 		args.Out, args.BiasGrad = dw, gemmDB
 		return launchConvGemm(op, dev, s.dt, convWgrad, args, 1)
@@ -880,27 +730,19 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 // splitKReduce queues out[i] = sum_s ws[s*n + i] for i < n and, when bws is
 // non-zero, bout[c] = sum_s bws[s*Cout + c], in split order.
 func (s convShape) splitKReduce(op string, dev *backend.Device, ws, out backend.DevicePtr, n int64, bws, bout backend.DevicePtr, splits int) error {
-	k, err := dev.Kernel("conv", "conv_splitk_reduce_"+dtypeSuffix(s.dt))
+	k, err := cuda.ConvSplitKReduce(s.dt)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	rargs := splitKArgs{WS: ws, Out: out, BiasWS: bws, BiasOut: bout, N: n, M: int32(s.p.Cout), Splits: int32(splits)}
-	if err := backend.Launch(k, dev.GridStride(n, 256), rargs); err != nil {
+	rargs := cuda.SplitKParams{WS: ws, Out: out, BiasWS: bws, BiasOut: bout, N: n, M: int32(s.p.Cout), Splits: int32(splits)}
+	if err := k.Launch(dev, dev.GridStride(n, 256), rargs); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	return nil
 }
 
-// maskSumArgs mirrors MaskSumParams in kernels/conv_bn.cu.
-type maskSumArgs struct {
-	Y, DY, DX, Partial      backend.DevicePtr
-	C, Plane, Chunk, Chunks int32
-}
-
-var _ [48]byte = [unsafe.Sizeof(maskSumArgs{})]byte{}
-
 // maskSumChunk is the elements of a plane of dy that one block of
-// relu_mask_tf32 / relu_mask_sum takes.
+// relu_mask_sum_tf32 / relu_mask_sum takes.
 const maskSumChunk = 4096
 
 // maskedGradTF32 returns dy masked by y > 0 (y may be 0: no mask) and
@@ -922,29 +764,27 @@ func (s convShape) maskedGradTF32(op string, dev *backend.Device, y, dy, db back
 }
 
 // gradOperand queues g = dy masked by y > 0 (y may be 0: no mask) into out,
-// rounded to TF32 in float32 (what the backward GEMMs read: relu_mask_tf32),
-// as it is in float64 (relu_mask_sum); with db != 0 also db = the
+// rounded to TF32 in float32 (what the backward GEMMs read:
+// relu_mask_sum_tf32), as it is in float64 (relu_mask_sum); with db != 0
+// also db = the
 // per-channel sums of the unrounded g (per chunk of each plane, then over
 // the chunks in a fixed order). One pass over dy and y.
 func (s convShape) gradOperand(op string, dev *backend.Device, y, dy, out, db backend.DevicePtr) error {
 	p := s.p
 	plane := p.OutH * p.OutW
 	chunks := ceilDiv(plane, maskSumChunk)
-	kernel := "relu_mask_sum_f64"
+	k := cuda.ReLUMaskSumF64
 	if s.dt == tensor.Float32 {
-		kernel = "relu_mask_tf32_f32"
+		k = cuda.ReLUMaskSumTF32F32
 		if plane%4 == 0 && (y|dy|out)%16 == 0 {
 			// Planes of whole float4s: every plane starts 16-byte aligned
 			// when the tensors do (a view may not).
-			kernel = "relu_mask_tf32_f32x4"
+			k = cuda.ReLUMaskSumTF32Vec4F32
 		}
-	}
-	k, err := dev.Kernel("conv_bn", kernel)
-	if err != nil {
-		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	var partial backend.DevicePtr
 	if db != 0 {
+		var err error
 		if partial, err = dev.Alloc(int64(s.dt.Size()) * int64(p.N*chunks*p.Cout)); err != nil {
 			return fmt.Errorf("ops: %s: bias gradient: %w", op, err)
 		}
@@ -955,11 +795,11 @@ func (s convShape) gradOperand(op string, dev *backend.Device, y, dy, out, db ba
 	cfg := backend.LaunchConfig{
 		Grid:      backend.Dim3{X: uint32(p.N * p.Cout * chunks), Y: 1, Z: 1},
 		Block:     backend.Dim3{X: bnThreads, Y: 1, Z: 1},
-		SharedMem: 32 * 8, // block_sum's scratch
+		SharedMem: cuda.MaskSumScratchBytes,
 	}
-	margs := maskSumArgs{Y: y, DY: dy, DX: out, Partial: partial, C: int32(p.Cout), Plane: int32(plane),
+	margs := cuda.MaskSumParams{Y: y, DY: dy, DX: out, Partial: partial, C: int32(p.Cout), Plane: int32(plane),
 		Chunk: maskSumChunk, Chunks: int32(chunks)}
-	if err := backend.Launch(k, cfg, margs); err != nil {
+	if err := k.Launch(dev, cfg, margs); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	if db != 0 {

@@ -322,9 +322,12 @@ func benchConvCase(b *testing.B, dev *backend.Device, seed uint64, c convGPUCase
 }
 
 // BenchmarkGPUConvFpropVariants times the float32 forward kernels
-// (setConvKernel on convFprop: v1 to v4) on TARGETS.md's shapes: Conv with bias and
-// ReLU, forward only, as BenchmarkSuiteConv's pass=fwd, timed the same way.
-// Names are benchstat-friendly: .../case=fpn_p2_3x3/kernel=v2.
+// (setConvKernel on convFprop: each of convKernels' for the pass) on
+// TARGETS.md's shapes: Conv with bias and ReLU, forward only, as
+// BenchmarkSuiteConv's pass=fwd, timed the same way. The variants ops never
+// chooses run where the modules hold them (make kernels VARIANTS=1). Names
+// are benchstat-friendly, the kernel named by its design (convDesign):
+// .../case=fpn_p2_3x3/kernel=mma_m128_s3.
 func BenchmarkGPUConvFpropVariants(b *testing.B) {
 	dev := gpu(b)
 	dt := tensor.Float32
@@ -344,15 +347,18 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, k := range []struct{ short, name string }{{"v1", convFpropF32V1}, {"v2", convFpropF32V2}, {"v3", convFpropF32V3}, {"v4", convFpropF32V4}, {"v5", convFpropF32V5}, {"v6", convFpropF32V6}, {"v7", convFpropF32V7}} {
-			b.Run(fmt.Sprintf("case=%s/kernel=%s", c.name, k.short), func(b *testing.B) {
-				if _, optIn := dev.MaxSharedMemory(); k.name == convFpropF32V3 && optIn < convFpropV3Smem {
-					b.Skipf("%s needs %d bytes of shared memory per block; this GPU allows %d", k.name, convFpropV3Smem, optIn)
+		fk := &convKernels[convFprop]
+		for _, k := range []convKernelChoice{fk.mmaM128I64, fk.mmaM128S3, fk.mmaM256S4, fk.mmaM128S3T128,
+			fk.wgmmaM128S3, fk.wgmmaM256S4, fk.wgmmaM128S4} {
+			b.Run(fmt.Sprintf("case=%s/kernel=%s", c.name, convDesign(k.kernel)), func(b *testing.B) {
+				if _, optIn := dev.MaxSharedMemory(); k.smem > optIn {
+					b.Skipf("%s needs %d bytes of shared memory per block; this GPU allows %d", k.kernel.Name(), k.smem, optIn)
 				}
-				if err := convWgmmaError(dev); convWgmma(k.name) && err != nil {
-					b.Skipf("%s: %v", k.name, err)
+				if err := convWgmmaError(dev); convWgmma(k.kernel) && err != nil {
+					b.Skipf("%s: %v", k.kernel.Name(), err)
 				}
-				setConvKernel(dev, convFprop, k.name)
+				skipUnbuiltVariant(b, dev, k.kernel.Module(), k.kernel.Name())
+				setConvKernel(dev, convFprop, k.kernel)
 				defer setConvKernel(dev, convFprop, "")
 				runConvSteps(b, dev, flops, func() error {
 					_, err := fwd.UsePreallocDo(y, x, w, bias)
@@ -369,13 +375,14 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 }
 
 // BenchmarkGPUConvBackwardVariants times the float32 backward kernels
-// (setConvKernel on convDgrad and convWgrad: v1, v2) on TARGETS.md's
-// shapes: Conv with bias and ReLU, dgrad and wgrad apart (each one GEMM,
-// the forward's FLOPs), each op given dy unmasked, timed as
-// BenchmarkSuiteConv times. v2's time includes the pass that masks dy by
-// the ReLU (the wgmma kernels': the pass that also rounds it to TF32; and,
-// for wgrad, the split-K reduction, as v1's). Names are benchstat-friendly:
-// .../case=fpn_p2_3x3/pass=dgrad/kernel=v2.
+// (setConvKernel on convDgrad and convWgrad: each of convKernels' for the
+// pass) on TARGETS.md's shapes: Conv with bias and ReLU, dgrad and wgrad
+// apart (each one GEMM, the forward's FLOPs), each op given dy unmasked,
+// timed as BenchmarkSuiteConv times. mma_m128_s3's time includes the pass
+// that masks dy by the ReLU (the wgmma kernels': the pass that also rounds
+// it to TF32; and, for wgrad, the split-K reduction, as mma_m128_i64's).
+// Names are benchstat-friendly, the kernel named by its design:
+// .../case=fpn_p2_3x3/pass=dgrad/kernel=mma_m128_s3.
 func BenchmarkGPUConvBackwardVariants(b *testing.B) {
 	dev := gpu(b)
 	dt := tensor.Float32
@@ -405,29 +412,30 @@ func BenchmarkGPUConvBackwardVariants(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		dgradStep := func() error { _, err := dgrad.UsePreallocDo(dx, w, y, dy); return err }
+		wgradStep := func() error { _, err := wgrad.UsePreallocDo(dwb, x, y, dy); return err }
+		dk, wk := &convKernels[convDgrad], &convKernels[convWgrad]
 		for _, k := range []struct {
-			pass, short, name string
-			step              func() error
+			mode   int
+			kernel convGemmKernel
+			step   func() error
 		}{
-			{"dgrad", "v1", convDgradF32V1, func() error { _, err := dgrad.UsePreallocDo(dx, w, y, dy); return err }},
-			{"dgrad", "v2", convDgradF32V2, func() error { _, err := dgrad.UsePreallocDo(dx, w, y, dy); return err }},
-			{"dgrad", "v5", convDgradF32V5, func() error { _, err := dgrad.UsePreallocDo(dx, w, y, dy); return err }},
-			{"dgrad", "v6", convDgradF32V6, func() error { _, err := dgrad.UsePreallocDo(dx, w, y, dy); return err }},
-			{"dgrad", "v7", convDgradF32V7, func() error { _, err := dgrad.UsePreallocDo(dx, w, y, dy); return err }},
-			{"wgrad", "v1", convWgradF32V1, func() error { _, err := wgrad.UsePreallocDo(dwb, x, y, dy); return err }},
-			{"wgrad", "v2", convWgradF32V2, func() error { _, err := wgrad.UsePreallocDo(dwb, x, y, dy); return err }},
-			{"wgrad", "v5", convWgradF32V5, func() error { _, err := wgrad.UsePreallocDo(dwb, x, y, dy); return err }},
-			{"wgrad", "v6", convWgradF32V6, func() error { _, err := wgrad.UsePreallocDo(dwb, x, y, dy); return err }},
+			{convDgrad, dk.mmaM128I64.kernel, dgradStep},
+			{convDgrad, dk.mmaM128S3.kernel, dgradStep},
+			{convDgrad, dk.wgmmaM128S3.kernel, dgradStep},
+			{convDgrad, dk.wgmmaM256S4.kernel, dgradStep},
+			{convDgrad, dk.wgmmaM128S4.kernel, dgradStep},
+			{convWgrad, wk.mmaM128I64.kernel, wgradStep},
+			{convWgrad, wk.mmaM128S3.kernel, wgradStep},
+			{convWgrad, wk.wgmmaM128S3.kernel, wgradStep},
+			{convWgrad, wk.wgmmaM256S4.kernel, wgradStep},
 		} {
-			b.Run(fmt.Sprintf("case=%s/pass=%s/kernel=%s", c.name, k.pass, k.short), func(b *testing.B) {
-				if err := convWgmmaError(dev); convWgmma(k.name) && err != nil {
-					b.Skipf("%s: %v", k.name, err)
+			b.Run(fmt.Sprintf("case=%s/pass=%s/kernel=%s", c.name, convModeNames[k.mode], convDesign(k.kernel)), func(b *testing.B) {
+				if err := convWgmmaError(dev); convWgmma(k.kernel) && err != nil {
+					b.Skipf("%s: %v", k.kernel.Name(), err)
 				}
-				if k.pass == "dgrad" {
-					setConvKernel(dev, convDgrad, k.name)
-				} else {
-					setConvKernel(dev, convWgrad, k.name)
-				}
+				skipUnbuiltVariant(b, dev, k.kernel.Module(), k.kernel.Name())
+				setConvKernel(dev, k.mode, k.kernel)
 				defer setConvKernel(dev, convWgrad, "")
 				defer setConvKernel(dev, convDgrad, "")
 				runConvSteps(b, dev, flops, k.step)

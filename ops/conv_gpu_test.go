@@ -23,7 +23,17 @@ import (
 	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/kernels"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
+
+// fastDivide is the kernels' fdiv (conv.cuh): n/f.D by f's multiply-high
+// and shift.
+func fastDivide(f cuda.FastDiv, n int32) int32 {
+	if f.Mul == 0 {
+		return n
+	}
+	return int32(uint32((uint64(uint32(n))*uint64(f.Mul))>>32) >> f.Shr)
+}
 
 func TestConvFastDiv(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
@@ -42,114 +52,159 @@ func TestConvFastDiv(t *testing.T) {
 			} else if i%2 == 0 {
 				n = int32(rng.IntN(min(4*d, math.MaxInt32)))
 			}
-			if got, want := f.div(n), n/int32(d); got != want {
-				t.Fatalf("fastDiv(%d).div(%d) = %d, want %d (mul %#x, shr %d)", d, n, got, want, f.Mul, f.Shr)
+			if got, want := fastDivide(f, n), n/int32(d); got != want {
+				t.Fatalf("fastDivide(fastDiv(%d), %d) = %d, want %d (mul %#x, shr %d)", d, n, got, want, f.Mul, f.Shr)
 			}
 		}
 	}
 }
 
-// The shared-memory sizes are computed here and in conv.cu, which pins them
-// with static_asserts: the two must agree.
-func TestConvSharedMemoryMirrorsKernels(t *testing.T) {
-	for _, c := range []struct {
-		tile convTile
-		mode int
-		want int
-	}{
-		{convTileF32, convFprop, 71680}, {convTileF32, convDgrad, 71680}, {convTileF32, convWgrad, 75776},
-		{convTileF64, convFprop, 34048}, {convTileF64, convDgrad, 34048}, {convTileF64, convWgrad, 35840},
-	} {
-		if got := c.tile.smemBytes(c.mode); got != c.want {
-			t.Errorf("%+v mode %s: %d bytes, conv.cu has %d", c.tile, convModeNames[c.mode], got, c.want)
+// convKernels pairs each kernel with the launch shape kernels/cuda exports
+// for it: check the pairs against the kernels' own declarations. Each is
+// its pass's, in the module its name says; its block is the size of its
+// __launch_bounds__ (a launch of fewer threads would leave rows of the tile
+// unstaged); its name spells its tile's rows (m<bm>) and, but for 256, its
+// threads (t<threads>); and the variants ops never chooses are what the
+// generator found inside #if STHENO_KERNEL_VARIANTS, and no other.
+func TestConvKernelTable(t *testing.T) {
+	seen := map[convGemmKernel]bool{}
+	for mode, ks := range convKernels {
+		for design, c := range map[string]convKernelChoice{
+			"fma_m64_i64": ks.fmaM64I64, "mma_m128_i64": ks.mmaM128I64, "mma_m128_s3": ks.mmaM128S3,
+			"mma_m256_s4": ks.mmaM256S4, "mma_m128_s3_t128": ks.mmaM128S3T128,
+			"wgmma_m128_s3": ks.wgmmaM128S3, "wgmma_m256_s4": ks.wgmmaM256S4, "wgmma_m128_s4": ks.wgmmaM128S4,
+		} {
+			if c.kernel == "" {
+				continue
+			}
+			seen[c.kernel] = true
+			dtype := "f32"
+			if design == "fma_m64_i64" {
+				dtype = "f64"
+			}
+			if want := "conv_" + convModeNames[mode] + "_" + design + "_" + dtype; c.kernel.Name() != want {
+				t.Errorf("%s's %s is %s, want %s", convModeNames[mode], design, c.kernel.Name(), want)
+			}
+			if want := map[bool]string{true: "conv_sm90a", false: "conv"}[strings.HasPrefix(design, "wgmma")]; c.kernel.Module() != want {
+				t.Errorf("%s: module %s, want %s", c.kernel, c.kernel.Module(), want)
+			}
+			info, ok := cuda.Lookup(string(c.kernel))
+			if !ok {
+				t.Errorf("%s: not a kernel of kernels/cuda", c.kernel)
+				continue
+			}
+			if info.MaxThreads != c.threads {
+				t.Errorf("%s: blocks of %d threads, __launch_bounds__(%d)", c.kernel, c.threads, info.MaxThreads)
+			}
+			if !strings.Contains(design, fmt.Sprintf("_m%d", c.bm)) {
+				t.Errorf("%s: tiles of %d rows", c.kernel, c.bm)
+			}
+			if (c.threads != 256) != strings.Contains(design, fmt.Sprintf("_t%d", c.threads)) {
+				t.Errorf("%s: blocks of %d threads", c.kernel, c.threads)
+			}
+			if variant := c == ks.mmaM256S4 || c == ks.mmaM128S3T128; info.Variant != variant {
+				t.Errorf("%s: a variant in kernels/cuda: %v; ops chooses it: %v", c.kernel, info.Variant, !variant)
+			}
+			if c.smem <= 0 || c.smem%16 != 0 {
+				t.Errorf("%s: %d bytes of shared memory", c.kernel, c.smem)
+			}
 		}
 	}
-	if convFpropV2Smem != 109568 || convFpropV3Smem != 219136 || convFpropV4Smem != 109568 {
-		t.Errorf("conv_fprop_f32_v2, _v3, _v4: %d, %d, %d bytes; conv.cu has 109568, 219136, 109568",
-			convFpropV2Smem, convFpropV3Smem, convFpropV4Smem)
-	}
-	if convDgradV2Smem != 109568 || convWgradV2Smem != 112640 {
-		t.Errorf("conv_dgrad_f32_v2, conv_wgrad_f32_v2: %d, %d bytes; conv.cu has 109568, 112640",
-			convDgradV2Smem, convWgradV2Smem)
+	// Every GEMM kernel of the two modules is in the table.
+	for _, k := range cuda.Kernels() {
+		if k.Params == "ConvGemmParams" && !seen[convGemmKernel(k.Module+"."+k.Name)] {
+			t.Errorf("%s.%s is in no pass of convKernels", k.Module, k.Name)
+		}
 	}
 }
 
-// convKernel chooses, for float32 forward GEMMs, v2, v1 only where its
-// offsets do not fit; for float32 dgrad and wgrad, v2 where it applies
-// (stride 1; OutH*OutW % 4 == 0 and dy aligned) and fits, else v1; unless
-// the overrides say otherwise; and conv_gemm's kernels for float64.
+// convKernel chooses, for float32 forward GEMMs, mma_m128_s3, mma_m128_i64
+// only where its offsets do not fit; for float32 dgrad and wgrad,
+// mma_m128_s3 where it applies (stride 1; OutH*OutW % 4 == 0 and dy
+// aligned) and fits, else mma_m128_i64; unless the overrides say otherwise;
+// and conv_gemm's fma_m64_i64 kernels for float64.
 func TestConvKernelChoice(t *testing.T) {
 	const hopper, ampere = 232448, 166912
 	// Stride 1 and an output the size of the input (3x3 pad 1, or 1x1).
-	gemm := func(n, cin, h, w, m, ncols int) convGemmArgs {
-		return convGemmArgs{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), NCols: int32(ncols),
+	gemm := func(n, cin, h, w, m, ncols int) cuda.ConvGemmParams {
+		return cuda.ConvGemmParams{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), Ncols: int32(ncols),
 			Cout: int32(m), StrideH: 1, StrideW: 1, OutH: int32(h), OutW: int32(w)}
 	}
 	fpn := gemm(2, 256, 200, 336, 256, 2*200*336)
 	c3 := gemm(8, 128, 56, 56, 128, 8*56*56)
 	c4 := gemm(8, 1024, 28, 28, 256, 8*28*28)
-	huge := gemm(64, 256, 400, 400, 64, 64*400*400) // (N+1)*Cin*H*W > 2^31: v1
-	v1 := convKernelChoice{convFpropF32V1, 71680, 128, 256}
-	v2 := convKernelChoice{convFpropF32V2, 109568, 128, 256}
-	v3 := convKernelChoice{convFpropF32V3, 219136, 256, 256}
-	v4 := convKernelChoice{convFpropF32V4, 109568, 128, 128}
-	f64 := convKernelChoice{"conv_fprop_f64", 34048, 64, 256}
-	dv1 := convKernelChoice{convDgradF32V1, 71680, 128, 256}
-	dv2 := convKernelChoice{convDgradF32V2, 109568, 128, 256}
-	wv1 := convKernelChoice{convWgradF32V1, 75776, 128, 256}
-	wv2 := convKernelChoice{convWgradF32V2, 112640, 128, 256}
+	huge := gemm(64, 256, 400, 400, 64, 64*400*400) // (N+1)*Cin*H*W > 2^31: mma_m128_i64
+	fk, dk, wk := &convKernels[convFprop], &convKernels[convDgrad], &convKernels[convWgrad]
+	i64, s3, m256, t128, f64 := fk.mmaM128I64, fk.mmaM128S3, fk.mmaM256S4, fk.mmaM128S3T128, fk.fmaM64I64
+	di64, ds3 := dk.mmaM128I64, dk.mmaM128S3
+	wi64, ws3 := wk.mmaM128I64, wk.mmaM128S3
+	for _, c := range []struct {
+		choice            convKernelChoice
+		smem, bm, threads int
+	}{
+		{i64, 71680, 128, 256}, {s3, 109568, 128, 256}, {m256, 219136, 256, 256}, {t128, 109568, 128, 128},
+		{f64, 34048, 64, 256}, {di64, 71680, 128, 256}, {ds3, 109568, 128, 256}, {dk.fmaM64I64, 34048, 64, 256},
+		{wi64, 75776, 128, 256}, {ws3, 112640, 128, 256}, {wk.fmaM64I64, 35840, 64, 256},
+	} {
+		// conv.cu's values, as kernels/cuda exports them.
+		if c.choice.smem != c.smem || c.choice.bm != c.bm || c.choice.threads != c.threads {
+			t.Errorf("%+v, want %d bytes, %d rows, %d threads", c.choice, c.smem, c.bm, c.threads)
+		}
+	}
+	bogus := func(name string) convGemmKernel { return convGemmKernel("conv." + name) }
 	strided := c3
 	strided.StrideH, strided.OutH, strided.OutW = 2, 28, 56
 	oddOut := gemm(2, 5, 7, 9, 11, 2*7*9) // OutH*OutW = 63
 	unaligned := c3
 	unaligned.A = 4
 	for _, c := range []struct {
-		override string
+		override convGemmKernel
 		dt       tensor.Dtype
 		mode     int
-		args     convGemmArgs
+		args     cuda.ConvGemmParams
 		optIn    int
 		want     convKernelChoice // zero: an error
 	}{
-		{"", tensor.Float32, convFprop, fpn, hopper, v2},
-		{"", tensor.Float32, convFprop, fpn, ampere, v2},
-		{"", tensor.Float32, convFprop, c3, hopper, v2},
-		{"", tensor.Float32, convFprop, c4, hopper, v2},
-		{"", tensor.Float32, convFprop, huge, hopper, v1},
-		{"", tensor.Float32, convDgrad, fpn, hopper, dv2},
-		{"", tensor.Float32, convDgrad, fpn, ampere, dv2},
-		{"", tensor.Float32, convDgrad, c3, hopper, dv2},
-		{"", tensor.Float32, convDgrad, c4, hopper, dv2},
-		{"", tensor.Float32, convDgrad, strided, hopper, dv1},
-		{"", tensor.Float32, convWgrad, fpn, hopper, wv2},
-		{"", tensor.Float32, convWgrad, fpn, ampere, wv2},
-		{"", tensor.Float32, convWgrad, c3, hopper, wv2},
-		{"", tensor.Float32, convWgrad, c4, hopper, wv2},
-		{"", tensor.Float32, convWgrad, strided, hopper, wv2}, // wgrad v2 takes strides
-		{"", tensor.Float32, convWgrad, oddOut, hopper, wv1},
-		{"", tensor.Float32, convWgrad, unaligned, hopper, wv1},
-		{"", tensor.Float32, convWgrad, huge, hopper, wv1},
-		{"", tensor.Float32, convWgrad, fpn, 100000, wv1}, // too little shared memory
-		{"", tensor.Float64, convDgrad, fpn, hopper, convKernelChoice{"conv_dgrad_f64", 34048, 64, 256}},
-		{convDgradF32V1, tensor.Float32, convDgrad, fpn, hopper, dv1},
-		{convDgradF32V2, tensor.Float32, convDgrad, fpn, hopper, dv2},
-		{convDgradF32V2, tensor.Float32, convDgrad, strided, hopper, convKernelChoice{}},
-		{"conv_dgrad_f32_v9", tensor.Float32, convDgrad, fpn, hopper, convKernelChoice{}},
-		{convWgradF32V1, tensor.Float32, convWgrad, fpn, hopper, wv1},
-		{convWgradF32V2, tensor.Float32, convWgrad, c4, hopper, wv2},
-		{convWgradF32V2, tensor.Float32, convWgrad, oddOut, hopper, convKernelChoice{}},
-		{convWgradF32V2, tensor.Float32, convWgrad, fpn, 100000, convKernelChoice{}},
-		{convWgradF32V2, tensor.Float64, convWgrad, fpn, hopper, convKernelChoice{"conv_wgrad_f64", 35840, 64, 256}},
+		{"", tensor.Float32, convFprop, fpn, hopper, s3},
+		{"", tensor.Float32, convFprop, fpn, ampere, s3},
+		{"", tensor.Float32, convFprop, c3, hopper, s3},
+		{"", tensor.Float32, convFprop, c4, hopper, s3},
+		{"", tensor.Float32, convFprop, huge, hopper, i64},
+		{"", tensor.Float32, convDgrad, fpn, hopper, ds3},
+		{"", tensor.Float32, convDgrad, fpn, ampere, ds3},
+		{"", tensor.Float32, convDgrad, c3, hopper, ds3},
+		{"", tensor.Float32, convDgrad, c4, hopper, ds3},
+		{"", tensor.Float32, convDgrad, strided, hopper, di64},
+		{"", tensor.Float32, convWgrad, fpn, hopper, ws3},
+		{"", tensor.Float32, convWgrad, fpn, ampere, ws3},
+		{"", tensor.Float32, convWgrad, c3, hopper, ws3},
+		{"", tensor.Float32, convWgrad, c4, hopper, ws3},
+		{"", tensor.Float32, convWgrad, strided, hopper, ws3}, // wgrad's m128_s3 takes strides
+		{"", tensor.Float32, convWgrad, oddOut, hopper, wi64},
+		{"", tensor.Float32, convWgrad, unaligned, hopper, wi64},
+		{"", tensor.Float32, convWgrad, huge, hopper, wi64},
+		{"", tensor.Float32, convWgrad, fpn, 100000, wi64}, // too little shared memory
+		{"", tensor.Float64, convDgrad, fpn, hopper, dk.fmaM64I64},
+		{di64.kernel, tensor.Float32, convDgrad, fpn, hopper, di64},
+		{ds3.kernel, tensor.Float32, convDgrad, fpn, hopper, ds3},
+		{ds3.kernel, tensor.Float32, convDgrad, strided, hopper, convKernelChoice{}},
+		{bogus("conv_dgrad_mma_m64_s9_f32"), tensor.Float32, convDgrad, fpn, hopper, convKernelChoice{}},
+		{s3.kernel, tensor.Float32, convDgrad, fpn, hopper, convKernelChoice{}}, // another pass's
+		{wi64.kernel, tensor.Float32, convWgrad, fpn, hopper, wi64},
+		{ws3.kernel, tensor.Float32, convWgrad, c4, hopper, ws3},
+		{ws3.kernel, tensor.Float32, convWgrad, oddOut, hopper, convKernelChoice{}},
+		{ws3.kernel, tensor.Float32, convWgrad, fpn, 100000, convKernelChoice{}},
+		{ws3.kernel, tensor.Float64, convWgrad, fpn, hopper, wk.fmaM64I64},
 		{"", tensor.Float64, convFprop, fpn, hopper, f64},
-		{convFpropF32V1, tensor.Float32, convFprop, fpn, hopper, v1},
-		{convFpropF32V2, tensor.Float32, convFprop, fpn, hopper, v2},
-		{convFpropF32V3, tensor.Float32, convFprop, c3, hopper, v3},
-		{convFpropF32V4, tensor.Float32, convFprop, c4, hopper, v4},
-		{convFpropF32V2, tensor.Float64, convFprop, fpn, hopper, f64},
-		{convFpropF32V2, tensor.Float32, convFprop, huge, hopper, convKernelChoice{}},
-		{convFpropF32V4, tensor.Float32, convFprop, huge, hopper, convKernelChoice{}},
-		{convFpropF32V3, tensor.Float32, convFprop, fpn, ampere, convKernelChoice{}},
-		{"conv_fprop_f32_v9", tensor.Float32, convFprop, fpn, hopper, convKernelChoice{}},
+		{i64.kernel, tensor.Float32, convFprop, fpn, hopper, i64},
+		{s3.kernel, tensor.Float32, convFprop, fpn, hopper, s3},
+		{m256.kernel, tensor.Float32, convFprop, c3, hopper, m256},
+		{t128.kernel, tensor.Float32, convFprop, c4, hopper, t128},
+		{s3.kernel, tensor.Float64, convFprop, fpn, hopper, f64},
+		{s3.kernel, tensor.Float32, convFprop, huge, hopper, convKernelChoice{}},
+		{t128.kernel, tensor.Float32, convFprop, huge, hopper, convKernelChoice{}},
+		{m256.kernel, tensor.Float32, convFprop, fpn, ampere, convKernelChoice{}},
+		{bogus("conv_fprop_mma_m64_s9_f32"), tensor.Float32, convFprop, fpn, hopper, convKernelChoice{}},
 	} {
 		gpu := convGPU{optIn: c.optIn, sms: 132}
 		gpu.forced[c.mode] = c.override
@@ -168,13 +223,13 @@ func TestConvKernelChoice(t *testing.T) {
 }
 
 // On a GPU that runs conv_sm90a.cu (sm90a), forward and stride-1 dgrad
-// GEMMs take the wgmma kernels (v5, v6 or v7 by convWgmmaPick) when
-// K % 4 == 0 and the weights are 16-byte aligned, and fall back as before
-// otherwise; wgrad is unchanged.
+// GEMMs take the wgmma kernels (m128_s3, m256_s4 or m128_s4 by
+// convWgmmaPick) when K % 4 == 0 and the weights are 16-byte aligned, and
+// fall back as before otherwise; wgrad takes m256_s4 or m128_s3.
 func TestConvKernelChoiceSM90a(t *testing.T) {
 	const hopper = 232448
-	gemm := func(n, cin, h, w, m, ncols, k int) convGemmArgs {
-		return convGemmArgs{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), NCols: int32(ncols),
+	gemm := func(n, cin, h, w, m, ncols, k int) cuda.ConvGemmParams {
+		return cuda.ConvGemmParams{N: int32(n), Cin: int32(cin), H: int32(h), W: int32(w), M: int32(m), Ncols: int32(ncols),
 			K: int32(k), Cout: int32(m), StrideH: 1, StrideW: 1, OutH: int32(h), OutW: int32(w)}
 	}
 	fpn := gemm(2, 256, 200, 336, 256, 2*200*336, 256*9)
@@ -186,53 +241,64 @@ func TestConvKernelChoiceSM90a(t *testing.T) {
 	unaligned := fpn
 	unaligned.A = 4
 	huge := gemm(64, 256, 400, 400, 64, 64*400*400, 256*9)
-	v5 := convKernelChoice{convFpropF32V5, convWgmmaSmem, 128, 256}
-	v6 := convKernelChoice{convFpropF32V6, convWgmmaV6Smem, 256, 256}
-	v7 := convKernelChoice{convFpropF32V7, convWgmmaV7Smem, 128, 256}
-	dv5 := convKernelChoice{convDgradF32V5, convWgmmaSmem, 128, 256}
-	v2 := convKernelChoice{convFpropF32V2, 109568, 128, 256}
-	dv2 := convKernelChoice{convDgradF32V2, 109568, 128, 256}
-	dv1 := convKernelChoice{convDgradF32V1, 71680, 128, 256}
-	wv2 := convKernelChoice{convWgradF32V2, 112640, 128, 256}
+	fk, dk, wk := &convKernels[convFprop], &convKernels[convDgrad], &convKernels[convWgrad]
 	for _, c := range []struct {
-		override string
+		choice convKernelChoice
+		smem   int
+		bm     int
+	}{
+		{fk.wgmmaM128S3, 104448, 128}, {fk.wgmmaM256S4, 203776, 256}, {fk.wgmmaM128S4, 138240, 128},
+		{dk.wgmmaM128S3, 104448, 128}, {dk.wgmmaM256S4, 203776, 256}, {dk.wgmmaM128S4, 138240, 128},
+		{wk.wgmmaM128S3, 107520, 128}, {wk.wgmmaM256S4, 207872, 256},
+	} {
+		// conv_sm90a.cu's values, as kernels/cuda exports them.
+		if c.choice.smem != c.smem || c.choice.bm != c.bm || c.choice.threads != 256 {
+			t.Errorf("%+v, want %d bytes, %d rows, 256 threads", c.choice, c.smem, c.bm)
+		}
+	}
+	m128s3, m256s4, m128s4 := fk.wgmmaM128S3, fk.wgmmaM256S4, fk.wgmmaM128S4
+	dm128s3, dm256s4 := dk.wgmmaM128S3, dk.wgmmaM256S4
+	wm128s3, wm256s4 := wk.wgmmaM128S3, wk.wgmmaM256S4
+	s3, ds3, di64, ws3 := fk.mmaM128S3, dk.mmaM128S3, dk.mmaM128I64, wk.mmaM128S3
+	for _, c := range []struct {
+		override convGemmKernel
 		mode     int
-		args     convGemmArgs
+		args     cuda.ConvGemmParams
 		sm90a    bool
 		optIn    int
 		want     convKernelChoice // zero: an error
 	}{
-		{"", convFprop, fpn, true, hopper, v6},
-		{"", convFprop, c3, true, hopper, v5},
-		{"", convFprop, c4, true, hopper, v7},
-		{"", convFprop, fpn, true, 150000, v5}, // v6 does not fit
-		{"", convFprop, fpn, false, hopper, v2},
-		{"", convFprop, stem, true, hopper, v2},
-		{"", convFprop, unaligned, true, hopper, v2},
-		{"", convFprop, fpn, true, 100000, v2},
-		{"", convFprop, huge, true, hopper, convKernelChoice{convFpropF32V1, 71680, 128, 256}},
-		{"", convDgrad, fpn, true, hopper, convKernelChoice{convDgradF32V6, convWgmmaV6Smem, 256, 256}},
-		{"", convDgrad, c3, true, hopper, dv5},
-		{"", convDgrad, fpn, false, hopper, dv2},
-		{"", convDgrad, strided, true, hopper, dv1},
-		{"", convWgrad, fpn, true, hopper, convKernelChoice{convWgradF32V6, convWgradV6Smem, 256, 256}},
-		{"", convWgrad, c3, true, hopper, convKernelChoice{convWgradF32V5, convWgradV5Smem, 128, 256}},
-		{"", convWgrad, fpn, false, hopper, wv2},
-		{convWgradF32V5, convWgrad, fpn, true, hopper, convKernelChoice{convWgradF32V5, convWgradV5Smem, 128, 256}},
-		{convWgradF32V5, convWgrad, fpn, false, hopper, convKernelChoice{}},
-		{convWgradF32V5, convDgrad, fpn, true, hopper, convKernelChoice{}},
-		{convFpropF32V5, convFprop, fpn, true, hopper, v5},
-		{convFpropF32V6, convFprop, fpn, true, hopper, convKernelChoice{convFpropF32V6, convWgmmaV6Smem, 256, 256}},
-		{convFpropF32V6, convFprop, fpn, true, 166912, convKernelChoice{}}, // A100's opt-in: too little shared memory
-		{convDgradF32V6, convDgrad, fpn, true, hopper, convKernelChoice{convDgradF32V6, convWgmmaV6Smem, 256, 256}},
-		{convFpropF32V5, convFprop, fpn, false, hopper, convKernelChoice{}},
-		{convFpropF32V5, convFprop, stem, true, hopper, convKernelChoice{}},
-		{convFpropF32V5, convFprop, huge, true, hopper, convKernelChoice{}},
-		{convFpropF32V2, convFprop, fpn, true, hopper, v2},
-		{convDgradF32V5, convDgrad, fpn, true, hopper, dv5},
-		{convDgradF32V5, convDgrad, strided, true, hopper, convKernelChoice{}},
-		{convDgradF32V5, convWgrad, fpn, true, hopper, convKernelChoice{}},
-		{convDgradF32V2, convDgrad, fpn, true, hopper, dv2},
+		{"", convFprop, fpn, true, hopper, m256s4},
+		{"", convFprop, c3, true, hopper, m128s3},
+		{"", convFprop, c4, true, hopper, m128s4},
+		{"", convFprop, fpn, true, 150000, m128s3}, // m256_s4 does not fit
+		{"", convFprop, fpn, false, hopper, s3},
+		{"", convFprop, stem, true, hopper, s3},
+		{"", convFprop, unaligned, true, hopper, s3},
+		{"", convFprop, fpn, true, 100000, s3},
+		{"", convFprop, huge, true, hopper, fk.mmaM128I64},
+		{"", convDgrad, fpn, true, hopper, dm256s4},
+		{"", convDgrad, c3, true, hopper, dm128s3},
+		{"", convDgrad, fpn, false, hopper, ds3},
+		{"", convDgrad, strided, true, hopper, di64},
+		{"", convWgrad, fpn, true, hopper, wm256s4},
+		{"", convWgrad, c3, true, hopper, wm128s3},
+		{"", convWgrad, fpn, false, hopper, ws3},
+		{wm128s3.kernel, convWgrad, fpn, true, hopper, wm128s3},
+		{wm128s3.kernel, convWgrad, fpn, false, hopper, convKernelChoice{}},
+		{wm128s3.kernel, convDgrad, fpn, true, hopper, convKernelChoice{}},
+		{m128s3.kernel, convFprop, fpn, true, hopper, m128s3},
+		{m256s4.kernel, convFprop, fpn, true, hopper, m256s4},
+		{m256s4.kernel, convFprop, fpn, true, 166912, convKernelChoice{}}, // A100's opt-in: too little shared memory
+		{dm256s4.kernel, convDgrad, fpn, true, hopper, dm256s4},
+		{m128s3.kernel, convFprop, fpn, false, hopper, convKernelChoice{}},
+		{m128s3.kernel, convFprop, stem, true, hopper, convKernelChoice{}},
+		{m128s3.kernel, convFprop, huge, true, hopper, convKernelChoice{}},
+		{s3.kernel, convFprop, fpn, true, hopper, s3},
+		{dm128s3.kernel, convDgrad, fpn, true, hopper, dm128s3},
+		{dm128s3.kernel, convDgrad, strided, true, hopper, convKernelChoice{}},
+		{dm128s3.kernel, convWgrad, fpn, true, hopper, convKernelChoice{}},
+		{ds3.kernel, convDgrad, fpn, true, hopper, ds3},
 	} {
 		gpu := convGPU{optIn: c.optIn, sms: 132, sm90a: c.sm90a}
 		gpu.forced[c.mode] = c.override
@@ -247,25 +313,25 @@ func TestConvKernelChoiceSM90a(t *testing.T) {
 		if err != nil || got != c.want {
 			t.Errorf("%s: got %+v, %v; want %+v", what, got, err, c.want)
 		}
-		if convModule(got.name) != map[bool]string{true: "conv_sm90a", false: "conv"}[strings.HasSuffix(got.name, "_v5") || strings.HasSuffix(got.name, "_v6") || strings.HasSuffix(got.name, "_v7")] {
-			t.Errorf("%s: module %s for %s", what, convModule(got.name), got.name)
+		if convWgmma(got.kernel) != strings.Contains(got.kernel.Name(), "_wgmma_") {
+			t.Errorf("%s: module %s for %s", what, got.kernel.Module(), got.kernel.Name())
 		}
 	}
 }
 
-// wgrad v2 runs two blocks per SM where shared memory allows (Hopper),
-// which wgradSplits counts; v1 one.
+// wgrad's mma_m128_s3 runs two blocks per SM where shared memory allows
+// (Hopper), which wgradSplits counts; mma_m128_i64 one.
 func TestConvBlocksPerSM(t *testing.T) {
 	const hopper, ampere = 232448, 166912
-	wv2 := convKernelChoice{convWgradF32V2, convWgradV2Smem, 128, 256}
-	wv1 := convKernelChoice{convWgradF32V1, 75776, 128, 256}
+	wv2 := convKernels[convWgrad].mmaM128S3
+	wv1 := convKernels[convWgrad].mmaM128I64
 	for _, c := range []struct {
 		choice convKernelChoice
 		optIn  int
 		want   int
 	}{{wv2, hopper, 2}, {wv2, ampere, 1}, {wv1, hopper, 1}} {
 		if got := convBlocksPerSM(c.choice, c.optIn); got != c.want {
-			t.Errorf("%s, opt-in %d: %d blocks per SM, want %d", c.choice.name, c.optIn, got, c.want)
+			t.Errorf("%s, opt-in %d: %d blocks per SM, want %d", c.choice.kernel, c.optIn, got, c.want)
 		}
 	}
 }
@@ -520,9 +586,9 @@ func TestGPUConvGradParity(t *testing.T) {
 // convFpropVariantCases are convGPUCases and cases that take the other
 // paths of the pipelined kernels: weights copied 16 bytes at a time (K a
 // multiple of 4) over several k-tiles, a 7x7 filter (49 taps: bounds by
-// compares, not tap masks) with K a multiple of 4, two tiles of v3's 256
-// rows (three of the others' 128), and pointwise gathers (1x1, stride 1, images of a multiple of 4
-// pixels: 16-byte copies of x).
+// compares, not tap masks) with K a multiple of 4, two tiles of
+// mma_m256_s4's 256 rows (three of the others' 128), and pointwise gathers
+// (1x1, stride 1, images of a multiple of 4 pixels: 16-byte copies of x).
 var convFpropVariantCases = append(convGPUCases[:len(convGPUCases):len(convGPUCases)],
 	convGPUCase{"1x1 stride 2, K=64", []int{3, 64, 11, 13}, []int{40, 64, 1, 1}, ConvConfig{Stride: [2]int{2, 2}}},
 	convGPUCase{"5x5 pad 2, K=100", []int{1, 4, 7, 13}, []int{9, 4, 5, 5}, ConvConfig{Pad: [2]int{2, 2}}},
@@ -534,44 +600,50 @@ var convFpropVariantCases = append(convGPUCases[:len(convGPUCases):len(convGPUCa
 )
 
 // The float32 forward kernels (setConvKernel on convFprop): each against the
-// CPU twin through the op, as TestGPUConvParity does; then v2, v4 and v3
-// against v1 with every part of the epilogue (scale, shift, residual, ReLU
-// and the BatchNorm statistics): each output is the same sum of products
-// of the same TF32 operands in the same order in all four, so they must
-// agree bit for bit.
+// CPU twin through the op, as TestGPUConvParity does; then conv_pipe's
+// (mma_m128_s3, mma_m128_s3_t128, mma_m256_s4) against conv_gemm's
+// mma_m128_i64 with every part of the epilogue (scale, shift, residual,
+// ReLU and the BatchNorm statistics): each output is the same sum of
+// products of the same TF32 operands in the same order in all four, so
+// they must agree bit for bit. The variants ops never chooses are tested
+// where the modules hold them (make kernels VARIANTS=1).
 func TestGPUConvFpropVariants(t *testing.T) {
 	dev := gpu(t)
 	defer setConvKernel(dev, convFprop, "")
 	dt := tensor.Float32
-	kernels := []string{convFpropF32V1, convFpropF32V2, convFpropF32V4, convFpropF32V3}
-	if _, optIn := dev.MaxSharedMemory(); optIn < convFpropV3Smem {
-		t.Logf("%s needs %d bytes of shared memory per block, this GPU allows %d: not tested", convFpropF32V3, convFpropV3Smem, optIn)
+	fk := &convKernels[convFprop]
+	kernels := []convKernelChoice{fk.mmaM128I64, fk.mmaM128S3, fk.mmaM128S3T128, fk.mmaM256S4}
+	if _, optIn := dev.MaxSharedMemory(); optIn < fk.mmaM256S4.smem {
+		t.Logf("%s needs %d bytes of shared memory per block, this GPU allows %d: not tested", fk.mmaM256S4.kernel.Name(), fk.mmaM256S4.smem, optIn)
 		kernels = kernels[:3]
 	}
-	// v5 (conv_sm90a.cu's wgmma) sums each k-step of 8 inside the MMA, in
-	// an order of its own: it is compared with the CPU, not bit for bit.
+	// conv_sm90a.cu's wgmma kernels sum each k-step of 8 inside the MMA, in
+	// an order of their own: they are compared with the CPU, not bit for
+	// bit.
 	parityKernels := kernels
 	if err := convWgmmaError(dev); err == nil {
-		parityKernels = append(parityKernels[:len(kernels):len(kernels)], convFpropF32V5, convFpropF32V6, convFpropF32V7)
+		parityKernels = append(parityKernels[:len(kernels):len(kernels)], fk.wgmmaM128S3, fk.wgmmaM256S4, fk.wgmmaM128S4)
 	} else if major, minor := dev.ComputeCapability(); major == 9 && minor == 0 {
-		t.Errorf("%s does not load on this compute capability 9.0 GPU: %v", convFpropF32V5, err)
+		t.Errorf("%s does not load on this compute capability 9.0 GPU: %v", fk.wgmmaM128S3.kernel.Name(), err)
 	} else {
-		t.Logf("%s: not tested: %v", convFpropF32V5, err)
+		t.Logf("%s: not tested: %v", fk.wgmmaM128S3.kernel.Name(), err)
 	}
 	for ci, c := range convFpropVariantCases {
 		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
-		for _, kernel := range parityKernels {
+		for _, kc := range parityKernels {
+			kernel := kc.kernel
 			for _, exact := range []bool{false, true} {
 				for _, variant := range []struct {
 					bias, relu bool
 				}{{true, true}, {false, false}} {
-					name := fmt.Sprintf("%s/%s/bias=%t/relu=%t/exact=%t", kernel, c.name, variant.bias, variant.relu, exact)
+					name := fmt.Sprintf("%s/%s/bias=%t/relu=%t/exact=%t", kernel.Name(), c.name, variant.bias, variant.relu, exact)
 					t.Run(name, func(t *testing.T) {
+						skipUnbuiltVariant(t, dev, kernel.Module(), kernel.Name())
 						setConvKernel(dev, convFprop, kernel)
 						rng := rand.New(rand.NewPCG(uint64(ci), 8))
 						s := c.shape(t, dt, variant.bias, variant.relu)
 						if k := s.p.Cin * s.p.KH * s.p.KW; convWgmma(kernel) && k%4 != 0 {
-							t.Skipf("%s needs K %% 4 == 0, K = %d", kernel, k)
+							t.Skipf("%s needs K %% 4 == 0, K = %d", kernel.Name(), k)
 						}
 						draw := func(lo, hi float64, shape ...int) *tensor.Dense {
 							if exact {
@@ -594,7 +666,7 @@ func TestGPUConvFpropVariants(t *testing.T) {
 				}
 			}
 		}
-		t.Run("same-bits-as-v1/"+c.name, func(t *testing.T) {
+		t.Run("same-bits-as-mma_m128_i64/"+c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(ci), 9))
 			s := c.shape(t, dt, false, true)
 			p := s.p
@@ -613,76 +685,95 @@ func TestGPUConvFpropVariants(t *testing.T) {
 			args.Shift = ptr(randTensor(rng, dt, -0.5, 0.5, p.Cout))
 			args.Residual = ptr(randTensor(rng, dt, -1, 1, s.yShape()...))
 			args.ReLU = 1
-			args.M, args.NCols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
+			args.M, args.Ncols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
 			args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
-			slots := ceilDiv(int(args.NCols), convTileF32.bn)
-			y := make([][]float64, len(kernels))
-			stats := make([][]float64, len(kernels))
-			for i, kernel := range kernels {
+			slots := ceilDiv(int(args.Ncols), cuda.ConvF32TileN)
+			run := func(t *testing.T, kernel convGemmKernel) (y, stats []float64) {
+				t.Helper()
 				setConvKernel(dev, convFprop, kernel)
 				yd := toDev(t, dev, fromFloat64s(dt, filled(s.yShape().TotalSize(), math.NaN()), s.yShape()...))
 				sd := toDev(t, dev, fromFloat64s(tensor.Float64, filled(slots*p.Cout*bnRecForward, math.NaN()), slots*p.Cout*bnRecForward))
+				a := args
 				var err error
-				if args.Out, err = dev.Ptr(yd); err != nil {
+				if a.Out, err = dev.Ptr(yd); err != nil {
 					t.Fatal(err)
 				}
-				if args.Stats, err = dev.Ptr(sd); err != nil {
+				if a.Stats, err = dev.Ptr(sd); err != nil {
 					t.Fatal(err)
 				}
-				if err := launchConvGemm("test", dev, dt, convFprop, args, 1); err != nil {
+				if err := launchConvGemm("test", dev, dt, convFprop, a, 1); err != nil {
 					t.Fatal(err)
 				}
-				y[i], stats[i] = fromDev(t, dev, yd), fromDev(t, dev, sd)
+				return fromDev(t, dev, yd), fromDev(t, dev, sd)
 			}
-			for k := 1; k < len(kernels); k++ {
-				for _, o := range []struct {
-					what   string
-					v1, vk []float64
-				}{{"y", y[0], y[k]}, {"statistics", stats[0], stats[k]}} {
-					bad := 0
-					for i := range o.v1 {
-						if math.Float64bits(o.v1[i]) != math.Float64bits(o.vk[i]) || math.IsNaN(o.vk[i]) {
-							if bad < 5 {
-								t.Errorf("%s[%d]: %s %v, %s %v", o.what, i, kernels[k], o.vk[i], kernels[0], o.v1[i])
+			y0, stats0 := run(t, kernels[0].kernel)
+			for _, kc := range kernels[1:] {
+				kernel := kc.kernel
+				t.Run(convDesign(kernel), func(t *testing.T) {
+					skipUnbuiltVariant(t, dev, kernel.Module(), kernel.Name())
+					y, stats := run(t, kernel)
+					for _, o := range []struct {
+						what   string
+						v0, vk []float64
+					}{{"y", y0, y}, {"statistics", stats0, stats}} {
+						bad := 0
+						for i := range o.v0 {
+							if math.Float64bits(o.v0[i]) != math.Float64bits(o.vk[i]) || math.IsNaN(o.vk[i]) {
+								if bad < 5 {
+									t.Errorf("%s[%d]: %s %v, %s %v", o.what, i, kernel.Name(), o.vk[i], kernels[0].kernel.Name(), o.v0[i])
+								}
+								bad++
 							}
-							bad++
+						}
+						if bad > 0 {
+							t.Errorf("%s: %d of %d values differ between %s and %s (or are NaN)", o.what, bad, len(o.v0), kernel.Name(), kernels[0].kernel.Name())
 						}
 					}
-					if bad > 0 {
-						t.Errorf("%s: %d of %d values differ between %s and %s (or are NaN)", o.what, bad, len(o.v1), kernels[k], kernels[0])
-					}
-				}
+				})
 			}
 		})
 	}
 }
 
+// convDesign is a GEMM kernel's name without its pass and dtype:
+// mma_m128_s3 for conv_fprop_mma_m128_s3_f32.
+func convDesign(k convGemmKernel) string {
+	n := k.Name()
+	for _, pass := range convModeNames {
+		n = strings.TrimPrefix(n, "conv_"+pass+"_")
+	}
+	return strings.TrimSuffix(strings.TrimSuffix(n, "_f32"), "_f64")
+}
+
 // convBackwardVariantCases are convFpropVariantCases (several of them with
-// OutH*OutW % 4 == 0, which wgrad v2 needs) and a dgrad of two row tiles.
+// OutH*OutW % 4 == 0, which wgrad's mma_m128_s3 needs) and a dgrad of two
+// row tiles.
 var convBackwardVariantCases = append(convFpropVariantCases[:len(convFpropVariantCases):len(convFpropVariantCases)],
 	convGPUCase{"3x3 pad 1, 150 input channels", []int{2, 150, 6, 10}, []int{40, 150, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
 )
 
 // The float32 backward kernels (setConvKernel on convDgrad and
 // convWgrad): each against the CPU twin through the ops, as
-// TestGPUConvParity does, with bias and ReLU (v2 reads dy masked
-// beforehand) and without; v2 is skipped, visibly, where it does not apply
-// (strided dgrad; wgrad with OutH*OutW % 4 != 0). Then dgrad v2 against v1
-// through the op, and wgrad v2's dw against v1's in one split: the same
+// TestGPUConvParity does, with bias and ReLU (the cp.async and wgmma
+// kernels read dy masked beforehand) and without; mma_m128_s3 is skipped,
+// visibly, where it does not apply (strided dgrad; wgrad with OutH*OutW %
+// 4 != 0). Then dgrad's mma_m128_s3 against mma_m128_i64 through the op,
+// and wgrad's mma_m128_s3 dw against mma_m128_i64's in one split: the same
 // sums of the same TF32 products in the same order, so bit for bit.
 func TestGPUConvBackwardVariants(t *testing.T) {
 	dev := gpu(t)
 	defer setConvKernel(dev, convWgrad, "")
 	defer setConvKernel(dev, convDgrad, "")
 	dt := tensor.Float32
+	dk, wk := &convKernels[convDgrad], &convKernels[convWgrad]
 	for ci, c := range convBackwardVariantCases {
 		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
 		for _, mode := range []int{convDgrad, convWgrad} {
-			kernels := []string{convDgradF32V1, convDgradF32V2}
-			wgmma := []string{convDgradF32V5, convDgradF32V6, convDgradF32V7}
-			if mode == convWgrad {
-				kernels = []string{convWgradF32V1, convWgradF32V2}
-				wgmma = []string{convWgradF32V5, convWgradF32V6}
+			ks := &convKernels[mode]
+			kernels := []convGemmKernel{ks.mmaM128I64.kernel, ks.mmaM128S3.kernel}
+			wgmma := []convGemmKernel{ks.wgmmaM128S3.kernel, ks.wgmmaM256S4.kernel}
+			if mode == convDgrad {
+				wgmma = append(wgmma, ks.wgmmaM128S4.kernel)
 			}
 			if err := convWgmmaError(dev); err == nil {
 				kernels = append(kernels, wgmma...)
@@ -694,14 +785,15 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 					for _, variant := range []struct {
 						bias, relu bool
 					}{{true, true}, {false, false}} {
-						name := fmt.Sprintf("%s/%s/bias=%t/relu=%t/exact=%t", kernel, c.name, variant.bias, variant.relu, exact)
+						name := fmt.Sprintf("%s/%s/bias=%t/relu=%t/exact=%t", kernel.Name(), c.name, variant.bias, variant.relu, exact)
 						t.Run(name, func(t *testing.T) {
+							skipUnbuiltVariant(t, dev, kernel.Module(), kernel.Name())
 							s := c.shape(t, dt, variant.bias, variant.relu)
 							if fits, why := convBackwardPipeFits(mode, s.gemmArgs()); kernel != kernels[0] && !fits {
-								t.Skipf("%s does not apply: %s", kernel, why)
+								t.Skipf("%s does not apply: %s", kernel.Name(), why)
 							}
 							if k := s.p.Cout * s.p.KH * s.p.KW; convWgmma(kernel) && mode == convDgrad && k%4 != 0 {
-								t.Skipf("%s needs K %% 4 == 0, K = %d", kernel, k)
+								t.Skipf("%s needs K %% 4 == 0, K = %d", kernel.Name(), k)
 							}
 							setConvKernel(dev, mode, kernel)
 							defer setConvKernel(dev, mode, "")
@@ -742,7 +834,7 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 				}
 			}
 		}
-		t.Run("same-bits-as-v1/"+c.name, func(t *testing.T) {
+		t.Run("same-bits-as-mma_m128_i64/"+c.name, func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(ci), 13))
 			s := c.shape(t, dt, true, true)
 			p := s.p
@@ -750,24 +842,24 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 			w := toDev(t, dev, randTensor(rng, dt, -0.25, 0.25, s.wShape()...))
 			y := toDev(t, dev, randTensor(rng, dt, -1, 1, s.yShape()...)) // masks about half of dy
 			dy := toDev(t, dev, randTensor(rng, dt, -0.5, 0.5, s.yShape()...))
-			sameBits := func(what string, v1, v2 []float64, n int) {
+			sameBits := func(what string, i64, s3 []float64, n int) {
 				t.Helper()
 				bad := 0
 				for i := range n {
-					if math.Float64bits(v1[i]) != math.Float64bits(v2[i]) || math.IsNaN(v2[i]) {
+					if math.Float64bits(i64[i]) != math.Float64bits(s3[i]) || math.IsNaN(s3[i]) {
 						if bad < 5 {
-							t.Errorf("%s[%d]: v2 %v, v1 %v", what, i, v2[i], v1[i])
+							t.Errorf("%s[%d]: mma_m128_s3 %v, mma_m128_i64 %v", what, i, s3[i], i64[i])
 						}
 						bad++
 					}
 				}
 				if bad > 0 {
-					t.Errorf("%s: %d of %d values differ between v2 and v1 (or are NaN)", what, bad, n)
+					t.Errorf("%s: %d of %d values differ between mma_m128_s3 and mma_m128_i64 (or are NaN)", what, bad, n)
 				}
 			}
 			if fits, why := convBackwardPipeFits(convDgrad, s.gemmArgs()); fits {
 				var dx [2][]float64
-				for i, kernel := range []string{convDgradF32V1, convDgradF32V2} {
+				for i, kernel := range []convGemmKernel{dk.mmaM128I64.kernel, dk.mmaM128S3.kernel} {
 					setConvKernel(dev, convDgrad, kernel)
 					got, err := convDgradOp(s).Do(w, y, dy)
 					setConvKernel(dev, convDgrad, "")
@@ -778,19 +870,19 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 				}
 				sameBits("dx", dx[0], dx[1], len(dx[0]))
 			} else {
-				t.Logf("dgrad v2 does not apply: %s", why)
+				t.Logf("dgrad's mma_m128_s3 does not apply: %s", why)
 			}
 			args := s.gemmArgs()
 			args.A, args.B = devPtr(t, dev, dy), devPtr(t, dev, x)
-			args.M, args.NCols, args.K = int32(p.Cout), int32(p.Cin*p.KH*p.KW), int32(p.N*p.OutH*p.OutW)
+			args.M, args.Ncols, args.K = int32(p.Cout), int32(p.Cin*p.KH*p.KW), int32(p.N*p.OutH*p.OutW)
 			args.DivQ, args.DivQW = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
 			if fits, why := convBackwardPipeFits(convWgrad, args); !fits {
-				t.Logf("wgrad v2 does not apply: %s", why)
+				t.Logf("wgrad's mma_m128_s3 does not apply: %s", why)
 				return
 			}
 			nw := s.wShape().TotalSize()
 			var dwb [2][]float64
-			for i, kernel := range []string{convWgradF32V1, convWgradF32V2} {
+			for i, kernel := range []convGemmKernel{wk.mmaM128I64.kernel, wk.mmaM128S3.kernel} {
 				out := toDev(t, dev, fromFloat64s(dt, filled(nw+p.Cout, math.NaN()), nw+p.Cout))
 				args.Out = devPtr(t, dev, out)
 				args.BiasGrad = args.Out + backend.DevicePtr(4*nw)
@@ -804,7 +896,7 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 			}
 			sameBits("dw", dwb[0], dwb[1], nw)
 			if err := autograd.TolParity32.Compare(dwb[1][nw:], dwb[0][nw:]); err != nil {
-				t.Errorf("bias gradient, v2 vs v1: %v", err)
+				t.Errorf("bias gradient, mma_m128_s3 vs mma_m128_i64: %v", err)
 			}
 		})
 	}
@@ -888,7 +980,7 @@ func TestGPUConvEpilogueFoldsBatchNorm(t *testing.T) {
 				args.A, args.B, args.Out = ptr(w), ptr(x), yPtr
 				args.Scale, args.Shift = ptr(fromFloat64s(dt, scale, p.Cout)), ptr(fromFloat64s(dt, shift, p.Cout))
 				args.Residual, args.ReLU = ptr(res), 1
-				args.M, args.NCols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
+				args.M, args.Ncols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
 				args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
 				if err := launchConvGemm("test", dev, dt, convFprop, args, 1); err != nil {
 					t.Fatal(err)

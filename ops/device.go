@@ -84,14 +84,6 @@ func deviceOutput(op string, dev *backend.Device, prealloc G.Value, dt tensor.Dt
 	return out, p, nil
 }
 
-// dtypeSuffix names a kernel's dtype variant, as in roialign_forward_f32.
-func dtypeSuffix(dt tensor.Dtype) string {
-	if dt == tensor.Float32 {
-		return "f32"
-	}
-	return "f64"
-}
-
 // fitsInt32 checks the sizes a kernel's params struct carries as C ints.
 func fitsInt32(op string, sizes map[string]int) error {
 	for name, v := range sizes {

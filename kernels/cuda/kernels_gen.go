@@ -73,7 +73,7 @@ var (
 // instructions. With l = ceil(log2 d), mul = ceil(2^(31+l)/d) < 2^32 and
 // shr = l-1, q = umulhi(n, mul) >> shr is exact for every n < 2^31 (the
 // rounding error of mul adds less than 1/d to n/d). d == 1 has mul == 0.
-// ops.fastDiv computes the constants; kernels/conv.go's tests check them.
+// ops.fastDiv computes the constants; ops' TestConvFastDiv checks them.
 type FastDiv struct {
 	D   int32
 	Mul uint32
@@ -93,9 +93,9 @@ var (
 // ConvGemmParams mirrors struct ConvGemmParams of kernels/conv.cuh field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
-// Implicit-GEMM convolution launch parameters (conv.cu). Mirrors
-// convGemmArgs in ops/conv_device.go field for field. The geometry is
-// kernels.ConvParams; the GEMM the launch runs is described after it.
+// Implicit-GEMM convolution launch parameters (conv.cu, conv_sm90a.cu). The
+// geometry is kernels.ConvParams; the GEMM the launch runs is described
+// after it.
 type ConvGemmParams struct {
 	A                                        backend.DevicePtr // fprop: w [Cout,K]; dgrad: w transposed [Cin, Cout*KH*KW]; wgrad: dy [N,Cout,P]
 	B                                        backend.DevicePtr // fprop, wgrad: x [N,Cin,H,W]; dgrad: dy [N,Cout,OutH,OutW]
@@ -173,7 +173,6 @@ var (
 // there asserts the same layout).
 //
 // BatchNorm launch parameters (conv_bn.cu), one struct for its kernels.
-// Mirrors bnArgs in ops/batchnorm_device.go field for field.
 type BNParams struct {
 	Z               backend.DevicePtr // [N,C,HW], the convolution's output
 	DY              backend.DevicePtr // backward: the output's gradient, or 0 (forward)
@@ -502,38 +501,40 @@ var (
 
 // The kernels of kernels/conv.cu (module conv).
 const (
-	// ConvFpropF32 is conv_fprop_f32, __launch_bounds__(256, 1).
-	ConvFpropF32 Kernel[ConvGemmParams] = "conv.conv_fprop_f32"
-	// ConvFpropF32V2 is conv_fprop_f32_v2, __launch_bounds__(256, 2).
+	// ConvFpropMmaM128I64F32 is conv_fprop_mma_m128_i64_f32, __launch_bounds__(256, 1).
+	//
+	// conv_gemm, offsets in 64 bits: the GEMMs conv_pipe's kernels do not run.
+	ConvFpropMmaM128I64F32 Kernel[ConvGemmParams] = "conv.conv_fprop_mma_m128_i64_f32"
+	// ConvFpropMmaM128S3F32 is conv_fprop_mma_m128_s3_f32, __launch_bounds__(256, 2).
 	//
 	// Two blocks per SM: at most 128 registers.
-	ConvFpropF32V2 Kernel[ConvGemmParams] = "conv.conv_fprop_f32_v2"
-	// ConvFpropF32V3 is conv_fprop_f32_v3, __launch_bounds__(256, 1).
+	ConvFpropMmaM128S3F32 Kernel[ConvGemmParams] = "conv.conv_fprop_mma_m128_s3_f32"
+	// ConvFpropMmaM256S4F32 is conv_fprop_mma_m256_s4_f32, __launch_bounds__(256, 1).
 	//
 	// One block per SM: up to 255 registers, 128 of them accumulators.
-	ConvFpropF32V3 Kernel[ConvGemmParams] = "conv.conv_fprop_f32_v3"
-	// ConvFpropF32V4 is conv_fprop_f32_v4, __launch_bounds__(128, 2).
+	ConvFpropMmaM256S4F32 Kernel[ConvGemmParams] = "conv.conv_fprop_mma_m256_s4_f32"
+	// ConvFpropMmaM128S3T128F32 is conv_fprop_mma_m128_s3_t128_f32, __launch_bounds__(128, 2).
 	//
 	// 128 threads, two blocks per SM: up to 255 registers.
-	ConvFpropF32V4 Kernel[ConvGemmParams] = "conv.conv_fprop_f32_v4"
-	// ConvDgradF32 is conv_dgrad_f32, __launch_bounds__(256, 1).
-	ConvDgradF32 Kernel[ConvGemmParams] = "conv.conv_dgrad_f32"
-	// ConvDgradF32V2 is conv_dgrad_f32_v2, __launch_bounds__(256, 2).
+	ConvFpropMmaM128S3T128F32 Kernel[ConvGemmParams] = "conv.conv_fprop_mma_m128_s3_t128_f32"
+	// ConvDgradMmaM128I64F32 is conv_dgrad_mma_m128_i64_f32, __launch_bounds__(256, 1).
+	ConvDgradMmaM128I64F32 Kernel[ConvGemmParams] = "conv.conv_dgrad_mma_m128_i64_f32"
+	// ConvDgradMmaM128S3F32 is conv_dgrad_mma_m128_s3_f32, __launch_bounds__(256, 2).
 	//
-	// Stride 1 only; dy already masked. Two blocks per SM, as fprop v2.
-	ConvDgradF32V2 Kernel[ConvGemmParams] = "conv.conv_dgrad_f32_v2"
-	// ConvWgradF32 is conv_wgrad_f32, __launch_bounds__(256, 1).
-	ConvWgradF32 Kernel[ConvGemmParams] = "conv.conv_wgrad_f32"
-	// ConvWgradF32V2 is conv_wgrad_f32_v2, __launch_bounds__(256, 2).
+	// Stride 1 only; dy already masked. Two blocks per SM, as fprop's.
+	ConvDgradMmaM128S3F32 Kernel[ConvGemmParams] = "conv.conv_dgrad_mma_m128_s3_f32"
+	// ConvWgradMmaM128I64F32 is conv_wgrad_mma_m128_i64_f32, __launch_bounds__(256, 1).
+	ConvWgradMmaM128I64F32 Kernel[ConvGemmParams] = "conv.conv_wgrad_mma_m128_i64_f32"
+	// ConvWgradMmaM128S3F32 is conv_wgrad_mma_m128_s3_f32, __launch_bounds__(256, 2).
 	//
 	// dy already masked. Two blocks per SM where shared memory allows (sm_90).
-	ConvWgradF32V2 Kernel[ConvGemmParams] = "conv.conv_wgrad_f32_v2"
-	// ConvFpropF64 is conv_fprop_f64, __launch_bounds__(256).
-	ConvFpropF64 Kernel[ConvGemmParams] = "conv.conv_fprop_f64"
-	// ConvDgradF64 is conv_dgrad_f64, __launch_bounds__(256).
-	ConvDgradF64 Kernel[ConvGemmParams] = "conv.conv_dgrad_f64"
-	// ConvWgradF64 is conv_wgrad_f64, __launch_bounds__(256).
-	ConvWgradF64 Kernel[ConvGemmParams] = "conv.conv_wgrad_f64"
+	ConvWgradMmaM128S3F32 Kernel[ConvGemmParams] = "conv.conv_wgrad_mma_m128_s3_f32"
+	// ConvFpropFmaM64I64F64 is conv_fprop_fma_m64_i64_f64, __launch_bounds__(256).
+	ConvFpropFmaM64I64F64 Kernel[ConvGemmParams] = "conv.conv_fprop_fma_m64_i64_f64"
+	// ConvDgradFmaM64I64F64 is conv_dgrad_fma_m64_i64_f64, __launch_bounds__(256).
+	ConvDgradFmaM64I64F64 Kernel[ConvGemmParams] = "conv.conv_dgrad_fma_m64_i64_f64"
+	// ConvWgradFmaM64I64F64 is conv_wgrad_fma_m64_i64_f64, __launch_bounds__(256).
+	ConvWgradFmaM64I64F64 Kernel[ConvGemmParams] = "conv.conv_wgrad_fma_m64_i64_f64"
 	// ConvSplitKReduceF32 is conv_splitk_reduce_f32.
 	ConvSplitKReduceF32 Kernel[SplitKParams] = "conv.conv_splitk_reduce_f32"
 	// ConvSplitKReduceF64 is conv_splitk_reduce_f64.
@@ -560,60 +561,60 @@ const (
 	BNFinalizeF64 Kernel[BNParams] = "conv_bn.bn_finalize_f64"
 	// BNApplyF32 is bn_apply_f32.
 	BNApplyF32 Kernel[BNParams] = "conv_bn.bn_apply_f32"
-	// BNApplyF32x4 is bn_apply_f32x4.
-	BNApplyF32x4 Kernel[BNParams] = "conv_bn.bn_apply_f32x4"
+	// BNApplyVec4F32 is bn_apply_vec4_f32.
+	BNApplyVec4F32 Kernel[BNParams] = "conv_bn.bn_apply_vec4_f32"
 	// BNApplyF64 is bn_apply_f64.
 	BNApplyF64 Kernel[BNParams] = "conv_bn.bn_apply_f64"
 	// BNBackwardApplyF32 is bn_backward_apply_f32.
 	BNBackwardApplyF32 Kernel[BNParams] = "conv_bn.bn_backward_apply_f32"
 	// BNBackwardApplyF64 is bn_backward_apply_f64.
 	BNBackwardApplyF64 Kernel[BNParams] = "conv_bn.bn_backward_apply_f64"
-	// BNBackwardApplyF32x4 is bn_backward_apply_f32x4.
-	BNBackwardApplyF32x4 Kernel[BNParams] = "conv_bn.bn_backward_apply_f32x4"
+	// BNBackwardApplyVec4F32 is bn_backward_apply_vec4_f32.
+	BNBackwardApplyVec4F32 Kernel[BNParams] = "conv_bn.bn_backward_apply_vec4_f32"
 	// BNBackwardApplyTF32F32 is bn_backward_apply_tf32_f32.
 	BNBackwardApplyTF32F32 Kernel[BNParams] = "conv_bn.bn_backward_apply_tf32_f32"
-	// BNBackwardApplyTF32F32x4 is bn_backward_apply_tf32_f32x4.
-	BNBackwardApplyTF32F32x4 Kernel[BNParams] = "conv_bn.bn_backward_apply_tf32_f32x4"
+	// BNBackwardApplyTF32Vec4F32 is bn_backward_apply_tf32_vec4_f32.
+	BNBackwardApplyTF32Vec4F32 Kernel[BNParams] = "conv_bn.bn_backward_apply_tf32_vec4_f32"
 	// ReLUMaskF32 is relu_mask_f32.
 	ReLUMaskF32 Kernel[MaskParams] = "conv_bn.relu_mask_f32"
 	// ReLUMaskF64 is relu_mask_f64.
 	ReLUMaskF64 Kernel[MaskParams] = "conv_bn.relu_mask_f64"
-	// ReLUMaskTF32F32 is relu_mask_tf32_f32.
-	ReLUMaskTF32F32 Kernel[MaskSumParams] = "conv_bn.relu_mask_tf32_f32"
-	// ReLUMaskTF32F32x4 is relu_mask_tf32_f32x4.
-	ReLUMaskTF32F32x4 Kernel[MaskSumParams] = "conv_bn.relu_mask_tf32_f32x4"
+	// ReLUMaskSumTF32F32 is relu_mask_sum_tf32_f32.
+	ReLUMaskSumTF32F32 Kernel[MaskSumParams] = "conv_bn.relu_mask_sum_tf32_f32"
+	// ReLUMaskSumTF32Vec4F32 is relu_mask_sum_tf32_vec4_f32.
+	ReLUMaskSumTF32Vec4F32 Kernel[MaskSumParams] = "conv_bn.relu_mask_sum_tf32_vec4_f32"
 	// ReLUMaskSumF64 is relu_mask_sum_f64.
 	ReLUMaskSumF64 Kernel[MaskSumParams] = "conv_bn.relu_mask_sum_f64"
 )
 
 // The kernels of kernels/conv_sm90a.cu (module conv_sm90a).
 const (
-	// ConvFpropF32V5 is conv_fprop_f32_v5, __launch_bounds__(256, 2).
+	// ConvFpropWgmmaM128S3F32 is conv_fprop_wgmma_m128_s3_f32, __launch_bounds__(256, 2).
 	//
 	// Two blocks per SM: at most 128 registers, 64 of them accumulators.
-	ConvFpropF32V5 Kernel[ConvGemmParams] = "conv_sm90a.conv_fprop_f32_v5"
-	// ConvFpropF32V6 is conv_fprop_f32_v6, __launch_bounds__(256, 1).
+	ConvFpropWgmmaM128S3F32 Kernel[ConvGemmParams] = "conv_sm90a.conv_fprop_wgmma_m128_s3_f32"
+	// ConvFpropWgmmaM256S4F32 is conv_fprop_wgmma_m256_s4_f32, __launch_bounds__(256, 1).
 	//
 	// One block per SM: 128 accumulators.
-	ConvFpropF32V6 Kernel[ConvGemmParams] = "conv_sm90a.conv_fprop_f32_v6"
-	// ConvFpropF32V7 is conv_fprop_f32_v7, __launch_bounds__(256, 1).
-	ConvFpropF32V7 Kernel[ConvGemmParams] = "conv_sm90a.conv_fprop_f32_v7"
-	// ConvDgradF32V5 is conv_dgrad_f32_v5, __launch_bounds__(256, 2).
+	ConvFpropWgmmaM256S4F32 Kernel[ConvGemmParams] = "conv_sm90a.conv_fprop_wgmma_m256_s4_f32"
+	// ConvFpropWgmmaM128S4F32 is conv_fprop_wgmma_m128_s4_f32, __launch_bounds__(256, 1).
+	ConvFpropWgmmaM128S4F32 Kernel[ConvGemmParams] = "conv_sm90a.conv_fprop_wgmma_m128_s4_f32"
+	// ConvDgradWgmmaM128S3F32 is conv_dgrad_wgmma_m128_s3_f32, __launch_bounds__(256, 2).
 	//
-	// Stride 1 only; dy already masked (as conv_dgrad_f32_v2).
-	ConvDgradF32V5 Kernel[ConvGemmParams] = "conv_sm90a.conv_dgrad_f32_v5"
-	// ConvDgradF32V6 is conv_dgrad_f32_v6, __launch_bounds__(256, 1).
-	ConvDgradF32V6 Kernel[ConvGemmParams] = "conv_sm90a.conv_dgrad_f32_v6"
-	// ConvDgradF32V7 is conv_dgrad_f32_v7, __launch_bounds__(256, 1).
-	ConvDgradF32V7 Kernel[ConvGemmParams] = "conv_sm90a.conv_dgrad_f32_v7"
-	// ConvWgradF32V5 is conv_wgrad_f32_v5, __launch_bounds__(256, 2).
+	// Stride 1 only; dy already masked (as conv_dgrad_mma_m128_s3_f32).
+	ConvDgradWgmmaM128S3F32 Kernel[ConvGemmParams] = "conv_sm90a.conv_dgrad_wgmma_m128_s3_f32"
+	// ConvDgradWgmmaM256S4F32 is conv_dgrad_wgmma_m256_s4_f32, __launch_bounds__(256, 1).
+	ConvDgradWgmmaM256S4F32 Kernel[ConvGemmParams] = "conv_sm90a.conv_dgrad_wgmma_m256_s4_f32"
+	// ConvDgradWgmmaM128S4F32 is conv_dgrad_wgmma_m128_s4_f32, __launch_bounds__(256, 1).
+	ConvDgradWgmmaM128S4F32 Kernel[ConvGemmParams] = "conv_sm90a.conv_dgrad_wgmma_m128_s4_f32"
+	// ConvWgradWgmmaM128S3F32 is conv_wgrad_wgmma_m128_s3_f32, __launch_bounds__(256, 2).
 	//
 	// dy' masked and rounded to TF32 beforehand, OutH*OutW % 4 == 0, dy'
-	// 16-byte aligned (as conv_wgrad_f32_v2's 16-byte copies of dy); no bias
-	// gradient.
-	ConvWgradF32V5 Kernel[ConvGemmParams] = "conv_sm90a.conv_wgrad_f32_v5"
-	// ConvWgradF32V6 is conv_wgrad_f32_v6, __launch_bounds__(256, 1).
-	ConvWgradF32V6 Kernel[ConvGemmParams] = "conv_sm90a.conv_wgrad_f32_v6"
+	// 16-byte aligned (as conv_wgrad_mma_m128_s3_f32's 16-byte copies of dy);
+	// no bias gradient.
+	ConvWgradWgmmaM128S3F32 Kernel[ConvGemmParams] = "conv_sm90a.conv_wgrad_wgmma_m128_s3_f32"
+	// ConvWgradWgmmaM256S4F32 is conv_wgrad_wgmma_m256_s4_f32, __launch_bounds__(256, 1).
+	ConvWgradWgmmaM256S4F32 Kernel[ConvGemmParams] = "conv_sm90a.conv_wgrad_wgmma_m256_s4_f32"
 )
 
 // The kernels of kernels/elementwise.cu (module elementwise).
@@ -833,21 +834,6 @@ const (
 	RoIAlignBwdNHWCTapsRed4F32 Kernel[RoIAlignParams] = "roialign_sm90a.roialign_bwd_nhwc_taps_red4_f32"
 )
 
-// ConvFprop returns ConvFpropF32 for float32 and ConvFpropF64 for float64.
-func ConvFprop(dt tensor.Dtype) (Kernel[ConvGemmParams], error) {
-	return byDtype(dt, "conv_fprop", ConvFpropF32, ConvFpropF64)
-}
-
-// ConvDgrad returns ConvDgradF32 for float32 and ConvDgradF64 for float64.
-func ConvDgrad(dt tensor.Dtype) (Kernel[ConvGemmParams], error) {
-	return byDtype(dt, "conv_dgrad", ConvDgradF32, ConvDgradF64)
-}
-
-// ConvWgrad returns ConvWgradF32 for float32 and ConvWgradF64 for float64.
-func ConvWgrad(dt tensor.Dtype) (Kernel[ConvGemmParams], error) {
-	return byDtype(dt, "conv_wgrad", ConvWgradF32, ConvWgradF64)
-}
-
 // ConvSplitKReduce returns ConvSplitKReduceF32 for float32 and ConvSplitKReduceF64 for float64.
 func ConvSplitKReduce(dt tensor.Dtype) (Kernel[SplitKParams], error) {
 	return byDtype(dt, "conv_splitk_reduce", ConvSplitKReduceF32, ConvSplitKReduceF64)
@@ -1025,62 +1011,107 @@ func RoIAlignFwdNCHWBinC8(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
 
 // Constants the kernels define (stheno:const annotations).
 const (
-	// ConvGemmF32FpropSmemBytes is GemmShape<float, kFprop>::kSmemBytes in kernels/conv.cu.
-	ConvGemmF32FpropSmemBytes = 71680
-	// ConvGemmF32DgradSmemBytes is GemmShape<float, kDgrad>::kSmemBytes in kernels/conv.cu.
-	ConvGemmF32DgradSmemBytes = 71680
-	// ConvGemmF32WgradSmemBytes is GemmShape<float, kWgrad>::kSmemBytes in kernels/conv.cu.
-	ConvGemmF32WgradSmemBytes = 75776
-	// ConvGemmF64FpropSmemBytes is GemmShape<double, kFprop>::kSmemBytes in kernels/conv.cu.
-	ConvGemmF64FpropSmemBytes = 34048
-	// ConvGemmF64DgradSmemBytes is GemmShape<double, kDgrad>::kSmemBytes in kernels/conv.cu.
-	ConvGemmF64DgradSmemBytes = 34048
-	// ConvGemmF64WgradSmemBytes is GemmShape<double, kWgrad>::kSmemBytes in kernels/conv.cu.
-	ConvGemmF64WgradSmemBytes = 35840
-	// ConvGemmF32TileM is GemmShape<float, kFprop>::BM in kernels/conv.cu.
-	ConvGemmF32TileM = 128
-	// ConvGemmF32TileN is GemmShape<float, kFprop>::BN in kernels/conv.cu.
-	ConvGemmF32TileN = 128
-	// ConvGemmF32Threads is GemmShape<float, kFprop>::NT in kernels/conv.cu.
-	ConvGemmF32Threads = 256
-	// ConvGemmF64TileM is GemmShape<double, kFprop>::BM in kernels/conv.cu.
-	ConvGemmF64TileM = 64
-	// ConvGemmF64TileN is GemmShape<double, kFprop>::BN in kernels/conv.cu.
-	ConvGemmF64TileN = 64
-	// ConvGemmF64Threads is GemmShape<double, kFprop>::NT in kernels/conv.cu.
-	ConvGemmF64Threads = 256
-	// ConvFpropV2SmemBytes is FpropV2::kSmemBytes in kernels/conv.cu.
-	ConvFpropV2SmemBytes = 109568
-	// ConvFpropV3SmemBytes is FpropV3::kSmemBytes in kernels/conv.cu.
-	ConvFpropV3SmemBytes = 219136
-	// ConvFpropV3TileM is FpropV3::BM in kernels/conv.cu.
-	ConvFpropV3TileM = 256
-	// ConvFpropV4SmemBytes is FpropV4::kSmemBytes in kernels/conv.cu.
-	ConvFpropV4SmemBytes = 109568
-	// ConvFpropV4Threads is FpropV4::NT in kernels/conv.cu.
-	ConvFpropV4Threads = 128
-	// ConvDgradV2SmemBytes is DgradV2::kSmemBytes in kernels/conv.cu.
-	ConvDgradV2SmemBytes = 109568
-	// ConvWgradV2SmemBytes is WgradV2::kSmemBytes in kernels/conv.cu.
-	ConvWgradV2SmemBytes = 112640
+	// ConvFarIndex is kFar in kernels/conv.cu.
+	//
+	// An index far enough outside any image that a row or column marked with it
+	// fails every bounds check, whatever tap offset is added.
+	ConvFarIndex = 536870912
+	// ConvFpropMmaM128I64SmemBytes is GemmShape<float, kFprop>::kSmemBytes in kernels/conv.cu.
+	ConvFpropMmaM128I64SmemBytes = 71680
+	// ConvDgradMmaM128I64SmemBytes is GemmShape<float, kDgrad>::kSmemBytes in kernels/conv.cu.
+	ConvDgradMmaM128I64SmemBytes = 71680
+	// ConvWgradMmaM128I64SmemBytes is GemmShape<float, kWgrad>::kSmemBytes in kernels/conv.cu.
+	ConvWgradMmaM128I64SmemBytes = 75776
+	// ConvFpropFmaM64I64SmemBytes is GemmShape<double, kFprop>::kSmemBytes in kernels/conv.cu.
+	ConvFpropFmaM64I64SmemBytes = 34048
+	// ConvDgradFmaM64I64SmemBytes is GemmShape<double, kDgrad>::kSmemBytes in kernels/conv.cu.
+	ConvDgradFmaM64I64SmemBytes = 34048
+	// ConvWgradFmaM64I64SmemBytes is GemmShape<double, kWgrad>::kSmemBytes in kernels/conv.cu.
+	ConvWgradFmaM64I64SmemBytes = 35840
+	// ConvMmaM128I64TileM is GemmShape<float, kFprop>::BM in kernels/conv.cu.
+	ConvMmaM128I64TileM = 128
+	// ConvF32TileN is GemmShape<float, kFprop>::BN in kernels/conv.cu.
+	ConvF32TileN = 128
+	// ConvF32TileK is GemmShape<float, kFprop>::BK in kernels/conv.cu.
+	ConvF32TileK = 32
+	// ConvF32Threads is GemmShape<float, kFprop>::NT in kernels/conv.cu.
+	ConvF32Threads = 256
+	// ConvFmaM64I64TileM is GemmShape<double, kFprop>::BM in kernels/conv.cu.
+	ConvFmaM64I64TileM = 64
+	// ConvF64TileN is GemmShape<double, kFprop>::BN in kernels/conv.cu.
+	ConvF64TileN = 64
+	// ConvF64TileK is GemmShape<double, kFprop>::BK in kernels/conv.cu.
+	ConvF64TileK = 16
+	// ConvF64Threads is GemmShape<double, kFprop>::NT in kernels/conv.cu.
+	ConvF64Threads = 256
+	// ConvFpropMmaM128S3SmemBytes is PipeM128S3::kSmemBytes in kernels/conv.cu.
+	ConvFpropMmaM128S3SmemBytes = 109568
+	// ConvDgradMmaM128S3SmemBytes is DgradPipeM128S3::kSmemBytes in kernels/conv.cu.
+	ConvDgradMmaM128S3SmemBytes = 109568
+	// ConvWgradMmaM128S3SmemBytes is WgradPipeM128S3::kSmemBytes in kernels/conv.cu.
+	ConvWgradMmaM128S3SmemBytes = 112640
+	// ConvMmaM128S3TileM is PipeM128S3::BM in kernels/conv.cu.
+	ConvMmaM128S3TileM = 128
+	// ConvFpropMmaM256S4SmemBytes is PipeM256S4::kSmemBytes in kernels/conv.cu.
+	ConvFpropMmaM256S4SmemBytes = 219136
+	// ConvMmaM256S4TileM is PipeM256S4::BM in kernels/conv.cu.
+	ConvMmaM256S4TileM = 256
+	// ConvFpropMmaM128S3T128SmemBytes is PipeM128S3T128::kSmemBytes in kernels/conv.cu.
+	ConvFpropMmaM128S3T128SmemBytes = 109568
+	// ConvMmaM128S3T128TileM is PipeM128S3T128::BM in kernels/conv.cu.
+	ConvMmaM128S3T128TileM = 128
+	// ConvMmaM128S3T128Threads is PipeM128S3T128::NT in kernels/conv.cu.
+	ConvMmaM128S3T128Threads = 128
 	// BNCoefStride is kCoefStride in kernels/conv.cuh.
 	//
 	// Per-channel constants that bn_finalize hands to the apply kernels.
 	BNCoefStride = 8
-	// ConvWgmmaV5SmemBytes is WgmmaV5::kSmemBytes in kernels/conv_sm90a.cu.
-	ConvWgmmaV5SmemBytes = 104448
-	// ConvWgmmaV6SmemBytes is WgmmaV6::kSmemBytes in kernels/conv_sm90a.cu.
-	ConvWgmmaV6SmemBytes = 203776
-	// ConvWgmmaV6TileM is WgmmaV6::BM in kernels/conv_sm90a.cu.
-	ConvWgmmaV6TileM = 256
-	// ConvWgmmaV7SmemBytes is WgmmaV7::kSmemBytes in kernels/conv_sm90a.cu.
-	ConvWgmmaV7SmemBytes = 138240
-	// ConvWgradV5SmemBytes is WgradV5::kSmemBytes in kernels/conv_sm90a.cu.
-	ConvWgradV5SmemBytes = 107520
-	// ConvWgradV6SmemBytes is WgradV6::kSmemBytes in kernels/conv_sm90a.cu.
-	ConvWgradV6SmemBytes = 207872
-	// ConvWgradV6TileM is WgradV6::BM in kernels/conv_sm90a.cu.
-	ConvWgradV6TileM = 256
+	// BNStatsRecord is kStatsRecord in kernels/conv.cuh.
+	//
+	// Doubles per record of the forward's statistics, {count, sum, M2}: conv.cu's
+	// epilogue writes one per (column tile, channel), bn_reduce one per (chunk,
+	// channel), and bn_finalize merges them (BNParams::rec).
+	BNStatsRecord = 3
+	// BNGradRecord is kGradRecord in kernels/conv.cuh.
+	//
+	// Doubles per record of the backward's sums, {sum g, sum g*(z - mean)}, that
+	// bn_grad_reduce writes and bn_finalize reads (BNParams::rec).
+	BNGradRecord = 2
+	// BNScratchBytes is kBNScratchBytes in kernels/conv_bn.cu.
+	//
+	// The dynamic shared memory of bn_reduce, bn_grad_reduce and bn_finalize:
+	// block_sum's scratch, 32 doubles per value summed at once, for up to four
+	// (they sum two).
+	BNScratchBytes = 1024
+	// MaskSumScratchBytes is kMaskSumScratchBytes in kernels/conv_bn.cu.
+	//
+	// The dynamic shared memory of relu_mask_sum: block_sum's scratch for one
+	// value.
+	MaskSumScratchBytes = 256
+	// ConvFpropWgmmaM128S3SmemBytes is WgmmaM128S3::kSmemBytes in kernels/conv_sm90a.cu.
+	ConvFpropWgmmaM128S3SmemBytes = 104448
+	// ConvDgradWgmmaM128S3SmemBytes is WgmmaM128S3::kSmemBytes in kernels/conv_sm90a.cu.
+	ConvDgradWgmmaM128S3SmemBytes = 104448
+	// ConvWgradWgmmaM128S3SmemBytes is WgradWgmmaM128S3::kSmemBytes in kernels/conv_sm90a.cu.
+	ConvWgradWgmmaM128S3SmemBytes = 107520
+	// ConvWgmmaM128S3TileM is WgmmaM128S3::BM in kernels/conv_sm90a.cu.
+	ConvWgmmaM128S3TileM = 128
+	// ConvFpropWgmmaM256S4SmemBytes is WgmmaM256S4::kSmemBytes in kernels/conv_sm90a.cu.
+	ConvFpropWgmmaM256S4SmemBytes = 203776
+	// ConvDgradWgmmaM256S4SmemBytes is WgmmaM256S4::kSmemBytes in kernels/conv_sm90a.cu.
+	ConvDgradWgmmaM256S4SmemBytes = 203776
+	// ConvWgradWgmmaM256S4SmemBytes is WgradWgmmaM256S4::kSmemBytes in kernels/conv_sm90a.cu.
+	ConvWgradWgmmaM256S4SmemBytes = 207872
+	// ConvWgmmaM256S4TileM is WgmmaM256S4::BM in kernels/conv_sm90a.cu.
+	ConvWgmmaM256S4TileM = 256
+	// ConvFpropWgmmaM128S4SmemBytes is WgmmaM128S4::kSmemBytes in kernels/conv_sm90a.cu.
+	ConvFpropWgmmaM128S4SmemBytes = 138240
+	// ConvDgradWgmmaM128S4SmemBytes is WgmmaM128S4::kSmemBytes in kernels/conv_sm90a.cu.
+	ConvDgradWgmmaM128S4SmemBytes = 138240
+	// ConvWgmmaM128S4TileM is WgmmaM128S4::BM in kernels/conv_sm90a.cu.
+	ConvWgmmaM128S4TileM = 128
+	// ConvWgmmaThreads is WgmmaM128S3::NT in kernels/conv_sm90a.cu.
+	ConvWgmmaThreads = 256
 	// MSDeformBlock is kBlock in kernels/msdeform.cu.
 	MSDeformBlock = 256
 	// MSDeformInlineLevels is kInlineLevels in kernels/msdeform.cu.
@@ -1130,17 +1161,17 @@ const (
 
 // kernelTable lists every kernel, module by module, in source order.
 var kernelTable = [...]KernelInfo{
-	{Module: "conv", Name: "conv_fprop_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "conv", Name: "conv_fprop_f32_v2", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
-	{Module: "conv", Name: "conv_fprop_f32_v3", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "conv", Name: "conv_fprop_f32_v4", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 128, MinBlocks: 2, Variant: false},
-	{Module: "conv", Name: "conv_dgrad_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "conv", Name: "conv_dgrad_f32_v2", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
-	{Module: "conv", Name: "conv_wgrad_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "conv", Name: "conv_wgrad_f32_v2", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
-	{Module: "conv", Name: "conv_fprop_f64", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "conv", Name: "conv_dgrad_f64", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "conv", Name: "conv_wgrad_f64", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "conv", Name: "conv_fprop_mma_m128_i64_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
+	{Module: "conv", Name: "conv_fprop_mma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
+	{Module: "conv", Name: "conv_fprop_mma_m256_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: true},
+	{Module: "conv", Name: "conv_fprop_mma_m128_s3_t128_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 128, MinBlocks: 2, Variant: true},
+	{Module: "conv", Name: "conv_dgrad_mma_m128_i64_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
+	{Module: "conv", Name: "conv_dgrad_mma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
+	{Module: "conv", Name: "conv_wgrad_mma_m128_i64_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
+	{Module: "conv", Name: "conv_wgrad_mma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
+	{Module: "conv", Name: "conv_fprop_fma_m64_i64_f64", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "conv", Name: "conv_dgrad_fma_m64_i64_f64", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "conv", Name: "conv_wgrad_fma_m64_i64_f64", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "conv", Name: "conv_splitk_reduce_f32", Params: "SplitKParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv", Name: "conv_splitk_reduce_f64", Params: "SplitKParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv", Name: "conv_transpose_weights_f32", Params: "WeightTParams", ParamsSize: 40, MaxThreads: 0, MinBlocks: 0, Variant: false},
@@ -1152,26 +1183,26 @@ var kernelTable = [...]KernelInfo{
 	{Module: "conv_bn", Name: "bn_finalize_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_finalize_f64", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_apply_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "conv_bn", Name: "bn_apply_f32x4", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "bn_apply_vec4_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_apply_f64", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_backward_apply_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_backward_apply_f64", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "conv_bn", Name: "bn_backward_apply_f32x4", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "bn_backward_apply_vec4_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "bn_backward_apply_tf32_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "conv_bn", Name: "bn_backward_apply_tf32_f32x4", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "bn_backward_apply_tf32_vec4_f32", Params: "BNParams", ParamsSize: 160, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "relu_mask_f32", Params: "MaskParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "relu_mask_f64", Params: "MaskParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "conv_bn", Name: "relu_mask_tf32_f32", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "conv_bn", Name: "relu_mask_tf32_f32x4", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "relu_mask_sum_tf32_f32", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "relu_mask_sum_tf32_vec4_f32", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "relu_mask_sum_f64", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
-	{Module: "conv_sm90a", Name: "conv_fprop_f32_v5", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
-	{Module: "conv_sm90a", Name: "conv_fprop_f32_v6", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "conv_sm90a", Name: "conv_fprop_f32_v7", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "conv_sm90a", Name: "conv_dgrad_f32_v5", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
-	{Module: "conv_sm90a", Name: "conv_dgrad_f32_v6", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "conv_sm90a", Name: "conv_dgrad_f32_v7", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
-	{Module: "conv_sm90a", Name: "conv_wgrad_f32_v5", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
-	{Module: "conv_sm90a", Name: "conv_wgrad_f32_v6", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
+	{Module: "conv_sm90a", Name: "conv_fprop_wgmma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
+	{Module: "conv_sm90a", Name: "conv_fprop_wgmma_m256_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
+	{Module: "conv_sm90a", Name: "conv_fprop_wgmma_m128_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
+	{Module: "conv_sm90a", Name: "conv_dgrad_wgmma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
+	{Module: "conv_sm90a", Name: "conv_dgrad_wgmma_m256_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
+	{Module: "conv_sm90a", Name: "conv_dgrad_wgmma_m128_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
+	{Module: "conv_sm90a", Name: "conv_wgrad_wgmma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
+	{Module: "conv_sm90a", Name: "conv_wgrad_wgmma_m256_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
 	{Module: "elementwise", Name: "fill_u64", Params: "FillParams", ParamsSize: 24, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "add_f32", Params: "AddParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "add_f64", Params: "AddParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},

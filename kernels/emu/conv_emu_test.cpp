@@ -2,8 +2,10 @@
 // references, with the tolerances of autograd/tolerance.go: the TF32 kernels
 // TolTF32, the float64 ones TolForward64, BatchNorm and the other float32
 // sums TolForward32 or, where the GPU tests compare with the CPU twin,
-// TolParity32. The variants (fprop v2-v4, dgrad and wgrad v2) are also
-// compared bit for bit with v1, which does the same MMAs in the same order.
+// TolParity32. The cp.async kernels (conv_fprop_mma_m128_s3_f32,
+// _m256_s4_f32, _m128_s3_t128_f32, conv_dgrad_ and conv_wgrad_mma_m128_s3_f32)
+// are also compared bit for bit with conv_gemm's (conv_*_mma_m128_i64_f32),
+// which do the same MMAs in the same order.
 // `conv_emu_test quick` runs a few cases only. Exits non-zero on a failure.
 #include "emu.h"
 // clang-format off
@@ -66,8 +68,11 @@ static ConvGemmParams common(const Geom& g) {
   return p;
 }
 
+// The float32 forward kernels: conv_gemm's, and conv_pipe's by their tiles.
+enum FpropKernel { kGemm, kPipeM128S3, kPipeM256S4, kPipeM128S3T128 };
+
 template <class T, int kMode>
-void run(ConvGemmParams p, int splits_wanted, int fprop = 1) {
+void run(ConvGemmParams p, int splits_wanted, FpropKernel fprop = kGemm) {
   using S = stheno::GemmShape<T, kMode>;
   const int tiles_m = (p.m + S::BM - 1) / S::BM, tiles_n = (p.ncols + S::BN - 1) / S::BN;
   const int kt = (p.k + S::BK - 1) / S::BK;
@@ -77,26 +82,31 @@ void run(ConvGemmParams p, int splits_wanted, int fprop = 1) {
   p.k_tiles_per_split = kps;
   void (*k)(ConvGemmParams);
   if (std::is_same<T, float>::value)
-    k = kMode == stheno::kFprop ? conv_fprop_f32 : kMode == stheno::kDgrad ? conv_dgrad_f32 : conv_wgrad_f32;
+    k = kMode == stheno::kFprop   ? conv_fprop_mma_m128_i64_f32
+        : kMode == stheno::kDgrad ? conv_dgrad_mma_m128_i64_f32
+                                  : conv_wgrad_mma_m128_i64_f32;
   else
-    k = kMode == stheno::kFprop ? conv_fprop_f64 : kMode == stheno::kDgrad ? conv_dgrad_f64 : conv_wgrad_f64;
+    k = kMode == stheno::kFprop   ? conv_fprop_fma_m64_i64_f64
+        : kMode == stheno::kDgrad ? conv_dgrad_fma_m64_i64_f64
+                                  : conv_wgrad_fma_m64_i64_f64;
   if (splits != splits_wanted) printf("  (splits %d -> %d)\n", splits_wanted, splits);
-  if (fprop == 2) {
-    emu::launch(conv_fprop_f32_v2, dim3(tiles_m * tiles_n, 1, splits), dim3(S::NT), stheno::FpropV2::kSmemBytes, p);
+  if (fprop == kPipeM128S3) {
+    emu::launch(conv_fprop_mma_m128_s3_f32, dim3(tiles_m * tiles_n, 1, splits), dim3(S::NT),
+                stheno::PipeM128S3::kSmemBytes, p);
     return;
   }
-  if (fprop == 3) {
-    using V = stheno::FpropV3;
+  if (fprop == kPipeM256S4) {
+    using V = stheno::PipeM256S4;
     const int tm = (p.m + V::BM - 1) / V::BM, tn = (p.ncols + V::BN - 1) / V::BN;
     p.tiles_m = tm;
-    emu::launch(conv_fprop_f32_v3, dim3(tm * tn), dim3(V::NT), V::kSmemBytes, p);
+    emu::launch(conv_fprop_mma_m256_s4_f32, dim3(tm * tn), dim3(V::NT), V::kSmemBytes, p);
     return;
   }
-  if (fprop == 4) {
-    using V = stheno::FpropV4;
+  if (fprop == kPipeM128S3T128) {
+    using V = stheno::PipeM128S3T128;
     const int tm = (p.m + V::BM - 1) / V::BM, tn = (p.ncols + V::BN - 1) / V::BN;
     p.tiles_m = tm;
-    emu::launch(conv_fprop_f32_v4, dim3(tm * tn), dim3(V::NT), V::kSmemBytes, p);
+    emu::launch(conv_fprop_mma_m128_s3_t128_f32, dim3(tm * tn), dim3(V::NT), V::kSmemBytes, p);
     return;
   }
   emu::launch(k, dim3(tiles_m * tiles_n, 1, splits), dim3(S::NT), S::kSmemBytes, p);
@@ -131,9 +141,10 @@ void check(const char* what, const std::vector<double>& ref, const std::vector<T
   if (!ok) ++failures;
 }
 
-// conv_fprop_f32_v2 against the reference and, bit for bit, against
-// conv_fprop_f32 (same MMAs in the same order): with the launch p of the
-// v1 run (bias, ReLU, stats), then with scale, shift, residual and ReLU.
+// conv_pipe's forward kernels against the reference and, bit for bit,
+// against conv_fprop_mma_m128_i64_f32 (same MMAs in the same order): with
+// the launch p of its run (bias, ReLU, stats), then with scale, shift,
+// residual and ReLU.
 static int bitwise_mismatches(const std::vector<float>& a, const std::vector<float>& b) {
   int bad = 0;
   for (size_t i = 0; i < a.size(); ++i) bad += memcmp(&a[i], &b[i], 4) != 0;
@@ -145,7 +156,7 @@ static int bitwise_mismatches(const std::vector<double>& a, const std::vector<do
   return bad;
 }
 template <class T>
-void fprop_v2_vs_v1(const Geom& g, ConvGemmParams p, const std::vector<double>& y, const std::vector<T>& y1,
+void fprop_pipe_vs_gemm(const Geom& g, ConvGemmParams p, const std::vector<double>& y, const std::vector<T>& y1,
                     const std::vector<double>& stats1, Tol tol) {
   auto scale = randv<float>(g.cout, 0.5, 1.5), shift = randv<float>(g.cout, -0.5, 0.5);
   auto res = randv<float>(y1.size());
@@ -155,8 +166,10 @@ void fprop_v2_vs_v1(const Geom& g, ConvGemmParams p, const std::vector<double>& 
   ConvGemmParams q = p;
   q.scale = ptr(scale), q.shift = ptr(shift), q.residual = ptr(res), q.relu = 1;
   q.out = ptr(ya), q.stats = ptr(sa);
-  run<float, stheno::kFprop>(q, 1, 1);
-  for (int v : {2, 3, 4}) {
+  run<float, stheno::kFprop>(q, 1, kGemm);
+  const std::pair<FpropKernel, const char*> pipes[] = {
+      {kPipeM128S3, "m128_s3"}, {kPipeM256S4, "m256_s4"}, {kPipeM128S3T128, "m128_s3_t128"}};
+  for (auto [v, name] : pipes) {
     char what[64];
     std::vector<float> y2(y1.size(), NAN);
     std::vector<double> stats2(stats1.size(), NAN);
@@ -164,11 +177,11 @@ void fprop_v2_vs_v1(const Geom& g, ConvGemmParams p, const std::vector<double>& 
     p.stats = ptr(stats2);
     const long c16 = emu_cp16_count;
     run<float, stheno::kFprop>(p, 1, v);
-    printf("  (v%d: %ld copies of 16 bytes)\n", v, emu_cp16_count - c16);
-    snprintf(what, sizeof what, "fprop v%d", v);
+    printf("  (%s: %ld copies of 16 bytes)\n", name, emu_cp16_count - c16);
+    snprintf(what, sizeof what, "fprop %s", name);
     check(what, y, y2, tol);
     int bad = bitwise_mismatches(y1f, y2) + bitwise_mismatches(stats1, stats2);
-    snprintf(what, sizeof what, "fprop v%d == v1 (y, stats)", v);
+    snprintf(what, sizeof what, "fprop %s == i64 (y, stats)", name);
     printf("  %-28s %d differ %s\n", what, bad, bad == 0 ? "ok" : "FAIL");
     ++checks;
     if (bad) ++failures;
@@ -180,7 +193,7 @@ void fprop_v2_vs_v1(const Geom& g, ConvGemmParams p, const std::vector<double>& 
     bad = bitwise_mismatches(ya, yb) + bitwise_mismatches(sa, sb);
     int nans = 0;
     for (float x : yb) nans += std::isnan(x);
-    snprintf(what, sizeof what, "v%d == v1 scale/res/relu", v);
+    snprintf(what, sizeof what, "%s == i64 scale/res/relu", name);
     printf("  %-28s %d differ, %d NaN %s\n", what, bad, nans, bad == 0 && nans == 0 ? "ok" : "FAIL");
     ++checks;
     if (bad || nans) ++failures;
@@ -188,7 +201,7 @@ void fprop_v2_vs_v1(const Geom& g, ConvGemmParams p, const std::vector<double>& 
 }
 
 // dy' = dy masked by y > 0, by conv_bn.cu's relu_mask_f32 as ops does for
-// the v2 backward kernels, or dy itself without a ReLU.
+// the cp.async backward kernels, or dy itself without a ReLU.
 static std::vector<float> masked_dy(const std::vector<float>& dy, const std::vector<float>& y, bool relu) {
   if (!relu) return dy;
   std::vector<float> out(dy.size(), NAN);
@@ -247,7 +260,7 @@ void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int p
     p.stats = ptr(stats);
     run<T, stheno::kFprop>(p, 1);
     check("fprop", y, yg, tol);
-    if (std::is_same<T, float>::value) fprop_v2_vs_v1(g, p, y, yg, stats, tol);
+    if (std::is_same<T, float>::value) fprop_pipe_vs_gemm(g, p, y, yg, stats, tol);
     // Stats: each (column tile, channel) record holds the count, sum and M2
     // (about the tile's mean) of the kernel's own outputs, summed in T.
     using S = stheno::GemmShape<T, stheno::kFprop>;
@@ -299,24 +312,26 @@ void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int p
     check("dgrad", dx, dxg, tol);
     if constexpr (std::is_same<T, float>::value) {
       if (g.sh == 1 && g.sw == 1) {
-        // conv_dgrad_f32_v2 on dy' (no mask): the reference, and v1 bit for bit.
+        // conv_dgrad_mma_m128_s3_f32 on dy' (no mask): the reference, and
+        // conv_dgrad_mma_m128_i64_f32 bit for bit.
         auto dym = masked_dy(dy, ymask, relu);
         std::vector<float> dx2(x.size(), NAN);
         ConvGemmParams q = p;
         q.b = ptr(dym), q.mask = 0, q.out = ptr(dx2);
-        using V = stheno::DgradV2;
+        using V = stheno::DgradPipeM128S3;
         q.tiles_m = (q.m + V::BM - 1) / V::BM;
         q.k_tiles_per_split = (q.k + V::BK - 1) / V::BK;
         const long c16 = emu_cp16_count;
-        emu::launch(conv_dgrad_f32_v2, dim3(q.tiles_m * ((q.ncols + V::BN - 1) / V::BN)), dim3(V::NT), V::kSmemBytes, q);
-        printf("  (dgrad v2: %ld copies of 16 bytes)\n", emu_cp16_count - c16);
-        check("dgrad v2", dx, dx2, tol);
+        emu::launch(conv_dgrad_mma_m128_s3_f32, dim3(q.tiles_m * ((q.ncols + V::BN - 1) / V::BN)), dim3(V::NT),
+                    V::kSmemBytes, q);
+        printf("  (dgrad m128_s3: %ld copies of 16 bytes)\n", emu_cp16_count - c16);
+        check("dgrad m128_s3", dx, dx2, tol);
         const int bad = bitwise_mismatches(dxg, dx2);
-        printf("  %-28s %d differ %s\n", "dgrad v2 == v1", bad, bad == 0 ? "ok" : "FAIL");
+        printf("  %-28s %d differ %s\n", "dgrad m128_s3 == i64", bad, bad == 0 ? "ok" : "FAIL");
         ++checks;
     if (bad) ++failures;
       } else {
-        printf("  (dgrad v2: stride, not applicable)\n");
+        printf("  (dgrad m128_s3: stride, not applicable)\n");
       }
     }
   }
@@ -359,10 +374,11 @@ void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int p
     check("wgrad db", db, dbg, sizeof(T) == 4 ? kTolForward32 : kTolForward64);
     if constexpr (std::is_same<T, float>::value) {
       if (P % 4 == 0) {
-        // conv_wgrad_f32_v2 on dy' (no mask), same splits: the reference,
-        // and dw bit for bit with v1 (the bias sums go in another order).
+        // conv_wgrad_mma_m128_s3_f32 on dy' (no mask), same splits: the
+        // reference, and dw bit for bit with conv_wgrad_mma_m128_i64_f32's
+        // (the bias sums go in another order).
         auto dym = masked_dy(dy, ymask, relu);
-        using V = stheno::WgradV2;
+        using V = stheno::WgradPipeM128S3;
         std::vector<float> ws2(ws.size(), NAN), bws2(bws.size(), NAN), out2(out.size(), NAN);
         ConvGemmParams q = p;
         q.a = ptr(dym), q.mask = 0;
@@ -371,24 +387,24 @@ void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int p
         q.tiles_m = (q.m + V::BM - 1) / V::BM;
         q.k_tiles_per_split = kps;
         const long c16 = emu_cp16_count;
-        emu::launch(conv_wgrad_f32_v2, dim3(q.tiles_m * ((q.ncols + V::BN - 1) / V::BN), 1, sp), dim3(V::NT),
+        emu::launch(conv_wgrad_mma_m128_s3_f32, dim3(q.tiles_m * ((q.ncols + V::BN - 1) / V::BN), 1, sp), dim3(V::NT),
                     V::kSmemBytes, q);
-        printf("  (wgrad v2: %d splits, %ld copies of 16 bytes)\n", sp, emu_cp16_count - c16);
+        printf("  (wgrad m128_s3: %d splits, %ld copies of 16 bytes)\n", sp, emu_cp16_count - c16);
         if (sp > 1) {
           stheno::SplitKParams sk{ptr(ws2), ptr(out2), ptr(bws2), reinterpret_cast<uint64_t>(out2.data() + dw.size()),
                                   int64_t(dw.size()), g.cout, sp};
           emu::launch(conv_splitk_reduce_f32, dim3(3), dim3(64), 0, sk);
         }
         std::vector<float> dw2(out2.begin(), out2.begin() + dw.size()), db2(out2.begin() + dw.size(), out2.end());
-        check("wgrad v2 dw", dw, dw2, tol);
-        check("wgrad v2 db", db, db2, kTolForward32);
+        check("wgrad m128_s3 dw", dw, dw2, tol);
+        check("wgrad m128_s3 db", db, db2, kTolForward32);
         std::vector<float> dw1(dwg.begin(), dwg.end());
         const int bad = bitwise_mismatches(dw1, dw2);
-        printf("  %-28s %d differ %s\n", "wgrad v2 dw == v1", bad, bad == 0 ? "ok" : "FAIL");
+        printf("  %-28s %d differ %s\n", "wgrad m128_s3 dw == i64", bad, bad == 0 ? "ok" : "FAIL");
         ++checks;
     if (bad) ++failures;
       } else {
-        printf("  (wgrad v2: OutH*OutW %% 4 != 0, not applicable)\n");
+        printf("  (wgrad m128_s3: OutH*OutW %% 4 != 0, not applicable)\n");
       }
     }
   }
@@ -417,8 +433,8 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
   p.eps = eps, p.momentum = mom, p.n = n, p.c = c, p.hw = hw, p.slots = n * chunks, p.rec = 3, p.chunk = chunk;
   p.training = training, p.relu = relu;
   const bool f = std::is_same<T, float>::value;
-  if (training) emu::launch(f ? bn_reduce_f32 : bn_reduce_f64, dim3(chunks, n, c), dim3(64), 32 * 4 * 8, p);
-  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), 32 * 4 * 8, p);
+  if (training) emu::launch(f ? bn_reduce_f32 : bn_reduce_f64, dim3(chunks, n, c), dim3(64), stheno::kBNScratchBytes, p);
+  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), stheno::kBNScratchBytes, p);
   if (!training) {
     // Elements whose output before the ReLU is within a few ulps of 0, on
     // both sides (inference: the constants do not depend on z), where the
@@ -461,11 +477,11 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
       // the reference, and bn_apply_f32 bit for bit.
       std::vector<float> out4(total, NAN);
       p.out = ptr(out4);
-      emu::launch(bn_apply_f32x4, dim3(n * c, 2), dim3(32), 0, p);
+      emu::launch(bn_apply_vec4_f32, dim3(n * c, 2), dim3(32), 0, p);
       p.out = ptr(out);
-      check("bn forward x4", yref, out4, tol);
+      check("bn forward vec4", yref, out4, tol);
       const int bad = bitwise_mismatches(out, out4);
-      printf("  %-28s %d differ %s\n", "bn forward x4 == f32", bad, bad == 0 ? "ok" : "FAIL");
+      printf("  %-28s %d differ %s\n", "bn forward vec4 == f32", bad, bad == 0 ? "ok" : "FAIL");
       ++checks;
       if (bad) ++failures;
     }
@@ -487,8 +503,8 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
   std::fill(part.begin(), part.end(), NAN);
   p.dy = ptr(dy), p.fcoef = ptr(fcoef), p.out = ptr(dz), p.rec = 2, p.dgamma = ptr(dg), p.dbeta = ptr(dbt);
   p.run_mean = 0, p.run_var = 0, p.batch_stats = 0;
-  emu::launch(f ? bn_grad_reduce_f32 : bn_grad_reduce_f64, dim3(chunks, n, c), dim3(64), 32 * 4 * 8, p);
-  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), 32 * 4 * 8, p);
+  emu::launch(f ? bn_grad_reduce_f32 : bn_grad_reduce_f64, dim3(chunks, n, c), dim3(64), stheno::kBNScratchBytes, p);
+  emu::launch(f ? bn_finalize_f32 : bn_finalize_f64, dim3(c), dim3(64), stheno::kBNScratchBytes, p);
   emu::launch(f ? bn_backward_apply_f32 : bn_backward_apply_f64, dim3(n * c, 3), dim3(32), 0, p);
   std::vector<double> dzr(total), dgr(c), dbr(c);
   for (int ch = 0; ch < c; ++ch) {
@@ -528,11 +544,11 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
     if (hw % 4 == 0) {
       std::vector<float> dz4(total, NAN), dzt4(total, NAN);
       p.out = ptr(dz4);
-      emu::launch(bn_backward_apply_f32x4, dim3(n * c, 2), dim3(32), 0, p);
+      emu::launch(bn_backward_apply_vec4_f32, dim3(n * c, 2), dim3(32), 0, p);
       p.out = ptr(dzt4);
-      emu::launch(bn_backward_apply_tf32_f32x4, dim3(n * c, 2), dim3(32), 0, p);
+      emu::launch(bn_backward_apply_tf32_vec4_f32, dim3(n * c, 2), dim3(32), 0, p);
       bad = bitwise_mismatches(dz, dz4) + bitwise_mismatches(dzt, dzt4);
-      printf("  %-28s %d differ %s\n", "bn dz x4 == f32", bad, bad == 0 ? "ok" : "FAIL");
+      printf("  %-28s %d differ %s\n", "bn dz vec4 == f32", bad, bad == 0 ? "ok" : "FAIL");
       ++checks;
       if (bad) ++failures;
     }
@@ -548,7 +564,7 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
   if (nonzero) ++failures;
 }
 
-// relu_mask_tf32_f32 (and its float4 variant) and relu_mask_sum_f64: g = dy
+// relu_mask_sum_tf32_f32 (and its float4 variant) and relu_mask_sum_f64: g = dy
 // masked by y > 0 (or not masked), rounded to TF32 in float32, bit for bit
 // against the host; the per-chunk sums of the unrounded g against double
 // sums.
@@ -577,15 +593,15 @@ void test_mask_sum(int n, int c, int plane, int chunk, bool mask) {
   using K = void (*)(stheno::MaskSumParams);
   std::vector<std::pair<const char*, K>> kernels;
   if constexpr (std::is_same<T, float>::value) {
-    kernels.push_back({"relu_mask_tf32_f32", relu_mask_tf32_f32});
-    if (plane % 4 == 0) kernels.push_back({"relu_mask_tf32_f32x4", relu_mask_tf32_f32x4});
+    kernels.push_back({"relu_mask_sum_tf32_f32", relu_mask_sum_tf32_f32});
+    if (plane % 4 == 0) kernels.push_back({"relu_mask_sum_tf32_vec4_f32", relu_mask_sum_tf32_vec4_f32});
   } else {
     kernels.push_back({"relu_mask_sum_f64", relu_mask_sum_f64});
   }
   for (auto [name, k] : kernels) {
     std::vector<T> g(total, T(NAN)), part(sums.size(), T(NAN));
     stheno::MaskSumParams mp{mask ? ptr(y) : 0, ptr(dy), ptr(g), ptr(part), c, plane, chunk, chunks};
-    emu::launch(k, dim3(n * c * chunks), dim3(64), 32 * 8, mp);
+    emu::launch(k, dim3(n * c * chunks), dim3(64), stheno::kMaskSumScratchBytes, mp);
     const int bad = bitwise_mismatches(want, g);
     printf("  %-28s %d differ %s\n", name, bad, bad == 0 ? "ok" : "FAIL");
     ++checks;
@@ -609,17 +625,17 @@ int main(int argc, char** argv) {
     test_conv<float>("1x1 two M tiles", Geom{2, 9, 9, 10, 130, 1, 1, 1, 1, 0, 0, 1, 1}, true, true, 2);
     test_conv<double>("1x1 two M tiles", Geom{2, 9, 9, 10, 70, 1, 1, 1, 1, 0, 0, 1, 1}, true, true, 2);
     test_conv<float>("3x3 dil 2 pad 2", Geom{1, 4, 9, 8, 5, 3, 3, 1, 1, 2, 2, 2, 2}, true, true, 1);
-    // K % 4 == 0 (16-byte weight copies in v2), several k-, m- and n-tiles.
+    // K % 4 == 0 (16-byte weight copies in m128_s3), several k-, m- and n-tiles.
     test_conv<float>("3x3 K=144 2x2 tiles", Geom{2, 16, 10, 9, 130, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 1, kFwd);
     test_conv<float>("1x1 stride 2 K=64", Geom{3, 64, 11, 13, 40, 1, 1, 2, 2, 0, 0, 1, 1}, true, false, 1);
     test_conv<float>("5x5 pad 2 K=100 odd", Geom{1, 4, 7, 13, 9, 5, 5, 1, 1, 2, 2, 1, 1}, false, true, 1);
-    // Two M tiles of v3 (256 rows), several n-tiles, 7x7 (no tap masks) with K % 4 == 0.
+    // Two M tiles of m256_s4 (256 rows), several n-tiles, 7x7 (no tap masks) with K % 4 == 0.
     test_conv<float>("3x3 300 channels K=72", Geom{1, 8, 12, 13, 300, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 1, kFwd);
     test_conv<float>("7x7 s2 p3 K=196", Geom{2, 4, 15, 13, 10, 7, 7, 2, 2, 3, 3, 1, 1}, true, true, 1);
     // 1x1 stride 1 over images of a multiple of 4 pixels: 16-byte B copies.
     test_conv<float>("1x1 pointwise K=12", Geom{2, 12, 6, 10, 20, 1, 1, 1, 1, 0, 0, 1, 1}, true, true, 1);
     test_conv<float>("1x1 pointwise K=9 2 M tiles", Geom{3, 9, 8, 8, 140, 1, 1, 1, 1, 0, 0, 1, 1}, true, false, 1);
-    // Backward v2: OutH*OutW % 4 == 0 over odd sizes, two M tiles of wgrad
+    // Backward m128_s3: OutH*OutW % 4 == 0 over odd sizes, two M tiles of wgrad
     // (Cout 130) and several of dgrad (Cin 150), split-K, pointwise with splits.
     test_conv<float>("3x3 odd 7x12 split 3", Geom{3, 5, 7, 12, 130, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 3);
     test_conv<float>("3x4 p(1,2) d(2,1) split 2", Geom{2, 6, 9, 7, 20, 3, 4, 1, 1, 1, 2, 2, 1}, false, true, 2);
