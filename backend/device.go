@@ -58,6 +58,12 @@ type Device struct {
 	statusMu sync.Mutex
 	status   uint64
 	watchers []func(code int32) error
+
+	// cuBLAS (blas.go): the handle, made by the first Gemm, and how
+	// float32 Gemms multiply. blasMu also serialises the calls on it.
+	blasMu   sync.Mutex
+	blas     blasDriver
+	gemmMath gemmMathSetting
 }
 
 // Open opens GPU ordinal (0 is the first) and creates the Device's stream.
@@ -289,11 +295,13 @@ func (d *Device) ReleaseCached() error {
 	return nil
 }
 
-// Close waits for the stream, gives all device memory back to the driver
-// (also blocks still in use: tensors on this Device must not be used after
-// Close), unloads the modules, destroys the stream and releases the
-// context. It returns every error it met; calling it twice returns an error
-// wrapping ErrClosed.
+// Close waits for the stream, destroys the cuBLAS handle if a Gemm made
+// one, gives all device memory back to the driver (also blocks still in
+// use: tensors on this Device must not be used after Close), unloads the
+// modules, destroys the stream and releases the context. (Once cuBLAS has
+// run on a GPU, the process keeps that GPU's primary context, without
+// memory of any Device, until it exits: see blas_cuda.go.) It returns
+// every error it met; calling it twice returns an error wrapping ErrClosed.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -303,6 +311,10 @@ func (d *Device) Close() error {
 	d.closed = true
 	var errs []error
 	if err := d.drv.synchronize(); err != nil {
+		errs = append(errs, err)
+	}
+	// cuBLAS's handle goes before the memory: its workspace is among it.
+	if err := d.closeBLAS(); err != nil {
 		errs = append(errs, err)
 	}
 	if _, err := d.mem.releaseAll(); err != nil {

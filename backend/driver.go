@@ -42,6 +42,9 @@ type driver interface {
 	eventElapsed(start, end any) (float32, error)
 	eventDestroy(e any) error
 	synchronize() error
+	// openBLAS loads cuBLAS (once per process) and makes a handle that
+	// queues on the stream (blas.go); Close closes it before close.
+	openBLAS() (blasDriver, error)
 	// close destroys the stream and gives the context back.
 	close() error
 }

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 	"unsafe"
+
+	"gorgonia.org/tensor"
 )
 
 // fakeDriver runs the package on a machine without a GPU. Its "device
@@ -30,6 +32,13 @@ type fakeDriver struct {
 	sticky  error
 	closed  bool
 	modules int
+
+	// cuBLAS: blasErr makes openBLAS fail (a machine without cuBLAS);
+	// handles counts handles made and not yet closed; lastGemm is the
+	// last call, as cuBLAS would have received it.
+	blasErr  error
+	handles  int
+	lastGemm gemmCall
 }
 
 // fakeGPU is the memory of the one fake GPU that all fake drivers (like
@@ -318,6 +327,148 @@ func (f *fakeDriver) close() error {
 	}
 	fakeGPU.Unlock()
 	return syscall.Munmap(f.region)
+}
+
+// fakeBLAS is the fake's cuBLAS: it takes the column-major calls Gemm
+// makes, checks their arguments as cuBLAS does (so that a call that
+// passes Gemm's checks but not cuBLAS's fails the tests here), and
+// computes them on the fake's memory, with float64 accumulation, at once.
+// A call that reaches outside every block fails like a kernel that does.
+type fakeBLAS struct {
+	f         *fakeDriver
+	workspace [2]uint64 // base, bytes
+	closed    bool
+}
+
+func (f *fakeDriver) openBLAS() (blasDriver, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable("cublasCreate_v2"); err != nil {
+		return nil, err
+	}
+	if f.blasErr != nil {
+		return nil, f.blasErr
+	}
+	f.handles++
+	return &fakeBLAS{f: f}, nil
+}
+
+func (b *fakeBLAS) library() string { return "fake cuBLAS" }
+
+func (b *fakeBLAS) canSetWorkspace() bool { return true }
+
+func (b *fakeBLAS) setWorkspace(ptr, bytes uint64) error {
+	b.f.mu.Lock()
+	defer b.f.mu.Unlock()
+	if _, ok := b.f.resolve(ptr, bytes); !ok || b.closed {
+		return &BLASError{Call: "cublasSetWorkspace_v2", Status: 7, Name: cublasStatusName(7)}
+	}
+	b.workspace = [2]uint64{ptr, bytes}
+	return nil
+}
+
+func (b *fakeBLAS) close() error {
+	b.f.mu.Lock()
+	defer b.f.mu.Unlock()
+	if b.closed {
+		return &BLASError{Call: "cublasDestroy_v2", Status: 1, Name: cublasStatusName(1)}
+	}
+	b.closed = true
+	b.f.handles--
+	return nil
+}
+
+func (b *fakeBLAS) gemm(c gemmCall) error {
+	f := b.f
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	call := "cublasGemmEx"
+	if c.batch > 1 {
+		call = "cublasGemmStridedBatchedEx"
+	}
+	if err := f.usable(call); err != nil {
+		return err
+	}
+	// cuBLAS's checks (column-major: op(A) is m x k, op(B) k x n).
+	rowsA, colsA := c.m, c.k
+	if c.transA {
+		rowsA, colsA = c.k, c.m
+	}
+	rowsB, colsB := c.k, c.n
+	if c.transB {
+		rowsB, colsB = c.n, c.k
+	}
+	if b.closed || c.m < 0 || c.n < 0 || c.k < 0 || c.batch < 0 ||
+		c.lda < max(1, rowsA) || c.ldb < max(1, rowsB) || c.ldc < max(1, c.m) ||
+		(c.dtype == tensor.Float64 && c.tf32) {
+		f.lastGemm = c
+		return &BLASError{Call: call, Status: 7, Name: cublasStatusName(7)}
+	}
+	f.lastGemm = c
+	if c.m == 0 || c.n == 0 {
+		return nil
+	}
+	batch := max(int64(c.batch), 1)
+	var ok bool
+	switch c.dtype {
+	case tensor.Float32:
+		ok = fakeGemm[float32](f, c, batch, rowsA, colsA, rowsB, colsB)
+	case tensor.Float64:
+		ok = fakeGemm[float64](f, c, batch, rowsA, colsA, rowsB, colsB)
+	default:
+		return &BLASError{Call: call, Status: 15, Name: cublasStatusName(15)}
+	}
+	if !ok {
+		f.sticky = fakeError("cuStreamSynchronize", codeIllegalAddress)
+	}
+	return nil
+}
+
+// fakeGemm computes a column-major gemmCall on the fake's memory; f.mu is
+// held. It returns false if an operand reaches outside its block.
+func fakeGemm[T float32 | float64](f *fakeDriver, c gemmCall, batch int64, rowsA, colsA, rowsB, colsB int32) bool {
+	es := int64(unsafe.Sizeof(T(0)))
+	view := func(ptr DevicePtr, rows, cols, ld int32, stride int64) ([]T, bool) {
+		if rows == 0 || cols == 0 {
+			return nil, true
+		}
+		n := (batch-1)*stride + int64(cols-1)*int64(ld) + int64(rows)
+		b, ok := f.resolve(uint64(ptr), uint64(n*es))
+		if !ok {
+			return nil, false
+		}
+		return typed[T](b, n), true
+	}
+	a, ok1 := view(c.a, rowsA, colsA, c.lda, c.strideA)
+	bm, ok2 := view(c.b, rowsB, colsB, c.ldb, c.strideB)
+	cm, ok3 := view(c.c, c.m, c.n, c.ldc, c.strideC)
+	if !ok1 || !ok2 || !ok3 {
+		return false
+	}
+	// op(X)(i, l) of a column-major X with leading dimension ld.
+	at := func(x []T, off int64, trans bool, ld int32, i, l int32) float64 {
+		if trans {
+			return float64(x[off+int64(i)*int64(ld)+int64(l)])
+		}
+		return float64(x[off+int64(l)*int64(ld)+int64(i)])
+	}
+	for p := range batch {
+		for j := range c.n {
+			for i := range c.m {
+				sum := 0.0
+				for l := range c.k {
+					sum += at(a, p*c.strideA, c.transA, c.lda, i, l) * at(bm, p*c.strideB, c.transB, c.ldb, l, j)
+				}
+				o := p*c.strideC + int64(j)*int64(c.ldc) + int64(i)
+				v := c.alpha * sum
+				if c.beta != 0 { // beta 0: C is not read (BLAS's rule)
+					v += c.beta * float64(cm[o])
+				}
+				cm[o] = T(v)
+			}
+		}
+	}
+	return true
 }
 
 // typed views the fake's bytes as n elements of T.
