@@ -13,8 +13,10 @@
 // wrapping ErrNoDevice, and the default build never links or loads CUDA.
 // The tag is not called cuda because that tag also switches on gorgonia's
 // own CUDA files, which need cuDNN headers and link cuBLAS and cuDNN. The
-// tagged build links libcuda (the driver API) and nothing else, and does
-// not import gorgonia.org/cu, whose package init exits the process on a
+// tagged build links libcuda (the driver API) and libdl, and opens the
+// CUDA libraries it uses (cuBLAS) at run time by soname, so a binary built
+// against CUDA 11.8 runs where only CUDA 13's libraries are installed. It
+// does not import gorgonia.org/cu, whose package init exits the process on a
 // machine without a GPU. It embeds the fatbins `make kernels` writes to
 // kernels/build (one CUDA module per .cu file; see kernels.Modules), so
 // `make kernels` must run before a tagged build; the Makefile's GPU
@@ -60,6 +62,20 @@
 // made; ReleaseCached and Close give memory back to the driver. Gorgonia
 // never frees values, so device tensors are freed explicitly: FreeDense for
 // one tensor, or a Scope for everything a training step made.
+//
+// # Matrix products (cuBLAS)
+//
+// Device.Gemm queues C = Alpha*op(A)*op(B) + Beta*C for one or a batch of
+// row-major float32 or float64 matrices on the Device's stream, through
+// cuBLAS. It checks every argument, and every operand against the device
+// memory in use, before cuBLAS sees it. float32 multiplies in TF32 on
+// tensor cores unless SetGemmMath(GemmExact). cuBLAS is not linked: the
+// first Gemm opens it with dlopen, trying libcublas.so.13, .12, .11 and
+// libcublas.so through the loader's search and then in the toolkits under
+// /usr/local, or only what STHENO_CUBLAS names; if none opens, Gemm returns
+// a *LoadError listing every name tried and why, and everything else keeps
+// working. Each Device has one cuBLAS handle on its stream, with a
+// workspace from the caching allocator; Close destroys it.
 //
 // # Device tensors and Gorgonia
 //
