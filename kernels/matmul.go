@@ -13,7 +13,8 @@ import (
 // row: op(A) is M x K (A is stored M x K, or K x M when TransA), op(B) is
 // K x N (B is stored K x N, or N x K when TransB) and C is M x N. Matrix i
 // of a batch starts i*StrideA elements into A's slice (likewise for B and
-// C). The device's GEMM (backend.Gemm) takes the same fields.
+// C). C must not overlap A or B. The device's GEMM takes the same fields
+// (ops/linear_device.go passes them on).
 //
 // As in BLAS, C is not read when Beta is 0 (NaNs there are overwritten),
 // and A and B are not read when Alpha is 0 or K is 0.
