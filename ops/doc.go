@@ -1,10 +1,11 @@
 // Package ops holds the Gorgonia ops stheno adds for object detection:
 // RoIAlign and MultiLevelRoIAlign, multi-scale deformable attention
 // (MSDeformAttn), fused convolution layers (Conv with bias and ReLU, ConvBN
-// with BatchNorm, a residual and ReLU, ConvTranspose), UpsampleNearest, the
-// detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy, each with
-// per-element weights) and ToDevice/ToHost, which move values and their
-// gradients between the host and a GPU inside a graph.
+// with BatchNorm, a residual and ReLU, ConvTranspose), UpsampleNearest,
+// Linear, MatMul and BatchedMatMul, the detection losses (SigmoidBCE,
+// SmoothL1, SoftmaxCrossEntropy, each with per-element weights) and
+// ToDevice/ToHost, which move values and their gradients between the host
+// and a GPU inside a graph.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
@@ -29,4 +30,6 @@
 //     weighted and summed over levels and points.
 //   - Conv, ConvBN and ConvTranspose: PyTorch's conv2d and conv_transpose2d
 //     (NCHW, groups=1) and BatchNorm2d.
+//   - Linear, MatMul and BatchedMatMul: torch.nn.functional.linear, torch.mm
+//     and torch.bmm (with optional transposes of either operand).
 package ops

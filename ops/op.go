@@ -195,3 +195,14 @@ func errNoSecondDerivative(op string) error {
 func noSecondDerivative(op string) func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 	return func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) { return nil, errNoSecondDerivative(op) }
 }
+
+// positiveSizes returns an error naming op and arg unless every dimension
+// of shape is at least 1 (the tape machine cannot allocate empty tensors).
+func positiveSizes(op, arg string, shape tensor.Shape) error {
+	for i, d := range shape {
+		if d <= 0 {
+			return fmt.Errorf("ops: %s: %s must have positive sizes, got %v (dimension %d)", op, arg, shape, i)
+		}
+	}
+	return nil
+}
