@@ -34,6 +34,10 @@ type Gemm struct {
 	StrideA, StrideB, StrideC int64 // elements between problems
 	Alpha, Beta               float64
 	Dtype                     tensor.Dtype // tensor.Float32 or tensor.Float64
+	// Exact multiplies this call's float32 matrices in full float32 even on
+	// a Device in GemmTF32: for products that only broadcast or sum (a
+	// bias times a ones vector), where TF32 would round the values moved.
+	Exact bool
 }
 
 func (g Gemm) String() string {
@@ -116,7 +120,7 @@ func (d *Device) Gemm(g Gemm) error {
 	if err != nil {
 		return d.errorf("Gemm: %w", err)
 	}
-	call := g.columnMajor(sh, gm == GemmTF32)
+	call := g.columnMajor(sh, gm == GemmTF32 && !g.Exact)
 	if g.K == 0 {
 		// C = Beta*C. Reference BLAS does this for k = 0, but cuBLAS does
 		// not document what it does with k = 0; a product of depth 1 with

@@ -378,6 +378,14 @@ func TestGemmCall(t *testing.T) {
 		t.Errorf("GemmExact: cuBLAS was allowed TF32")
 	}
 	d.SetGemmMath(GemmTF32)
+	exact := g
+	exact.Exact = true
+	if err := d.Gemm(exact); err != nil {
+		t.Fatal(err)
+	}
+	if f.lastGemm.tf32 {
+		t.Errorf("Gemm.Exact on a GemmTF32 device: cuBLAS was allowed TF32")
+	}
 	g.Dtype, g.B, g.C, g.StrideC = tensor.Float64, p, p+128, 6
 	g.Batch = 1
 	if err := d.Gemm(g); err != nil {
