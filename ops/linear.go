@@ -20,42 +20,55 @@ import (
 // leading dimensions. The forward pass and both matrix gradients are GEMMs
 // (kernels.Gemm on the host).
 func Linear(x, w, b *G.Node) (*G.Node, error) {
+	s, err := linearShape(x, w, b)
+	if err != nil {
+		return nil, err
+	}
+	if b != nil {
+		return G.ApplyOp(gemmOp(s), x, w, b)
+	}
+	return G.ApplyOp(gemmOp(s), x, w)
+}
+
+// linearShape checks Linear's operands and returns its product.
+func linearShape(x, w, b *G.Node) (gemmShape, error) {
 	const op = "Linear"
+	var none gemmShape
 	if x == nil {
-		return nil, fmt.Errorf("ops: %s: x is nil, want shape [... in]", op)
+		return none, fmt.Errorf("ops: %s: x is nil, want shape [... in]", op)
 	}
 	xs := x.Shape()
 	if xs.Dims() < 1 {
-		return nil, fmt.Errorf("ops: %s: x must have shape [... in] (one dimension or more), got a scalar", op)
+		return none, fmt.Errorf("ops: %s: x must have shape [... in] (one dimension or more), got a scalar", op)
 	}
 	if err := checkRank(op, "w", w, 2, "[out in]"); err != nil {
-		return nil, err
+		return none, err
 	}
 	dt, err := floatDtype(op, "x", x)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	others := map[string]*G.Node{"w": w}
 	if b != nil {
 		others["b"] = b
 	}
 	if err := sameDtype(op, dt, others); err != nil {
-		return nil, err
+		return none, err
 	}
 	ws := w.Shape()
 	if err := positiveSizes(op, "x", xs); err != nil {
-		return nil, err
+		return none, err
 	}
 	if err := positiveSizes(op, "w", ws); err != nil {
-		return nil, err
+		return none, err
 	}
 	out, in := ws[0], ws[1]
 	if last := xs[len(xs)-1]; last != in {
-		return nil, fmt.Errorf("ops: %s: x's last dimension (%d) must equal w's in (%d): x [... in], w [out in], got x %v and w %v", op, last, in, xs, ws)
+		return none, fmt.Errorf("ops: %s: x's last dimension (%d) must equal w's in (%d): x [... in], w [out in], got x %v and w %v", op, last, in, xs, ws)
 	}
 	if b != nil {
 		if s := b.Shape(); s.Dims() != 1 || s[0] != out {
-			return nil, fmt.Errorf("ops: %s: b must have shape [out] = [%d] (or be nil), got %v", op, out, s)
+			return none, fmt.Errorf("ops: %s: b must have shape [out] = [%d] (or be nil), got %v", op, out, s)
 		}
 	}
 	ys := append(xs[:len(xs)-1:len(xs)-1].Clone(), out)
@@ -64,37 +77,44 @@ func Linear(x, w, b *G.Node) (*G.Node, error) {
 		transB: true, batch: 1, m: xs.TotalSize() / in, n: out, k: in,
 		a: xs.Clone(), b: ws.Clone(), c: ys, bias: b != nil, dt: dt,
 	}
-	if b != nil {
-		return G.ApplyOp(gemmOp(s), x, w, b)
-	}
-	return G.ApplyOp(gemmOp(s), x, w)
+	return s, nil
 }
 
 // MatMul multiplies two matrices, as torch.mm: a [m, k] and b [k, n] give
 // a·b [m, n]. Differentiable with respect to both: da = dc·bᵀ and db =
 // aᵀ·dc, GEMMs like the product.
 func MatMul(a, b *G.Node) (*G.Node, error) {
-	const op = "MatMul"
-	if err := checkRank(op, "a", a, 2, "[m k]"); err != nil {
-		return nil, err
-	}
-	if err := checkRank(op, "b", b, 2, "[k n]"); err != nil {
-		return nil, err
-	}
-	dt, err := matmulOperands(op, a, b)
+	s, err := matmulShape(a, b)
 	if err != nil {
 		return nil, err
 	}
+	return G.ApplyOp(gemmOp(s), a, b)
+}
+
+// matmulShape checks MatMul's operands and returns its product.
+func matmulShape(a, b *G.Node) (gemmShape, error) {
+	const op = "MatMul"
+	var none gemmShape
+	if err := checkRank(op, "a", a, 2, "[m k]"); err != nil {
+		return none, err
+	}
+	if err := checkRank(op, "b", b, 2, "[k n]"); err != nil {
+		return none, err
+	}
+	dt, err := matmulOperands(op, a, b)
+	if err != nil {
+		return none, err
+	}
 	as, bs := a.Shape(), b.Shape()
 	if as[1] != bs[0] {
-		return nil, fmt.Errorf("ops: %s: a's columns (%d) must equal b's rows (%d): a [m k], b [k n], got a %v and b %v", op, as[1], bs[0], as, bs)
+		return none, fmt.Errorf("ops: %s: a's columns (%d) must equal b's rows (%d): a [m k], b [k n], got a %v and b %v", op, as[1], bs[0], as, bs)
 	}
 	s := gemmShape{
 		op: op, args: [3]string{"a", "b"},
 		batch: 1, m: as[0], n: bs[1], k: as[1],
 		a: as.Clone(), b: bs.Clone(), c: tensor.Shape{as[0], bs[1]}, dt: dt,
 	}
-	return G.ApplyOp(gemmOp(s), a, b)
+	return s, nil
 }
 
 // BatchedMatMul multiplies the matrices of two batches pairwise, as
@@ -104,7 +124,18 @@ func MatMul(a, b *G.Node) (*G.Node, error) {
 // false, true) and its output p·v is BatchedMatMul(p, v, false, false).
 // Differentiable with respect to both; the gradients are batched GEMMs.
 func BatchedMatMul(a, b *G.Node, transA, transB bool) (*G.Node, error) {
+	s, err := batchedMatMulShape(a, b, transA, transB)
+	if err != nil {
+		return nil, err
+	}
+	return G.ApplyOp(gemmOp(s), a, b)
+}
+
+// batchedMatMulShape checks BatchedMatMul's operands and returns its
+// products.
+func batchedMatMulShape(a, b *G.Node, transA, transB bool) (gemmShape, error) {
 	const op = "BatchedMatMul"
+	var none gemmShape
 	wantA, wantB := "[B m k]", "[B k n]"
 	if transA {
 		wantA = "[B k m] (transA)"
@@ -113,18 +144,18 @@ func BatchedMatMul(a, b *G.Node, transA, transB bool) (*G.Node, error) {
 		wantB = "[B n k] (transB)"
 	}
 	if err := checkRank(op, "a", a, 3, wantA); err != nil {
-		return nil, err
+		return none, err
 	}
 	if err := checkRank(op, "b", b, 3, wantB); err != nil {
-		return nil, err
+		return none, err
 	}
 	dt, err := matmulOperands(op, a, b)
 	if err != nil {
-		return nil, err
+		return none, err
 	}
 	as, bs := a.Shape(), b.Shape()
 	if as[0] != bs[0] {
-		return nil, fmt.Errorf("ops: %s: a and b must hold as many matrices, got a %v and b %v", op, as, bs)
+		return none, fmt.Errorf("ops: %s: a and b must hold as many matrices, got a %v and b %v", op, as, bs)
 	}
 	m, ka := as[1], as[2]
 	if transA {
@@ -135,14 +166,14 @@ func BatchedMatMul(a, b *G.Node, transA, transB bool) (*G.Node, error) {
 		kb, n = n, kb
 	}
 	if ka != kb {
-		return nil, fmt.Errorf("ops: %s: inner dimensions differ: a %s is %v (k=%d) and b %s is %v (k=%d)", op, wantA, as, ka, wantB, bs, kb)
+		return none, fmt.Errorf("ops: %s: inner dimensions differ: a %s is %v (k=%d) and b %s is %v (k=%d)", op, wantA, as, ka, wantB, bs, kb)
 	}
 	s := gemmShape{
 		op: op, args: [3]string{"a", "b"},
 		transA: transA, transB: transB, batch: as[0], m: m, n: n, k: ka,
 		a: as.Clone(), b: bs.Clone(), c: tensor.Shape{as[0], m, n}, dt: dt,
 	}
-	return G.ApplyOp(gemmOp(s), a, b)
+	return s, nil
 }
 
 // matmulOperands checks the dtypes and sizes of a matrix product's
@@ -229,6 +260,7 @@ func gemmOp(s gemmShape) *specOp {
 		name: s.op, config: s.String(),
 		inputs: inputs, out: s.c, dtype: s.dt,
 		cpu:     floatTwin(s, gemmForward[float32], gemmForward[float64]),
+		device:  s.device,
 		diffWRT: diff,
 		grad:    s.grad,
 	})
@@ -331,6 +363,7 @@ func sumRowsOp(s rowsShape) *specOp {
 		name: s.op, config: "sum of rows," + s.String(),
 		inputs: []argSpec{{name: "grad", shape: s.full}}, out: tensor.Shape{s.cols}, dtype: s.dt,
 		cpu:     floatTwin(s, sumRows[float32], sumRows[float64]),
+		device:  s.sumDevice,
 		diffWRT: []bool{true},
 		grad: func(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 			d, err := G.ApplyOp(broadcastRowsOp(s), grad)
@@ -349,6 +382,7 @@ func broadcastRowsOp(s rowsShape) *specOp {
 		name: s.op, config: "rows of," + s.String(),
 		inputs: []argSpec{{name: "grad", shape: tensor.Shape{s.cols}}}, out: s.full, dtype: s.dt,
 		cpu:     floatTwin(s, broadcastRows[float32], broadcastRows[float64]),
+		device:  s.broadcastDevice,
 		diffWRT: []bool{true},
 		grad: func(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 			d, err := G.ApplyOp(sumRowsOp(s), grad)

@@ -1,25 +1,5 @@
-//go:build ignore
-
-// This file is the device side of Linear, MatMul and BatchedMatMul. It is
-// written against backend.Gemm (cuBLAS loaded at run time, issue 26), which
-// is being built on another branch:
-//
-//	type Gemm struct {
-//		TransA, TransB bool
-//		M, N, K int
-//		A, B, C backend.DevicePtr
-//		LDA, LDB, LDC int // row strides in elements, 0: packed
-//		Batch int
-//		StrideA, StrideB, StrideC int64
-//		Alpha, Beta float64
-//		Dtype tensor.Dtype
-//	}
-//	func (d *Device) Gemm(g Gemm) error // row-major C = Alpha*op(A)*op(B) + Beta*C, on the device's stream
-//
-// Until that lands the file stays out of the build (the constraint above).
-// To wire it: delete the constraint, and set `device: s.device` in gemmOp
-// and `device: s.sumDevice` / `device: s.broadcastDevice` in sumRowsOp and
-// broadcastRowsOp (ops/linear.go); then the CPU-vs-GPU parity tests.
+// The device side of Linear, MatMul and BatchedMatMul: cuBLAS through
+// backend.Gemm.
 
 package ops
 
@@ -49,7 +29,7 @@ func (s gemmShape) device(a *deviceArgs) (*tensor.Dense, error) {
 		}
 		p.Beta = 1
 	}
-	if err := runGemm(s.op, a.dev, p, a.ptr[0], a.ptr[1], c, s.dt); err != nil {
+	if err := runGemm(s.op, a.dev, p, a.ptr[0], a.ptr[1], c, s.dt, false); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -77,12 +57,15 @@ func fitsGemm(op string, p kernels.GemmParams) error {
 	})
 }
 
-// runGemm queues p on dev.
-func runGemm(op string, dev *backend.Device, p kernels.GemmParams, a, b, c backend.DevicePtr, dt tensor.Dtype) error {
+// runGemm queues p on dev; exact asks for full float32 math whatever the
+// Device's GemmMath (the broadcasts and sums of rowsShape).
+func runGemm(op string, dev *backend.Device, p kernels.GemmParams, a, b, c backend.DevicePtr, dt tensor.Dtype, exact bool) error {
 	if err := fitsGemm(op, p); err != nil {
 		return err
 	}
-	if err := dev.Gemm(deviceGemm(p, a, b, c, dt)); err != nil {
+	g := deviceGemm(p, a, b, c, dt)
+	g.Exact = exact
+	if err := dev.Gemm(g); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	return nil
@@ -100,7 +83,7 @@ func (s rowsShape) sumDevice(a *deviceArgs) (*tensor.Dense, error) {
 		return nil, err
 	}
 	defer free()
-	if err := runGemm(s.op, a.dev, s.sumParams(), ones, a.ptr[0], db, s.dt); err != nil {
+	if err := runGemm(s.op, a.dev, s.sumParams(), ones, a.ptr[0], db, s.dt, true); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -121,15 +104,15 @@ func (s rowsShape) broadcastDevice(a *deviceArgs) (*tensor.Dense, error) {
 // broadcast queues c = v in every row, a GEMM of depth 1 with a ones
 // vector (broadcastParams). In exact float32 math each element is 1·v[j],
 // exactly v[j]; TF32 math would round v to TF32's 10 bits of mantissa
-// first (and dy likewise in sumDevice), so these GEMMs want the backend's
-// exact-float32 mode until an elementwise kernel replaces them.
+// first (and dy likewise in sumDevice), so these GEMMs ask for exact
+// float32 (backend.Gemm.Exact).
 func (s rowsShape) broadcast(dev *backend.Device, v, c backend.DevicePtr) error {
 	ones, free, err := onesDevice(s.op, dev, s.dt, s.rows)
 	if err != nil {
 		return err
 	}
 	defer free()
-	return runGemm(s.op, dev, s.broadcastParams(), ones, v, c, s.dt)
+	return runGemm(s.op, dev, s.broadcastParams(), ones, v, c, s.dt, true)
 }
 
 // onesDevice returns n ones of dtype dt in scratch memory on dev, and a func
