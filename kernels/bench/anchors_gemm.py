@@ -63,7 +63,7 @@ def time_case(spec, tf32):
 def stheno_times(path):
     out = {}
     for line in open(path):
-        m = re.match(r"^BenchmarkGPUGemm/case=(\S+)/math=(\S+?)-\d+\s.*?([\d.]+) ms\b", line)
+        m = re.match(r"^BenchmarkGPUGemm/(?:impl=cuda/)?case=(\S+)/math=(\S+?)-\d+\s.*?([\d.]+) ms\b", line)
         if m:
             out[(m.group(1), m.group(2))] = float(m.group(3))
     return out
