@@ -496,25 +496,7 @@ func TestConvBNTrainsWithAdam(t *testing.T) {
 	}
 	loss := G.Must(G.Mean(G.Must(G.Square(G.Must(G.Sub(out, target))))))
 	learnables := G.Nodes{w1, bn.Gamma, bn.Beta, w2, b2}
-	if _, err := G.Grad(loss, learnables...); err != nil {
-		t.Fatal(err)
-	}
-	var lv G.Value
-	G.Read(loss, &lv)
-	m := G.NewTapeMachine(g, G.BindDualValues(learnables...))
-	defer m.Close()
-	solver := G.NewAdamSolver(G.WithLearnRate(0.02))
-	var losses []float64
-	for range 40 {
-		if err := m.RunAll(); err != nil {
-			t.Fatal(err)
-		}
-		losses = append(losses, toFloat64s(t, lv)[0])
-		if err := solver.Step(G.NodesToValueGrads(learnables)); err != nil {
-			t.Fatal(err)
-		}
-		m.Reset()
-	}
+	losses := adamLosses(t, g, loss, learnables, 0.02, 40)
 	first, last := losses[0], losses[len(losses)-1]
 	t.Logf("loss %.4f -> %.4f", first, last)
 	if !(last < 0.5*first) {

@@ -148,3 +148,29 @@ func gradOf(t testing.TB, inputs []*tensor.Dense, proj *tensor.Dense, wrt []int,
 	}
 	return res
 }
+
+// adamLosses differentiates loss with respect to learnables, runs steps
+// Adam steps of rate lr on the graph and returns the loss before each step.
+func adamLosses(t *testing.T, g *G.ExprGraph, loss *G.Node, learnables G.Nodes, lr float64, steps int) []float64 {
+	t.Helper()
+	if _, err := G.Grad(loss, learnables...); err != nil {
+		t.Fatal(err)
+	}
+	var lv G.Value
+	G.Read(loss, &lv)
+	m := G.NewTapeMachine(g, G.BindDualValues(learnables...))
+	defer m.Close()
+	solver := G.NewAdamSolver(G.WithLearnRate(lr))
+	var losses []float64
+	for range steps {
+		if err := m.RunAll(); err != nil {
+			t.Fatal(err)
+		}
+		losses = append(losses, toFloat64s(t, lv)[0])
+		if err := solver.Step(G.NodesToValueGrads(learnables)); err != nil {
+			t.Fatal(err)
+		}
+		m.Reset()
+	}
+	return losses
+}

@@ -442,25 +442,7 @@ func TestLinearTrainsWithAdam(t *testing.T) {
 	}
 	loss := G.Must(G.Mean(G.Must(G.Square(G.Must(G.Sub(y, target))))))
 	learnables := G.Nodes{w1, b1, v}
-	if _, err := G.Grad(loss, learnables...); err != nil {
-		t.Fatal(err)
-	}
-	var lv G.Value
-	G.Read(loss, &lv)
-	m := G.NewTapeMachine(g, G.BindDualValues(learnables...))
-	defer m.Close()
-	solver := G.NewAdamSolver(G.WithLearnRate(0.05))
-	var losses []float64
-	for range 60 {
-		if err := m.RunAll(); err != nil {
-			t.Fatal(err)
-		}
-		losses = append(losses, toFloat64s(t, lv)[0])
-		if err := solver.Step(G.NodesToValueGrads(learnables)); err != nil {
-			t.Fatal(err)
-		}
-		m.Reset()
-	}
+	losses := adamLosses(t, g, loss, learnables, 0.05, 60)
 	first, last := losses[0], losses[len(losses)-1]
 	t.Logf("loss %.4f -> %.4f", first, last)
 	if !(last < 0.25*first) {

@@ -539,29 +539,11 @@ func TestMSDeformAttnAdam(t *testing.T) {
 	}
 	loss := G.Must(G.Mean(G.Must(G.Square(G.Must(G.Sub(out, target))))))
 	learnables := G.Nodes{value, loc, weight}
-	if _, err := G.Grad(loss, learnables...); err != nil {
-		t.Fatal(err)
-	}
-	var lv G.Value
-	G.Read(loss, &lv)
 	before := make([][]float64, len(learnables))
 	for i, n := range learnables {
 		before[i] = toFloat64s(t, n.Value())
 	}
-	m := G.NewTapeMachine(g, G.BindDualValues(learnables...))
-	defer m.Close()
-	solver := G.NewAdamSolver(G.WithLearnRate(0.02))
-	var losses []float64
-	for range 5 {
-		if err := m.RunAll(); err != nil {
-			t.Fatal(err)
-		}
-		losses = append(losses, toFloat64s(t, lv)[0])
-		if err := solver.Step(G.NodesToValueGrads(learnables)); err != nil {
-			t.Fatal(err)
-		}
-		m.Reset()
-	}
+	losses := adamLosses(t, g, loss, learnables, 0.02, 5)
 	for i, l := range losses {
 		if math.IsNaN(l) || math.IsInf(l, 0) {
 			t.Fatalf("step %d: loss %v", i, l)
