@@ -232,3 +232,16 @@
   static_assert(offsetof(TransposeParams, out) == 8 && std::is_same<decltype(TransposeParams::out), uint64_t>::value, "TransposeParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(TransposeParams, a) == 16 && std::is_same<decltype(TransposeParams::a), int32_t>::value, "TransposeParams::a: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(TransposeParams, b) == 20 && std::is_same<decltype(TransposeParams::b), int32_t>::value, "TransposeParams::b: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/softmax.cu
+#define STHENO_PARAMS_SoftmaxParams \
+  static_assert(sizeof(SoftmaxParams) == 56 && alignof(SoftmaxParams) == 8, "SoftmaxParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(SoftmaxParams, x) == 0 && std::is_same<decltype(SoftmaxParams::x), uint64_t>::value, "SoftmaxParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(SoftmaxParams, dy) == 8 && std::is_same<decltype(SoftmaxParams::dy), uint64_t>::value, "SoftmaxParams::dy: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(SoftmaxParams, out) == 16 && std::is_same<decltype(SoftmaxParams::out), uint64_t>::value, "SoftmaxParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(SoftmaxParams, rows) == 24 && std::is_same<decltype(SoftmaxParams::rows), int64_t>::value, "SoftmaxParams::rows: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(SoftmaxParams, inner) == 32 && std::is_same<decltype(SoftmaxParams::inner), int64_t>::value, "SoftmaxParams::inner: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(SoftmaxParams, n) == 40 && std::is_same<decltype(SoftmaxParams::n), int32_t>::value, "SoftmaxParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(SoftmaxParams, log) == 44 && std::is_same<decltype(SoftmaxParams::log), int32_t>::value, "SoftmaxParams::log: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(SoftmaxParams, lanes) == 48 && std::is_same<decltype(SoftmaxParams::lanes), int32_t>::value, "SoftmaxParams::lanes: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(SoftmaxParams, unused) == 52 && std::is_same<decltype(SoftmaxParams::unused), int32_t>::value, "SoftmaxParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")

@@ -499,6 +499,36 @@ var (
 	_ [20]byte = [unsafe.Offsetof(TransposeParams{}.B)]byte{}
 )
 
+// SoftmaxParams mirrors struct SoftmaxParams of kernels/softmax.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The launch parameters of every softmax kernel, passed by value.
+type SoftmaxParams struct {
+	X     backend.DevicePtr // forward: x; backward: y, the forward's output
+	DY    backend.DevicePtr // backward: the gradient of y; forward: 0
+	Out   backend.DevicePtr // forward: y; backward: dx
+	Rows  int64             // the lines' outer count: elements before the axis
+	Inner int64             // elements after the axis (1 for warp and block)
+	N     int32             // the axis's length
+	Log   int32             // 1: log-softmax
+	Lanes int32             // warp: lanes per row, a power of two up to 32
+	_     int32
+}
+
+// SoftmaxParams's layout, as the generator computed it for both sides.
+var (
+	_ [56]byte = [unsafe.Sizeof(SoftmaxParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(SoftmaxParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(SoftmaxParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(SoftmaxParams{}.DY)]byte{}
+	_ [16]byte = [unsafe.Offsetof(SoftmaxParams{}.Out)]byte{}
+	_ [24]byte = [unsafe.Offsetof(SoftmaxParams{}.Rows)]byte{}
+	_ [32]byte = [unsafe.Offsetof(SoftmaxParams{}.Inner)]byte{}
+	_ [40]byte = [unsafe.Offsetof(SoftmaxParams{}.N)]byte{}
+	_ [44]byte = [unsafe.Offsetof(SoftmaxParams{}.Log)]byte{}
+	_ [48]byte = [unsafe.Offsetof(SoftmaxParams{}.Lanes)]byte{}
+)
+
 // The kernels of kernels/conv.cu (module conv).
 const (
 	// ConvFpropMmaM128I64F32 is conv_fprop_mma_m128_i64_f32, __launch_bounds__(256, 1).
@@ -834,6 +864,50 @@ const (
 	RoIAlignBwdNHWCTapsRed4F32 Kernel[RoIAlignParams] = "roialign_sm90a.roialign_bwd_nhwc_taps_red4_f32"
 )
 
+// The kernels of kernels/softmax.cu (module softmax).
+const (
+	// SoftmaxFwdWarpF32 is softmax_fwd_warp_f32, __launch_bounds__(128).
+	SoftmaxFwdWarpF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_warp_f32"
+	// SoftmaxFwdWarpF64 is softmax_fwd_warp_f64, __launch_bounds__(128).
+	SoftmaxFwdWarpF64 Kernel[SoftmaxParams] = "softmax.softmax_fwd_warp_f64"
+	// SoftmaxFwdWarpV16bF32 is softmax_fwd_warp_v16b_f32, __launch_bounds__(128).
+	SoftmaxFwdWarpV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_warp_v16b_f32"
+	// SoftmaxFwdWarpV16bF64 is softmax_fwd_warp_v16b_f64, __launch_bounds__(128).
+	SoftmaxFwdWarpV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_fwd_warp_v16b_f64"
+	// SoftmaxBwdWarpF32 is softmax_bwd_warp_f32, __launch_bounds__(128).
+	SoftmaxBwdWarpF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_warp_f32"
+	// SoftmaxBwdWarpF64 is softmax_bwd_warp_f64, __launch_bounds__(128).
+	SoftmaxBwdWarpF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_warp_f64"
+	// SoftmaxBwdWarpV16bF32 is softmax_bwd_warp_v16b_f32, __launch_bounds__(128).
+	SoftmaxBwdWarpV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_warp_v16b_f32"
+	// SoftmaxBwdWarpV16bF64 is softmax_bwd_warp_v16b_f64, __launch_bounds__(128).
+	SoftmaxBwdWarpV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_warp_v16b_f64"
+	// SoftmaxFwdBlockF32 is softmax_fwd_block_f32, __launch_bounds__(512).
+	SoftmaxFwdBlockF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_block_f32"
+	// SoftmaxFwdBlockF64 is softmax_fwd_block_f64, __launch_bounds__(512).
+	SoftmaxFwdBlockF64 Kernel[SoftmaxParams] = "softmax.softmax_fwd_block_f64"
+	// SoftmaxFwdBlockV16bF32 is softmax_fwd_block_v16b_f32, __launch_bounds__(512).
+	SoftmaxFwdBlockV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_block_v16b_f32"
+	// SoftmaxFwdBlockV16bF64 is softmax_fwd_block_v16b_f64, __launch_bounds__(512).
+	SoftmaxFwdBlockV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_fwd_block_v16b_f64"
+	// SoftmaxBwdBlockF32 is softmax_bwd_block_f32, __launch_bounds__(512).
+	SoftmaxBwdBlockF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_block_f32"
+	// SoftmaxBwdBlockF64 is softmax_bwd_block_f64, __launch_bounds__(512).
+	SoftmaxBwdBlockF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_block_f64"
+	// SoftmaxBwdBlockV16bF32 is softmax_bwd_block_v16b_f32, __launch_bounds__(512).
+	SoftmaxBwdBlockV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_block_v16b_f32"
+	// SoftmaxBwdBlockV16bF64 is softmax_bwd_block_v16b_f64, __launch_bounds__(512).
+	SoftmaxBwdBlockV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_block_v16b_f64"
+	// SoftmaxFwdInnerF32 is softmax_fwd_inner_f32, __launch_bounds__(512).
+	SoftmaxFwdInnerF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_inner_f32"
+	// SoftmaxFwdInnerF64 is softmax_fwd_inner_f64, __launch_bounds__(512).
+	SoftmaxFwdInnerF64 Kernel[SoftmaxParams] = "softmax.softmax_fwd_inner_f64"
+	// SoftmaxBwdInnerF32 is softmax_bwd_inner_f32, __launch_bounds__(512).
+	SoftmaxBwdInnerF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_inner_f32"
+	// SoftmaxBwdInnerF64 is softmax_bwd_inner_f64, __launch_bounds__(512).
+	SoftmaxBwdInnerF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_inner_f64"
+)
+
 // ConvSplitKReduce returns ConvSplitKReduceF32 for float32 and ConvSplitKReduceF64 for float64.
 func ConvSplitKReduce(dt tensor.Dtype) (Kernel[SplitKParams], error) {
 	return byDtype(dt, "conv_splitk_reduce", ConvSplitKReduceF32, ConvSplitKReduceF64)
@@ -1009,6 +1083,56 @@ func RoIAlignFwdNCHWBinC8(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
 	return byDtype(dt, "roialign_fwd_nchw_bin_c8", RoIAlignFwdNCHWBinC8F32, RoIAlignFwdNCHWBinC8F64)
 }
 
+// SoftmaxFwdWarp returns SoftmaxFwdWarpF32 for float32 and SoftmaxFwdWarpF64 for float64.
+func SoftmaxFwdWarp(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_fwd_warp", SoftmaxFwdWarpF32, SoftmaxFwdWarpF64)
+}
+
+// SoftmaxFwdWarpV16b returns SoftmaxFwdWarpV16bF32 for float32 and SoftmaxFwdWarpV16bF64 for float64.
+func SoftmaxFwdWarpV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_fwd_warp_v16b", SoftmaxFwdWarpV16bF32, SoftmaxFwdWarpV16bF64)
+}
+
+// SoftmaxBwdWarp returns SoftmaxBwdWarpF32 for float32 and SoftmaxBwdWarpF64 for float64.
+func SoftmaxBwdWarp(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_bwd_warp", SoftmaxBwdWarpF32, SoftmaxBwdWarpF64)
+}
+
+// SoftmaxBwdWarpV16b returns SoftmaxBwdWarpV16bF32 for float32 and SoftmaxBwdWarpV16bF64 for float64.
+func SoftmaxBwdWarpV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_bwd_warp_v16b", SoftmaxBwdWarpV16bF32, SoftmaxBwdWarpV16bF64)
+}
+
+// SoftmaxFwdBlock returns SoftmaxFwdBlockF32 for float32 and SoftmaxFwdBlockF64 for float64.
+func SoftmaxFwdBlock(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_fwd_block", SoftmaxFwdBlockF32, SoftmaxFwdBlockF64)
+}
+
+// SoftmaxFwdBlockV16b returns SoftmaxFwdBlockV16bF32 for float32 and SoftmaxFwdBlockV16bF64 for float64.
+func SoftmaxFwdBlockV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_fwd_block_v16b", SoftmaxFwdBlockV16bF32, SoftmaxFwdBlockV16bF64)
+}
+
+// SoftmaxBwdBlock returns SoftmaxBwdBlockF32 for float32 and SoftmaxBwdBlockF64 for float64.
+func SoftmaxBwdBlock(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_bwd_block", SoftmaxBwdBlockF32, SoftmaxBwdBlockF64)
+}
+
+// SoftmaxBwdBlockV16b returns SoftmaxBwdBlockV16bF32 for float32 and SoftmaxBwdBlockV16bF64 for float64.
+func SoftmaxBwdBlockV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_bwd_block_v16b", SoftmaxBwdBlockV16bF32, SoftmaxBwdBlockV16bF64)
+}
+
+// SoftmaxFwdInner returns SoftmaxFwdInnerF32 for float32 and SoftmaxFwdInnerF64 for float64.
+func SoftmaxFwdInner(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_fwd_inner", SoftmaxFwdInnerF32, SoftmaxFwdInnerF64)
+}
+
+// SoftmaxBwdInner returns SoftmaxBwdInnerF32 for float32 and SoftmaxBwdInnerF64 for float64.
+func SoftmaxBwdInner(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_bwd_inner", SoftmaxBwdInnerF32, SoftmaxBwdInnerF64)
+}
+
 // Constants the kernels define (stheno:const annotations).
 const (
 	// ConvFarIndex is kFar in kernels/conv.cu.
@@ -1157,6 +1281,21 @@ const (
 	TransposeTileColsF32 = 128
 	// TransposeTileColsF64 is kTransposeTileColsF64 in kernels/roialign.cu.
 	TransposeTileColsF64 = 64
+	// SoftmaxWarpThreads is kWarpThreads in kernels/softmax.cu.
+	//
+	// The threads of a warp kernel's block: 4 warps.
+	SoftmaxWarpThreads = 128
+	// SoftmaxLaneBytes is kLaneBytes in kernels/softmax.cu.
+	//
+	// The bytes of a row each lane of the warp kernels holds in registers (32
+	// float32 or 16 float64; twice that backward, y and dy): rows of up to
+	// 32*kLaneBytes bytes take the warp kernels.
+	SoftmaxLaneBytes = 128
+	// SoftmaxMaxThreads is kMaxThreads in kernels/softmax.cu.
+	//
+	// The most threads of a block kernel's or an inner kernel's block (at 1024
+	// the float64 block kernels spill).
+	SoftmaxMaxThreads = 512
 )
 
 // kernelTable lists every kernel, module by module, in source order.
@@ -1284,4 +1423,24 @@ var kernelTable = [...]KernelInfo{
 	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
 	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_sep_red4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_taps_red4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "softmax", Name: "softmax_fwd_warp_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_warp_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_warp_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_warp_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_warp_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_warp_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_warp_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_warp_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_block_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_block_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_block_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_block_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_block_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_block_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_block_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_block_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_inner_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_inner_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_inner_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_inner_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
 }
