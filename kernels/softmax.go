@@ -15,8 +15,8 @@ type SoftmaxParams struct {
 // sum k % softmaxLanes, and the partial sums are added by a halving tree,
 // as a warp's lanes and its butterfly add them on the GPU (each CUDA
 // design splits a line between threads this way, in its own grouping).
-// The sum of a long line so rounds like the GPU's, and far less than one
-// running sum would.
+// The sum of a long line so rounds like the GPU's, with an error bound
+// that grows with n/32 rather than with n.
 const softmaxLanes = 32
 
 // softmaxGrain is the fewest elements a goroutine is given.
