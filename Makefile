@@ -58,8 +58,9 @@ vet:
 ## double-precision references. Needs only g++ (C++20), no GPU and no CUDA
 ## toolkit. The conv harness runs twice, with cp.async copies landing as late
 ## and as early as the PTX allows; the msdeform one also runs its default
-## kernels under AddressSanitizer, built at -O0 (every access checked, and a
-## quarter of -O1 -g's compile time for a run of seconds). A harness is
+## kernels, and the softmax one all of its, under AddressSanitizer, built
+## at -O0 (every access checked, and a quarter of -O1 -g's compile time for
+## a run of seconds). A harness is
 ## rebuilt when emu.h, the Makefile or a file it includes changes (g++ -MMD
 ## lists those in a .d file beside it).
 EMU_CXX   ?= g++
@@ -67,7 +68,8 @@ EMU_FLAGS := -std=c++20 -O1 -pthread -Wall -Wno-unknown-pragmas -Wno-maybe-unini
 EMU_DIR   := kernels/build/emu
 EMU_DEPS  := kernels/emu/emu.h Makefile
 EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_DIR)/roialign_emu_test $(EMU_DIR)/msdeform_emu_test \
-	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/elementwise_emu_test $(EMU_DIR)/softmax_emu_test
+	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/elementwise_emu_test \
+	$(EMU_DIR)/softmax_emu_test $(EMU_DIR)/softmax_emu_test_asan
 
 emu-test: $(EMU_BINS)
 	$(EMU_DIR)/conv_emu_test > $(EMU_DIR)/conv.log || { cat $(EMU_DIR)/conv.log; exit 1; }
@@ -84,6 +86,8 @@ emu-test: $(EMU_BINS)
 	@tail -n 1 $(EMU_DIR)/elementwise.log
 	$(EMU_DIR)/softmax_emu_test > $(EMU_DIR)/softmax.log || { cat $(EMU_DIR)/softmax.log; exit 1; }
 	@tail -n 1 $(EMU_DIR)/softmax.log
+	$(EMU_DIR)/softmax_emu_test_asan > $(EMU_DIR)/softmax_asan.log 2>&1 || { cat $(EMU_DIR)/softmax_asan.log; exit 1; }
+	@tail -n 1 $(EMU_DIR)/softmax_asan.log
 
 $(EMU_DIR)/%_emu_test: kernels/emu/%_emu_test.cpp $(EMU_DIR)/%_emu_test.d $(EMU_DEPS)
 	@mkdir -p $(dir $@)
