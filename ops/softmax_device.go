@@ -50,8 +50,9 @@ const softmaxInnerThreads = 1 << 18
 // aligned. inner > 1: the inner kernels, threadIdx.y splitting each line's
 // axis (up to 16 ways) while the grid has fewer than softmaxInnerThreads
 // threads, threadIdx.x on 256/blockDim.y consecutive lines (at least 32).
-// The launch depends only on the shape, so results do not depend on the
-// GPU. kernels/emu/softmax_emu_test.cpp launches the kernels alike.
+// The launch depends only on the shape and the alignment, never on the
+// GPU, and so does the order of every sum. kernels/emu/softmax_emu_test.cpp
+// launches the kernels alike.
 func softmaxPlanFor(p kernels.SoftmaxParams, elem int, aligned bool) softmaxPlan {
 	if p.Inner == 1 {
 		vec := aligned && p.N*elem%16 == 0
