@@ -30,8 +30,9 @@ const softmaxGrain = 1 << 14
 //
 // A NaN in a line makes the whole line NaN (the max keeps it), and so does
 // a line of -inf only or one holding +inf, as in PyTorch. Each line takes
-// three passes, as softmax.cu's block and inner kernels do (the warp
-// kernels keep exp(x - max) from the second): the max, the sum, the output.
+// three passes, as softmax.cu's kernels do: the max, the sum, the output
+// (softmax keeps exp(x - max) in y from the second pass to the third, as
+// the warp kernels keep it in registers).
 func SoftmaxForward[T Float](p SoftmaxParams, x, y []T) {
 	parallelFor(p.Outer*p.Inner, max(1, softmaxGrain/max(p.N, 1)), func(lo, hi int) {
 		var lanes [softmaxLanes]T
@@ -43,19 +44,26 @@ func SoftmaxForward[T Float](p SoftmaxParams, x, y []T) {
 				m = nanMax(m, x[i])
 			}
 			clear(lanes[:])
-			for k, i := 0, first; i <= last; k, i = k+1, i+st {
-				lanes[k%softmaxLanes] += expOf(x[i] - m)
-			}
-			sum := treeSum(&lanes)
 			if p.Log {
-				ls := logOf(sum)
+				for k, i := 0, first; i <= last; k, i = k+1, i+st {
+					lanes[k%softmaxLanes] += expOf(x[i] - m)
+				}
+				ls := logOf(treeSum(&lanes))
 				for i := first; i <= last; i += st {
 					y[i] = (x[i] - m) - ls
 				}
 				continue
 			}
+			// exp(x - max) waits in y for the sum, as in the warp kernels'
+			// registers: one exp per element.
+			for k, i := 0, first; i <= last; k, i = k+1, i+st {
+				e := expOf(x[i] - m)
+				y[i] = e
+				lanes[k%softmaxLanes] += e
+			}
+			sum := treeSum(&lanes)
 			for i := first; i <= last; i += st {
-				y[i] = expOf(x[i]-m) / sum
+				y[i] /= sum
 			}
 		}
 	})
