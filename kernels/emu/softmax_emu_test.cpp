@@ -2,7 +2,7 @@
 // and float64, softmax and log-softmax, forward and backward, against a
 // double-precision reference computed from the same inputs. Every kernel
 // that can run a shape runs it, with the launch ops would give its design
-// (plan below mirrors softmaxPlanFor in ops/softmax_device.go): the warp
+// (launch_of below mirrors softmaxPlanFor in ops/softmax_device.go): the warp
 // kernels (element by element, and with 16-byte vectors where the rows
 // allow them; with the lanes per row ops picks and with a whole warp), the
 // block kernels (on long rows, and on short ones too) and the inner
