@@ -12,10 +12,10 @@
 // short and a long axis; some rows hold -inf, NaN or +inf, or only -inf.
 // The outputs start as NaN and carry a guard zone past their end: every
 // element must be written, and nothing past them; `make emu-test` also runs
-// the harness under AddressSanitizer, which sees reads past the inputs. Tolerances
-// (autograd/tolerance.go): TolForward32 for float32 and TolForward64 for
-// float64 against the reference; a NaN must be where the reference has
-// one. Exits non-zero on a failure.
+// the harness under AddressSanitizer, which sees reads past the inputs.
+// Tolerances (autograd/tolerance.go): TolForward32 for float32 and
+// TolForward64 for float64 against the reference; a NaN must be where the
+// reference has one. Exits non-zero on a failure.
 #include "emu.h"
 // clang-format off
 #include "../softmax.cu"
