@@ -67,7 +67,7 @@ EMU_FLAGS := -std=c++20 -O1 -pthread -Wall -Wno-unknown-pragmas -Wno-maybe-unini
 EMU_DIR   := kernels/build/emu
 EMU_DEPS  := kernels/emu/emu.h Makefile
 EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_DIR)/roialign_emu_test $(EMU_DIR)/msdeform_emu_test \
-	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/elementwise_emu_test
+	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/elementwise_emu_test $(EMU_DIR)/layernorm_emu_test
 
 emu-test: $(EMU_BINS)
 	$(EMU_DIR)/conv_emu_test > $(EMU_DIR)/conv.log || { cat $(EMU_DIR)/conv.log; exit 1; }
@@ -82,6 +82,8 @@ emu-test: $(EMU_BINS)
 	@tail -n 1 $(EMU_DIR)/msdeform_asan.log
 	$(EMU_DIR)/elementwise_emu_test > $(EMU_DIR)/elementwise.log || { cat $(EMU_DIR)/elementwise.log; exit 1; }
 	@tail -n 1 $(EMU_DIR)/elementwise.log
+	$(EMU_DIR)/layernorm_emu_test > $(EMU_DIR)/layernorm.log || { cat $(EMU_DIR)/layernorm.log; exit 1; }
+	@tail -n 1 $(EMU_DIR)/layernorm.log
 
 $(EMU_DIR)/%_emu_test: kernels/emu/%_emu_test.cpp $(EMU_DIR)/%_emu_test.d $(EMU_DEPS)
 	@mkdir -p $(dir $@)
