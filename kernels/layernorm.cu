@@ -69,7 +69,7 @@ struct LayerNormParams {
   double eps;
   int32_t c;
   int32_t dgamma;  // bwd_params: sum dy*xhat into the first c columns of each partial row
-  int32_t dbeta;   // bwd_params: sum dy into the next c
+  int32_t dbeta;   // bwd_params: sum dy into the c columns after dgamma's (the first c without)
   int32_t unused;
 };
 STHENO_PARAMS(LayerNormParams);

@@ -353,7 +353,7 @@ type LayerNormParams struct {
 	Eps    float64
 	C      int32
 	Dgamma int32 // bwd_params: sum dy*xhat into the first c columns of each partial row
-	Dbeta  int32 // bwd_params: sum dy into the next c
+	Dbeta  int32 // bwd_params: sum dy into the c columns after dgamma's (the first c without)
 	_      int32
 }
 
