@@ -67,25 +67,29 @@ EMU_CXX   ?= g++
 EMU_FLAGS := -std=c++20 -O1 -pthread -Wall -Wno-unknown-pragmas -Wno-maybe-uninitialized -DSTHENO_KERNEL_VARIANTS=1
 EMU_DIR   := kernels/build/emu
 EMU_DEPS  := kernels/emu/emu.h Makefile
-EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_DIR)/roialign_emu_test $(EMU_DIR)/msdeform_emu_test \
-	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/elementwise_emu_test \
-	$(EMU_DIR)/softmax_emu_test $(EMU_DIR)/softmax_emu_test_asan
+# Harnesses run as they are, one per line; conv's and the AddressSanitizer
+# builds have runs of their own below.
+EMU_HARNESSES := \
+	roialign \
+	msdeform \
+	elementwise \
+	softmax \
+	layernorm
+EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_HARNESSES:%=$(EMU_DIR)/%_emu_test) \
+	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/softmax_emu_test_asan
 
 emu-test: $(EMU_BINS)
 	$(EMU_DIR)/conv_emu_test > $(EMU_DIR)/conv.log || { cat $(EMU_DIR)/conv.log; exit 1; }
 	@tail -n 1 $(EMU_DIR)/conv.log
 	EMU_CP_EAGER=1 $(EMU_DIR)/conv_emu_test quick > $(EMU_DIR)/conv_eager.log || { cat $(EMU_DIR)/conv_eager.log; exit 1; }
 	@tail -n 1 $(EMU_DIR)/conv_eager.log
-	$(EMU_DIR)/roialign_emu_test > $(EMU_DIR)/roialign.log || { cat $(EMU_DIR)/roialign.log; exit 1; }
-	@tail -n 1 $(EMU_DIR)/roialign.log
-	$(EMU_DIR)/msdeform_emu_test > $(EMU_DIR)/msdeform.log || { cat $(EMU_DIR)/msdeform.log; exit 1; }
-	@tail -n 1 $(EMU_DIR)/msdeform.log
+	@for h in $(EMU_HARNESSES); do \
+		echo "$(EMU_DIR)/$${h}_emu_test"; \
+		$(EMU_DIR)/$${h}_emu_test > $(EMU_DIR)/$$h.log || { cat $(EMU_DIR)/$$h.log; exit 1; }; \
+		tail -n 1 $(EMU_DIR)/$$h.log; \
+	done
 	$(EMU_DIR)/msdeform_emu_test_asan _c4_rs4_ _red4_rs4_occ3_ _fwd_v16b_ _sort_ > $(EMU_DIR)/msdeform_asan.log 2>&1 || { cat $(EMU_DIR)/msdeform_asan.log; exit 1; }
 	@tail -n 1 $(EMU_DIR)/msdeform_asan.log
-	$(EMU_DIR)/elementwise_emu_test > $(EMU_DIR)/elementwise.log || { cat $(EMU_DIR)/elementwise.log; exit 1; }
-	@tail -n 1 $(EMU_DIR)/elementwise.log
-	$(EMU_DIR)/softmax_emu_test > $(EMU_DIR)/softmax.log || { cat $(EMU_DIR)/softmax.log; exit 1; }
-	@tail -n 1 $(EMU_DIR)/softmax.log
 	$(EMU_DIR)/softmax_emu_test_asan > $(EMU_DIR)/softmax_asan.log 2>&1 || { cat $(EMU_DIR)/softmax_asan.log; exit 1; }
 	@tail -n 1 $(EMU_DIR)/softmax_asan.log
 

@@ -157,6 +157,30 @@
   static_assert(offsetof(AxpyParams, n) == 16 && std::is_same<decltype(AxpyParams::n), int64_t>::value, "AxpyParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(AxpyParams, alpha) == 24 && std::is_same<decltype(AxpyParams::alpha), double>::value, "AxpyParams::alpha: offset or type differs from kernels/cuda's: run make kernels-go")
 
+// kernels/layernorm.cu
+#define STHENO_PARAMS_LayerNormParams \
+  static_assert(sizeof(LayerNormParams) == 72 && alignof(LayerNormParams) == 8, "LayerNormParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LayerNormParams, x) == 0 && std::is_same<decltype(LayerNormParams::x), uint64_t>::value, "LayerNormParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LayerNormParams, gamma) == 8 && std::is_same<decltype(LayerNormParams::gamma), uint64_t>::value, "LayerNormParams::gamma: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LayerNormParams, beta) == 16 && std::is_same<decltype(LayerNormParams::beta), uint64_t>::value, "LayerNormParams::beta: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LayerNormParams, dy) == 24 && std::is_same<decltype(LayerNormParams::dy), uint64_t>::value, "LayerNormParams::dy: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LayerNormParams, out) == 32 && std::is_same<decltype(LayerNormParams::out), uint64_t>::value, "LayerNormParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LayerNormParams, rows) == 40 && std::is_same<decltype(LayerNormParams::rows), int64_t>::value, "LayerNormParams::rows: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LayerNormParams, eps) == 48 && std::is_same<decltype(LayerNormParams::eps), double>::value, "LayerNormParams::eps: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LayerNormParams, c) == 56 && std::is_same<decltype(LayerNormParams::c), int32_t>::value, "LayerNormParams::c: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LayerNormParams, dgamma) == 60 && std::is_same<decltype(LayerNormParams::dgamma), int32_t>::value, "LayerNormParams::dgamma: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LayerNormParams, dbeta) == 64 && std::is_same<decltype(LayerNormParams::dbeta), int32_t>::value, "LayerNormParams::dbeta: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LayerNormParams, unused) == 68 && std::is_same<decltype(LayerNormParams::unused), int32_t>::value, "LayerNormParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/layernorm.cu
+#define STHENO_PARAMS_ColSumParams \
+  static_assert(sizeof(ColSumParams) == 32 && alignof(ColSumParams) == 8, "ColSumParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ColSumParams, in) == 0 && std::is_same<decltype(ColSumParams::in), uint64_t>::value, "ColSumParams::in: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ColSumParams, out) == 8 && std::is_same<decltype(ColSumParams::out), uint64_t>::value, "ColSumParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ColSumParams, rows) == 16 && std::is_same<decltype(ColSumParams::rows), int64_t>::value, "ColSumParams::rows: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ColSumParams, cols) == 24 && std::is_same<decltype(ColSumParams::cols), int32_t>::value, "ColSumParams::cols: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ColSumParams, unused) == 28 && std::is_same<decltype(ColSumParams::unused), int32_t>::value, "ColSumParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
 // kernels/msdeform.cu
 #define STHENO_PARAMS_MSDeformParams \
   static_assert(sizeof(MSDeformParams) == 304 && alignof(MSDeformParams) == 8, "MSDeformParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \

@@ -63,7 +63,7 @@ for step in $what; do
 		for tool in memcheck racecheck; do
 			echo "== compute-sanitizer $tool"
 			(cd ops && compute-sanitizer --tool $tool --error-exitcode 9 "$root/bin/ops.test" \
-				-test.run 'GPU(RoIAlignParity|MSDeformAttnParity|MSDeformAttn(Backward|Forward)Variants|MSDeformAttnSortedParity|MSDeformAttnQueryOrder|RoIAlignRunTimeErrors|ConvParity|ConvGradParity|ConvFpropVariants|ConvBackwardVariants|BatchNormOpsParity|ReLUMaskEdges)' >"$OUT/sanitizer-$tool.log" 2>&1
+				-test.run 'GPU(RoIAlignParity|MSDeformAttnParity|MSDeformAttn(Backward|Forward)Variants|MSDeformAttnSortedParity|MSDeformAttnQueryOrder|RoIAlignRunTimeErrors|ConvParity|ConvGradParity|ConvFpropVariants|ConvBackwardVariants|BatchNormOpsParity|ReLUMaskEdges|LayerNormParity)' >"$OUT/sanitizer-$tool.log" 2>&1
 			echo "exit $?" >>"$OUT/sanitizer-$tool.log")
 			tail -n 4 "$OUT/sanitizer-$tool.log"
 		done

@@ -339,6 +339,62 @@ var (
 	_ [24]byte = [unsafe.Offsetof(AxpyParams{}.Alpha)]byte{}
 )
 
+// LayerNormParams mirrors struct LayerNormParams of kernels/layernorm.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// One params struct for the row kernels: fwd, bwd_dx and bwd_params.
+type LayerNormParams struct {
+	X      backend.DevicePtr // [rows, c]; bwd_params reads it only for dgamma
+	Gamma  backend.DevicePtr // [c] scale, or 0: none
+	Beta   backend.DevicePtr // [c] shift, or 0: none (forward only)
+	DY     backend.DevicePtr // backward: the output's gradient [rows, c]
+	Out    backend.DevicePtr // fwd: y [rows, c]; bwd_dx: dx [rows, c]; bwd_params: [gridDim.x, sums*c]
+	Rows   int64
+	Eps    float64
+	C      int32
+	Dgamma int32 // bwd_params: sum dy*xhat into the first c columns of each partial row
+	Dbeta  int32 // bwd_params: sum dy into the c columns after dgamma's (the first c without)
+	_      int32
+}
+
+// LayerNormParams's layout, as the generator computed it for both sides.
+var (
+	_ [72]byte = [unsafe.Sizeof(LayerNormParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(LayerNormParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(LayerNormParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(LayerNormParams{}.Gamma)]byte{}
+	_ [16]byte = [unsafe.Offsetof(LayerNormParams{}.Beta)]byte{}
+	_ [24]byte = [unsafe.Offsetof(LayerNormParams{}.DY)]byte{}
+	_ [32]byte = [unsafe.Offsetof(LayerNormParams{}.Out)]byte{}
+	_ [40]byte = [unsafe.Offsetof(LayerNormParams{}.Rows)]byte{}
+	_ [48]byte = [unsafe.Offsetof(LayerNormParams{}.Eps)]byte{}
+	_ [56]byte = [unsafe.Offsetof(LayerNormParams{}.C)]byte{}
+	_ [60]byte = [unsafe.Offsetof(LayerNormParams{}.Dgamma)]byte{}
+	_ [64]byte = [unsafe.Offsetof(LayerNormParams{}.Dbeta)]byte{}
+)
+
+// ColSumParams mirrors struct ColSumParams of kernels/layernorm.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// colsum: out[j] = the sum over r < rows of in[r*cols + j].
+type ColSumParams struct {
+	In   backend.DevicePtr // [rows, cols]
+	Out  backend.DevicePtr // [cols]
+	Rows int64
+	Cols int32
+	_    int32
+}
+
+// ColSumParams's layout, as the generator computed it for both sides.
+var (
+	_ [32]byte = [unsafe.Sizeof(ColSumParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(ColSumParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(ColSumParams{}.In)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(ColSumParams{}.Out)]byte{}
+	_ [16]byte = [unsafe.Offsetof(ColSumParams{}.Rows)]byte{}
+	_ [24]byte = [unsafe.Offsetof(ColSumParams{}.Cols)]byte{}
+)
+
 // MSDeformParams mirrors struct MSDeformParams of kernels/msdeform.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
@@ -665,6 +721,64 @@ const (
 	AxpyF64 Kernel[AxpyParams] = "elementwise.axpy_f64"
 )
 
+// The kernels of kernels/layernorm.cu (module layernorm).
+const (
+	// LayerNormFwdWarpRow1kF32 is layernorm_fwd_warp_row1k_f32, __launch_bounds__(256).
+	//
+	// clang-format off
+	LayerNormFwdWarpRow1kF32 Kernel[LayerNormParams] = "layernorm.layernorm_fwd_warp_row1k_f32"
+	// LayerNormFwdWarpRow1kF64 is layernorm_fwd_warp_row1k_f64, __launch_bounds__(256).
+	LayerNormFwdWarpRow1kF64 Kernel[LayerNormParams] = "layernorm.layernorm_fwd_warp_row1k_f64"
+	// LayerNormFwdWarpRow4kF32 is layernorm_fwd_warp_row4k_f32, __launch_bounds__(256).
+	LayerNormFwdWarpRow4kF32 Kernel[LayerNormParams] = "layernorm.layernorm_fwd_warp_row4k_f32"
+	// LayerNormFwdWarpRow4kF64 is layernorm_fwd_warp_row4k_f64, __launch_bounds__(256).
+	LayerNormFwdWarpRow4kF64 Kernel[LayerNormParams] = "layernorm.layernorm_fwd_warp_row4k_f64"
+	// LayerNormFwdBlockV16bF32 is layernorm_fwd_block_v16b_f32, __launch_bounds__(1024).
+	LayerNormFwdBlockV16bF32 Kernel[LayerNormParams] = "layernorm.layernorm_fwd_block_v16b_f32"
+	// LayerNormFwdBlockV16bF64 is layernorm_fwd_block_v16b_f64, __launch_bounds__(1024).
+	LayerNormFwdBlockV16bF64 Kernel[LayerNormParams] = "layernorm.layernorm_fwd_block_v16b_f64"
+	// LayerNormFwdBlockF32 is layernorm_fwd_block_f32, __launch_bounds__(1024).
+	LayerNormFwdBlockF32 Kernel[LayerNormParams] = "layernorm.layernorm_fwd_block_f32"
+	// LayerNormFwdBlockF64 is layernorm_fwd_block_f64, __launch_bounds__(1024).
+	LayerNormFwdBlockF64 Kernel[LayerNormParams] = "layernorm.layernorm_fwd_block_f64"
+	// LayerNormBwdDXWarpRow1kF32 is layernorm_bwd_dx_warp_row1k_f32, __launch_bounds__(256).
+	LayerNormBwdDXWarpRow1kF32 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_dx_warp_row1k_f32"
+	// LayerNormBwdDXWarpRow1kF64 is layernorm_bwd_dx_warp_row1k_f64, __launch_bounds__(256).
+	LayerNormBwdDXWarpRow1kF64 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_dx_warp_row1k_f64"
+	// LayerNormBwdDXWarpRow4kF32 is layernorm_bwd_dx_warp_row4k_f32, __launch_bounds__(256).
+	LayerNormBwdDXWarpRow4kF32 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_dx_warp_row4k_f32"
+	// LayerNormBwdDXWarpRow4kF64 is layernorm_bwd_dx_warp_row4k_f64, __launch_bounds__(256).
+	LayerNormBwdDXWarpRow4kF64 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_dx_warp_row4k_f64"
+	// LayerNormBwdDXBlockV16bF32 is layernorm_bwd_dx_block_v16b_f32, __launch_bounds__(1024).
+	LayerNormBwdDXBlockV16bF32 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_dx_block_v16b_f32"
+	// LayerNormBwdDXBlockV16bF64 is layernorm_bwd_dx_block_v16b_f64, __launch_bounds__(1024).
+	LayerNormBwdDXBlockV16bF64 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_dx_block_v16b_f64"
+	// LayerNormBwdDXBlockF32 is layernorm_bwd_dx_block_f32, __launch_bounds__(1024).
+	LayerNormBwdDXBlockF32 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_dx_block_f32"
+	// LayerNormBwdDXBlockF64 is layernorm_bwd_dx_block_f64, __launch_bounds__(1024).
+	LayerNormBwdDXBlockF64 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_dx_block_f64"
+	// LayerNormBwdParamsWarpRow1kF32 is layernorm_bwd_params_warp_row1k_f32, __launch_bounds__(256).
+	LayerNormBwdParamsWarpRow1kF32 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_params_warp_row1k_f32"
+	// LayerNormBwdParamsWarpRow1kF64 is layernorm_bwd_params_warp_row1k_f64, __launch_bounds__(256).
+	LayerNormBwdParamsWarpRow1kF64 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_params_warp_row1k_f64"
+	// LayerNormBwdParamsWarpRow4kF32 is layernorm_bwd_params_warp_row4k_f32, __launch_bounds__(256).
+	LayerNormBwdParamsWarpRow4kF32 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_params_warp_row4k_f32"
+	// LayerNormBwdParamsWarpRow4kF64 is layernorm_bwd_params_warp_row4k_f64, __launch_bounds__(256).
+	LayerNormBwdParamsWarpRow4kF64 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_params_warp_row4k_f64"
+	// LayerNormBwdParamsBlockV16bF32 is layernorm_bwd_params_block_v16b_f32, __launch_bounds__(1024).
+	LayerNormBwdParamsBlockV16bF32 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_params_block_v16b_f32"
+	// LayerNormBwdParamsBlockV16bF64 is layernorm_bwd_params_block_v16b_f64, __launch_bounds__(1024).
+	LayerNormBwdParamsBlockV16bF64 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_params_block_v16b_f64"
+	// LayerNormBwdParamsBlockF32 is layernorm_bwd_params_block_f32, __launch_bounds__(1024).
+	LayerNormBwdParamsBlockF32 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_params_block_f32"
+	// LayerNormBwdParamsBlockF64 is layernorm_bwd_params_block_f64, __launch_bounds__(1024).
+	LayerNormBwdParamsBlockF64 Kernel[LayerNormParams] = "layernorm.layernorm_bwd_params_block_f64"
+	// LayerNormColSumF32 is layernorm_colsum_f32, __launch_bounds__(256).
+	LayerNormColSumF32 Kernel[ColSumParams] = "layernorm.layernorm_colsum_f32"
+	// LayerNormColSumF64 is layernorm_colsum_f64, __launch_bounds__(256).
+	LayerNormColSumF64 Kernel[ColSumParams] = "layernorm.layernorm_colsum_f64"
+)
+
 // The kernels of kernels/msdeform.cu (module msdeform).
 const (
 	// MSDeformFwdV16bOcc5F32 is msdeform_fwd_v16b_occ5_f32, __launch_bounds__(256, 5).
@@ -963,6 +1077,71 @@ func Axpy(dt tensor.Dtype) (Kernel[AxpyParams], error) {
 	return byDtype(dt, "axpy", AxpyF32, AxpyF64)
 }
 
+// LayerNormFwdWarpRow1k returns LayerNormFwdWarpRow1kF32 for float32 and LayerNormFwdWarpRow1kF64 for float64.
+func LayerNormFwdWarpRow1k(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_fwd_warp_row1k", LayerNormFwdWarpRow1kF32, LayerNormFwdWarpRow1kF64)
+}
+
+// LayerNormFwdWarpRow4k returns LayerNormFwdWarpRow4kF32 for float32 and LayerNormFwdWarpRow4kF64 for float64.
+func LayerNormFwdWarpRow4k(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_fwd_warp_row4k", LayerNormFwdWarpRow4kF32, LayerNormFwdWarpRow4kF64)
+}
+
+// LayerNormFwdBlockV16b returns LayerNormFwdBlockV16bF32 for float32 and LayerNormFwdBlockV16bF64 for float64.
+func LayerNormFwdBlockV16b(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_fwd_block_v16b", LayerNormFwdBlockV16bF32, LayerNormFwdBlockV16bF64)
+}
+
+// LayerNormFwdBlock returns LayerNormFwdBlockF32 for float32 and LayerNormFwdBlockF64 for float64.
+func LayerNormFwdBlock(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_fwd_block", LayerNormFwdBlockF32, LayerNormFwdBlockF64)
+}
+
+// LayerNormBwdDXWarpRow1k returns LayerNormBwdDXWarpRow1kF32 for float32 and LayerNormBwdDXWarpRow1kF64 for float64.
+func LayerNormBwdDXWarpRow1k(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_bwd_dx_warp_row1k", LayerNormBwdDXWarpRow1kF32, LayerNormBwdDXWarpRow1kF64)
+}
+
+// LayerNormBwdDXWarpRow4k returns LayerNormBwdDXWarpRow4kF32 for float32 and LayerNormBwdDXWarpRow4kF64 for float64.
+func LayerNormBwdDXWarpRow4k(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_bwd_dx_warp_row4k", LayerNormBwdDXWarpRow4kF32, LayerNormBwdDXWarpRow4kF64)
+}
+
+// LayerNormBwdDXBlockV16b returns LayerNormBwdDXBlockV16bF32 for float32 and LayerNormBwdDXBlockV16bF64 for float64.
+func LayerNormBwdDXBlockV16b(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_bwd_dx_block_v16b", LayerNormBwdDXBlockV16bF32, LayerNormBwdDXBlockV16bF64)
+}
+
+// LayerNormBwdDXBlock returns LayerNormBwdDXBlockF32 for float32 and LayerNormBwdDXBlockF64 for float64.
+func LayerNormBwdDXBlock(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_bwd_dx_block", LayerNormBwdDXBlockF32, LayerNormBwdDXBlockF64)
+}
+
+// LayerNormBwdParamsWarpRow1k returns LayerNormBwdParamsWarpRow1kF32 for float32 and LayerNormBwdParamsWarpRow1kF64 for float64.
+func LayerNormBwdParamsWarpRow1k(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_bwd_params_warp_row1k", LayerNormBwdParamsWarpRow1kF32, LayerNormBwdParamsWarpRow1kF64)
+}
+
+// LayerNormBwdParamsWarpRow4k returns LayerNormBwdParamsWarpRow4kF32 for float32 and LayerNormBwdParamsWarpRow4kF64 for float64.
+func LayerNormBwdParamsWarpRow4k(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_bwd_params_warp_row4k", LayerNormBwdParamsWarpRow4kF32, LayerNormBwdParamsWarpRow4kF64)
+}
+
+// LayerNormBwdParamsBlockV16b returns LayerNormBwdParamsBlockV16bF32 for float32 and LayerNormBwdParamsBlockV16bF64 for float64.
+func LayerNormBwdParamsBlockV16b(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_bwd_params_block_v16b", LayerNormBwdParamsBlockV16bF32, LayerNormBwdParamsBlockV16bF64)
+}
+
+// LayerNormBwdParamsBlock returns LayerNormBwdParamsBlockF32 for float32 and LayerNormBwdParamsBlockF64 for float64.
+func LayerNormBwdParamsBlock(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
+	return byDtype(dt, "layernorm_bwd_params_block", LayerNormBwdParamsBlockF32, LayerNormBwdParamsBlockF64)
+}
+
+// LayerNormColSum returns LayerNormColSumF32 for float32 and LayerNormColSumF64 for float64.
+func LayerNormColSum(dt tensor.Dtype) (Kernel[ColSumParams], error) {
+	return byDtype(dt, "layernorm_colsum", LayerNormColSumF32, LayerNormColSumF64)
+}
+
 // MSDeformFwdScalar returns MSDeformFwdScalarF32 for float32 and MSDeformFwdScalarF64 for float64.
 func MSDeformFwdScalar(dt tensor.Dtype) (Kernel[MSDeformParams], error) {
 	return byDtype(dt, "msdeform_fwd_scalar", MSDeformFwdScalarF32, MSDeformFwdScalarF64)
@@ -1236,6 +1415,25 @@ const (
 	ConvWgmmaM128S4TileM = 128
 	// ConvWgmmaThreads is WgmmaM128S3::NT in kernels/conv_sm90a.cu.
 	ConvWgmmaThreads = 256
+	// LayerNormWarps is kWarps in kernels/layernorm.cu.
+	//
+	// Warps per block of the warp kernels: each takes rows blockIdx.x*8 + warp,
+	// then a grid's worth of rows further, and bwd_params adds its warps'
+	// column sums in this order.
+	LayerNormWarps = 8
+	// LayerNormRow1kBytes is kRow1kBytes in kernels/layernorm.cu.
+	//
+	// The longest row row1k holds: 2 chunks of 16 bytes a lane.
+	LayerNormRow1kBytes = 1024
+	// LayerNormWarpRowBytes is kWarpRowBytes in kernels/layernorm.cu.
+	//
+	// The longest row the warp kernels hold (row4k): 8 chunks of 16 bytes a
+	// lane.
+	LayerNormWarpRowBytes = 4096
+	// ColSumWarps is kColSumWarps in kernels/layernorm.cu.
+	//
+	// colsum's block: 8 warps of 32 columns; warp w adds rows w, w+8, ...
+	ColSumWarps = 8
 	// MSDeformBlock is kBlock in kernels/msdeform.cu.
 	MSDeformBlock = 256
 	// MSDeformInlineLevels is kInlineLevels in kernels/msdeform.cu.
@@ -1349,6 +1547,32 @@ var kernelTable = [...]KernelInfo{
 	{Module: "elementwise", Name: "add_acc_f64", Params: "AddParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "axpy_f32", Params: "AxpyParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "axpy_f64", Params: "AxpyParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_fwd_warp_row1k_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_fwd_warp_row1k_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_fwd_warp_row4k_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_fwd_warp_row4k_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_fwd_block_v16b_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_fwd_block_v16b_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_fwd_block_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_fwd_block_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_dx_warp_row1k_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_dx_warp_row1k_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_dx_warp_row4k_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_dx_warp_row4k_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_dx_block_v16b_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_dx_block_v16b_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_dx_block_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_dx_block_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_params_warp_row1k_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_params_warp_row1k_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_params_warp_row4k_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_params_warp_row4k_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_params_block_v16b_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_params_block_v16b_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_params_block_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_bwd_params_block_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_colsum_f32", Params: "ColSumParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layernorm", Name: "layernorm_colsum_f64", Params: "ColSumParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "msdeform", Name: "msdeform_fwd_v16b_occ5_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 5, Variant: false},
 	{Module: "msdeform", Name: "msdeform_fwd_v16b_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "msdeform", Name: "msdeform_fwd_scalar_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
