@@ -996,6 +996,22 @@ const (
 	SoftmaxBwdWarpV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_warp_v16b_f32"
 	// SoftmaxBwdWarpV16bF64 is softmax_bwd_warp_v16b_f64, __launch_bounds__(128).
 	SoftmaxBwdWarpV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_warp_v16b_f64"
+	// SoftmaxFwdLaneF32 is softmax_fwd_lane_f32, __launch_bounds__(128).
+	SoftmaxFwdLaneF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_f32"
+	// SoftmaxFwdLaneF64 is softmax_fwd_lane_f64, __launch_bounds__(128).
+	SoftmaxFwdLaneF64 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_f64"
+	// SoftmaxFwdLaneV16bF32 is softmax_fwd_lane_v16b_f32, __launch_bounds__(128).
+	SoftmaxFwdLaneV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_v16b_f32"
+	// SoftmaxFwdLaneV16bF64 is softmax_fwd_lane_v16b_f64, __launch_bounds__(128).
+	SoftmaxFwdLaneV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_v16b_f64"
+	// SoftmaxBwdLaneF32 is softmax_bwd_lane_f32, __launch_bounds__(128).
+	SoftmaxBwdLaneF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_f32"
+	// SoftmaxBwdLaneF64 is softmax_bwd_lane_f64, __launch_bounds__(128).
+	SoftmaxBwdLaneF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_f64"
+	// SoftmaxBwdLaneV16bF32 is softmax_bwd_lane_v16b_f32, __launch_bounds__(128).
+	SoftmaxBwdLaneV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_v16b_f32"
+	// SoftmaxBwdLaneV16bF64 is softmax_bwd_lane_v16b_f64, __launch_bounds__(128).
+	SoftmaxBwdLaneV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_v16b_f64"
 	// SoftmaxFwdBlockF32 is softmax_fwd_block_f32, __launch_bounds__(512).
 	SoftmaxFwdBlockF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_block_f32"
 	// SoftmaxFwdBlockF64 is softmax_fwd_block_f64, __launch_bounds__(512).
@@ -1280,6 +1296,26 @@ func SoftmaxBwdWarp(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 // SoftmaxBwdWarpV16b returns SoftmaxBwdWarpV16bF32 for float32 and SoftmaxBwdWarpV16bF64 for float64.
 func SoftmaxBwdWarpV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 	return byDtype(dt, "softmax_bwd_warp_v16b", SoftmaxBwdWarpV16bF32, SoftmaxBwdWarpV16bF64)
+}
+
+// SoftmaxFwdLane returns SoftmaxFwdLaneF32 for float32 and SoftmaxFwdLaneF64 for float64.
+func SoftmaxFwdLane(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_fwd_lane", SoftmaxFwdLaneF32, SoftmaxFwdLaneF64)
+}
+
+// SoftmaxFwdLaneV16b returns SoftmaxFwdLaneV16bF32 for float32 and SoftmaxFwdLaneV16bF64 for float64.
+func SoftmaxFwdLaneV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_fwd_lane_v16b", SoftmaxFwdLaneV16bF32, SoftmaxFwdLaneV16bF64)
+}
+
+// SoftmaxBwdLane returns SoftmaxBwdLaneF32 for float32 and SoftmaxBwdLaneF64 for float64.
+func SoftmaxBwdLane(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_bwd_lane", SoftmaxBwdLaneF32, SoftmaxBwdLaneF64)
+}
+
+// SoftmaxBwdLaneV16b returns SoftmaxBwdLaneV16bF32 for float32 and SoftmaxBwdLaneV16bF64 for float64.
+func SoftmaxBwdLaneV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_bwd_lane_v16b", SoftmaxBwdLaneV16bF32, SoftmaxBwdLaneV16bF64)
 }
 
 // SoftmaxFwdBlock returns SoftmaxFwdBlockF32 for float32 and SoftmaxFwdBlockF64 for float64.
@@ -1655,6 +1691,14 @@ var kernelTable = [...]KernelInfo{
 	{Module: "softmax", Name: "softmax_bwd_warp_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_bwd_warp_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_bwd_warp_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_block_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_block_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_block_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
