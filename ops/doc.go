@@ -21,7 +21,9 @@
 // RoIAlign, MSDeformAttn, Conv, ConvBN, Linear, MatMul, BatchedMatMul,
 // Softmax, LogSoftmax and LayerNorm and return device tensors, with no host
 // round trip; the other ops refuse device inputs with an error that says to
-// move them with ToHost. All ops accept float32 and float64.
+// move them with ToHost. All ops accept float32 and float64. CheckPlacement
+// (and NewTapeMachine, which runs it) finds a device value that would reach
+// an op that cannot take it while the graph is still being compiled.
 //
 // Semantics follow the references exactly:
 //   - RoIAlign: torchvision.ops.roi_align (average pooling);

@@ -50,6 +50,11 @@ type opSpec struct {
 	// gorgonia hands them (their number checked) and decides itself where
 	// its output lives. For ops whose job is placement: ToDevice, ToHost.
 	run func(in []G.Value, prealloc G.Value) (G.Value, error)
+	// moveTo and moveLike tell CheckPlacement where a run op puts its
+	// output: on moveTo's device (ToDevice), where its second input lives
+	// (MoveLike), or else on the host (ToHost).
+	moveTo   *backend.Device
+	moveLike bool
 
 	// diffWRT says which inputs the op is differentiable with respect to
 	// (none when nil), and grad returns their gradients (nil for the
