@@ -11,6 +11,27 @@
 
 #define STHENO_PARAMS(S) STHENO_PARAMS_##S
 
+// kernels/attention.cu
+#define STHENO_PARAMS_ScaleMaskParams \
+  static_assert(sizeof(ScaleMaskParams) == 64 && alignof(ScaleMaskParams) == 8, "ScaleMaskParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, x) == 0 && std::is_same<decltype(ScaleMaskParams::x), uint64_t>::value, "ScaleMaskParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, mask) == 8 && std::is_same<decltype(ScaleMaskParams::mask), uint64_t>::value, "ScaleMaskParams::mask: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, out) == 16 && std::is_same<decltype(ScaleMaskParams::out), uint64_t>::value, "ScaleMaskParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, total) == 24 && std::is_same<decltype(ScaleMaskParams::total), int64_t>::value, "ScaleMaskParams::total: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, ls) == 32 && std::is_same<decltype(ScaleMaskParams::ls), int64_t>::value, "ScaleMaskParams::ls: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, s) == 40 && std::is_same<decltype(ScaleMaskParams::s), int64_t>::value, "ScaleMaskParams::s: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, heads) == 48 && std::is_same<decltype(ScaleMaskParams::heads), int64_t>::value, "ScaleMaskParams::heads: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, scale) == 56 && std::is_same<decltype(ScaleMaskParams::scale), double>::value, "ScaleMaskParams::scale: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/attention.cu
+#define STHENO_PARAMS_HeadMeanParams \
+  static_assert(sizeof(HeadMeanParams) == 40 && alignof(HeadMeanParams) == 8, "HeadMeanParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, x) == 0 && std::is_same<decltype(HeadMeanParams::x), uint64_t>::value, "HeadMeanParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, out) == 8 && std::is_same<decltype(HeadMeanParams::out), uint64_t>::value, "HeadMeanParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, total) == 16 && std::is_same<decltype(HeadMeanParams::total), int64_t>::value, "HeadMeanParams::total: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, ls) == 24 && std::is_same<decltype(HeadMeanParams::ls), int64_t>::value, "HeadMeanParams::ls: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, heads) == 32 && std::is_same<decltype(HeadMeanParams::heads), int64_t>::value, "HeadMeanParams::heads: offset or type differs from kernels/cuda's: run make kernels-go")
+
 // kernels/conv.cu
 #define STHENO_PARAMS_SplitKParams \
   static_assert(sizeof(SplitKParams) == 48 && alignof(SplitKParams) == 8, "SplitKParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \

@@ -10,6 +10,54 @@ import (
 	"github.com/stheno-ml/stheno/backend"
 )
 
+// ScaleMaskParams mirrors struct ScaleMaskParams of kernels/attention.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+type ScaleMaskParams struct {
+	X     backend.DevicePtr
+	Mask  backend.DevicePtr // [N, S], or 0: none
+	Out   backend.DevicePtr
+	Total int64 // elements of x: N*H*L*S
+	Ls    int64 // L*S
+	S     int64
+	Heads int64
+	Scale float64
+}
+
+// ScaleMaskParams's layout, as the generator computed it for both sides.
+var (
+	_ [64]byte = [unsafe.Sizeof(ScaleMaskParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(ScaleMaskParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(ScaleMaskParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(ScaleMaskParams{}.Mask)]byte{}
+	_ [16]byte = [unsafe.Offsetof(ScaleMaskParams{}.Out)]byte{}
+	_ [24]byte = [unsafe.Offsetof(ScaleMaskParams{}.Total)]byte{}
+	_ [32]byte = [unsafe.Offsetof(ScaleMaskParams{}.Ls)]byte{}
+	_ [40]byte = [unsafe.Offsetof(ScaleMaskParams{}.S)]byte{}
+	_ [48]byte = [unsafe.Offsetof(ScaleMaskParams{}.Heads)]byte{}
+	_ [56]byte = [unsafe.Offsetof(ScaleMaskParams{}.Scale)]byte{}
+)
+
+// HeadMeanParams mirrors struct HeadMeanParams of kernels/attention.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+type HeadMeanParams struct {
+	X     backend.DevicePtr // forward: [N*H, L*S]; backward: dy [N, L*S]
+	Out   backend.DevicePtr // forward: [N, L*S]; backward: dx [N*H, L*S]
+	Total int64             // elements of out
+	Ls    int64             // L*S
+	Heads int64
+}
+
+// HeadMeanParams's layout, as the generator computed it for both sides.
+var (
+	_ [40]byte = [unsafe.Sizeof(HeadMeanParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(HeadMeanParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(HeadMeanParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(HeadMeanParams{}.Out)]byte{}
+	_ [16]byte = [unsafe.Offsetof(HeadMeanParams{}.Total)]byte{}
+	_ [24]byte = [unsafe.Offsetof(HeadMeanParams{}.Ls)]byte{}
+	_ [32]byte = [unsafe.Offsetof(HeadMeanParams{}.Heads)]byte{}
+)
+
 // SplitKParams mirrors struct SplitKParams of kernels/conv.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
@@ -675,6 +723,22 @@ var (
 	_ [48]byte = [unsafe.Offsetof(SoftmaxParams{}.Lanes)]byte{}
 )
 
+// The kernels of kernels/attention.cu (module attention).
+const (
+	// AttentionScaleMaskF32 is attention_scale_mask_f32, __launch_bounds__(256).
+	AttentionScaleMaskF32 Kernel[ScaleMaskParams] = "attention.attention_scale_mask_f32"
+	// AttentionScaleMaskF64 is attention_scale_mask_f64, __launch_bounds__(256).
+	AttentionScaleMaskF64 Kernel[ScaleMaskParams] = "attention.attention_scale_mask_f64"
+	// AttentionHeadMeanF32 is attention_head_mean_f32, __launch_bounds__(256).
+	AttentionHeadMeanF32 Kernel[HeadMeanParams] = "attention.attention_head_mean_f32"
+	// AttentionHeadMeanF64 is attention_head_mean_f64, __launch_bounds__(256).
+	AttentionHeadMeanF64 Kernel[HeadMeanParams] = "attention.attention_head_mean_f64"
+	// AttentionHeadMeanBwdF32 is attention_head_mean_bwd_f32, __launch_bounds__(256).
+	AttentionHeadMeanBwdF32 Kernel[HeadMeanParams] = "attention.attention_head_mean_bwd_f32"
+	// AttentionHeadMeanBwdF64 is attention_head_mean_bwd_f64, __launch_bounds__(256).
+	AttentionHeadMeanBwdF64 Kernel[HeadMeanParams] = "attention.attention_head_mean_bwd_f64"
+)
+
 // The kernels of kernels/conv.cu (module conv).
 const (
 	// ConvFpropMmaM128I64F32 is conv_fprop_mma_m128_i64_f32, __launch_bounds__(256, 1).
@@ -1150,6 +1214,21 @@ const (
 	SoftmaxBwdInnerF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_inner_f64"
 )
 
+// AttentionScaleMask returns AttentionScaleMaskF32 for float32 and AttentionScaleMaskF64 for float64.
+func AttentionScaleMask(dt tensor.Dtype) (Kernel[ScaleMaskParams], error) {
+	return byDtype(dt, "attention_scale_mask", AttentionScaleMaskF32, AttentionScaleMaskF64)
+}
+
+// AttentionHeadMean returns AttentionHeadMeanF32 for float32 and AttentionHeadMeanF64 for float64.
+func AttentionHeadMean(dt tensor.Dtype) (Kernel[HeadMeanParams], error) {
+	return byDtype(dt, "attention_head_mean", AttentionHeadMeanF32, AttentionHeadMeanF64)
+}
+
+// AttentionHeadMeanBwd returns AttentionHeadMeanBwdF32 for float32 and AttentionHeadMeanBwdF64 for float64.
+func AttentionHeadMeanBwd(dt tensor.Dtype) (Kernel[HeadMeanParams], error) {
+	return byDtype(dt, "attention_head_mean_bwd", AttentionHeadMeanBwdF32, AttentionHeadMeanBwdF64)
+}
+
 // ConvSplitKReduce returns ConvSplitKReduceF32 for float32 and ConvSplitKReduceF64 for float64.
 func ConvSplitKReduce(dt tensor.Dtype) (Kernel[SplitKParams], error) {
 	return byDtype(dt, "conv_splitk_reduce", ConvSplitKReduceF32, ConvSplitKReduceF64)
@@ -1447,6 +1526,10 @@ func SoftmaxBwdInner(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 
 // Constants the kernels define (stheno:const annotations).
 const (
+	// AttentionThreads is kThreads in kernels/attention.cu.
+	//
+	// The threads of every block of attention.cu.
+	AttentionThreads = 256
 	// ConvFarIndex is kFar in kernels/conv.cu.
 	//
 	// An index far enough outside any image that a row or column marked with it
@@ -1652,6 +1735,12 @@ const (
 
 // kernelTable lists every kernel, module by module, in source order.
 var kernelTable = [...]KernelInfo{
+	{Module: "attention", Name: "attention_scale_mask_f32", Params: "ScaleMaskParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_scale_mask_f64", Params: "ScaleMaskParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_f32", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_f64", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_bwd_f32", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_bwd_f64", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "conv", Name: "conv_fprop_mma_m128_i64_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
 	{Module: "conv", Name: "conv_fprop_mma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
 	{Module: "conv", Name: "conv_fprop_mma_m256_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: true},
