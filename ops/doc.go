@@ -4,7 +4,8 @@
 // with BatchNorm, a residual and ReLU, ConvTranspose), UpsampleNearest,
 // Linear, MatMul and BatchedMatMul, Softmax and LogSoftmax along any axis,
 // LayerNorm, the layout ops (Permute, Transpose, Concat, Slice, Split,
-// Reshape, Detach, GatherRows), the detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
+// Reshape, Detach, GatherRows), MultiHeadAttention (composed of them), the
+// detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
 // each with per-element weights) and ToDevice/ToHost, which move values and
 // their gradients between the host and a GPU inside a graph.
 //
@@ -41,4 +42,6 @@
 //   - Permute, Concat, Slice, Reshape, GatherRows: x.permute(...).contiguous(),
 //     torch.cat, x.narrow, torch.reshape and torch.index_select(x, 0, idx);
 //     each returns a new contiguous tensor (on the device too, never a view).
+//   - MultiHeadAttention: torch.nn.MultiheadAttention's forward with dropout
+//     0 (kdim = vdim = E, an additive key-padding mask).
 package ops
