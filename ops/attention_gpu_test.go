@@ -9,6 +9,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/kernels"
 )
@@ -250,4 +251,29 @@ func benchAttention(b *testing.B, impl string) {
 		b.StopTimer()
 		b.ReportMetric(float64(median(times).Nanoseconds())/1e6, "ms")
 	})
+}
+
+// The host half of TestGPUMultiHeadAttentionParity's graphs (Backpropagate
+// from a given output gradient, the mask left out of the gradients) runs
+// without a GPU too, and its gradient of x matches G.Grad's of sum(out*r).
+func TestMultiHeadAttentionBackpropagate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(26, 10))
+	vals, r := attentionInputs(rng, tensor.Float64, 8, 3, 5, 2, false, true, true)
+	cfg := AttentionConfig{NumHeads: 2, BatchFirst: true}
+	ar := newAttentionRun(t, nil, vals, r, false, cfg, true)
+	defer ar.m.Close()
+	if err := ar.run(); err != nil {
+		t.Fatal(err)
+	}
+	got := ar.values(t)
+	grads := gradOf(t, vals, r, []int{0, 1, 2}, func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
+		w := AttentionWeights{InProjWeight: in[3], InProjBias: in[4], OutProjWeight: in[5], OutProjBias: in[6]}
+		out, _, err := MultiHeadAttention(in[0], in[1], in[2], w, in[7], cfg)
+		return out, err
+	})
+	for i := range grads {
+		if err := autograd.TolForward64.Compare(got[1+i], grads[i]); err != nil {
+			t.Errorf("gradient %d: %v", i, err)
+		}
+	}
 }
