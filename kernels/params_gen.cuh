@@ -11,6 +11,27 @@
 
 #define STHENO_PARAMS(S) STHENO_PARAMS_##S
 
+// kernels/attention.cu
+#define STHENO_PARAMS_ScaleMaskParams \
+  static_assert(sizeof(ScaleMaskParams) == 64 && alignof(ScaleMaskParams) == 8, "ScaleMaskParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, x) == 0 && std::is_same<decltype(ScaleMaskParams::x), uint64_t>::value, "ScaleMaskParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, mask) == 8 && std::is_same<decltype(ScaleMaskParams::mask), uint64_t>::value, "ScaleMaskParams::mask: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, out) == 16 && std::is_same<decltype(ScaleMaskParams::out), uint64_t>::value, "ScaleMaskParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, total) == 24 && std::is_same<decltype(ScaleMaskParams::total), int64_t>::value, "ScaleMaskParams::total: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, ls) == 32 && std::is_same<decltype(ScaleMaskParams::ls), int64_t>::value, "ScaleMaskParams::ls: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, s) == 40 && std::is_same<decltype(ScaleMaskParams::s), int64_t>::value, "ScaleMaskParams::s: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, heads) == 48 && std::is_same<decltype(ScaleMaskParams::heads), int64_t>::value, "ScaleMaskParams::heads: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, scale) == 56 && std::is_same<decltype(ScaleMaskParams::scale), double>::value, "ScaleMaskParams::scale: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/attention.cu
+#define STHENO_PARAMS_HeadMeanParams \
+  static_assert(sizeof(HeadMeanParams) == 40 && alignof(HeadMeanParams) == 8, "HeadMeanParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, x) == 0 && std::is_same<decltype(HeadMeanParams::x), uint64_t>::value, "HeadMeanParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, out) == 8 && std::is_same<decltype(HeadMeanParams::out), uint64_t>::value, "HeadMeanParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, total) == 16 && std::is_same<decltype(HeadMeanParams::total), int64_t>::value, "HeadMeanParams::total: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, ls) == 24 && std::is_same<decltype(HeadMeanParams::ls), int64_t>::value, "HeadMeanParams::ls: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, heads) == 32 && std::is_same<decltype(HeadMeanParams::heads), int64_t>::value, "HeadMeanParams::heads: offset or type differs from kernels/cuda's: run make kernels-go")
+
 // kernels/conv.cu
 #define STHENO_PARAMS_SplitKParams \
   static_assert(sizeof(SplitKParams) == 48 && alignof(SplitKParams) == 8, "SplitKParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
@@ -180,6 +201,41 @@
   static_assert(offsetof(ColSumParams, rows) == 16 && std::is_same<decltype(ColSumParams::rows), int64_t>::value, "ColSumParams::rows: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(ColSumParams, cols) == 24 && std::is_same<decltype(ColSumParams::cols), int32_t>::value, "ColSumParams::cols: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(ColSumParams, unused) == 28 && std::is_same<decltype(ColSumParams::unused), int32_t>::value, "ColSumParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/layout.cu
+#define STHENO_PARAMS_PermuteParams \
+  static_assert(sizeof(PermuteParams) == 232 && alignof(PermuteParams) == 8, "PermuteParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, in) == 0 && std::is_same<decltype(PermuteParams::in), uint64_t>::value, "PermuteParams::in: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, out) == 8 && std::is_same<decltype(PermuteParams::out), uint64_t>::value, "PermuteParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, dims) == 16 && std::is_same<decltype(PermuteParams::dims), int64_t[8]>::value, "PermuteParams::dims: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, in_strides) == 80 && std::is_same<decltype(PermuteParams::in_strides), int64_t[8]>::value, "PermuteParams::in_strides: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, out_strides) == 144 && std::is_same<decltype(PermuteParams::out_strides), int64_t[8]>::value, "PermuteParams::out_strides: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, total) == 208 && std::is_same<decltype(PermuteParams::total), int64_t>::value, "PermuteParams::total: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, batch) == 216 && std::is_same<decltype(PermuteParams::batch), int64_t>::value, "PermuteParams::batch: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, rank) == 224 && std::is_same<decltype(PermuteParams::rank), int32_t>::value, "PermuteParams::rank: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, tile_axis) == 228 && std::is_same<decltype(PermuteParams::tile_axis), int32_t>::value, "PermuteParams::tile_axis: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/layout.cu
+#define STHENO_PARAMS_CopyRowsParams \
+  static_assert(sizeof(CopyRowsParams) == 48 && alignof(CopyRowsParams) == 8, "CopyRowsParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, src) == 0 && std::is_same<decltype(CopyRowsParams::src), uint64_t>::value, "CopyRowsParams::src: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, dst) == 8 && std::is_same<decltype(CopyRowsParams::dst), uint64_t>::value, "CopyRowsParams::dst: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, rows) == 16 && std::is_same<decltype(CopyRowsParams::rows), int64_t>::value, "CopyRowsParams::rows: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, cols) == 24 && std::is_same<decltype(CopyRowsParams::cols), int64_t>::value, "CopyRowsParams::cols: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, src_stride) == 32 && std::is_same<decltype(CopyRowsParams::src_stride), int64_t>::value, "CopyRowsParams::src_stride: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, dst_stride) == 40 && std::is_same<decltype(CopyRowsParams::dst_stride), int64_t>::value, "CopyRowsParams::dst_stride: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/layout.cu
+#define STHENO_PARAMS_GatherParams \
+  static_assert(sizeof(GatherParams) == 64 && alignof(GatherParams) == 8, "GatherParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, x) == 0 && std::is_same<decltype(GatherParams::x), uint64_t>::value, "GatherParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, idx) == 8 && std::is_same<decltype(GatherParams::idx), uint64_t>::value, "GatherParams::idx: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, out) == 16 && std::is_same<decltype(GatherParams::out), uint64_t>::value, "GatherParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, link) == 24 && std::is_same<decltype(GatherParams::link), uint64_t>::value, "GatherParams::link: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, status) == 32 && std::is_same<decltype(GatherParams::status), uint64_t>::value, "GatherParams::status: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, n) == 40 && std::is_same<decltype(GatherParams::n), int64_t>::value, "GatherParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, k) == 48 && std::is_same<decltype(GatherParams::k), int64_t>::value, "GatherParams::k: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, d) == 56 && std::is_same<decltype(GatherParams::d), int64_t>::value, "GatherParams::d: offset or type differs from kernels/cuda's: run make kernels-go")
 
 // kernels/msdeform.cu
 #define STHENO_PARAMS_MSDeformParams \

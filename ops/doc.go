@@ -3,7 +3,9 @@
 // (MSDeformAttn), fused convolution layers (Conv with bias and ReLU, ConvBN
 // with BatchNorm, a residual and ReLU, ConvTranspose), UpsampleNearest,
 // Linear, MatMul and BatchedMatMul, Softmax and LogSoftmax along any axis,
-// LayerNorm, the detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
+// LayerNorm, the layout ops (Permute, Transpose, Concat, Slice, Split,
+// Reshape, Detach, GatherRows), MultiHeadAttention (composed of them), the
+// detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
 // each with per-element weights) and ToDevice/ToHost, which move values and
 // their gradients between the host and a GPU inside a graph.
 //
@@ -19,7 +21,7 @@
 // where their inputs live: host tensors take the Go CPU kernels; device
 // tensors (package backend, build tag stheno_cuda) take the CUDA kernels of
 // RoIAlign, MSDeformAttn, Conv, ConvBN, Linear, MatMul, BatchedMatMul,
-// Softmax, LogSoftmax and LayerNorm and return device tensors, with no host
+// Softmax, LogSoftmax, LayerNorm and the layout ops and return device tensors, with no host
 // round trip; the other ops refuse device inputs with an error that says to
 // move them with ToHost. All ops accept float32 and float64. CheckPlacement
 // (and NewTapeMachine, which runs it) finds a device value that would reach
@@ -39,4 +41,9 @@
 //     +inf or a line of -inf only makes its line NaN).
 //   - LayerNorm: torch.nn.functional.layer_norm over the last dimension,
 //     with optional weight (gamma) and bias (beta).
+//   - Permute, Concat, Slice, Reshape, GatherRows: x.permute(...).contiguous(),
+//     torch.cat, x.narrow, torch.reshape and torch.index_select(x, 0, idx);
+//     each returns a new contiguous tensor (on the device too, never a view).
+//   - MultiHeadAttention: torch.nn.MultiheadAttention's forward with dropout
+//     0 (kdim = vdim = E, an additive key-padding mask).
 package ops
