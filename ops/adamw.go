@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"unsafe"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -104,6 +105,27 @@ type adamwParam struct {
 	group int
 	shape tensor.Shape
 	m, v  *tensor.Dense
+
+	// On a device: the addresses of m and v, and of the value and the
+	// gradient of the last step with the tensors they were found in.
+	mPtr, vPtr        backend.DevicePtr
+	seenVal, seenGrad deviceSeen
+}
+
+// deviceSeen is a device tensor as a step found it, checked, and its
+// address: a later step handed the same tensor, with the same memory and
+// shape, needs no lookup in the device's allocator (a freed tensor's
+// memory is emptied, so it does not look the same).
+type deviceSeen struct {
+	t     *tensor.Dense
+	raw   *byte
+	n     int
+	shape tensor.Shape
+	ptr   backend.DevicePtr
+}
+
+func (s *deviceSeen) same(t *tensor.Dense) bool {
+	return s.t == t && len(t.Raw) == s.n && s.n > 0 && unsafe.SliceData(t.Raw) == s.raw && t.Shape().Eq(s.shape)
 }
 
 const adamwName = "AdamW"
@@ -382,6 +404,13 @@ func (a *AdamW) checkStepParam(p *adamwParam) (adamwStepParam, error) {
 			return adamwStepParam{}, fmt.Errorf("ops: %s: %s: its %s has shape %v, want %v", adamwName, p.name, t.what, t.d.Shape(), p.shape)
 		}
 		if a.dev != nil {
+			seen := &p.seenVal
+			if t.what == "gradient" {
+				seen = &p.seenGrad
+			}
+			if seen.same(t.d) {
+				continue
+			}
 			if !backend.IsDevice(t.d) {
 				return adamwStepParam{}, fmt.Errorf("ops: %s: %s: its %s is in host memory, the optimiser's state on %v", adamwName, p.name, t.what, a.dev)
 			}
@@ -389,6 +418,11 @@ func (a *AdamW) checkStepParam(p *adamwParam) (adamwStepParam, error) {
 			if err != nil || d != a.dev {
 				return adamwStepParam{}, fmt.Errorf("ops: %s: %s: its %s is not on %v, where the optimiser's state is", adamwName, p.name, t.what, a.dev)
 			}
+			ptr, err := a.dev.Ptr(t.d)
+			if err != nil {
+				return adamwStepParam{}, fmt.Errorf("ops: %s: %s: its %s: %w", adamwName, p.name, t.what, err)
+			}
+			*seen = deviceSeen{t: t.d, raw: unsafe.SliceData(t.d.Raw), n: len(t.d.Raw), shape: t.d.Shape().Clone(), ptr: ptr}
 			continue
 		}
 		if backend.IsDevice(t.d) {

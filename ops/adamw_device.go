@@ -30,9 +30,10 @@ type adamwDevice struct {
 	table   *tensor.Dense
 	partial *tensor.Dense
 	norm    *tensor.Dense
-	// loaded is what the table holds now: a step that packs the same words
-	// copies nothing.
-	loaded []int64
+	// rows are the tensors' rows the table holds now, and chunks its
+	// chunks: a step with the same rows copies nothing.
+	rows   [][kernels.AdamWTensorWords]int64
+	chunks int
 }
 
 func (a *AdamW) makeDeviceState() (err error) {
@@ -65,6 +66,12 @@ func (a *AdamW) makeDeviceState() (err error) {
 			if err := dev.Zero(t); err != nil {
 				return fmt.Errorf("ops: %s: %w", adamwName, err)
 			}
+		}
+		if p.mPtr, err = dev.Ptr(p.m); err != nil {
+			return fmt.Errorf("ops: %s: %w", adamwName, err)
+		}
+		if p.vPtr, err = dev.Ptr(p.v); err != nil {
+			return fmt.Errorf("ops: %s: %w", adamwName, err)
 		}
 		lengths[i] = p.shape.TotalSize()
 	}
@@ -142,28 +149,25 @@ func (a *AdamW) stepDevice(ps []adamwStepParam) error {
 	dev, s := a.dev, a.onDev
 	rows := make([][kernels.AdamWTensorWords]int64, len(ps))
 	for i, p := range ps {
-		var ptr [4]backend.DevicePtr
-		for j, t := range []*tensor.Dense{p.val, p.grad, p.m, p.v} {
-			var err error
-			if ptr[j], err = dev.Ptr(t); err != nil {
-				return fmt.Errorf("ops: %s: %s: %w", adamwName, p.name, err)
+		rows[i] = [kernels.AdamWTensorWords]int64{int64(p.seenVal.ptr), int64(p.seenGrad.ptr), int64(p.mPtr), int64(p.vPtr), int64(p.shape.TotalSize()), int64(p.group)}
+	}
+	if !slices.Equal(rows, s.rows) {
+		words, chunks := kernels.AdamWTable(rows)
+		if chunks > 0 {
+			host := tensor.New(tensor.WithBacking(words))
+			// An asynchronous copy on the stream, after the kernels that
+			// read the table before: the driver stages the host slice
+			// before the call returns.
+			if err := dev.Engine().Memcpy(s.table, host); err != nil {
+				s.rows = nil
+				return fmt.Errorf("ops: %s: copying the table: %w", adamwName, err)
 			}
 		}
-		rows[i] = [kernels.AdamWTensorWords]int64{int64(ptr[0]), int64(ptr[1]), int64(ptr[2]), int64(ptr[3]), int64(p.shape.TotalSize()), int64(p.group)}
+		s.rows, s.chunks = rows, chunks
 	}
-	words, chunks := kernels.AdamWTable(rows)
+	chunks := s.chunks
 	if chunks == 0 {
 		return nil
-	}
-	if !slices.Equal(words, s.loaded) {
-		host := tensor.New(tensor.WithBacking(words))
-		// An asynchronous copy on the stream, after the kernels that read
-		// the table before: the host slice is staged by the driver before
-		// the call returns.
-		if err := dev.Engine().Memcpy(s.table, host); err != nil {
-			return fmt.Errorf("ops: %s: copying the table: %w", adamwName, err)
-		}
-		s.loaded = words
 	}
 	table, err := dev.Ptr(s.table)
 	if err != nil {
