@@ -5,7 +5,8 @@
 // Linear, MatMul and BatchedMatMul, Softmax and LogSoftmax along any axis,
 // LayerNorm, the detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
 // each with per-element weights) and ToDevice/ToHost, which move values and
-// their gradients between the host and a GPU inside a graph.
+// their gradients between the host and a GPU inside a graph. AdamW is a
+// gorgonia.Solver that updates parameters where they live, host or GPU.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
@@ -37,4 +38,7 @@
 //     +inf or a line of -inf only makes its line NaN).
 //   - LayerNorm: torch.nn.functional.layer_norm over the last dimension,
 //     with optional weight (gamma) and bias (beta).
+//   - AdamW: torch.optim.AdamW with param_groups (learning rate and weight
+//     decay per group), after torch.nn.utils.clip_grad_norm_ when
+//     AdamWConfig.MaxGradNorm is set.
 package ops
