@@ -1,4 +1,4 @@
-package kernels
+package kernels_test
 
 import (
 	"math"
@@ -7,18 +7,19 @@ import (
 	"testing"
 
 	"github.com/stheno-ml/stheno/autograd"
+	"github.com/stheno-ml/stheno/kernels"
 )
 
 // Chunks are cut tensor by tensor from each tensor's first element; a
 // tensor of no elements has none.
 func TestAdamWChunks(t *testing.T) {
-	c := AdamWChunkElems
-	got := AdamWChunks([]int{1, 0, c, c + 1, 2*c - 1, 5})
+	c := kernels.AdamWChunkElems
+	got := kernels.AdamWChunks([]int{1, 0, c, c + 1, 2*c - 1, 5})
 	want := []int64{0, 2, 3, 1<<32 | 3, 4, 1<<32 | 4, 5}
 	if !slices.Equal(got, want) {
 		t.Errorf("AdamWChunks = %#x, want %#x", got, want)
 	}
-	table, chunks := AdamWTable([][AdamWTensorWords]int64{{1, 2, 3, 4, int64(c + 1), 1}, {5, 6, 7, 8, 3, 0}})
+	table, chunks := kernels.AdamWTable([][kernels.AdamWTensorWords]int64{{1, 2, 3, 4, int64(c + 1), 1}, {5, 6, 7, 8, 3, 0}})
 	wantTable := []int64{1, 2, 3, 4, int64(c + 1), 1, 5, 6, 7, 8, 3, 0, 0, 1 << 32, 1}
 	if chunks != 3 || !slices.Equal(table, wantTable) {
 		t.Errorf("AdamWTable = %v, %d chunks; want %v, 3", table, chunks, wantTable)
@@ -31,7 +32,7 @@ func TestAdamWChunks(t *testing.T) {
 // exact in float64, and so is most of their sum).
 func TestAdamWNorm(t *testing.T) {
 	rng := rand.New(rand.NewPCG(26, 2))
-	c := AdamWChunkElems
+	c := kernels.AdamWChunkElems
 	lengths := []int{1, 3, 5, 1023, 1025, c - 1, c, c + 1, 3*c + 7, 0}
 	g64 := make([][]float64, len(lengths))
 	g32 := make([][]float32, len(lengths))
@@ -45,21 +46,21 @@ func TestAdamWNorm(t *testing.T) {
 		}
 	}
 	want = math.Sqrt(want)
-	if err := autograd.TolForward64.Compare([]float64{AdamWNorm(g64), AdamWNorm(g32)}, []float64{want, want}); err != nil {
+	if err := autograd.TolForward64.Compare([]float64{kernels.AdamWNorm(g64), kernels.AdamWNorm(g32)}, []float64{want, want}); err != nil {
 		t.Error(err)
 	}
 	// The order depends on the lengths alone: the same bits run after run
 	// (the chunks are summed on several goroutines).
-	first := AdamWNorm(g32)
+	first := kernels.AdamWNorm(g32)
 	for range 3 {
-		if got := AdamWNorm(g32); got != first {
+		if got := kernels.AdamWNorm(g32); got != first {
 			t.Fatalf("AdamWNorm = %v, then %v", first, got)
 		}
 	}
-	if got := AdamWNorm([][]float32{{}}); got != 0 {
+	if got := kernels.AdamWNorm([][]float32{{}}); got != 0 {
 		t.Errorf("the norm of nothing = %v, want 0", got)
 	}
-	if got := AdamWNorm([][]float32{{1, float32(math.NaN())}}); !math.IsNaN(got) {
+	if got := kernels.AdamWNorm([][]float32{{1, float32(math.NaN())}}); !math.IsNaN(got) {
 		t.Errorf("the norm of a NaN = %v, want NaN", got)
 	}
 }
@@ -74,7 +75,7 @@ func TestAdamWClipCoef(t *testing.T) {
 		{math.Inf(1), 1, 0},
 		{math.NaN(), 1, math.NaN()},
 	} {
-		got := AdamWClipCoef(c.norm, c.max)
+		got := kernels.AdamWClipCoef(c.norm, c.max)
 		if got != c.want && !(math.IsNaN(got) && math.IsNaN(c.want)) {
 			t.Errorf("AdamWClipCoef(%v, %v) = %v, want %v", c.norm, c.max, got, c.want)
 		}
@@ -89,7 +90,7 @@ func TestAdamWUpdate(t *testing.T) {
 	testAdamWUpdate[float64](t, autograd.TolForward64)
 }
 
-func testAdamWUpdate[T Float](t *testing.T, tol autograd.Tolerance) {
+func testAdamWUpdate[T kernels.Float](t *testing.T, tol autograd.Tolerance) {
 	rng := rand.New(rand.NewPCG(26, 3))
 	const n = 1000
 	const beta1, beta2, eps, lr, wd = 0.9, 0.999, 1e-8, 1e-2, 0.05
@@ -117,13 +118,13 @@ func testAdamWUpdate[T Float](t *testing.T, tol autograd.Tolerance) {
 			}
 			zero := step != 2
 			g0 := slices.Clone(g)
-			AdamWUpdate(NewAdamWStep(beta1, beta2, eps, lr, wd, step), coef, clip, zero, p, g, m, v)
+			kernels.AdamWUpdate(kernels.NewAdamWStep(beta1, beta2, eps, lr, wd, step), coef, clip, zero, p, g, m, v)
 			for _, c := range []struct {
 				name string
 				got  []T
 				want []float64
 			}{{"p", p, wp}, {"m", m, wm}, {"v", v, wv}} {
-				if err := tol.Compare(f64s(c.got), c.want); err != nil {
+				if err := tol.Compare(adamwF64s(c.got), c.want); err != nil {
 					t.Errorf("%T clip=%v step %d: %s: %v", p[0], clip, step, c.name, err)
 				}
 			}
@@ -138,7 +139,7 @@ func testAdamWUpdate[T Float](t *testing.T, tol autograd.Tolerance) {
 	}
 }
 
-func f64s[T Float](s []T) []float64 {
+func adamwF64s[T kernels.Float](s []T) []float64 {
 	out := make([]float64, len(s))
 	for i, v := range s {
 		out[i] = float64(v)
