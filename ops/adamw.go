@@ -339,8 +339,9 @@ type adamwStepParam struct {
 // Step makes one AdamW step on the parameters of model, each of which must
 // be in one of the groups (once): clipping (if asked) over their gradients,
 // then the update of their values and moments in place. Parameters of the
-// groups that model leaves out are left alone. On an error nothing has
-// changed.
+// groups that model leaves out are left alone. When model is refused (a
+// parameter of no group or twice, a value or gradient of the wrong shape,
+// dtype or place) nothing has changed.
 func (a *AdamW) Step(model []G.ValueGrad) error {
 	if a.freed {
 		return fmt.Errorf("ops: %s: Step after Free", adamwName)
