@@ -190,6 +190,15 @@ func checkGroupRate(group int, name string, v float64) error {
 	return nil
 }
 
+// describeParam names a value that is not one of the optimiser's
+// parameters: its name, or its type.
+func describeParam(vg G.ValueGrad) string {
+	if n, ok := vg.(interface{ Name() string }); ok && n.Name() != "" {
+		return n.Name()
+	}
+	return fmt.Sprintf("a %T", vg)
+}
+
 // paramName names a parameter in errors: its node's name, or where it
 // sits in the groups.
 func paramName(group, i int, vg G.ValueGrad) string {
@@ -276,8 +285,14 @@ func (a *AdamW) SetLR(group int, lr float64) error {
 	return nil
 }
 
-// LR returns the learning rate of group.
-func (a *AdamW) LR(group int) float64 { return a.lr[group] }
+// LR returns the learning rate of group (NaN for a group it does not
+// have).
+func (a *AdamW) LR(group int) float64 {
+	if group < 0 || group >= len(a.lr) {
+		return math.NaN()
+	}
+	return a.lr[group]
+}
 
 // Steps returns the steps made: the step count of the next step's bias
 // corrections is Steps()+1.
@@ -354,7 +369,7 @@ func (a *AdamW) Step(model []G.ValueGrad) error {
 	for k, vg := range model {
 		i, ok := a.lookup(vg)
 		if !ok {
-			return fmt.Errorf("ops: %s: model[%d] (%v) is in no parameter group", adamwName, k, vg)
+			return fmt.Errorf("ops: %s: model[%d] (%s) is in no parameter group", adamwName, k, describeParam(vg))
 		}
 		if seen[i] != 0 {
 			return fmt.Errorf("ops: %s: model[%d] and model[%d] are both %s", adamwName, seen[i]-1, k, a.params[i].name)

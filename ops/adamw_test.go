@@ -380,7 +380,7 @@ func TestAdamWBadInputs(t *testing.T) {
 		model []G.ValueGrad
 		want  string
 	}{
-		{"stranger", opt, valueGrads(p, stranger), "model[1] (&{stranger"},
+		{"stranger", opt, valueGrads(p, stranger), "model[1] (stranger) is in no parameter group"},
 		{"twice", opt, valueGrads(p, q, p), "model[0] and model[2] are both parameter p (group 0)"},
 		{"no gradient", opt2, valueGrads(noGrad), "parameter nograd (group 0) has no gradient: no gradient"},
 		{"gradient shape", opt2, valueGrads(wrongShape), "parameter shape (group 0): its gradient has shape (3), want (2)"},
