@@ -17,11 +17,11 @@ const (
 	AdamWTensorWords = 6
 )
 
-// AdamWStep holds the scalars of one AdamW step (torch.optim.AdamW) on the
-// tensors of one parameter group, worked out in float64 from the
-// hyperparameters and the step count t (NewAdamWStep); the update rounds
-// each to the element type once, as the kernels do.
-type AdamWStep struct {
+// AdamWScalars holds the scalars of one AdamW step (torch.optim.AdamW) on
+// the tensors of one parameter group, worked out in float64 from the
+// hyperparameters and the step count t (NewAdamWScalars); the update
+// rounds each to the element type once, as the kernels do.
+type AdamWScalars struct {
 	Beta1, OneMinusBeta1 float64
 	Beta2, OneMinusBeta2 float64
 	Eps                  float64
@@ -33,10 +33,11 @@ type AdamWStep struct {
 	StepSize float64
 }
 
-// NewAdamWStep returns the scalars of step t (counted from 1) of AdamW with
-// betas beta1, beta2, epsilon eps, learning rate lr and weight decay wd.
-func NewAdamWStep(beta1, beta2, eps, lr, wd float64, t int) AdamWStep {
-	return AdamWStep{
+// NewAdamWScalars returns the scalars of step t (counted from 1) of AdamW
+// with betas beta1, beta2, epsilon eps, learning rate lr and weight decay
+// wd.
+func NewAdamWScalars(beta1, beta2, eps, lr, wd float64, t int) AdamWScalars {
+	return AdamWScalars{
 		Beta1: beta1, OneMinusBeta1: 1 - beta1,
 		Beta2: beta2, OneMinusBeta2: 1 - beta2,
 		Eps:      eps,
@@ -57,7 +58,7 @@ func NewAdamWStep(beta1, beta2, eps, lr, wd float64, t int) AdamWStep {
 //	m = Beta1*m + OneMinusBeta1*g
 //	v = Beta2*v + (OneMinusBeta2*g)*g
 //	p = p - (StepSize*m) / (sqrt(v)/BC2Sqrt + Eps)
-func AdamWUpdate[T Float](s AdamWStep, coef float64, clip, zeroGrad bool, param, grad, m, v []T) {
+func AdamWUpdate[T Float](s AdamWScalars, coef float64, clip, zeroGrad bool, param, grad, m, v []T) {
 	decay, stepSize := T(s.Decay), T(s.StepSize)
 	beta1, omb1 := T(s.Beta1), T(s.OneMinusBeta1)
 	beta2, omb2 := T(s.Beta2), T(s.OneMinusBeta2)

@@ -118,7 +118,7 @@ func testAdamWUpdate[T kernels.Float](t *testing.T, tol autograd.Tolerance) {
 			}
 			zero := step != 2
 			g0 := slices.Clone(g)
-			kernels.AdamWUpdate(kernels.NewAdamWStep(beta1, beta2, eps, lr, wd, step), coef, clip, zero, p, g, m, v)
+			kernels.AdamWUpdate(kernels.NewAdamWScalars(beta1, beta2, eps, lr, wd, step), coef, clip, zero, p, g, m, v)
 			for _, c := range []struct {
 				name string
 				got  []T

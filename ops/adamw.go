@@ -452,10 +452,10 @@ func (a *AdamW) checkStepParam(p *adamwParam) (adamwStepParam, error) {
 }
 
 // stepScalars returns the scalars of the current step for each group.
-func (a *AdamW) stepScalars() []kernels.AdamWStep {
-	s := make([]kernels.AdamWStep, len(a.lr))
+func (a *AdamW) stepScalars() []kernels.AdamWScalars {
+	s := make([]kernels.AdamWScalars, len(a.lr))
 	for g := range s {
-		s[g] = kernels.NewAdamWStep(a.cfg.Beta1, a.cfg.Beta2, a.cfg.Eps, a.lr[g], a.wd[g], a.steps)
+		s[g] = kernels.NewAdamWScalars(a.cfg.Beta1, a.cfg.Beta2, a.cfg.Eps, a.lr[g], a.wd[g], a.steps)
 	}
 	return s
 }

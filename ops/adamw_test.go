@@ -297,7 +297,7 @@ func TestAdamWTrainsAGraph(t *testing.T) {
 		}
 		m.Reset()
 		gr := slices.Clone(xv)
-		kernels.AdamWUpdate(kernels.NewAdamWStep(0.9, 0.999, 1e-8, 0.1, 0.01, step), kernels.AdamWClipCoef(norm, 1), true, true, want, gr, wm, wv)
+		kernels.AdamWUpdate(kernels.NewAdamWScalars(0.9, 0.999, 1e-8, 0.1, 0.01, step), kernels.AdamWClipCoef(norm, 1), true, true, want, gr, wm, wv)
 		if err := autograd.TolForward64.Compare(toFloat64s(t, w.Value()), want); err != nil {
 			t.Errorf("step %d: w: %v", step, err)
 		}
