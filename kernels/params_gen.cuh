@@ -11,6 +11,36 @@
 
 #define STHENO_PARAMS(S) STHENO_PARAMS_##S
 
+// kernels/adamw.cu
+#define STHENO_PARAMS_AdamWNormParams \
+  static_assert(sizeof(AdamWNormParams) == 48 && alignof(AdamWNormParams) == 8, "AdamWNormParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, table) == 0 && std::is_same<decltype(AdamWNormParams::table), uint64_t>::value, "AdamWNormParams::table: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, partial) == 8 && std::is_same<decltype(AdamWNormParams::partial), uint64_t>::value, "AdamWNormParams::partial: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, norm) == 16 && std::is_same<decltype(AdamWNormParams::norm), uint64_t>::value, "AdamWNormParams::norm: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, tensors) == 24 && std::is_same<decltype(AdamWNormParams::tensors), int64_t>::value, "AdamWNormParams::tensors: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, max_norm) == 32 && std::is_same<decltype(AdamWNormParams::max_norm), double>::value, "AdamWNormParams::max_norm: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, chunks) == 40 && std::is_same<decltype(AdamWNormParams::chunks), int32_t>::value, "AdamWNormParams::chunks: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, unused) == 44 && std::is_same<decltype(AdamWNormParams::unused), int32_t>::value, "AdamWNormParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/adamw.cu
+#define STHENO_PARAMS_AdamWStepParams \
+  static_assert(sizeof(AdamWStepParams) == 344 && alignof(AdamWStepParams) == 8, "AdamWStepParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, table) == 0 && std::is_same<decltype(AdamWStepParams::table), uint64_t>::value, "AdamWStepParams::table: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, norm) == 8 && std::is_same<decltype(AdamWStepParams::norm), uint64_t>::value, "AdamWStepParams::norm: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, tensors) == 16 && std::is_same<decltype(AdamWStepParams::tensors), int64_t>::value, "AdamWStepParams::tensors: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, beta1) == 24 && std::is_same<decltype(AdamWStepParams::beta1), double>::value, "AdamWStepParams::beta1: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, one_minus_beta1) == 32 && std::is_same<decltype(AdamWStepParams::one_minus_beta1), double>::value, "AdamWStepParams::one_minus_beta1: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, beta2) == 40 && std::is_same<decltype(AdamWStepParams::beta2), double>::value, "AdamWStepParams::beta2: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, one_minus_beta2) == 48 && std::is_same<decltype(AdamWStepParams::one_minus_beta2), double>::value, "AdamWStepParams::one_minus_beta2: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, eps) == 56 && std::is_same<decltype(AdamWStepParams::eps), double>::value, "AdamWStepParams::eps: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, bc2_sqrt) == 64 && std::is_same<decltype(AdamWStepParams::bc2_sqrt), double>::value, "AdamWStepParams::bc2_sqrt: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, decay) == 72 && std::is_same<decltype(AdamWStepParams::decay), double[16]>::value, "AdamWStepParams::decay: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, step_size) == 200 && std::is_same<decltype(AdamWStepParams::step_size), double[16]>::value, "AdamWStepParams::step_size: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, chunks) == 328 && std::is_same<decltype(AdamWStepParams::chunks), int32_t>::value, "AdamWStepParams::chunks: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, clip) == 332 && std::is_same<decltype(AdamWStepParams::clip), int32_t>::value, "AdamWStepParams::clip: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, zero_grad) == 336 && std::is_same<decltype(AdamWStepParams::zero_grad), int32_t>::value, "AdamWStepParams::zero_grad: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, unused) == 340 && std::is_same<decltype(AdamWStepParams::unused), int32_t>::value, "AdamWStepParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
 // kernels/attention.cu
 #define STHENO_PARAMS_ScaleMaskParams \
   static_assert(sizeof(ScaleMaskParams) == 64 && alignof(ScaleMaskParams) == 8, "ScaleMaskParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \

@@ -7,7 +7,8 @@
 // Reshape, Detach, GatherRows), MultiHeadAttention (composed of them), the
 // detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
 // each with per-element weights) and ToDevice/ToHost, which move values and
-// their gradients between the host and a GPU inside a graph.
+// their gradients between the host and a GPU inside a graph. AdamW is a
+// gorgonia.Solver that updates parameters where they live, host or GPU.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
@@ -46,4 +47,7 @@
 //     each returns a new contiguous tensor (on the device too, never a view).
 //   - MultiHeadAttention: torch.nn.MultiheadAttention's forward with dropout
 //     0 (kdim = vdim = E, an additive key-padding mask).
+//   - AdamW: torch.optim.AdamW with param_groups (learning rate and weight
+//     decay per group), after torch.nn.utils.clip_grad_norm_ when
+//     AdamWConfig.MaxGradNorm is set.
 package ops

@@ -10,6 +10,71 @@ import (
 	"github.com/stheno-ml/stheno/backend"
 )
 
+// AdamWNormParams mirrors struct AdamWNormParams of kernels/adamw.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// norm_partial and norm_finalize.
+type AdamWNormParams struct {
+	Table   backend.DevicePtr // int64 [tensors*kTensorWords + chunks]: the tensors' rows, then the chunks
+	Partial backend.DevicePtr // double [chunks]: each chunk's sum of squares
+	Norm    backend.DevicePtr // double [2]: finalize writes the norm and the clip coefficient
+	Tensors int64             // rows of the table: where the chunks' words start
+	MaxNorm float64           // finalize: the clipping threshold (> 0)
+	Chunks  int32
+	_       int32
+}
+
+// AdamWNormParams's layout, as the generator computed it for both sides.
+var (
+	_ [48]byte = [unsafe.Sizeof(AdamWNormParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(AdamWNormParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(AdamWNormParams{}.Table)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(AdamWNormParams{}.Partial)]byte{}
+	_ [16]byte = [unsafe.Offsetof(AdamWNormParams{}.Norm)]byte{}
+	_ [24]byte = [unsafe.Offsetof(AdamWNormParams{}.Tensors)]byte{}
+	_ [32]byte = [unsafe.Offsetof(AdamWNormParams{}.MaxNorm)]byte{}
+	_ [40]byte = [unsafe.Offsetof(AdamWNormParams{}.Chunks)]byte{}
+)
+
+// AdamWStepParams mirrors struct AdamWStepParams of kernels/adamw.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The step.
+type AdamWStepParams struct {
+	Table                                      backend.DevicePtr // as AdamWNormParams'
+	Norm                                       backend.DevicePtr // double [2], when clip: norm_finalize's [norm, coef]
+	Tensors                                    int64
+	Beta1, OneMinusBeta1, Beta2, OneMinusBeta2 float64
+	Eps                                        float64
+	BC2Sqrt                                    float64     // sqrt(1 - beta2^t)
+	Decay                                      [16]float64 // per group: 1 - lr*wd
+	StepSize                                   [16]float64 // per group: lr / (1 - beta1^t)
+	Chunks                                     int32
+	Clip                                       int32 // scale the gradients by coef
+	ZeroGrad                                   int32 // write zeros over the gradients once read
+	_                                          int32
+}
+
+// AdamWStepParams's layout, as the generator computed it for both sides.
+var (
+	_ [344]byte = [unsafe.Sizeof(AdamWStepParams{})]byte{}
+	_ [8]byte   = [unsafe.Alignof(AdamWStepParams{})]byte{}
+	_ [0]byte   = [unsafe.Offsetof(AdamWStepParams{}.Table)]byte{}
+	_ [8]byte   = [unsafe.Offsetof(AdamWStepParams{}.Norm)]byte{}
+	_ [16]byte  = [unsafe.Offsetof(AdamWStepParams{}.Tensors)]byte{}
+	_ [24]byte  = [unsafe.Offsetof(AdamWStepParams{}.Beta1)]byte{}
+	_ [32]byte  = [unsafe.Offsetof(AdamWStepParams{}.OneMinusBeta1)]byte{}
+	_ [40]byte  = [unsafe.Offsetof(AdamWStepParams{}.Beta2)]byte{}
+	_ [48]byte  = [unsafe.Offsetof(AdamWStepParams{}.OneMinusBeta2)]byte{}
+	_ [56]byte  = [unsafe.Offsetof(AdamWStepParams{}.Eps)]byte{}
+	_ [64]byte  = [unsafe.Offsetof(AdamWStepParams{}.BC2Sqrt)]byte{}
+	_ [72]byte  = [unsafe.Offsetof(AdamWStepParams{}.Decay)]byte{}
+	_ [200]byte = [unsafe.Offsetof(AdamWStepParams{}.StepSize)]byte{}
+	_ [328]byte = [unsafe.Offsetof(AdamWStepParams{}.Chunks)]byte{}
+	_ [332]byte = [unsafe.Offsetof(AdamWStepParams{}.Clip)]byte{}
+	_ [336]byte = [unsafe.Offsetof(AdamWStepParams{}.ZeroGrad)]byte{}
+)
+
 // ScaleMaskParams mirrors struct ScaleMaskParams of kernels/attention.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 type ScaleMaskParams struct {
@@ -723,6 +788,22 @@ var (
 	_ [48]byte = [unsafe.Offsetof(SoftmaxParams{}.Lanes)]byte{}
 )
 
+// The kernels of kernels/adamw.cu (module adamw).
+const (
+	// AdamWNormPartialF32 is adamw_norm_partial_f32, __launch_bounds__(256).
+	//
+	// clang-format off
+	AdamWNormPartialF32 Kernel[AdamWNormParams] = "adamw.adamw_norm_partial_f32"
+	// AdamWNormPartialF64 is adamw_norm_partial_f64, __launch_bounds__(256).
+	AdamWNormPartialF64 Kernel[AdamWNormParams] = "adamw.adamw_norm_partial_f64"
+	// AdamWNormFinalize is adamw_norm_finalize, __launch_bounds__(256).
+	AdamWNormFinalize Kernel[AdamWNormParams] = "adamw.adamw_norm_finalize"
+	// AdamWStepF32 is adamw_step_f32, __launch_bounds__(256).
+	AdamWStepF32 Kernel[AdamWStepParams] = "adamw.adamw_step_f32"
+	// AdamWStepF64 is adamw_step_f64, __launch_bounds__(256).
+	AdamWStepF64 Kernel[AdamWStepParams] = "adamw.adamw_step_f64"
+)
+
 // The kernels of kernels/attention.cu (module attention).
 const (
 	// AttentionScaleMaskF32 is attention_scale_mask_f32, __launch_bounds__(256).
@@ -1230,6 +1311,16 @@ const (
 	SoftmaxBwdInnerF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_inner_f64"
 )
 
+// AdamWNormPartial returns AdamWNormPartialF32 for float32 and AdamWNormPartialF64 for float64.
+func AdamWNormPartial(dt tensor.Dtype) (Kernel[AdamWNormParams], error) {
+	return byDtype(dt, "adamw_norm_partial", AdamWNormPartialF32, AdamWNormPartialF64)
+}
+
+// AdamWStep returns AdamWStepF32 for float32 and AdamWStepF64 for float64.
+func AdamWStep(dt tensor.Dtype) (Kernel[AdamWStepParams], error) {
+	return byDtype(dt, "adamw_step", AdamWStepF32, AdamWStepF64)
+}
+
 // AttentionScaleMask returns AttentionScaleMaskF32 for float32 and AttentionScaleMaskF64 for float64.
 func AttentionScaleMask(dt tensor.Dtype) (Kernel[ScaleMaskParams], error) {
 	return byDtype(dt, "attention_scale_mask", AttentionScaleMaskF32, AttentionScaleMaskF64)
@@ -1562,6 +1653,24 @@ func SoftmaxBwdInner(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 
 // Constants the kernels define (stheno:const annotations).
 const (
+	// AdamWChunkElems is kChunkElems in kernels/adamw.cu.
+	//
+	// The elements of a chunk, a block's work: 16 vectors of 4 floats a thread.
+	AdamWChunkElems = 16384
+	// AdamWThreads is kThreads in kernels/adamw.cu.
+	//
+	// The threads of every block of these kernels.
+	AdamWThreads = 256
+	// AdamWMaxGroups is kMaxGroups in kernels/adamw.cu.
+	//
+	// The parameter groups a step may have: their scalars travel in the
+	// launch's params.
+	AdamWMaxGroups = 16
+	// AdamWTensorWords is kTensorWords in kernels/adamw.cu.
+	//
+	// The int64 words of a tensor's row of the table: param, grad, m, v (device
+	// addresses), element count, group.
+	AdamWTensorWords = 6
 	// AttentionThreads is kThreads in kernels/attention.cu.
 	//
 	// The threads of every block of attention.cu.
@@ -1771,6 +1880,11 @@ const (
 
 // kernelTable lists every kernel, module by module, in source order.
 var kernelTable = [...]KernelInfo{
+	{Module: "adamw", Name: "adamw_norm_partial_f32", Params: "AdamWNormParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_norm_partial_f64", Params: "AdamWNormParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_norm_finalize", Params: "AdamWNormParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_step_f32", Params: "AdamWStepParams", ParamsSize: 344, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_step_f64", Params: "AdamWStepParams", ParamsSize: 344, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "attention", Name: "attention_scale_mask_f32", Params: "ScaleMaskParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "attention", Name: "attention_scale_mask_f64", Params: "ScaleMaskParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "attention", Name: "attention_head_mean_f32", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
