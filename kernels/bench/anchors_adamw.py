@@ -30,6 +30,8 @@ import re
 
 import torch
 
+from timing import median_ms
+
 DEV = "cuda"
 
 
@@ -111,22 +113,6 @@ def check_backbone(backbone):
     if sorted(ref) != sorted(backbone):
         raise SystemExit("the backbone's shapes differ from torchvision's resnet50")
     return "backbone shapes match torchvision's resnet50"
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def make_groups(gen):

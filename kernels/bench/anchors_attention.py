@@ -22,24 +22,10 @@ import re
 
 import torch
 
+from timing import median_ms
+
 DEV = "cuda"
 E, H, L, N = 256, 8, 300, 2
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def stheno_ms(path):
