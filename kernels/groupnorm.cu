@@ -18,8 +18,10 @@
 //                     the row's first element (a shift that keeps d*d free
 //                     of the cancellation of E[x^2] - E[x]^2 when the mean
 //                     is large next to the deviation);
+//   stats_rows:       for rows of many tile sums, mean and rstd per row;
 //   fwd:              each block adds its row's tile sums (one warp, fixed
-//                     order) to mean and rstd, then writes its tile of y;
+//                     order) to mean and rstd, or reads stats_rows', then
+//                     writes its tile of y;
 //   bwd_reduce:       per tile, the sums of d, d*d, dy and dy*d;
 //   bwd_finalize:     per row (one warp): mean and rstd as fwd has them,
 //                     and per plane sum(dy) and sum(dy*xhat); their gamma
@@ -65,7 +67,11 @@ struct GroupNormParams {
   uint64_t beta;     // [c] shift, or 0: none (fwd only)
   uint64_t dy;       // backward: the output's gradient [n, c, hw]
   uint64_t partial;  // tile sums, double: stats/fwd [n*c, tiles, 2]; bwd_reduce/bwd_finalize [n*c, tiles, 4]
-  uint64_t sums;     // T pairs: bwd_finalize writes, bwd_dx and bwd_params read [n*groups, 4, 2] then [n*c, 2, 2]
+  // The backward's sums, T pairs [n*groups, 4, 2] then [n*c, 2, 2], which
+  // bwd_finalize writes and bwd_dx and bwd_params read; in the forward,
+  // stats_rows' means and rstds, double [n*groups, 2], or 0: fwd adds the
+  // tile sums itself.
+  uint64_t sums;
   uint64_t out;      // fwd: y; bwd_dx: dx; bwd_params: [dgamma | dbeta]
   int64_t hw;        // elements of a plane
   double eps;
@@ -109,6 +115,14 @@ template <typename T>
 __device__ __forceinline__ double join(const T* in) {
   return __dadd_rn(static_cast<double>(in[0]), static_cast<double>(in[1]));
 }
+
+// stheno:const GroupNormInlineRowPartials
+// The most tile sums a row may have for fwd's blocks to add them each
+// (reading them from L2); beyond, stats_rows adds them once per row first.
+// Every block re-reading its row's cpg*tiles sums costs the L2 about
+// cpg/1024 of the data's bytes: nothing for 32 groups of 256 or 512
+// channels, a quarter and more for one group of 256.
+constexpr int kInlineRowPartials = 256;
 
 // Elements per 16-byte chunk.
 template <typename T>
@@ -294,8 +308,23 @@ __device__ __forceinline__ RowStats row_stats(const GroupNormParams& p, int64_t 
   return r;
 }
 
+// stats_rows, a warp per row (block b takes rows b, b + gridDim.x, ...):
+// the row's mean and rstd as doubles into sums[row*2:], for fwd.
+template <typename T>
+__device__ __forceinline__ void stats_rows(const GroupNormParams& p) {
+  const int64_t rows = static_cast<int64_t>(p.n) * p.groups;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const RowStats r = row_stats<T>(p, row, 2);
+    if (threadIdx.x == 0) {
+      double* o = reinterpret_cast<double*>(p.sums) + row * 2;
+      o[0] = r.mean, o[1] = r.rstd;
+    }
+  }
+}
+
 // fwd: the block loads its tile of x, warp 0 works out the row's statistics
-// meanwhile, then y = T((x - mean)*s + beta) with s = rstd*gamma, in double.
+// meanwhile (or reads stats_rows' when p.sums is set), then y = T((x -
+// mean)*s + beta) with s = rstd*gamma, in double.
 template <typename T, int kV>
 __device__ __forceinline__ void fwd(const GroupNormParams& p) {
   constexpr int kItems = Tile<T, kV>::kItems;
@@ -310,7 +339,9 @@ __device__ __forceinline__ void fwd(const GroupNormParams& p) {
     const int64_t row = tile.plane / (p.c / p.groups);
     T v[kItems * kV];
     tile.load(ptr<T>(p.x) + tile.plane * p.hw, vec, v);
-    if (threadIdx.x < 32) {
+    if (p.sums != 0) {
+      if (threadIdx.x < 2) shared_stats[threadIdx.x] = ptr<double>(p.sums)[row * 2 + threadIdx.x];
+    } else if (threadIdx.x < 32) {
       const RowStats r = row_stats<T>(p, row, 2);
       if (threadIdx.x == 0) shared_stats[0] = r.mean, shared_stats[1] = r.rstd;
     }
@@ -488,6 +519,9 @@ __global__ void __launch_bounds__(256) groupnorm_stats_v16b_f32(stheno::gn::Grou
 __global__ void __launch_bounds__(256) groupnorm_stats_v16b_f64(stheno::gn::GroupNormParams p) { stheno::gn::stats<double, 2>(p); }
 __global__ void __launch_bounds__(256) groupnorm_stats_scalar_f32(stheno::gn::GroupNormParams p) { stheno::gn::stats<float, 1>(p); }
 __global__ void __launch_bounds__(256) groupnorm_stats_scalar_f64(stheno::gn::GroupNormParams p) { stheno::gn::stats<double, 1>(p); }
+
+__global__ void __launch_bounds__(32) groupnorm_stats_rows_f32(stheno::gn::GroupNormParams p) { stheno::gn::stats_rows<float>(p); }
+__global__ void __launch_bounds__(32) groupnorm_stats_rows_f64(stheno::gn::GroupNormParams p) { stheno::gn::stats_rows<double>(p); }
 
 __global__ void __launch_bounds__(256) groupnorm_fwd_v16b_f32(stheno::gn::GroupNormParams p) { stheno::gn::fwd<float, 4>(p); }
 __global__ void __launch_bounds__(256) groupnorm_fwd_v16b_f64(stheno::gn::GroupNormParams p) { stheno::gn::fwd<double, 2>(p); }

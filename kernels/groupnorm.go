@@ -40,6 +40,11 @@ const (
 	// backward's sums: mean, rstd, mean(g), mean(g*xhat), each a pair of
 	// T (see split).
 	GroupNormRowStats = 4
+	// GroupNormInlineRowPartials is the most tile sums a row may have for
+	// the forward's blocks to add them each; beyond, a kernel of its own
+	// adds them once per row first (in the same order: the bits are the
+	// same either way).
+	GroupNormInlineRowPartials = 256
 )
 
 // NewGroupNormParams returns the parameters and the tile geometry of group
@@ -74,6 +79,9 @@ func split[T Float](v float64, out []T) {
 func join[T Float](in []T) float64 { return float64(in[0]) + float64(in[1]) }
 
 func (p GroupNormParams) cpg() int { return p.C / p.Groups }
+
+// RowPartials is the number of tile sums of a row: its channels' tiles.
+func (p GroupNormParams) RowPartials() int { return p.cpg() * p.Tiles }
 
 // groupNormTileSums writes the tile sums of every plane's tiles into
 // partial, stride apart: of d = x - K (K the row's first element) and d*d,

@@ -19,6 +19,7 @@ var (
 	_ = [1]struct{}{}[kernels.GroupNormThreads-cuda.GroupNormThreads]
 	_ = [1]struct{}{}[kernels.GroupNormTile-cuda.GroupNormTile]
 	_ = [1]struct{}{}[kernels.GroupNormRowStats-cuda.GroupNormRowStats]
+	_ = [1]struct{}{}[kernels.GroupNormInlineRowPartials-cuda.GroupNormInlineRowPartials]
 )
 
 // groupNormTilePass is one of the tile kernels' passes.
@@ -97,7 +98,8 @@ func (s groupNormShape) partials(op string, dev *backend.Device, p kernels.Group
 }
 
 // forwardDevice is groupNormOp's device launcher: stats into the tile
-// sums, then fwd.
+// sums, then fwd; between them, for rows of more tile sums than fwd's
+// blocks should each add, stats_rows, a warp per row.
 func (s groupNormShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
 	const name = "GroupNorm"
 	if err := s.checkDevice(name); err != nil {
@@ -125,6 +127,19 @@ func (s groupNormShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
 	defer a.dev.FreeDense(partial)
 	if err := s.launchTiles(name, a.dev, gnStats, p, args); err != nil {
 		return nil, err
+	}
+	if p.RowPartials() > cuda.GroupNormInlineRowPartials {
+		rows, err := a.dev.NewDense(tensor.Float64, p.Rows()*2)
+		if err != nil {
+			return nil, fmt.Errorf("ops: %s: row statistics: %w", name, err)
+		}
+		defer a.dev.FreeDense(rows)
+		if args.Sums, err = a.dev.Ptr(rows); err != nil {
+			return nil, fmt.Errorf("ops: %s: row statistics: %w", name, err)
+		}
+		if err := s.launchRows(name, a.dev, cuda.GroupNormStatsRows, p, args); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.launchTiles(name, a.dev, gnForward, p, args); err != nil {
 		return nil, err
@@ -158,17 +173,26 @@ func (s groupNormShape) gradSumsDevice(a *deviceArgs) (*tensor.Dense, error) {
 	if err := s.launchTiles(name, a.dev, gnBackwardReduce, p, args); err != nil {
 		return nil, err
 	}
-	k, err := cuda.GroupNormBwdFinalize(s.dt)
+	if err := s.launchRows(name, a.dev, cuda.GroupNormBwdFinalize, p, args); err != nil {
+		return nil, err
+	}
+	return sums, nil
+}
+
+// launchRows launches a kernel of a warp per row (stats_rows,
+// bwd_finalize), the grid-stride loop taking the rows past 2^31-1.
+func (s groupNormShape) launchRows(op string, dev *backend.Device, kernel func(tensor.Dtype) (cuda.Kernel[cuda.GroupNormParams], error), p kernels.GroupNormParams, args cuda.GroupNormParams) error {
+	k, err := kernel(s.dt)
 	if err == nil {
-		err = k.Launch(a.dev, backend.LaunchConfig{
+		err = k.Launch(dev, backend.LaunchConfig{
 			Grid:  backend.Dim3{X: uint32(min(p.Rows(), math.MaxInt32)), Y: 1, Z: 1},
 			Block: backend.Dim3{X: 32, Y: 1, Z: 1},
 		}, args)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("ops: %s: %w", name, err)
+		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	return sums, nil
+	return nil
 }
 
 // gradXDevice is groupNormGradXOp's device launcher.

@@ -35,8 +35,8 @@ func (c groupNormGPUCase) String() string {
 // groups (v16b planes of 10 and 3 tiles, scalar planes of 25x25), the
 // 512-channel map, planes of two tiles the second almost empty (scalar),
 // planes of one element ([N, C]), groups of more channels than a warp's
-// lanes, 5-D x, every combination of gamma and beta, and a group holding
-// a NaN.
+// lanes, 5-D x, every combination of gamma and beta, a group holding a
+// NaN, and one group of more tile sums than fwd adds itself (stats_rows).
 var groupNormGPUCases = []groupNormGPUCase{
 	{x: []int{2, 256, 200, 200}, groups: 32, gamma: true, beta: true, f32Only: true},
 	{x: []int{2, 256, 100, 100}, groups: 32, gamma: true, beta: true},
@@ -49,6 +49,8 @@ var groupNormGPUCases = []groupNormGPUCase{
 	{x: []int{2, 4, 3, 2, 4}, groups: 2, gamma: true, beta: true},
 	{x: []int{2, 64, 13, 13}, groups: 32, gamma: true, beta: true, nanGroup: true},
 	{x: []int{2, 64, 8, 8}, groups: 32, gamma: true, beta: true, nanGroup: true},
+	{x: []int{2, 256, 100, 100}, groups: 1, gamma: true, beta: true, f32Only: true},
+	{x: []int{1, 129, 4100}, groups: 1, gamma: true, beta: true},
 }
 
 // groupNormGPUChecks returns the case's four ops with inputs drawn for
@@ -150,6 +152,7 @@ func TestGPUGroupNormBitForBit(t *testing.T) {
 		{x: []int{3, 6, 4097}, groups: 3, gamma: true},
 		{x: []int{2, 70, 3}, groups: 2},
 		{x: []int{2, 64, 13, 13}, groups: 32, gamma: true, beta: true, nanGroup: true},
+		{x: []int{1, 129, 4100}, groups: 1, gamma: true, beta: true},
 	} {
 		for _, dt := range c.dtypes() {
 			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {

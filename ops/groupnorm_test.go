@@ -353,19 +353,30 @@ func TestGroupNormTrainsWithAdam(t *testing.T) {
 func TestGroupNormLaunch(t *testing.T) {
 	chosen := map[string]bool{}
 	for _, c := range []struct {
-		x      []int
-		dt     tensor.Dtype
-		design string // the tile kernels', less the pass and the dtype
-		grid   int
+		x         []int
+		groups    int
+		dt        tensor.Dtype
+		design    string // the tile kernels', less the pass and the dtype
+		grid      int
+		rowsFirst bool // stats_rows before fwd
 	}{
-		{[]int{2, 256, 200, 200}, tensor.Float32, "v16b", 2 * 256 * 10},
-		{[]int{2, 256, 25, 25}, tensor.Float32, "scalar", 2 * 256},
-		{[]int{2, 512, 64, 64}, tensor.Float64, "v16b", 2 * 512},
-		{[]int{3, 6, 4097}, tensor.Float64, "scalar", 3 * 6 * 2},
+		{[]int{2, 256, 200, 200}, 32, tensor.Float32, "v16b", 2 * 256 * 10, false},
+		{[]int{2, 256, 25, 25}, 32, tensor.Float32, "scalar", 2 * 256, false},
+		{[]int{2, 512, 64, 64}, 32, tensor.Float64, "v16b", 2 * 512, false},
+		{[]int{3, 6, 4097}, 2, tensor.Float64, "scalar", 3 * 6 * 2, false},
+		// 256 channels of 10 tiles a row: 2560 tile sums.
+		{[]int{2, 256, 200, 200}, 1, tensor.Float32, "v16b", 2 * 256 * 10, true},
+		{[]int{1, 64, 4100}, 8, tensor.Float32, "v16b", 64 * 2, false},
+		{[]int{1, 129, 4100}, 1, tensor.Float64, "v16b", 129 * 2, true},
 	} {
-		s := groupNormShape{x: tensor.Shape(c.x), n: c.x[0], c: c.x[1], hw: tensor.Shape(c.x[2:]).TotalSize(), groups: 2, gamma: true, beta: true, eps: 1e-5, dt: c.dt}
+		s := groupNormShape{x: tensor.Shape(c.x), n: c.x[0], c: c.x[1], hw: tensor.Shape(c.x[2:]).TotalSize(), groups: c.groups, gamma: true, beta: true, eps: 1e-5, dt: c.dt}
 		p := s.params()
 		suffix := map[tensor.Dtype]string{tensor.Float32: "_f32", tensor.Float64: "_f64"}[c.dt]
+		if rowsFirst := p.RowPartials() > cuda.GroupNormInlineRowPartials; rowsFirst != c.rowsFirst {
+			t.Errorf("%v groups=%d: stats_rows %t, want %t", c.x, c.groups, rowsFirst, c.rowsFirst)
+		} else if rowsFirst {
+			chosen["groupnorm_stats_rows"+suffix] = true
+		}
 		for pass, prefix := range []string{"groupnorm_stats_", "groupnorm_fwd_", "groupnorm_bwd_reduce_", "groupnorm_bwd_dx_"} {
 			k, cfg, err := s.groupNormLaunch(groupNormTilePass(pass), p)
 			if err != nil {

@@ -349,16 +349,21 @@ type GroupNormParams struct {
 	Beta    backend.DevicePtr // [c] shift, or 0: none (fwd only)
 	DY      backend.DevicePtr // backward: the output's gradient [n, c, hw]
 	Partial backend.DevicePtr // tile sums, double: stats/fwd [n*c, tiles, 2]; bwd_reduce/bwd_finalize [n*c, tiles, 4]
-	Sums    backend.DevicePtr // T pairs: bwd_finalize writes, bwd_dx and bwd_params read [n*groups, 4, 2] then [n*c, 2, 2]
-	Out     backend.DevicePtr // fwd: y; bwd_dx: dx; bwd_params: [dgamma | dbeta]
-	HW      int64             // elements of a plane
-	Eps     float64
-	N       int32
-	C       int32
-	Groups  int32
-	Tiles   int32 // tiles of a plane: ceil(hw / GroupNormTile)
-	Dgamma  int32 // bwd_params: write dgamma into out[0, c)
-	Dbeta   int32 // bwd_params: write dbeta after dgamma (at out[0, c) without it)
+
+	// The backward's sums, T pairs [n*groups, 4, 2] then [n*c, 2, 2], which
+	// bwd_finalize writes and bwd_dx and bwd_params read; in the forward,
+	// stats_rows' means and rstds, double [n*groups, 2], or 0: fwd adds the
+	// tile sums itself.
+	Sums   backend.DevicePtr
+	Out    backend.DevicePtr // fwd: y; bwd_dx: dx; bwd_params: [dgamma | dbeta]
+	HW     int64             // elements of a plane
+	Eps    float64
+	N      int32
+	C      int32
+	Groups int32
+	Tiles  int32 // tiles of a plane: ceil(hw / GroupNormTile)
+	Dgamma int32 // bwd_params: write dgamma into out[0, c)
+	Dbeta  int32 // bwd_params: write dbeta after dgamma (at out[0, c) without it)
 }
 
 // GroupNormParams's layout, as the generator computed it for both sides.
@@ -776,6 +781,10 @@ const (
 	GroupNormStatsScalarF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_scalar_f32"
 	// GroupNormStatsScalarF64 is groupnorm_stats_scalar_f64, __launch_bounds__(256).
 	GroupNormStatsScalarF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_scalar_f64"
+	// GroupNormStatsRowsF32 is groupnorm_stats_rows_f32, __launch_bounds__(32).
+	GroupNormStatsRowsF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_rows_f32"
+	// GroupNormStatsRowsF64 is groupnorm_stats_rows_f64, __launch_bounds__(32).
+	GroupNormStatsRowsF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_rows_f64"
 	// GroupNormFwdV16bF32 is groupnorm_fwd_v16b_f32, __launch_bounds__(256).
 	GroupNormFwdV16bF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_fwd_v16b_f32"
 	// GroupNormFwdV16bF64 is groupnorm_fwd_v16b_f64, __launch_bounds__(256).
@@ -1176,6 +1185,11 @@ func GroupNormStatsScalar(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
 	return byDtype(dt, "groupnorm_stats_scalar", GroupNormStatsScalarF32, GroupNormStatsScalarF64)
 }
 
+// GroupNormStatsRows returns GroupNormStatsRowsF32 for float32 and GroupNormStatsRowsF64 for float64.
+func GroupNormStatsRows(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_stats_rows", GroupNormStatsRowsF32, GroupNormStatsRowsF64)
+}
+
 // GroupNormFwdV16b returns GroupNormFwdV16bF32 for float32 and GroupNormFwdV16bF64 for float64.
 func GroupNormFwdV16b(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
 	return byDtype(dt, "groupnorm_fwd_v16b", GroupNormFwdV16bF32, GroupNormFwdV16bF64)
@@ -1571,6 +1585,14 @@ const (
 	// precision to bwd_dx: rounded to float32, mean(g) alone would leave dx
 	// of a group of equal values (rstd = 1/sqrt(eps)) at 1e-5 from 0.
 	GroupNormRowStats = 4
+	// GroupNormInlineRowPartials is kInlineRowPartials in kernels/groupnorm.cu.
+	//
+	// The most tile sums a row may have for fwd's blocks to add them each
+	// (reading them from L2); beyond, stats_rows adds them once per row first.
+	// Every block re-reading its row's cpg*tiles sums costs the L2 about
+	// cpg/1024 of the data's bytes: nothing for 32 groups of 256 or 512
+	// channels, a quarter and more for one group of 256.
+	GroupNormInlineRowPartials = 256
 	// LayerNormWarps is kWarps in kernels/layernorm.cu.
 	//
 	// Warps per block of the warp kernels: each takes rows blockIdx.x*8 + warp,
@@ -1707,6 +1729,8 @@ var kernelTable = [...]KernelInfo{
 	{Module: "groupnorm", Name: "groupnorm_stats_v16b_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "groupnorm", Name: "groupnorm_stats_scalar_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "groupnorm", Name: "groupnorm_stats_scalar_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_rows_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_rows_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 32, MinBlocks: 0, Variant: false},
 	{Module: "groupnorm", Name: "groupnorm_fwd_v16b_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "groupnorm", Name: "groupnorm_fwd_v16b_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "groupnorm", Name: "groupnorm_fwd_scalar_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},

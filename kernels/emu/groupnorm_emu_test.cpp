@@ -1,12 +1,13 @@
-// Emulated runs (see emu.h) of kernels/groupnorm.cu: the forward (stats and
-// fwd) and the backward (bwd_reduce, bwd_finalize, bwd_dx, bwd_params) of
-// the v16b and scalar kernels on small shapes (planes of one element, of a
+// Emulated runs (see emu.h) of kernels/groupnorm.cu: the forward (stats,
+// stats_rows and fwd) and the backward (bwd_reduce, bwd_finalize, bwd_dx,
+// bwd_params) of the v16b and scalar kernels on small shapes (planes of one element, of a
 // few, of more than a tile with a partial last tile; groups of one channel,
 // of all of them, of more than a warp's 32), float32 and float64, with and
 // without gamma and beta, and a row holding a NaN, against a
 // double-precision reference with autograd's TolForward32 / TolForward64.
 // Also, bit for bit, what the kernels promise: the grid does not change a
-// result (the grid-stride loops), and tensors that are not 16-byte aligned
+// result (the grid-stride loops), fwd's row statistics are stats_rows' (the
+// same order of summation), and tensors that are not 16-byte aligned
 // (read element by element) give the aligned tensors' results. Exits
 // non-zero on a failure.
 #include "emu.h"
@@ -146,6 +147,10 @@ Kernel<T> finalize_kernel() {
   return sizeof(T) == 4 ? (Kernel<T>)groupnorm_bwd_finalize_f32 : (Kernel<T>)groupnorm_bwd_finalize_f64;
 }
 template <class T>
+Kernel<T> stats_rows_kernel() {
+  return sizeof(T) == 4 ? (Kernel<T>)groupnorm_stats_rows_f32 : (Kernel<T>)groupnorm_stats_rows_f64;
+}
+template <class T>
 Kernel<T> params_kernel() {
   return sizeof(T) == 4 ? (Kernel<T>)groupnorm_bwd_params_f32 : (Kernel<T>)groupnorm_bwd_params_f64;
 }
@@ -159,11 +164,12 @@ struct Outputs {
 
 // Runs design d's kernels on x, dy with gamma, beta (either may be null),
 // the tile kernels on grid blocks (0: one per tile) and bwd_finalize on
-// rgrid; x, dy, y and dx start at element `skew` of their buffers (1: not
-// 16-byte aligned).
+// rgrid, the forward's row statistics by stats_rows first when rows_first;
+// x, dy, y and dx start at element `skew` of their buffers (1: not 16-byte
+// aligned).
 template <class T>
 Outputs<T> run(const Design<T>& d, const Shape& s, double eps, const std::vector<T>& x, const T* gamma,
-               const T* beta, const std::vector<T>& dy, int64_t grid, int rgrid, int skew) {
+               const T* beta, const std::vector<T>& dy, int64_t grid, int rgrid, int skew, bool rows_first = false) {
   const size_t n = x.size();
   std::vector<T> xb(n + skew), dyb(n + skew), yb(n + skew, T(NAN)), dxb(n + skew, T(NAN));
   std::copy(x.begin(), x.end(), xb.begin() + skew);
@@ -177,10 +183,16 @@ Outputs<T> run(const Design<T>& d, const Shape& s, double eps, const std::vector
   std::vector<double> partial(size_t(blocks) * 4, NAN);
   std::vector<T> sums(size_t(rows) * kRowStats * 2 + size_t(s.n) * s.c * 4, T(NAN));
   p.x = addr(xb.data() + skew), p.gamma = addr(gamma), p.beta = addr(beta), p.dy = addr(dyb.data() + skew);
-  p.partial = addr(partial.data()), p.sums = addr(sums.data());
+  p.partial = addr(partial.data()), p.sums = 0;
   p.out = addr(yb.data() + skew);
   emu::launch(d.stats, dim3(unsigned(grid)), dim3(kThreads), 0, p);
+  std::vector<double> row_stats(size_t(rows) * 2, NAN);
+  if (rows_first) {
+    p.sums = addr(row_stats.data());
+    emu::launch(stats_rows_kernel<T>(), dim3(rgrid), dim3(32), 0, p);
+  }
   emu::launch(d.fwd, dim3(unsigned(grid)), dim3(kThreads), 0, p);
+  p.sums = addr(sums.data());
   std::fill(partial.begin(), partial.end(), NAN);
   emu::launch(d.reduce, dim3(unsigned(grid)), dim3(kThreads), 0, p);
   emu::launch(finalize_kernel<T>(), dim3(rgrid), dim3(32), 0, p);
@@ -253,6 +265,9 @@ void test_shape(const Shape& s, bool nan_row, std::mt19937_64& rng) {
       // bwd_finalize, and unaligned tensors: the same bits.
       const Outputs<T> small = run(d, s, eps, x, gm, bt, dy, 3, 1, 0);
       expect(std::string(tag) + ": grid=3 bit for bit", same(o, small));
+      // The forward's row statistics from stats_rows: the same bits.
+      const Outputs<T> rows_first = run(d, s, eps, x, gm, bt, dy, 0, 2, 0, true);
+      expect(std::string(tag) + ": stats_rows bit for bit", same(o, rows_first));
       if (v16b) {
         const Outputs<T> skew = run(d, s, eps, x, gm, bt, dy, 0, int(s.n * s.groups), 1);
         expect(std::string(tag) + ": unaligned bit for bit", same(o, skew));
