@@ -34,11 +34,15 @@
 // that does not hold a whole row on chip costs. The statistics are not
 // saved by the forward: bwd_reduce reads x anyway for sum(dy*xhat), and
 // works them out again from the same tile sums in the same order, bit for
-// bit the forward's, for the price of two more sums per element.
+// bit the forward's, for the price of two more sums per element, where
+// saving them would make the forward's one output a packed [y | stats]
+// that the graph would have to slice y out of (a copy of y).
 //
 // Precision and determinism: every sum, and all the arithmetic on the
 // statistics, is in double for float32 and float64 alike (the kernels are
-// bound by memory traffic, not by double arithmetic), each product, sum
+// bound by memory traffic: an H100 adds and multiplies doubles at half its
+// float rate and converts float to double at 16 a clock per SM, several
+// times what 4 to 12 bytes of traffic per element allow), each product, sum
 // and difference rounded on its own (__dmul_rn, __dadd_rn, __dsub_rn: never
 // contracted into a fused multiply-add), divisions and square roots IEEE's,
 // and every sum runs in an order fixed by the shape alone: thread t of a
@@ -47,7 +51,9 @@
 // warps' sums; the tiles' sums of a row in lane order (lane l adds partials
 // l, l+32, ... then a butterfly). No atomics. The CPU twin adds in the same
 // orders and rounds as the kernels do, so the two agree bit for bit; the
-// per-element results are worked out in double and rounded to T once.
+// per-element results are worked out in double and rounded to T once, and
+// what bwd_finalize hands bwd_dx and bwd_params keeps double's precision
+// as pairs of T (split, join).
 //
 // Words in the kernels' names: v16b, for planes of a whole number of 16-byte
 // chunks (hw a multiple of 4 floats, 2 doubles): a thread's unit is a chunk,

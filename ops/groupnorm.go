@@ -23,9 +23,10 @@ import (
 // groups must divide C. gamma and beta are [C], or nil: no scale, no
 // shift. eps must be finite and positive; 0 stands for DefaultEps (1e-5,
 // PyTorch's default). Sums and the arithmetic on the statistics run in
-// float64 for float32 and float64 alike (kernels/groupnorm.cu says how,
-// and why that costs the GPU nothing); a group holding a NaN gives a group
-// of NaN (and NaN in gamma's gradient), as PyTorch's does.
+// float64 for float32 and float64 alike, in an order fixed by the shape
+// (kernels/groupnorm.cu says how, and why the GPU can afford it), so the
+// GPU's results are the CPU's bit for bit; a group holding a NaN gives a
+// group of NaN (and NaN in gamma's gradient), as PyTorch's does.
 //
 // Differentiable with respect to x, gamma and beta: with g = dy*gamma[ch]
 // and xhat = (x - mean)/sqrt(var + eps),
