@@ -208,6 +208,25 @@
   static_assert(offsetof(AxpyParams, n) == 16 && std::is_same<decltype(AxpyParams::n), int64_t>::value, "AxpyParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(AxpyParams, alpha) == 24 && std::is_same<decltype(AxpyParams::alpha), double>::value, "AxpyParams::alpha: offset or type differs from kernels/cuda's: run make kernels-go")
 
+// kernels/groupnorm.cu
+#define STHENO_PARAMS_GroupNormParams \
+  static_assert(sizeof(GroupNormParams) == 96 && alignof(GroupNormParams) == 8, "GroupNormParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, x) == 0 && std::is_same<decltype(GroupNormParams::x), uint64_t>::value, "GroupNormParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, gamma) == 8 && std::is_same<decltype(GroupNormParams::gamma), uint64_t>::value, "GroupNormParams::gamma: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, beta) == 16 && std::is_same<decltype(GroupNormParams::beta), uint64_t>::value, "GroupNormParams::beta: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, dy) == 24 && std::is_same<decltype(GroupNormParams::dy), uint64_t>::value, "GroupNormParams::dy: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, partial) == 32 && std::is_same<decltype(GroupNormParams::partial), uint64_t>::value, "GroupNormParams::partial: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, sums) == 40 && std::is_same<decltype(GroupNormParams::sums), uint64_t>::value, "GroupNormParams::sums: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, out) == 48 && std::is_same<decltype(GroupNormParams::out), uint64_t>::value, "GroupNormParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, hw) == 56 && std::is_same<decltype(GroupNormParams::hw), int64_t>::value, "GroupNormParams::hw: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, eps) == 64 && std::is_same<decltype(GroupNormParams::eps), double>::value, "GroupNormParams::eps: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, n) == 72 && std::is_same<decltype(GroupNormParams::n), int32_t>::value, "GroupNormParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, c) == 76 && std::is_same<decltype(GroupNormParams::c), int32_t>::value, "GroupNormParams::c: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, groups) == 80 && std::is_same<decltype(GroupNormParams::groups), int32_t>::value, "GroupNormParams::groups: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, tiles) == 84 && std::is_same<decltype(GroupNormParams::tiles), int32_t>::value, "GroupNormParams::tiles: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, dgamma) == 88 && std::is_same<decltype(GroupNormParams::dgamma), int32_t>::value, "GroupNormParams::dgamma: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GroupNormParams, dbeta) == 92 && std::is_same<decltype(GroupNormParams::dbeta), int32_t>::value, "GroupNormParams::dbeta: offset or type differs from kernels/cuda's: run make kernels-go")
+
 // kernels/layernorm.cu
 #define STHENO_PARAMS_LayerNormParams \
   static_assert(sizeof(LayerNormParams) == 72 && alignof(LayerNormParams) == 8, "LayerNormParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \

@@ -9,6 +9,10 @@
 // each with per-element weights) and ToDevice/ToHost, which move values and
 // their gradients between the host and a GPU inside a graph. AdamW is a
 // gorgonia.Solver that updates parameters where they live, host or GPU.
+// LayerNorm, GroupNorm, the detection losses (SigmoidBCE, SmoothL1,
+// SoftmaxCrossEntropy, each with per-element weights) and ToDevice/ToHost,
+// which move values and their gradients between the host and a GPU inside a
+// graph.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
@@ -23,6 +27,7 @@
 // tensors (package backend, build tag stheno_cuda) take the CUDA kernels of
 // RoIAlign, MSDeformAttn, Conv, ConvBN, Linear, MatMul, BatchedMatMul,
 // Softmax, LogSoftmax, LayerNorm and the layout ops and return device tensors, with no host
+// Softmax, LogSoftmax, LayerNorm and GroupNorm and return device tensors, with no host
 // round trip; the other ops refuse device inputs with an error that says to
 // move them with ToHost. All ops accept float32 and float64. CheckPlacement
 // (and NewTapeMachine, which runs it) finds a device value that would reach
@@ -50,4 +55,6 @@
 //   - AdamW: torch.optim.AdamW with param_groups (learning rate and weight
 //     decay per group), after torch.nn.utils.clip_grad_norm_ when
 //     AdamWConfig.MaxGradNorm is set.
+//   - GroupNorm: torch.nn.functional.group_norm over groups of channels of
+//     x [N, C, ...], with optional per-channel weight and bias.
 package ops

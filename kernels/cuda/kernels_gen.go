@@ -452,6 +452,54 @@ var (
 	_ [24]byte = [unsafe.Offsetof(AxpyParams{}.Alpha)]byte{}
 )
 
+// GroupNormParams mirrors struct GroupNormParams of kernels/groupnorm.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// One params struct for all of GroupNorm's kernels.
+type GroupNormParams struct {
+	X       backend.DevicePtr // [n, c, hw]
+	Gamma   backend.DevicePtr // [c] scale, or 0: none
+	Beta    backend.DevicePtr // [c] shift, or 0: none (fwd only)
+	DY      backend.DevicePtr // backward: the output's gradient [n, c, hw]
+	Partial backend.DevicePtr // tile sums, double: stats/fwd [n*c, tiles, 2]; bwd_reduce/bwd_finalize [n*c, tiles, 4]
+
+	// The backward's sums, T pairs [n*groups, 4, 2] then [n*c, 2, 2], which
+	// bwd_finalize writes and bwd_dx and bwd_params read; in the forward,
+	// stats_rows' means and rstds, double [n*groups, 2], or 0: fwd adds the
+	// tile sums itself.
+	Sums   backend.DevicePtr
+	Out    backend.DevicePtr // fwd: y; bwd_dx: dx; bwd_params: [dgamma | dbeta]
+	HW     int64             // elements of a plane
+	Eps    float64
+	N      int32
+	C      int32
+	Groups int32
+	Tiles  int32 // tiles of a plane: ceil(hw / GroupNormTile)
+	Dgamma int32 // bwd_params: write dgamma into out[0, c)
+	Dbeta  int32 // bwd_params: write dbeta after dgamma (at out[0, c) without it)
+}
+
+// GroupNormParams's layout, as the generator computed it for both sides.
+var (
+	_ [96]byte = [unsafe.Sizeof(GroupNormParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(GroupNormParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(GroupNormParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(GroupNormParams{}.Gamma)]byte{}
+	_ [16]byte = [unsafe.Offsetof(GroupNormParams{}.Beta)]byte{}
+	_ [24]byte = [unsafe.Offsetof(GroupNormParams{}.DY)]byte{}
+	_ [32]byte = [unsafe.Offsetof(GroupNormParams{}.Partial)]byte{}
+	_ [40]byte = [unsafe.Offsetof(GroupNormParams{}.Sums)]byte{}
+	_ [48]byte = [unsafe.Offsetof(GroupNormParams{}.Out)]byte{}
+	_ [56]byte = [unsafe.Offsetof(GroupNormParams{}.HW)]byte{}
+	_ [64]byte = [unsafe.Offsetof(GroupNormParams{}.Eps)]byte{}
+	_ [72]byte = [unsafe.Offsetof(GroupNormParams{}.N)]byte{}
+	_ [76]byte = [unsafe.Offsetof(GroupNormParams{}.C)]byte{}
+	_ [80]byte = [unsafe.Offsetof(GroupNormParams{}.Groups)]byte{}
+	_ [84]byte = [unsafe.Offsetof(GroupNormParams{}.Tiles)]byte{}
+	_ [88]byte = [unsafe.Offsetof(GroupNormParams{}.Dgamma)]byte{}
+	_ [92]byte = [unsafe.Offsetof(GroupNormParams{}.Dbeta)]byte{}
+)
+
 // LayerNormParams mirrors struct LayerNormParams of kernels/layernorm.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
@@ -956,6 +1004,56 @@ const (
 	AxpyF64 Kernel[AxpyParams] = "elementwise.axpy_f64"
 )
 
+// The kernels of kernels/groupnorm.cu (module groupnorm).
+const (
+	// GroupNormStatsV16bF32 is groupnorm_stats_v16b_f32, __launch_bounds__(256).
+	//
+	// clang-format off
+	GroupNormStatsV16bF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_v16b_f32"
+	// GroupNormStatsV16bF64 is groupnorm_stats_v16b_f64, __launch_bounds__(256).
+	GroupNormStatsV16bF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_v16b_f64"
+	// GroupNormStatsScalarF32 is groupnorm_stats_scalar_f32, __launch_bounds__(256).
+	GroupNormStatsScalarF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_scalar_f32"
+	// GroupNormStatsScalarF64 is groupnorm_stats_scalar_f64, __launch_bounds__(256).
+	GroupNormStatsScalarF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_scalar_f64"
+	// GroupNormStatsRowsF32 is groupnorm_stats_rows_f32, __launch_bounds__(32).
+	GroupNormStatsRowsF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_rows_f32"
+	// GroupNormStatsRowsF64 is groupnorm_stats_rows_f64, __launch_bounds__(32).
+	GroupNormStatsRowsF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_rows_f64"
+	// GroupNormFwdV16bF32 is groupnorm_fwd_v16b_f32, __launch_bounds__(256).
+	GroupNormFwdV16bF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_fwd_v16b_f32"
+	// GroupNormFwdV16bF64 is groupnorm_fwd_v16b_f64, __launch_bounds__(256).
+	GroupNormFwdV16bF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_fwd_v16b_f64"
+	// GroupNormFwdScalarF32 is groupnorm_fwd_scalar_f32, __launch_bounds__(256).
+	GroupNormFwdScalarF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_fwd_scalar_f32"
+	// GroupNormFwdScalarF64 is groupnorm_fwd_scalar_f64, __launch_bounds__(256).
+	GroupNormFwdScalarF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_fwd_scalar_f64"
+	// GroupNormBwdReduceV16bF32 is groupnorm_bwd_reduce_v16b_f32, __launch_bounds__(256).
+	GroupNormBwdReduceV16bF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_reduce_v16b_f32"
+	// GroupNormBwdReduceV16bF64 is groupnorm_bwd_reduce_v16b_f64, __launch_bounds__(256).
+	GroupNormBwdReduceV16bF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_reduce_v16b_f64"
+	// GroupNormBwdReduceScalarF32 is groupnorm_bwd_reduce_scalar_f32, __launch_bounds__(256).
+	GroupNormBwdReduceScalarF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_reduce_scalar_f32"
+	// GroupNormBwdReduceScalarF64 is groupnorm_bwd_reduce_scalar_f64, __launch_bounds__(256).
+	GroupNormBwdReduceScalarF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_reduce_scalar_f64"
+	// GroupNormBwdDXV16bF32 is groupnorm_bwd_dx_v16b_f32, __launch_bounds__(256).
+	GroupNormBwdDXV16bF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_dx_v16b_f32"
+	// GroupNormBwdDXV16bF64 is groupnorm_bwd_dx_v16b_f64, __launch_bounds__(256).
+	GroupNormBwdDXV16bF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_dx_v16b_f64"
+	// GroupNormBwdDXScalarF32 is groupnorm_bwd_dx_scalar_f32, __launch_bounds__(256).
+	GroupNormBwdDXScalarF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_dx_scalar_f32"
+	// GroupNormBwdDXScalarF64 is groupnorm_bwd_dx_scalar_f64, __launch_bounds__(256).
+	GroupNormBwdDXScalarF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_dx_scalar_f64"
+	// GroupNormBwdFinalizeF32 is groupnorm_bwd_finalize_f32, __launch_bounds__(32).
+	GroupNormBwdFinalizeF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_finalize_f32"
+	// GroupNormBwdFinalizeF64 is groupnorm_bwd_finalize_f64, __launch_bounds__(32).
+	GroupNormBwdFinalizeF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_finalize_f64"
+	// GroupNormBwdParamsF32 is groupnorm_bwd_params_f32, __launch_bounds__(256).
+	GroupNormBwdParamsF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_params_f32"
+	// GroupNormBwdParamsF64 is groupnorm_bwd_params_f64, __launch_bounds__(256).
+	GroupNormBwdParamsF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_params_f64"
+)
+
 // The kernels of kernels/layernorm.cu (module layernorm).
 const (
 	// LayerNormFwdWarpRow1kF32 is layernorm_fwd_warp_row1k_f32, __launch_bounds__(256).
@@ -1391,6 +1489,61 @@ func Axpy(dt tensor.Dtype) (Kernel[AxpyParams], error) {
 	return byDtype(dt, "axpy", AxpyF32, AxpyF64)
 }
 
+// GroupNormStatsV16b returns GroupNormStatsV16bF32 for float32 and GroupNormStatsV16bF64 for float64.
+func GroupNormStatsV16b(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_stats_v16b", GroupNormStatsV16bF32, GroupNormStatsV16bF64)
+}
+
+// GroupNormStatsScalar returns GroupNormStatsScalarF32 for float32 and GroupNormStatsScalarF64 for float64.
+func GroupNormStatsScalar(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_stats_scalar", GroupNormStatsScalarF32, GroupNormStatsScalarF64)
+}
+
+// GroupNormStatsRows returns GroupNormStatsRowsF32 for float32 and GroupNormStatsRowsF64 for float64.
+func GroupNormStatsRows(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_stats_rows", GroupNormStatsRowsF32, GroupNormStatsRowsF64)
+}
+
+// GroupNormFwdV16b returns GroupNormFwdV16bF32 for float32 and GroupNormFwdV16bF64 for float64.
+func GroupNormFwdV16b(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_fwd_v16b", GroupNormFwdV16bF32, GroupNormFwdV16bF64)
+}
+
+// GroupNormFwdScalar returns GroupNormFwdScalarF32 for float32 and GroupNormFwdScalarF64 for float64.
+func GroupNormFwdScalar(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_fwd_scalar", GroupNormFwdScalarF32, GroupNormFwdScalarF64)
+}
+
+// GroupNormBwdReduceV16b returns GroupNormBwdReduceV16bF32 for float32 and GroupNormBwdReduceV16bF64 for float64.
+func GroupNormBwdReduceV16b(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_reduce_v16b", GroupNormBwdReduceV16bF32, GroupNormBwdReduceV16bF64)
+}
+
+// GroupNormBwdReduceScalar returns GroupNormBwdReduceScalarF32 for float32 and GroupNormBwdReduceScalarF64 for float64.
+func GroupNormBwdReduceScalar(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_reduce_scalar", GroupNormBwdReduceScalarF32, GroupNormBwdReduceScalarF64)
+}
+
+// GroupNormBwdDXV16b returns GroupNormBwdDXV16bF32 for float32 and GroupNormBwdDXV16bF64 for float64.
+func GroupNormBwdDXV16b(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_dx_v16b", GroupNormBwdDXV16bF32, GroupNormBwdDXV16bF64)
+}
+
+// GroupNormBwdDXScalar returns GroupNormBwdDXScalarF32 for float32 and GroupNormBwdDXScalarF64 for float64.
+func GroupNormBwdDXScalar(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_dx_scalar", GroupNormBwdDXScalarF32, GroupNormBwdDXScalarF64)
+}
+
+// GroupNormBwdFinalize returns GroupNormBwdFinalizeF32 for float32 and GroupNormBwdFinalizeF64 for float64.
+func GroupNormBwdFinalize(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_finalize", GroupNormBwdFinalizeF32, GroupNormBwdFinalizeF64)
+}
+
+// GroupNormBwdParams returns GroupNormBwdParamsF32 for float32 and GroupNormBwdParamsF64 for float64.
+func GroupNormBwdParams(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_params", GroupNormBwdParamsF32, GroupNormBwdParamsF64)
+}
+
 // LayerNormFwdWarpRow1k returns LayerNormFwdWarpRow1kF32 for float32 and LayerNormFwdWarpRow1kF64 for float64.
 func LayerNormFwdWarpRow1k(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
 	return byDtype(dt, "layernorm_fwd_warp_row1k", LayerNormFwdWarpRow1kF32, LayerNormFwdWarpRow1kF64)
@@ -1776,6 +1929,31 @@ const (
 	ConvWgmmaM128S4TileM = 128
 	// ConvWgmmaThreads is WgmmaM128S3::NT in kernels/conv_sm90a.cu.
 	ConvWgmmaThreads = 256
+	// GroupNormThreads is kThreads in kernels/groupnorm.cu.
+	//
+	// Threads of the tile kernels' blocks (8 warps).
+	GroupNormThreads = 256
+	// GroupNormTile is kTile in kernels/groupnorm.cu.
+	//
+	// Elements of a plane a tile kernel's block takes: 16 a thread, so that each
+	// thread has four 16-byte float loads (eight double ones) in flight.
+	GroupNormTile = 4096
+	// GroupNormRowStats is kRowStats in kernels/groupnorm.cu.
+	//
+	// Values per row of the sums bwd_finalize writes: mean, rstd, mean(g) and
+	// mean(g*xhat), before the two values per plane, sum(dy) and sum(dy*xhat).
+	// Each value is a pair of T (split), so that float32 carries the double's
+	// precision to bwd_dx: rounded to float32, mean(g) alone would leave dx
+	// of a group of equal values (rstd = 1/sqrt(eps)) at 1e-5 from 0.
+	GroupNormRowStats = 4
+	// GroupNormInlineRowPartials is kInlineRowPartials in kernels/groupnorm.cu.
+	//
+	// The most tile sums a row may have for fwd's blocks to add them each
+	// (reading them from L2); beyond, stats_rows adds them once per row first.
+	// Every block re-reading its row's cpg*tiles sums costs the L2 about
+	// cpg/1024 of the data's bytes: nothing for 32 groups of 256 or 512
+	// channels, a quarter and more for one group of 256.
+	GroupNormInlineRowPartials = 256
 	// LayerNormWarps is kWarps in kernels/layernorm.cu.
 	//
 	// Warps per block of the warp kernels: each takes rows blockIdx.x*8 + warp,
@@ -1940,6 +2118,28 @@ var kernelTable = [...]KernelInfo{
 	{Module: "elementwise", Name: "add_acc_f64", Params: "AddParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "axpy_f32", Params: "AxpyParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "axpy_f64", Params: "AxpyParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_v16b_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_v16b_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_scalar_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_scalar_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_rows_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_rows_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_fwd_v16b_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_fwd_v16b_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_fwd_scalar_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_fwd_scalar_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_reduce_v16b_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_reduce_v16b_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_reduce_scalar_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_reduce_scalar_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_dx_v16b_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_dx_v16b_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_dx_scalar_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_dx_scalar_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_finalize_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_finalize_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_params_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_params_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_fwd_warp_row1k_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_fwd_warp_row1k_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_fwd_warp_row4k_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
