@@ -11,7 +11,7 @@ var words = map[string]string{
 	"roialign": "RoIAlign", "msdeform": "MSDeform", "layernorm": "LayerNorm", "colsum": "ColSum", "roi": "RoI", "rois": "RoIs", "bn": "BN",
 	"relu": "ReLU", "tf32": "TF32", "u64": "U64", "nchw": "NCHW", "nhwc": "NHWC",
 	"splitk": "SplitK", "dy": "DY", "dx": "DX", "hw": "HW", "kk": "KK", "kh": "KH", "kw": "KW",
-	"qw": "QW", "ws": "WS", "wt": "WT", "id": "ID", "cm": "CM", "lq": "Lq", "cmajor": "CMajor", "lanetaps": "LaneTaps", "sharedtaps": "SharedTaps", "qfast": "QFast",
+	"qw": "QW", "ws": "WS", "wt": "WT", "id": "ID", "cm": "CM", "lq": "Lq", "cmajor": "CMajor", "lanetaps": "LaneTaps", "sharedtaps": "SharedTaps", "qfast": "QFast", "bx": "BX",
 }
 
 // goName turns a C++ snake_case name into a Go exported name:
