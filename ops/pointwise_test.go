@@ -50,28 +50,42 @@ func binaryBuild(op string) func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
 
 // pointwiseRef is testdata/pointwise.json (gen_pointwise.py).
 type pointwiseRef struct {
-	Torch  string
+	Torch  string `json:"torch"`
 	Binary []struct {
-		Name, Op               string
-		AShape, BShape, YShape []int
-		A, B, Proj, Y          []float64
-		GradA, GradB           []float64
-	}
+		Name   string    `json:"name"`
+		Op     string    `json:"op"`
+		AShape []int     `json:"a_shape"`
+		BShape []int     `json:"b_shape"`
+		YShape []int     `json:"y_shape"`
+		A      []float64 `json:"a"`
+		B      []float64 `json:"b"`
+		Proj   []float64 `json:"proj"`
+		Y      []float64 `json:"y"`
+		GradA  []float64 `json:"grad_a"`
+		GradB  []float64 `json:"grad_b"`
+	} `json:"binary"`
 	Unary []struct {
-		Name, Op   string
-		Shape      []int
-		Scale      float64
-		X, Proj, Y []float64
-		Grad       []float64
-	}
+		Name  string    `json:"name"`
+		Op    string    `json:"op"`
+		Shape []int     `json:"shape"`
+		Scale float64   `json:"scale"`
+		X     []float64 `json:"x"`
+		Proj  []float64 `json:"proj"`
+		Y     []float64 `json:"y"`
+		Grad  []float64 `json:"grad"`
+	} `json:"unary"`
 	Reduce []struct {
-		Name, Op    string
-		Shape, Axes []int
-		Keepdim     bool
-		YShape      []int
-		X, Proj, Y  []float64
-		Grad        []float64
-	}
+		Name    string    `json:"name"`
+		Op      string    `json:"op"`
+		Shape   []int     `json:"shape"`
+		Axes    []int     `json:"axes"`
+		Keepdim bool      `json:"keepdim"`
+		YShape  []int     `json:"y_shape"`
+		X       []float64 `json:"x"`
+		Proj    []float64 `json:"proj"`
+		Y       []float64 `json:"y"`
+		Grad    []float64 `json:"grad"`
+	} `json:"reduce"`
 }
 
 func loadPointwiseRef(t *testing.T) pointwiseRef {
@@ -81,6 +95,50 @@ func loadPointwiseRef(t *testing.T) pointwiseRef {
 		t.Fatal("testdata/pointwise.json lacks cases")
 	}
 	return ref
+}
+
+// The ops' values and gradients against PyTorch's, float64 and float32
+// (a float32 x of the same values), every case of gen_pointwise.py.
+func TestPointwiseMatchesPyTorch(t *testing.T) {
+	ref := loadPointwiseRef(t)
+	for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
+		tol := forwardTol(dt)
+		for _, c := range ref.Binary {
+			a, b := fromFloat64s(dt, c.A, c.AShape...), fromFloat64s(dt, c.B, c.BShape...)
+			got, shape, err := runGraph(t, []*tensor.Dense{a, b}, binaryBuild(c.Op))
+			if err != nil {
+				t.Fatalf("%s %v: %v", c.Name, dt, err)
+			}
+			if !shape.Eq(tensor.Shape(c.YShape)) {
+				t.Errorf("%s %v: y has shape %v, PyTorch's %v", c.Name, dt, shape, c.YShape)
+			}
+			if err := tol.Compare(got, c.Y); err != nil {
+				t.Errorf("%s %v: y: %v", c.Name, dt, err)
+			}
+			grads := gradOf(t, []*tensor.Dense{a, b}, fromFloat64s(dt, c.Proj, c.YShape...), []int{0, 1}, binaryBuild(c.Op))
+			if err := tol.Compare(grads[0], c.GradA); err != nil {
+				t.Errorf("%s %v: gradient of a: %v", c.Name, dt, err)
+			}
+			if err := tol.Compare(grads[1], c.GradB); err != nil {
+				t.Errorf("%s %v: gradient of b: %v", c.Name, dt, err)
+			}
+		}
+		for _, c := range ref.Unary {
+			x := fromFloat64s(dt, c.X, c.Shape...)
+			build := unaryBuild(c.Op, c.Scale)
+			got, _, err := runGraph(t, []*tensor.Dense{x}, build)
+			if err != nil {
+				t.Fatalf("%s %v: %v", c.Name, dt, err)
+			}
+			if err := tol.Compare(got, c.Y); err != nil {
+				t.Errorf("%s %v: y: %v", c.Name, dt, err)
+			}
+			grads := gradOf(t, []*tensor.Dense{x}, fromFloat64s(dt, c.Proj, c.Shape...), []int{0}, build)
+			if err := tol.Compare(grads[0], c.Grad); err != nil {
+				t.Errorf("%s %v: gradient: %v", c.Name, dt, err)
+			}
+		}
+	}
 }
 
 // Special values, as PyTorch gives them (torch 1.13, checked by hand):
