@@ -3,9 +3,12 @@
 // (MSDeformAttn), fused convolution layers (Conv with bias and ReLU, ConvBN
 // with BatchNorm, a residual and ReLU, ConvTranspose), UpsampleNearest,
 // Linear, MatMul and BatchedMatMul, Softmax and LogSoftmax along any axis,
-// LayerNorm, the detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
-// each with per-element weights) and ToDevice/ToHost, which move values and
-// their gradients between the host and a GPU inside a graph.
+// LayerNorm, the elementwise ops with broadcasting (Add, Sub, Mul, Div,
+// Scale, ReLU, Sigmoid, InverseSigmoid, Exp, Log, Sqrt, Square) and the
+// sums over axes (Sum, Mean), the detection losses (SigmoidBCE, SmoothL1,
+// SoftmaxCrossEntropy, each with per-element weights) and ToDevice/ToHost,
+// which move values and their gradients between the host and a GPU inside a
+// graph.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
@@ -19,9 +22,9 @@
 // where their inputs live: host tensors take the Go CPU kernels; device
 // tensors (package backend, build tag stheno_cuda) take the CUDA kernels of
 // RoIAlign, MSDeformAttn, Conv, ConvBN, Linear, MatMul, BatchedMatMul,
-// Softmax, LogSoftmax and LayerNorm and return device tensors, with no host
-// round trip; the other ops refuse device inputs with an error that says to
-// move them with ToHost. All ops accept float32 and float64.
+// Softmax, LogSoftmax, LayerNorm, the elementwise ops and the sums and
+// return device tensors, with no host round trip; the other ops refuse
+// device inputs with an error that says to move them with ToHost. All ops accept float32 and float64.
 //
 // Semantics follow the references exactly:
 //   - RoIAlign: torchvision.ops.roi_align (average pooling);
@@ -37,4 +40,7 @@
 //     +inf or a line of -inf only makes its line NaN).
 //   - LayerNorm: torch.nn.functional.layer_norm over the last dimension,
 //     with optional weight (gamma) and bias (beta).
+//   - Add, Sub, Mul, Div: torch's with its broadcasting; InverseSigmoid:
+//     Deformable-DETR's inverse_sigmoid; Sum and Mean: torch.sum and
+//     torch.mean over a set of axes, with keepdim.
 package ops
