@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/autograd"
+	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/kernels"
 )
 
@@ -95,10 +96,15 @@ var pointwiseGPUShapes = []struct {
 // TolParity64 and float32 to TolParity32, same-shape and broadcast
 // (binary opcodes) on pointwiseGPUShapes, with NaN, ±inf and -0 among the
 // operands of the same-shape cases (NaN must come out where the CPU's is).
+// Fill, which reads no operand, runs as the gradient of a sum to a scalar
+// (TestGPUReduceParity).
 func TestGPUPointwiseParity(t *testing.T) {
 	dev := gpu(t)
 	rng := rand.New(rand.NewPCG(26, 40))
 	for op := kernels.PointwiseOp(0); op < kernels.PointwiseOps; op++ {
+		if op == kernels.PointwiseFill {
+			continue
+		}
 		for _, c := range pointwiseGPUShapes {
 			if op.Arity() < 2 && !tensor.Shape(c.a).Eq(tensor.Shape(c.b)) {
 				continue
@@ -171,7 +177,8 @@ func TestGPUReduceParity(t *testing.T) {
 					parityBy(t, dev, op, []segment{{tol: parityTol(dt)}}, x)
 					s := op.opSpec
 					if s.out.Dims() == 0 {
-						return // the gradient of a scalar: a fill, tested by the graph below
+						scalarGradParity(t, dev, op, x)
+						return
 					}
 					dy := randTensor(rng, dt, -1, 1, s.out...)
 					grad := reduceGradTestOp(t, op, dt)
@@ -182,7 +189,34 @@ func TestGPUReduceParity(t *testing.T) {
 	}
 }
 
-// reduceGradTestOp is the backward op of the sum op: dy -> dx.
+// scalarGradParity checks the gradient of a sum to a scalar on the GPU:
+// gorgonia hands it dy as a host scalar, which it spreads (times 1/count
+// for a mean) over x's shape on x's device.
+func scalarGradParity(t *testing.T, dev *backend.Device, op *specOp, x *tensor.Dense) {
+	t.Helper()
+	dt := x.Dtype()
+	grad := reduceGradTestOp(t, op, dt)
+	var dy G.Value = G.NewF64(0.75)
+	if dt == tensor.Float32 {
+		dy = G.NewF32(0.75)
+	}
+	want, err := grad.Do(x, dy)
+	if err != nil {
+		t.Fatalf("CPU: %v", err)
+	}
+	xd := toDev(t, dev, x)
+	defer dev.FreeDense(xd)
+	got, err := grad.Do(xd, dy)
+	if err != nil {
+		t.Fatalf("GPU: %v", err)
+	}
+	if err := autograd.TolParity64.Compare(fromDev(t, dev, got), toFloat64s(t, want)); err != nil {
+		t.Errorf("%v: GPU vs CPU: %v", grad, err)
+	}
+}
+
+// reduceGradTestOp is the backward op of the sum op: dy -> dx, or (x, dy)
+// -> dx for a sum to a scalar.
 func reduceGradTestOp(t testing.TB, op *specOp, dt tensor.Dtype) *specOp {
 	t.Helper()
 	g := G.NewGraph()
@@ -191,7 +225,10 @@ func reduceGradTestOp(t testing.TB, op *specOp, dt tensor.Dtype) *specOp {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dy := G.NewTensor(g, dt, y.Shape().Dims(), G.WithShape(y.Shape()...), G.WithName("dy"))
+	dy := G.NewScalar(g, dt, G.WithName("dy"))
+	if y.Shape().Dims() > 0 {
+		dy = G.NewTensor(g, dt, y.Shape().Dims(), G.WithShape(y.Shape()...), G.WithName("dy"))
+	}
 	grads, err := op.SymDiff(G.Nodes{x}, y, dy)
 	if err != nil {
 		t.Fatal(err)
