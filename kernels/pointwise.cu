@@ -5,7 +5,8 @@
 // opcodes below (unary ones read a only, fill reads neither).
 //
 // - map (same shapes): a grid-stride loop over 16-byte vectors (v16b, when
-//   a, b and out are 16-byte aligned), then the n % V elements left.
+//   a, b and out are 16-byte aligned), kUnroll of them loaded per thread
+//   before any is computed, then the n % V elements left.
 // - bcast (broadcasting): the output's shape, collapsed on the host (dims
 //   of one dropped, neighbours that every operand walks alike merged), up
 //   to kMaxDims dims, with each operand's element strides per output dim (0
@@ -271,8 +272,15 @@ __device__ __forceinline__ int64_t grid_stride() {
   return static_cast<int64_t>(gridDim.x) * blockDim.x;
 }
 
-// Same shapes: V elements a step (V > 1: 16-byte vectors, every pointer
-// aligned), then the n % V left over, one a thread.
+// stheno:const PointwiseUnroll
+// The vectors (or elements) an elementwise thread loads before it computes
+// any: several loads in flight per thread hide more of the memory's
+// latency.
+constexpr int kUnroll = 2;
+
+// Same shapes: V elements a vector (V > 1: 16-byte vectors, every pointer
+// aligned), each thread taking kUnroll vectors a grid stride apart per
+// step, then the n % V elements left, one a thread.
 template <int kOp, typename T, int V>
 __device__ __forceinline__ void map_loop(const PointwiseParams& p) {
   using P = Pack<T, V>;
@@ -281,16 +289,29 @@ __device__ __forceinline__ void map_loop(const PointwiseParams& p) {
   const T* __restrict__ a = reinterpret_cast<const T*>(p.a);
   const T* __restrict__ b = reinterpret_cast<const T*>(p.b);
   T* __restrict__ out = reinterpret_cast<T*>(p.out);
-  const int64_t nv = p.n / V;
-  for (int64_t i = first_index(); i < nv; i += grid_stride()) {
-    P x{}, y{}, o;
-    if constexpr (kIn >= 1) x = reinterpret_cast<const P*>(a)[i];
-    if constexpr (kIn == 2) y = reinterpret_cast<const P*>(b)[i];
+  const int64_t nv = p.n / V, step = grid_stride();
+  for (int64_t i0 = first_index(); i0 < nv; i0 += kUnroll * step) {
+    P x[kUnroll] = {}, y[kUnroll] = {};
 #pragma unroll
-    for (int e = 0; e < V; ++e) o.v[e] = apply<kOp>(x.v[e], y.v[e], alpha);
-    reinterpret_cast<P*>(out)[i] = o;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = i0 + u * step;
+      if (i < nv) {
+        if constexpr (kIn >= 1) x[u] = reinterpret_cast<const P*>(a)[i];
+        if constexpr (kIn == 2) y[u] = reinterpret_cast<const P*>(b)[i];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = i0 + u * step;
+      if (i < nv) {
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) o.v[e] = apply<kOp>(x[u].v[e], y[u].v[e], alpha);
+        reinterpret_cast<P*>(out)[i] = o;
+      }
+    }
   }
-  for (int64_t i = nv * V + first_index(); i < p.n; i += grid_stride()) {
+  for (int64_t i = nv * V + first_index(); i < p.n; i += step) {
     const T x = kIn >= 1 ? a[i] : T(0), y = kIn == 2 ? b[i] : T(0);
     out[i] = apply<kOp>(x, y, alpha);
   }
@@ -356,15 +377,28 @@ __device__ __forceinline__ void bcast_loop(const PointwiseParams& p) {
   const T* __restrict__ b = reinterpret_cast<const T*>(p.b);
   T* __restrict__ out = reinterpret_cast<T*>(p.out);
   const bool unit_a = p.stride_a[p.rank - 1] == 1, unit_b = p.stride_b[p.rank - 1] == 1;
-  const int64_t nv = p.n / V;
-  for (int64_t i = first_index(); i < nv; i += grid_stride()) {
-    const Offsets off = offsets_of(p, i * V);
-    P x{}, y{}, o;
-    if constexpr (kIn >= 1) x = load_pack<T, V>(a, off.a, unit_a);
-    if constexpr (kIn == 2) y = load_pack<T, V>(b, off.b, unit_b);
+  const int64_t nv = p.n / V, step = grid_stride();
+  for (int64_t i0 = first_index(); i0 < nv; i0 += kUnroll * step) {
+    P x[kUnroll] = {}, y[kUnroll] = {};
 #pragma unroll
-    for (int e = 0; e < V; ++e) o.v[e] = apply<kOp>(x.v[e], y.v[e], alpha);
-    reinterpret_cast<P*>(out)[i] = o;
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = i0 + u * step;
+      if (i < nv) {
+        const Offsets off = offsets_of(p, i * V);
+        if constexpr (kIn >= 1) x[u] = load_pack<T, V>(a, off.a, unit_a);
+        if constexpr (kIn == 2) y[u] = load_pack<T, V>(b, off.b, unit_b);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = i0 + u * step;
+      if (i < nv) {
+        P o;
+#pragma unroll
+        for (int e = 0; e < V; ++e) o.v[e] = apply<kOp>(x[u].v[e], y[u].v[e], alpha);
+        reinterpret_cast<P*>(out)[i] = o;
+      }
+    }
   }
 }
 

@@ -49,10 +49,10 @@ const (
 )
 
 // pointwiseLaunch returns the grid of an elementwise kernel doing work
-// steps: a step per thread, capped.
+// vectors (or elements): cuda.PointwiseUnroll per thread, capped.
 func pointwiseLaunch(work int) backend.LaunchConfig {
 	return backend.LaunchConfig{
-		Grid:  backend.Dim3{X: uint32(max(1, min(ceilDiv(work, pointwiseThreads), pointwiseMaxBlocks))), Y: 1, Z: 1},
+		Grid:  backend.Dim3{X: uint32(max(1, min(ceilDiv(work, pointwiseThreads*cuda.PointwiseUnroll), pointwiseMaxBlocks))), Y: 1, Z: 1},
 		Block: backend.Dim3{X: pointwiseThreads, Y: 1, Z: 1},
 	}
 }

@@ -1638,6 +1638,12 @@ const (
 	//
 	// The longest row the rows warp kernel takes: 32 elements a lane.
 	ReduceWarpRow = 1024
+	// PointwiseUnroll is kUnroll in kernels/pointwise.cu.
+	//
+	// The vectors (or elements) an elementwise thread loads before it computes
+	// any: several loads in flight per thread hide more of the memory's
+	// latency.
+	PointwiseUnroll = 2
 	// RoIAlignWarps is kWarps in kernels/roialign.cu.
 	//
 	// A block is one RoI: 8 warps, each on groups of 32 channels (one per lane).
