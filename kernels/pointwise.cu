@@ -40,9 +40,11 @@
 // Every sum runs in that fixed order, with no atomics: the same bits on
 // every run and every GPU (the plan depends on the shape alone), and the
 // CPU twin (kernels/reduce.go) follows it add for add. Sums accumulate in
-// T, as PyTorch's CUDA sums do for float32 and float64; the split into
-// threads and the trees keep each running sum to a few hundred terms. The
-// last pass multiplies by alpha (Mean's 1/count; 1 for Sum).
+// T, as PyTorch's CUDA sums do for float32 and float64; each thread's
+// running sum holds its share of the terms only (1/lanes of a short row,
+// 1/kReduceThreads of a long row's part, 1/by of a column's part), the
+// shares added pairwise by the trees. The last pass multiplies by alpha
+// (Mean's 1/count; 1 for Sum).
 //
 // NaN and infinities go through the arithmetic as in PyTorch: a NaN
 // operand gives NaN, inf - inf NaN, and a sum holding a NaN is NaN.

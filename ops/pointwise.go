@@ -65,9 +65,11 @@ const DefaultInverseSigmoidEps = 1e-5
 //
 // elementwise, so that y stays finite at 0 and 1. eps must be in (0, 0.5);
 // 0 stands for DefaultInverseSigmoidEps. Its gradient is PyTorch's
-// autograd of that expression, clamp for clamp: 0 where x is outside [0,
-// 1] or a clamp to eps is active (x < eps or x > 1 - eps, about), dy /
-// (x(1-x)) in between.
+// autograd of that expression, clamp for clamp (a clamp passes the
+// gradient where its input lies within its bounds, ends included): dy /
+// (x(1-x)) where neither clamp to eps acts; where one does (x below eps,
+// or 1 - x below eps) only the other's share, dy/(1-x) or dy/x; 0 outside
+// [0, 1] and at NaN.
 func InverseSigmoid(x *G.Node, eps float64) (*G.Node, error) {
 	if eps == 0 {
 		eps = DefaultInverseSigmoidEps
@@ -275,19 +277,10 @@ func pointwiseRun[T kernels.Float](s pointwiseShape, in [][]T, out []T) error {
 }
 
 // gradient returns the SymDiff of s's op: PyTorch's formulas as ops of
-// this package. The backward-only ops (ReLUGrad and the like) are not
+// this package (whose errors name the backward pass). The backward-only ops (ReLUGrad and the like) are not
 // differentiable again; Fill is not differentiable.
 func (s pointwiseShape) gradient() func(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 	bwd := s.name + " backward"
-	wrap := func(f func(in G.Nodes, out, grad *G.Node) (G.Nodes, error)) func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
-		return func(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
-			g, err := f(in, out, grad)
-			if err != nil {
-				return nil, fmt.Errorf("ops: %s: %w", bwd, err)
-			}
-			return g, nil
-		}
-	}
 	// same applies a same-shape op of out's shape to (u, v).
 	same := func(op kernels.PointwiseOp, argA, argB string, u, v *G.Node) (*G.Node, error) {
 		return applyPointwise(pointwiseShape{name: bwd, op: op, argA: argA, argB: argB, a: s.out, b: s.out, out: s.out, alpha: s.alpha, dt: s.dt}, u, v)
@@ -298,7 +291,7 @@ func (s pointwiseShape) gradient() func(in G.Nodes, out, grad *G.Node) (G.Nodes,
 	}
 	switch s.op {
 	case kernels.PointwiseAdd, kernels.PointwiseSub, kernels.PointwiseMul, kernels.PointwiseDiv:
-		return wrap(func(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
+		return func(in G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 			a, b := in[0], in[1]
 			var ga, gb *G.Node
 			var err error
@@ -325,10 +318,10 @@ func (s pointwiseShape) gradient() func(in G.Nodes, out, grad *G.Node) (G.Nodes,
 					return nil, err
 				}
 			}
-			if ga, err = sumTo(bwd, ga, s.a); err != nil {
+			if ga, err = sumTo(bwd, ga, s.aView, s.a); err != nil {
 				return nil, err
 			}
-			if gb, err = sumTo(bwd, gb, s.b); err != nil {
+			if gb, err = sumTo(bwd, gb, s.bView, s.b); err != nil {
 				return nil, err
 			}
 			if s.op == kernels.PointwiseSub {
@@ -337,39 +330,44 @@ func (s pointwiseShape) gradient() func(in G.Nodes, out, grad *G.Node) (G.Nodes,
 				}
 			}
 			return G.Nodes{ga, gb}, nil
-		})
+		}
 	case kernels.PointwiseScale:
-		return wrap(func(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+		// A Scale that broadcasts (the gradient of a sum) sums back.
+		return func(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 			g, err := applyPointwise(pointwiseShape{name: bwd, op: kernels.PointwiseScale, argA: "grad", a: s.out, out: s.out, alpha: s.alpha, dt: s.dt}, grad)
+			if err != nil {
+				return nil, err
+			}
+			g, err = sumTo(bwd, g, s.aView, s.a)
 			return G.Nodes{g}, err
-		})
+		}
 	case kernels.PointwiseExp:
-		return wrap(func(_ G.Nodes, out, grad *G.Node) (G.Nodes, error) {
+		return func(_ G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 			g, err := same(kernels.PointwiseMul, "grad", "y", grad, out)
 			return G.Nodes{g}, err
-		})
+		}
 	case kernels.PointwiseLog:
-		return wrap(func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+		return func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 			g, err := same(kernels.PointwiseDiv, "grad", "x", grad, in[0])
 			return G.Nodes{g}, err
-		})
+		}
 	case kernels.PointwiseReLU, kernels.PointwiseSigmoid, kernels.PointwiseSqrt:
 		op := map[kernels.PointwiseOp]kernels.PointwiseOp{
 			kernels.PointwiseReLU: kernels.PointwiseReLUGrad, kernels.PointwiseSigmoid: kernels.PointwiseSigmoidGrad, kernels.PointwiseSqrt: kernels.PointwiseSqrtGrad,
 		}[s.op]
-		return wrap(func(_ G.Nodes, out, grad *G.Node) (G.Nodes, error) {
+		return func(_ G.Nodes, out, grad *G.Node) (G.Nodes, error) {
 			g, err := same(op, "y", "grad", out, grad)
 			return G.Nodes{g}, err
-		})
+		}
 	case kernels.PointwiseSquare, kernels.PointwiseInverseSigmoid:
 		op := kernels.PointwiseSquareGrad
 		if s.op == kernels.PointwiseInverseSigmoid {
 			op = kernels.PointwiseInverseSigmoidGrad
 		}
-		return wrap(func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+		return func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 			g, err := same(op, "x", "grad", in[0], grad)
 			return G.Nodes{g}, err
-		})
+		}
 	case kernels.PointwiseReLUGrad, kernels.PointwiseSigmoidGrad, kernels.PointwiseSqrtGrad,
 		kernels.PointwiseSquareGrad, kernels.PointwiseInverseSigmoidGrad, kernels.PointwiseNegDiv:
 		return noSecondDerivative(s.name)

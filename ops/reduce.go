@@ -15,12 +15,14 @@ import (
 // one; otherwise it is dropped, and a sum over every axis is a scalar.
 //
 // The order of the additions is fixed (kernels/reduce.go, NewReducePlan):
-// each sum splits into runs of consecutive terms, each added in order in
-// the dtype (float32 sums in float32, as PyTorch's CUDA sums), and the
-// runs are added by fixed trees, so that a running sum holds a few hundred
-// terms at most; the GPU (kernels/pointwise.cu) adds in the same order, so
-// the two give the same bits, on every run. A NaN makes its sum NaN, and
-// +inf with -inf too.
+// each sum is split between threads (a row's terms between up to 32 lanes,
+// or 256 threads per part of a long row; a column's between the rows of a
+// block), each thread adding its share in order in the dtype (float32 sums
+// in float32, as PyTorch's CUDA sums), and the shares are added pairwise
+// by fixed trees, so that no running sum holds more than a small share of
+// the terms. The GPU (kernels/pointwise.cu) adds in the same order: the two
+// give the same bits, on every run. A NaN makes its sum NaN, and +inf with
+// -inf too.
 //
 // Differentiable with respect to x: the gradient broadcasts dy back over
 // the summed axes.
@@ -129,7 +131,7 @@ func reduceOp(s reduceShape) *specOp {
 		grad: func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 			dx, err := s.broadcastBack(in[0], grad)
 			if err != nil {
-				return nil, fmt.Errorf("ops: %s backward: %w", s.name, err)
+				return nil, err
 			}
 			return G.Nodes{dx}, nil
 		},
@@ -147,24 +149,29 @@ func reduceRun[T kernels.Float](s reduceShape, in [][]T, out []T) error {
 func (s reduceShape) broadcastBack(x, grad *G.Node) (*G.Node, error) {
 	bwd := s.name + " backward"
 	if s.out.Dims() == 0 {
-		return G.ApplyOp(fillLikeOp(bwd, s.x, s.alpha, s.dt), x, grad)
+		dx, err := G.ApplyOp(fillLikeOp(bwd, s.x, s.alpha, s.dt), x, grad)
+		if err != nil {
+			return nil, fmt.Errorf("ops: %s: %w", bwd, err)
+		}
+		return dx, nil
 	}
 	return applyPointwise(pointwiseShape{name: bwd, op: kernels.PointwiseScale, argA: "grad",
 		a: s.out, aView: s.keptShape(), out: s.x, alpha: s.alpha, dt: s.dt}, grad)
 }
 
 // sumTo sums g (of some output's shape) over the dims along which an
-// operand of shape to was broadcast, giving to's shape: the gradient of a
-// broadcast operand. It returns g itself when to is g's shape.
-func sumTo(name string, g *G.Node, to tensor.Shape) (*G.Node, error) {
+// operand was broadcast, giving the operand's shape to: view is to as it
+// broadcast, aligned with g's last dims (to itself, or to with ones where
+// a sum dropped dims). It returns g itself when to is g's shape.
+func sumTo(name string, g *G.Node, view, to tensor.Shape) (*G.Node, error) {
 	from := g.Shape()
 	if from.Eq(to) {
 		return g, nil
 	}
 	summed := make([]bool, from.Dims())
-	off := from.Dims() - to.Dims()
+	off := from.Dims() - view.Dims()
 	for i, d := range from {
-		summed[i] = i < off || (to[i-off] == 1 && d != 1)
+		summed[i] = i < off || (view[i-off] == 1 && d != 1)
 	}
 	return G.ApplyOp(reduceOp(newReduceShape(name, from.Clone(), summed, to.Clone(), 1, g.Dtype())), g)
 }

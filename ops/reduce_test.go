@@ -306,3 +306,47 @@ func TestReducePlans(t *testing.T) {
 		}
 	}
 }
+
+// The backward op of a sum (dy broadcast back over x, times 1/count for
+// a mean) is differentiable in its turn: its gradient sums back over the
+// broadcast dims, checked by finite differences.
+func TestReduceBackwardGradCheck(t *testing.T) {
+	for i, c := range []struct {
+		shape []int
+		axes  []int
+		keep  bool
+		mean  bool
+	}{
+		{[]int{2, 3, 4}, []int{1}, false, false},
+		{[]int{2, 3, 4}, []int{0, 2}, true, true},
+	} {
+		summed := make([]bool, len(c.shape))
+		out := tensor.Shape{}
+		count := 1
+		for j, d := range c.shape {
+			for _, a := range c.axes {
+				summed[j] = summed[j] || a == j
+			}
+			if summed[j] {
+				count *= d
+				if c.keep {
+					out = append(out, 1)
+				}
+			} else {
+				out = append(out, d)
+			}
+		}
+		alpha := 1.0
+		if c.mean {
+			alpha = 1 / float64(count)
+		}
+		s := newReduceShape("Sum", tensor.Shape(c.shape), summed, out, alpha, tensor.Float64)
+		rng := rand.New(rand.NewPCG(uint64(i), 11))
+		inputs := []autograd.Input{{Name: "dy", Value: randTensor(rng, tensor.Float64, -1, 1, out...)}}
+		if _, err := autograd.CheckGrad(func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
+			return s.broadcastBack(nil, in[0])
+		}, inputs, uint64(i)); err != nil {
+			t.Errorf("%v axes %v keep=%t mean=%t: %v", c.shape, c.axes, c.keep, c.mean, err)
+		}
+	}
+}
