@@ -55,3 +55,33 @@ func ExampleAdd() {
 	// row means:      [1.6667 1.8333]
 	// d loss/d bias:  [0.3333 0.3333 0.3333]
 }
+
+// Sum a [2, 3, 2] tensor over its first and last axes, keeping them as
+// dims of one, and take the mean of everything; an axis counts from the
+// end when negative, as in torch.sum.
+func ExampleSum() {
+	g := G.NewGraph()
+	x := G.NewTensor(g, tensor.Float32, 3, G.WithShape(2, 3, 2), G.WithName("x"), G.WithValue(
+		tensor.New(tensor.WithShape(2, 3, 2), tensor.WithBacking([]float32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}))))
+	s, err := ops.Sum(x, []int{0, -1}, true)
+	if err != nil {
+		panic(err)
+	}
+	mean, err := ops.Mean(x, nil, false)
+	if err != nil {
+		panic(err)
+	}
+	var sv, mv G.Value
+	G.Read(s, &sv)
+	G.Read(mean, &mv)
+	m := G.NewTapeMachine(g)
+	defer m.Close()
+	if err := m.RunAll(); err != nil {
+		panic(err)
+	}
+	fmt.Println("sum over axes 0 and -1:", sv.Shape(), sv.Data())
+	fmt.Println("mean:", mv.Data())
+	// Output:
+	// sum over axes 0 and -1: (1, 3, 1) [18 26 34]
+	// mean: 6.5
+}
