@@ -12,7 +12,10 @@ import (
 // Sum returns the sum of x over axes, as torch.sum(x, axes, keepdim):
 // negative axes count from the end, no axis may repeat, and no axes (nil
 // or empty) means every axis. keepDims keeps each summed axis as a dim of
-// one; otherwise it is dropped, and a sum over every axis is a scalar.
+// one; otherwise it is dropped, and a sum over every axis is a scalar
+// (whose gradient gorgonia hands over on the host, as for the losses). On
+// a GPU, keep the dims of a sum that is to leave the device: ToHost moves
+// tensors, not scalars.
 //
 // The order of the additions is fixed (kernels/reduce.go, NewReducePlan):
 // each sum is split between threads (a row's terms between up to 32 lanes,
