@@ -209,8 +209,7 @@ func reduceRowsWarp[T Float](p ReducePass, in, out []T) {
 // (e < V) of each stretch of ReduceThreads*V, V = 16 bytes of T; then each
 // warp's tree, and a tree over the warps' sums padded with zeros to 32.
 func reduceRowsBlock[T Float](p ReducePass, in, out []T) {
-	var zero T
-	v := 16 / sizeOf(zero)
+	v := 16 / int(sizeOf[T]())
 	alpha := T(p.Alpha)
 	parallelFor(p.Outer*p.Parts, max(1, pointwiseGrain/p.Chunk), func(lo, hi int) {
 		var threads [ReduceThreads]T
@@ -286,15 +285,6 @@ func halvingSum[T Float](v []T) T {
 		}
 	}
 	return v[0]
-}
-
-func sizeOf[T Float](T) int {
-	var z T
-	switch any(z).(type) {
-	case float32:
-		return 4
-	}
-	return 8
 }
 
 func nextPow2(n int) int {

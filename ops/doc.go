@@ -5,10 +5,12 @@
 // Linear, MatMul and BatchedMatMul, Softmax and LogSoftmax along any axis,
 // LayerNorm, the elementwise ops with broadcasting (Add, Sub, Mul, Div,
 // Scale, ReLU, Sigmoid, InverseSigmoid, Exp, Log, Sqrt, Square) and the
-// sums over axes (Sum, Mean), the detection losses (SigmoidBCE, SmoothL1,
-// SoftmaxCrossEntropy, each with per-element weights) and ToDevice/ToHost,
-// which move values and their gradients between the host and a GPU inside a
-// graph.
+// sums over axes (Sum, Mean), the layout ops (Permute, Transpose, Concat,
+// Slice, Split, Reshape, Detach, GatherRows), MultiHeadAttention (composed
+// of them), the detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
+// each with per-element weights) and ToDevice/ToHost, which move values and
+// their gradients between the host and a GPU inside a graph. AdamW is a
+// gorgonia.Solver that updates parameters where they live, host or GPU.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
@@ -22,9 +24,12 @@
 // where their inputs live: host tensors take the Go CPU kernels; device
 // tensors (package backend, build tag stheno_cuda) take the CUDA kernels of
 // RoIAlign, MSDeformAttn, Conv, ConvBN, Linear, MatMul, BatchedMatMul,
-// Softmax, LogSoftmax, LayerNorm, the elementwise ops and the sums and
-// return device tensors, with no host round trip; the other ops refuse
-// device inputs with an error that says to move them with ToHost. All ops accept float32 and float64.
+// Softmax, LogSoftmax, LayerNorm, the elementwise ops, the sums and the
+// layout ops and return device tensors, with no host round trip; the other
+// ops refuse device inputs with an error that says to move them with
+// ToHost. All ops accept float32 and float64. CheckPlacement (and
+// NewTapeMachine, which runs it) finds a device value that would reach an
+// op that cannot take it while the graph is still being compiled.
 //
 // Semantics follow the references exactly:
 //   - RoIAlign: torchvision.ops.roi_align (average pooling);
@@ -43,4 +48,12 @@
 //   - Add, Sub, Mul, Div: torch's with its broadcasting; InverseSigmoid:
 //     Deformable-DETR's inverse_sigmoid; Sum and Mean: torch.sum and
 //     torch.mean over a set of axes, with keepdim.
+//   - Permute, Concat, Slice, Reshape, GatherRows: x.permute(...).contiguous(),
+//     torch.cat, x.narrow, torch.reshape and torch.index_select(x, 0, idx);
+//     each returns a new contiguous tensor (on the device too, never a view).
+//   - MultiHeadAttention: torch.nn.MultiheadAttention's forward with dropout
+//     0 (kdim = vdim = E, an additive key-padding mask).
+//   - AdamW: torch.optim.AdamW with param_groups (learning rate and weight
+//     decay per group), after torch.nn.utils.clip_grad_norm_ when
+//     AdamWConfig.MaxGradNorm is set.
 package ops

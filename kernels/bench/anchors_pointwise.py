@@ -9,8 +9,8 @@ beside stheno's, from the same run on the same GPU.
     # 2. the anchor and the side-by-side table:
     python3 kernels/bench/anchors_pointwise.py --stheno /tmp/pointwise.log
 
-Timing as stheno's suite: CUDA events around each call, median of 30 after
-5 warm-up calls; float32. GB/s counts the bytes each op must move (every
+Timing as stheno's suite (timing.median_ms): CUDA events around each call,
+median of 30 after 5 warm-up calls; float32. GB/s counts the bytes each op must move (every
 operand read once, the output written once), as the benchmarks do; copy
 GB/s is a torch copy_ of the output's size (read and write), and %copy the
 op's GB/s over it; speed-up is torch's time over stheno's.
@@ -19,6 +19,7 @@ import argparse
 import re
 
 import torch
+from timing import median_ms
 
 DEV = "cuda"
 
@@ -46,22 +47,6 @@ REDUCE = {
     "all_2x20000x256": ((2, 20000, 256), None),
     "channels_2x256x100x152": ((2, 256, 100, 152), (0, 2, 3)),
 }
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def numel(shape):
