@@ -323,6 +323,34 @@
   static_assert(offsetof(MSDeformOrderParams, cols) == 48 && std::is_same<decltype(MSDeformOrderParams::cols), int32_t>::value, "MSDeformOrderParams::cols: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(MSDeformOrderParams, unused) == 52 && std::is_same<decltype(MSDeformOrderParams::unused), int32_t>::value, "MSDeformOrderParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
 
+// kernels/pointwise.cu
+#define STHENO_PARAMS_PointwiseParams \
+  static_assert(sizeof(PointwiseParams) == 192 && alignof(PointwiseParams) == 8, "PointwiseParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PointwiseParams, a) == 0 && std::is_same<decltype(PointwiseParams::a), uint64_t>::value, "PointwiseParams::a: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PointwiseParams, b) == 8 && std::is_same<decltype(PointwiseParams::b), uint64_t>::value, "PointwiseParams::b: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PointwiseParams, out) == 16 && std::is_same<decltype(PointwiseParams::out), uint64_t>::value, "PointwiseParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PointwiseParams, n) == 24 && std::is_same<decltype(PointwiseParams::n), int64_t>::value, "PointwiseParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PointwiseParams, alpha) == 32 && std::is_same<decltype(PointwiseParams::alpha), double>::value, "PointwiseParams::alpha: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PointwiseParams, op) == 40 && std::is_same<decltype(PointwiseParams::op), int32_t>::value, "PointwiseParams::op: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PointwiseParams, rank) == 44 && std::is_same<decltype(PointwiseParams::rank), int32_t>::value, "PointwiseParams::rank: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PointwiseParams, shape) == 48 && std::is_same<decltype(PointwiseParams::shape), int64_t[6]>::value, "PointwiseParams::shape: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PointwiseParams, stride_a) == 96 && std::is_same<decltype(PointwiseParams::stride_a), int64_t[6]>::value, "PointwiseParams::stride_a: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PointwiseParams, stride_b) == 144 && std::is_same<decltype(PointwiseParams::stride_b), int64_t[6]>::value, "PointwiseParams::stride_b: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/pointwise.cu
+#define STHENO_PARAMS_ReduceParams \
+  static_assert(sizeof(ReduceParams) == 72 && alignof(ReduceParams) == 8, "ReduceParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ReduceParams, in) == 0 && std::is_same<decltype(ReduceParams::in), uint64_t>::value, "ReduceParams::in: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ReduceParams, out) == 8 && std::is_same<decltype(ReduceParams::out), uint64_t>::value, "ReduceParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ReduceParams, outer) == 16 && std::is_same<decltype(ReduceParams::outer), int64_t>::value, "ReduceParams::outer: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ReduceParams, r) == 24 && std::is_same<decltype(ReduceParams::r), int64_t>::value, "ReduceParams::r: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ReduceParams, inner) == 32 && std::is_same<decltype(ReduceParams::inner), int64_t>::value, "ReduceParams::inner: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ReduceParams, chunk) == 40 && std::is_same<decltype(ReduceParams::chunk), int64_t>::value, "ReduceParams::chunk: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ReduceParams, parts) == 48 && std::is_same<decltype(ReduceParams::parts), int64_t>::value, "ReduceParams::parts: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ReduceParams, alpha) == 56 && std::is_same<decltype(ReduceParams::alpha), double>::value, "ReduceParams::alpha: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ReduceParams, lanes) == 64 && std::is_same<decltype(ReduceParams::lanes), int32_t>::value, "ReduceParams::lanes: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ReduceParams, bx) == 68 && std::is_same<decltype(ReduceParams::bx), int32_t>::value, "ReduceParams::bx: offset or type differs from kernels/cuda's: run make kernels-go")
+
 // kernels/roialign.cu
 #define STHENO_PARAMS_RoIAlignParams \
   static_assert(sizeof(RoIAlignParams) == 88 && alignof(RoIAlignParams) == 8, "RoIAlignParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \

@@ -1,18 +1,23 @@
-// Package ops holds the Gorgonia ops stheno adds for object detection:
-// RoIAlign and MultiLevelRoIAlign, multi-scale deformable attention
-// (MSDeformAttn), fused convolution layers (Conv with bias and ReLU, ConvBN
-// with BatchNorm, a residual and ReLU, ConvTranspose), UpsampleNearest,
-// Linear, MatMul and BatchedMatMul, Softmax and LogSoftmax along any axis,
-// LayerNorm, the layout ops (Permute, Transpose, Concat, Slice, Split,
-// Reshape, Detach, GatherRows), MultiHeadAttention (composed of them), the
-// detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
-// each with per-element weights) and ToDevice/ToHost, which move values and
-// their gradients between the host and a GPU inside a graph. AdamW is a
-// gorgonia.Solver that updates parameters where they live, host or GPU.
-// LayerNorm, GroupNorm, the detection losses (SigmoidBCE, SmoothL1,
-// SoftmaxCrossEntropy, each with per-element weights) and ToDevice/ToHost,
-// which move values and their gradients between the host and a GPU inside a
-// graph.
+// Package ops holds the Gorgonia ops stheno adds to train object detectors:
+//   - detection: RoIAlign and MultiLevelRoIAlign, multi-scale deformable
+//     attention (MSDeformAttn), MultiHeadAttention;
+//   - layers: Conv (with bias and ReLU), ConvBN (with BatchNorm, a residual
+//     and ReLU), ConvTranspose, Linear, MatMul, BatchedMatMul,
+//     UpsampleNearest;
+//   - normalisation: LayerNorm, GroupNorm, Softmax and LogSoftmax along any
+//     axis;
+//   - elementwise ops with broadcasting (Add, Sub, Mul, Div, Scale, ReLU,
+//     Sigmoid, InverseSigmoid, Exp, Log, Sqrt, Square) and sums over axes
+//     (Sum, Mean);
+//   - layout: Permute, Transpose, Concat, Slice, Split, Reshape, Detach,
+//     GatherRows;
+//   - losses: SigmoidBCE, SmoothL1, SoftmaxCrossEntropy, each with
+//     per-element weights;
+//   - placement: ToDevice and ToHost, which move values and their gradients
+//     between the host and a GPU inside a graph, and CheckPlacement.
+//
+// AdamW is a gorgonia.Solver that updates parameters where they live, host
+// or GPU.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
@@ -24,14 +29,14 @@
 // Every op is differentiable through gorgonia.Grad (it implements
 // gorgonia.SDOp); its backward pass is made of ops of this package. Ops run
 // where their inputs live: host tensors take the Go CPU kernels; device
-// tensors (package backend, build tag stheno_cuda) take the CUDA kernels of
-// RoIAlign, MSDeformAttn, Conv, ConvBN, Linear, MatMul, BatchedMatMul,
-// Softmax, LogSoftmax, LayerNorm and the layout ops and return device tensors, with no host
-// Softmax, LogSoftmax, LayerNorm and GroupNorm and return device tensors, with no host
-// round trip; the other ops refuse device inputs with an error that says to
-// move them with ToHost. All ops accept float32 and float64. CheckPlacement
-// (and NewTapeMachine, which runs it) finds a device value that would reach
-// an op that cannot take it while the graph is still being compiled.
+// tensors (package backend, build tag stheno_cuda) take the CUDA kernels
+// and give device tensors, with no host round trip. Every op has both but
+// ConvTranspose, UpsampleNearest and MultiLevelRoIAlign, which run on the
+// host only and refuse device inputs with an error that says to move them
+// with ToHost.
+// CheckPlacement (and NewTapeMachine, which runs it) finds a device value
+// that would reach an op that cannot take it while the graph is still being
+// compiled. All ops accept float32 and float64.
 //
 // Semantics follow the references exactly:
 //   - RoIAlign: torchvision.ops.roi_align (average pooling);
@@ -47,6 +52,9 @@
 //     +inf or a line of -inf only makes its line NaN).
 //   - LayerNorm: torch.nn.functional.layer_norm over the last dimension,
 //     with optional weight (gamma) and bias (beta).
+//   - Add, Sub, Mul, Div: torch's with its broadcasting; InverseSigmoid:
+//     Deformable-DETR's inverse_sigmoid; Sum and Mean: torch.sum and
+//     torch.mean over a set of axes, with keepdim.
 //   - Permute, Concat, Slice, Reshape, GatherRows: x.permute(...).contiguous(),
 //     torch.cat, x.narrow, torch.reshape and torch.index_select(x, 0, idx);
 //     each returns a new contiguous tensor (on the device too, never a view).

@@ -726,6 +726,72 @@ var (
 	_ [48]byte = [unsafe.Offsetof(MSDeformOrderParams{}.Cols)]byte{}
 )
 
+// PointwiseParams mirrors struct PointwiseParams of kernels/pointwise.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The launch parameters of the elementwise kernels, passed by value.
+type PointwiseParams struct {
+	A       backend.DevicePtr // first operand (0 for fill)
+	B       backend.DevicePtr // second operand (0 for unary ops)
+	Out     backend.DevicePtr // the output, n elements
+	N       int64             // the output's elements
+	Alpha   float64           // Scale's factor, InverseSigmoid's eps, Fill's value
+	Op      int32             // an opcode above
+	Rank    int32             // bcast: dims of shape, 1 to kMaxDims
+	Shape   [6]int64          // bcast: the collapsed output shape, innermost last
+	StrideA [6]int64          // bcast: a's element stride per dim of shape (0: broadcast)
+	StrideB [6]int64          // bcast: b's
+}
+
+// PointwiseParams's layout, as the generator computed it for both sides.
+var (
+	_ [192]byte = [unsafe.Sizeof(PointwiseParams{})]byte{}
+	_ [8]byte   = [unsafe.Alignof(PointwiseParams{})]byte{}
+	_ [0]byte   = [unsafe.Offsetof(PointwiseParams{}.A)]byte{}
+	_ [8]byte   = [unsafe.Offsetof(PointwiseParams{}.B)]byte{}
+	_ [16]byte  = [unsafe.Offsetof(PointwiseParams{}.Out)]byte{}
+	_ [24]byte  = [unsafe.Offsetof(PointwiseParams{}.N)]byte{}
+	_ [32]byte  = [unsafe.Offsetof(PointwiseParams{}.Alpha)]byte{}
+	_ [40]byte  = [unsafe.Offsetof(PointwiseParams{}.Op)]byte{}
+	_ [44]byte  = [unsafe.Offsetof(PointwiseParams{}.Rank)]byte{}
+	_ [48]byte  = [unsafe.Offsetof(PointwiseParams{}.Shape)]byte{}
+	_ [96]byte  = [unsafe.Offsetof(PointwiseParams{}.StrideA)]byte{}
+	_ [144]byte = [unsafe.Offsetof(PointwiseParams{}.StrideB)]byte{}
+)
+
+// ReduceParams mirrors struct ReduceParams of kernels/pointwise.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The launch parameters of one pass of a sum, passed by value.
+type ReduceParams struct {
+	In    backend.DevicePtr // [outer, r] (rows) or [outer, r, inner] (cols)
+	Out   backend.DevicePtr // [outer, parts] (rows) or [outer, parts, inner] (cols); parts == 1: [outer(, inner)]
+	Outer int64             // rows, or the outer count of cols
+	R     int64             // the summed length
+	Inner int64             // cols: the elements after the summed dim
+	Chunk int64             // block and cols: elements of r per part
+	Parts int64             // partial sums per output: ceil(r / chunk)
+	Alpha float64           // multiplies each sum written when parts == 1
+	Lanes int32             // rows warp: lanes per row, a power of two up to 32
+	BX    int32             // cols: threads across columns, a power of two up to 32
+}
+
+// ReduceParams's layout, as the generator computed it for both sides.
+var (
+	_ [72]byte = [unsafe.Sizeof(ReduceParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(ReduceParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(ReduceParams{}.In)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(ReduceParams{}.Out)]byte{}
+	_ [16]byte = [unsafe.Offsetof(ReduceParams{}.Outer)]byte{}
+	_ [24]byte = [unsafe.Offsetof(ReduceParams{}.R)]byte{}
+	_ [32]byte = [unsafe.Offsetof(ReduceParams{}.Inner)]byte{}
+	_ [40]byte = [unsafe.Offsetof(ReduceParams{}.Chunk)]byte{}
+	_ [48]byte = [unsafe.Offsetof(ReduceParams{}.Parts)]byte{}
+	_ [56]byte = [unsafe.Offsetof(ReduceParams{}.Alpha)]byte{}
+	_ [64]byte = [unsafe.Offsetof(ReduceParams{}.Lanes)]byte{}
+	_ [68]byte = [unsafe.Offsetof(ReduceParams{}.BX)]byte{}
+)
+
 // RoIAlignParams mirrors struct RoIAlignParams of kernels/roialign.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
@@ -1247,6 +1313,44 @@ const (
 	MSDeformBwdRed4Rs8Occ3F32 Kernel[MSDeformParams] = "msdeform_sm90a.msdeform_bwd_red4_rs8_occ3_f32"
 )
 
+// The kernels of kernels/pointwise.cu (module pointwise).
+const (
+	// PointwiseMapF32 is pointwise_map_f32, __launch_bounds__(256).
+	//
+	// clang-format off
+	PointwiseMapF32 Kernel[PointwiseParams] = "pointwise.pointwise_map_f32"
+	// PointwiseMapF64 is pointwise_map_f64, __launch_bounds__(256).
+	PointwiseMapF64 Kernel[PointwiseParams] = "pointwise.pointwise_map_f64"
+	// PointwiseMapV16bF32 is pointwise_map_v16b_f32, __launch_bounds__(256).
+	PointwiseMapV16bF32 Kernel[PointwiseParams] = "pointwise.pointwise_map_v16b_f32"
+	// PointwiseMapV16bF64 is pointwise_map_v16b_f64, __launch_bounds__(256).
+	PointwiseMapV16bF64 Kernel[PointwiseParams] = "pointwise.pointwise_map_v16b_f64"
+	// PointwiseBcastF32 is pointwise_bcast_f32, __launch_bounds__(256).
+	PointwiseBcastF32 Kernel[PointwiseParams] = "pointwise.pointwise_bcast_f32"
+	// PointwiseBcastF64 is pointwise_bcast_f64, __launch_bounds__(256).
+	PointwiseBcastF64 Kernel[PointwiseParams] = "pointwise.pointwise_bcast_f64"
+	// PointwiseBcastV16bF32 is pointwise_bcast_v16b_f32, __launch_bounds__(256).
+	PointwiseBcastV16bF32 Kernel[PointwiseParams] = "pointwise.pointwise_bcast_v16b_f32"
+	// PointwiseBcastV16bF64 is pointwise_bcast_v16b_f64, __launch_bounds__(256).
+	PointwiseBcastV16bF64 Kernel[PointwiseParams] = "pointwise.pointwise_bcast_v16b_f64"
+	// ReduceRowsWarpF32 is reduce_rows_warp_f32, __launch_bounds__(256).
+	ReduceRowsWarpF32 Kernel[ReduceParams] = "pointwise.reduce_rows_warp_f32"
+	// ReduceRowsWarpF64 is reduce_rows_warp_f64, __launch_bounds__(256).
+	ReduceRowsWarpF64 Kernel[ReduceParams] = "pointwise.reduce_rows_warp_f64"
+	// ReduceRowsBlockF32 is reduce_rows_block_f32, __launch_bounds__(256).
+	ReduceRowsBlockF32 Kernel[ReduceParams] = "pointwise.reduce_rows_block_f32"
+	// ReduceRowsBlockF64 is reduce_rows_block_f64, __launch_bounds__(256).
+	ReduceRowsBlockF64 Kernel[ReduceParams] = "pointwise.reduce_rows_block_f64"
+	// ReduceRowsBlockV16bF32 is reduce_rows_block_v16b_f32, __launch_bounds__(256).
+	ReduceRowsBlockV16bF32 Kernel[ReduceParams] = "pointwise.reduce_rows_block_v16b_f32"
+	// ReduceRowsBlockV16bF64 is reduce_rows_block_v16b_f64, __launch_bounds__(256).
+	ReduceRowsBlockV16bF64 Kernel[ReduceParams] = "pointwise.reduce_rows_block_v16b_f64"
+	// ReduceColsF32 is reduce_cols_f32, __launch_bounds__(256).
+	ReduceColsF32 Kernel[ReduceParams] = "pointwise.reduce_cols_f32"
+	// ReduceColsF64 is reduce_cols_f64, __launch_bounds__(256).
+	ReduceColsF64 Kernel[ReduceParams] = "pointwise.reduce_cols_f64"
+)
+
 // The kernels of kernels/roialign.cu (module roialign).
 const (
 	// RoIAlignFwdNCHWColsS1F32 is roialign_fwd_nchw_cols_s1_f32, __launch_bounds__(256).
@@ -1654,6 +1758,46 @@ func MSDeformBwdAtomicC4Rs8QFast(dt tensor.Dtype) (Kernel[MSDeformParams], error
 	return byDtype(dt, "msdeform_bwd_atomic_c4_rs8_qfast", MSDeformBwdAtomicC4Rs8QFastF32, MSDeformBwdAtomicC4Rs8QFastF64)
 }
 
+// PointwiseMap returns PointwiseMapF32 for float32 and PointwiseMapF64 for float64.
+func PointwiseMap(dt tensor.Dtype) (Kernel[PointwiseParams], error) {
+	return byDtype(dt, "pointwise_map", PointwiseMapF32, PointwiseMapF64)
+}
+
+// PointwiseMapV16b returns PointwiseMapV16bF32 for float32 and PointwiseMapV16bF64 for float64.
+func PointwiseMapV16b(dt tensor.Dtype) (Kernel[PointwiseParams], error) {
+	return byDtype(dt, "pointwise_map_v16b", PointwiseMapV16bF32, PointwiseMapV16bF64)
+}
+
+// PointwiseBcast returns PointwiseBcastF32 for float32 and PointwiseBcastF64 for float64.
+func PointwiseBcast(dt tensor.Dtype) (Kernel[PointwiseParams], error) {
+	return byDtype(dt, "pointwise_bcast", PointwiseBcastF32, PointwiseBcastF64)
+}
+
+// PointwiseBcastV16b returns PointwiseBcastV16bF32 for float32 and PointwiseBcastV16bF64 for float64.
+func PointwiseBcastV16b(dt tensor.Dtype) (Kernel[PointwiseParams], error) {
+	return byDtype(dt, "pointwise_bcast_v16b", PointwiseBcastV16bF32, PointwiseBcastV16bF64)
+}
+
+// ReduceRowsWarp returns ReduceRowsWarpF32 for float32 and ReduceRowsWarpF64 for float64.
+func ReduceRowsWarp(dt tensor.Dtype) (Kernel[ReduceParams], error) {
+	return byDtype(dt, "reduce_rows_warp", ReduceRowsWarpF32, ReduceRowsWarpF64)
+}
+
+// ReduceRowsBlock returns ReduceRowsBlockF32 for float32 and ReduceRowsBlockF64 for float64.
+func ReduceRowsBlock(dt tensor.Dtype) (Kernel[ReduceParams], error) {
+	return byDtype(dt, "reduce_rows_block", ReduceRowsBlockF32, ReduceRowsBlockF64)
+}
+
+// ReduceRowsBlockV16b returns ReduceRowsBlockV16bF32 for float32 and ReduceRowsBlockV16bF64 for float64.
+func ReduceRowsBlockV16b(dt tensor.Dtype) (Kernel[ReduceParams], error) {
+	return byDtype(dt, "reduce_rows_block_v16b", ReduceRowsBlockV16bF32, ReduceRowsBlockV16bF64)
+}
+
+// ReduceCols returns ReduceColsF32 for float32 and ReduceColsF64 for float64.
+func ReduceCols(dt tensor.Dtype) (Kernel[ReduceParams], error) {
+	return byDtype(dt, "reduce_cols", ReduceColsF32, ReduceColsF64)
+}
+
 // RoIAlignFwdNCHWColsS1 returns RoIAlignFwdNCHWColsS1F32 for float32 and RoIAlignFwdNCHWColsS1F64 for float64.
 func RoIAlignFwdNCHWColsS1(dt tensor.Dtype) (Kernel[RoIAlignParams], error) {
 	return byDtype(dt, "roialign_fwd_nchw_cols_s1", RoIAlignFwdNCHWColsS1F32, RoIAlignFwdNCHWColsS1F64)
@@ -2002,6 +2146,64 @@ const (
 	MSDeformOrderCells = 8192
 	// MSDeformOrderThreads is kOrderThreads in kernels/msdeform.cu.
 	MSDeformOrderThreads = 1024
+	// PointwiseMaxDims is kMaxDims in kernels/pointwise.cu.
+	//
+	// The most dims of a broadcast's collapsed output shape.
+	PointwiseMaxDims = 6
+	// PointwiseScale is kScale in kernels/pointwise.cu.
+	PointwiseScale = 0
+	// PointwiseReLU is kReLU in kernels/pointwise.cu.
+	PointwiseReLU = 1
+	// PointwiseSigmoid is kSigmoid in kernels/pointwise.cu.
+	PointwiseSigmoid = 2
+	// PointwiseInverseSigmoid is kInverseSigmoid in kernels/pointwise.cu.
+	PointwiseInverseSigmoid = 3
+	// PointwiseExp is kExp in kernels/pointwise.cu.
+	PointwiseExp = 4
+	// PointwiseLog is kLog in kernels/pointwise.cu.
+	PointwiseLog = 5
+	// PointwiseSqrt is kSqrt in kernels/pointwise.cu.
+	PointwiseSqrt = 6
+	// PointwiseSquare is kSquare in kernels/pointwise.cu.
+	PointwiseSquare = 7
+	// PointwiseFill is kFill in kernels/pointwise.cu.
+	PointwiseFill = 8
+	// PointwiseAdd is kAdd in kernels/pointwise.cu.
+	PointwiseAdd = 9
+	// PointwiseSub is kSub in kernels/pointwise.cu.
+	PointwiseSub = 10
+	// PointwiseMul is kMul in kernels/pointwise.cu.
+	PointwiseMul = 11
+	// PointwiseDiv is kDiv in kernels/pointwise.cu.
+	PointwiseDiv = 12
+	// PointwiseNegDiv is kNegDiv in kernels/pointwise.cu.
+	PointwiseNegDiv = 13
+	// PointwiseReLUGrad is kReLUGrad in kernels/pointwise.cu.
+	PointwiseReLUGrad = 14
+	// PointwiseSigmoidGrad is kSigmoidGrad in kernels/pointwise.cu.
+	PointwiseSigmoidGrad = 15
+	// PointwiseSqrtGrad is kSqrtGrad in kernels/pointwise.cu.
+	PointwiseSqrtGrad = 16
+	// PointwiseSquareGrad is kSquareGrad in kernels/pointwise.cu.
+	PointwiseSquareGrad = 17
+	// PointwiseInverseSigmoidGrad is kInverseSigmoidGrad in kernels/pointwise.cu.
+	PointwiseInverseSigmoidGrad = 18
+	// PointwiseOps is kOps in kernels/pointwise.cu.
+	PointwiseOps = 19
+	// ReduceThreads is kReduceThreads in kernels/pointwise.cu.
+	//
+	// The threads of every sum kernel's block.
+	ReduceThreads = 256
+	// ReduceWarpRow is kReduceWarpRow in kernels/pointwise.cu.
+	//
+	// The longest row the rows warp kernel takes: 32 elements a lane.
+	ReduceWarpRow = 1024
+	// PointwiseUnroll is kUnroll in kernels/pointwise.cu.
+	//
+	// The vectors (or elements) an elementwise thread loads before it computes
+	// any: several loads in flight per thread hide more of the memory's
+	// latency.
+	PointwiseUnroll = 2
 	// RoIAlignWarps is kWarps in kernels/roialign.cu.
 	//
 	// A block is one RoI: 8 warps, each on groups of 32 channels (one per lane).
@@ -2220,6 +2422,22 @@ var kernelTable = [...]KernelInfo{
 	{Module: "msdeform_sm90a", Name: "msdeform_bwd_red4_rs4_occ2_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 2, Variant: true},
 	{Module: "msdeform_sm90a", Name: "msdeform_bwd_red4_rs4_occ4_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 4, Variant: true},
 	{Module: "msdeform_sm90a", Name: "msdeform_bwd_red4_rs8_occ3_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 3, Variant: true},
+	{Module: "pointwise", Name: "pointwise_map_f32", Params: "PointwiseParams", ParamsSize: 192, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "pointwise_map_f64", Params: "PointwiseParams", ParamsSize: 192, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "pointwise_map_v16b_f32", Params: "PointwiseParams", ParamsSize: 192, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "pointwise_map_v16b_f64", Params: "PointwiseParams", ParamsSize: 192, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "pointwise_bcast_f32", Params: "PointwiseParams", ParamsSize: 192, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "pointwise_bcast_f64", Params: "PointwiseParams", ParamsSize: 192, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "pointwise_bcast_v16b_f32", Params: "PointwiseParams", ParamsSize: 192, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "pointwise_bcast_v16b_f64", Params: "PointwiseParams", ParamsSize: 192, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "reduce_rows_warp_f32", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "reduce_rows_warp_f64", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "reduce_rows_block_f32", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "reduce_rows_block_f64", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "reduce_rows_block_v16b_f32", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "reduce_rows_block_v16b_f64", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "reduce_cols_f32", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "pointwise", Name: "reduce_cols_f64", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},

@@ -11,6 +11,7 @@ var words = map[string]string{
 	"adamw":      "AdamW",
 	"bc2":        "BC2",
 	"bn":         "BN",
+	"bx":         "BX",
 	"cm":         "CM",
 	"cmajor":     "CMajor",
 	"colsum":     "ColSum",
