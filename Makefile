@@ -74,7 +74,9 @@ EMU_HARNESSES := \
 	msdeform \
 	elementwise \
 	softmax \
-	layernorm
+	layernorm \
+	maxpool \
+	dropout
 EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_HARNESSES:%=$(EMU_DIR)/%_emu_test) \
 	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/softmax_emu_test_asan
 

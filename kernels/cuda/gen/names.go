@@ -8,7 +8,7 @@ import (
 // words spells the parts of C++ snake_case names that Go writes as
 // initialisms or with inner capitals.
 var words = map[string]string{
-	"roialign": "RoIAlign", "msdeform": "MSDeform", "layernorm": "LayerNorm", "colsum": "ColSum", "roi": "RoI", "rois": "RoIs", "bn": "BN",
+	"roialign": "RoIAlign", "msdeform": "MSDeform", "layernorm": "LayerNorm", "maxpool": "MaxPool", "colsum": "ColSum", "roi": "RoI", "rois": "RoIs", "bn": "BN",
 	"relu": "ReLU", "tf32": "TF32", "u64": "U64", "nchw": "NCHW", "nhwc": "NHWC",
 	"splitk": "SplitK", "dy": "DY", "dx": "DX", "hw": "HW", "kk": "KK", "kh": "KH", "kw": "KW",
 	"qw": "QW", "ws": "WS", "wt": "WT", "id": "ID", "cm": "CM", "lq": "Lq", "cmajor": "CMajor", "lanetaps": "LaneTaps", "sharedtaps": "SharedTaps", "qfast": "QFast",
