@@ -1,0 +1,72 @@
+// The device side of MaxPool2d: kernels/maxpool.cu.
+
+package ops
+
+import (
+	"fmt"
+
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels/cuda"
+)
+
+// maxPoolMaxBlocks bounds the grid of the max-pooling kernels; their
+// grid-stride loops cover any size, and every element's result is its own,
+// so the grid changes no result.
+const maxPoolMaxBlocks = 1 << 20
+
+// launch queues the forward (dy == 0: x -> out = y) or the backward (x, dy
+// -> out = dx) kernel of s.
+func (s maxPoolShape) launch(op string, dev *backend.Device, backward bool, x, dy, out backend.DevicePtr) error {
+	p := s.p
+	if err := fitsInt32(op, map[string]int{"H*W": p.H * p.W, "OutH*OutW": p.OutH * p.OutW}); err != nil {
+		return err
+	}
+	get, n := cuda.MaxPoolFwd, p.Planes*p.OutH*p.OutW
+	if backward {
+		get, n = cuda.MaxPoolBwd, p.Planes*p.H*p.W
+	}
+	k, err := get(s.dt)
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	cfg := backend.LaunchConfig{
+		Grid:  backend.Dim3{X: uint32(min(ceilDiv(n, cuda.MaxPool2dThreads), maxPoolMaxBlocks)), Y: 1, Z: 1},
+		Block: backend.Dim3{X: cuda.MaxPool2dThreads, Y: 1, Z: 1},
+	}
+	args := cuda.MaxPool2dParams{
+		X: x, DY: dy, Out: out, Planes: int64(p.Planes),
+		H: int32(p.H), W: int32(p.W), OutH: int32(p.OutH), OutW: int32(p.OutW),
+		KH: int32(p.KH), KW: int32(p.KW), StrideH: int32(p.StrideH), StrideW: int32(p.StrideW),
+		PadH: int32(p.PadH), PadW: int32(p.PadW),
+	}
+	if err := k.Launch(dev, cfg, args); err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	return nil
+}
+
+// forwardDevice is maxPoolOp's device launcher.
+func (s maxPoolShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
+	y, yPtr, err := a.output()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.launch("MaxPool2d", a.dev, false, a.ptr[0], 0, yPtr); err != nil {
+		return nil, err
+	}
+	return y, nil
+}
+
+// backwardDevice is maxPoolGradOp's device launcher.
+func (s maxPoolShape) backwardDevice(a *deviceArgs) (*tensor.Dense, error) {
+	dx, dxPtr, err := a.output()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.launch("MaxPool2d backward", a.dev, true, a.ptr[0], a.ptr[1], dxPtr); err != nil {
+		return nil, err
+	}
+	return dx, nil
+}
