@@ -27,9 +27,13 @@ struct DropoutParams {
   uint64_t x;       // forward: x; backward: dy
   uint64_t out;     // forward: y; backward: dx
   int64_t n;        // elements, at most 2^34 (a group of four per counter word)
-  uint64_t seed;    // Philox's key
-  uint64_t step;    // the training step: counter words 2 and 3
-  uint64_t keep;    // keep an element when its word is below this; 2^32: all
+  // Philox's key, the training step (counter words 2 and 3), and the
+  // threshold: an element is kept when its word is below keep (2^32: all).
+  // Unsigned 64-bit values carried in int64_t (uint64_t fields are
+  // addresses to the generator).
+  int64_t seed;
+  int64_t step;
+  int64_t keep;
   double scale;     // the kept elements' factor, a value of the element type
   uint32_t stream;  // counter word 1: which dropout of the graph
   int32_t unused;
@@ -70,17 +74,18 @@ __device__ __forceinline__ void dropout(const DropoutParams& p) {
   const T* __restrict__ x = reinterpret_cast<const T*>(p.x);
   T* __restrict__ y = reinterpret_cast<T*>(p.out);
   const T scale = T(p.scale);
-  const bool all = p.keep >= (uint64_t(1) << 32);
+  const uint64_t seed = uint64_t(p.seed), step = uint64_t(p.step), keep = uint64_t(p.keep);
+  const bool all = keep >= (uint64_t(1) << 32);
   const int64_t groups = (p.n + 3) / 4;
   for (int64_t g = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += int64_t(gridDim.x) * blockDim.x) {
     Philox4 r{{0, 0, 0, 0}};
     if (!all) {
-      r = philox4x32_10(Philox4{{uint32_t(g), p.stream, uint32_t(p.step), uint32_t(p.step >> 32)}}, uint32_t(p.seed),
-                        uint32_t(p.seed >> 32));
+      r = philox4x32_10(Philox4{{uint32_t(g), p.stream, uint32_t(step), uint32_t(step >> 32)}}, uint32_t(seed),
+                        uint32_t(seed >> 32));
     }
     T m[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) m[j] = all || r.v[j] < p.keep ? scale : T(0);
+    for (int j = 0; j < 4; ++j) m[j] = all || r.v[j] < keep ? scale : T(0);
     const int64_t i0 = 4 * g;
     if (kVec && i0 + 4 <= p.n) {
       constexpr int V = 16 / sizeof(T);

@@ -138,9 +138,9 @@
   static_assert(offsetof(DropoutParams, x) == 0 && std::is_same<decltype(DropoutParams::x), uint64_t>::value, "DropoutParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(DropoutParams, out) == 8 && std::is_same<decltype(DropoutParams::out), uint64_t>::value, "DropoutParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(DropoutParams, n) == 16 && std::is_same<decltype(DropoutParams::n), int64_t>::value, "DropoutParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
-  static_assert(offsetof(DropoutParams, seed) == 24 && std::is_same<decltype(DropoutParams::seed), uint64_t>::value, "DropoutParams::seed: offset or type differs from kernels/cuda's: run make kernels-go"); \
-  static_assert(offsetof(DropoutParams, step) == 32 && std::is_same<decltype(DropoutParams::step), uint64_t>::value, "DropoutParams::step: offset or type differs from kernels/cuda's: run make kernels-go"); \
-  static_assert(offsetof(DropoutParams, keep) == 40 && std::is_same<decltype(DropoutParams::keep), uint64_t>::value, "DropoutParams::keep: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, seed) == 24 && std::is_same<decltype(DropoutParams::seed), int64_t>::value, "DropoutParams::seed: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, step) == 32 && std::is_same<decltype(DropoutParams::step), int64_t>::value, "DropoutParams::step: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, keep) == 40 && std::is_same<decltype(DropoutParams::keep), int64_t>::value, "DropoutParams::keep: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(DropoutParams, scale) == 48 && std::is_same<decltype(DropoutParams::scale), double>::value, "DropoutParams::scale: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(DropoutParams, stream) == 56 && std::is_same<decltype(DropoutParams::stream), uint32_t>::value, "DropoutParams::stream: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(DropoutParams, unused) == 60 && std::is_same<decltype(DropoutParams::unused), int32_t>::value, "DropoutParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")

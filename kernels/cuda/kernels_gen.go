@@ -277,14 +277,19 @@ var (
 //
 // The launch parameters of the dropout kernels, passed by value.
 type DropoutParams struct {
-	X      backend.DevicePtr // forward: x; backward: dy
-	Out    backend.DevicePtr // forward: y; backward: dx
-	N      int64             // elements, at most 2^34 (a group of four per counter word)
-	Seed   backend.DevicePtr // Philox's key
-	Step   backend.DevicePtr // the training step: counter words 2 and 3
-	Keep   backend.DevicePtr // keep an element when its word is below this; 2^32: all
-	Scale  float64           // the kept elements' factor, a value of the element type
-	Stream uint32            // counter word 1: which dropout of the graph
+	X   backend.DevicePtr // forward: x; backward: dy
+	Out backend.DevicePtr // forward: y; backward: dx
+	N   int64             // elements, at most 2^34 (a group of four per counter word)
+
+	// Philox's key, the training step (counter words 2 and 3), and the
+	// threshold: an element is kept when its word is below keep (2^32: all).
+	// Unsigned 64-bit values carried in int64_t (uint64_t fields are
+	// addresses to the generator).
+	Seed   int64
+	Step   int64
+	Keep   int64
+	Scale  float64 // the kept elements' factor, a value of the element type
+	Stream uint32  // counter word 1: which dropout of the graph
 	_      int32
 }
 

@@ -59,11 +59,11 @@ std::vector<double> reference(const DropoutParams& p, const T* x) {
   std::vector<double> want(p.n);
   for (int64_t i = 0; i < p.n; ++i) {
     bool keep = true;
-    if (p.keep < (uint64_t(1) << 32)) {
-      const Philox4 r = stheno::philox4x32_10(
-          Philox4{{uint32_t(i / 4), p.stream, uint32_t(p.step), uint32_t(p.step >> 32)}}, uint32_t(p.seed),
-          uint32_t(p.seed >> 32));
-      keep = r.v[i % 4] < p.keep;
+    if (uint64_t(p.keep) < (uint64_t(1) << 32)) {
+      const uint64_t step = uint64_t(p.step), seed = uint64_t(p.seed);
+      const Philox4 r = stheno::philox4x32_10(Philox4{{uint32_t(i / 4), p.stream, uint32_t(step), uint32_t(step >> 32)}},
+                                              uint32_t(seed), uint32_t(seed >> 32));
+      keep = r.v[i % 4] < uint64_t(p.keep);
     }
     want[i] = double(x[i] * (keep ? T(p.scale) : T(0)));
   }
@@ -86,8 +86,8 @@ void test_dropout(const char* name) {
           for (auto& v : x) v = T(u(rng));
           if (n > 3) x[skew + 1] = T(NAN), x[skew + 2] = std::numeric_limits<T>::infinity();
           DropoutParams p{};
-          p.n = n, p.seed = 0xfedcba9876543210ull, p.step = step, p.stream = 2;
-          p.keep = drop == 0 ? uint64_t(1) << 32 : uint64_t(std::llround((1 - drop) * 4294967296.0));
+          p.n = n, p.seed = int64_t(0xfedcba9876543210ull), p.step = int64_t(step), p.stream = 2;
+          p.keep = drop == 0 ? int64_t(1) << 32 : int64_t(std::llround((1 - drop) * 4294967296.0));
           p.scale = drop == 0 ? 1.0 : double(T(1) / T(1 - drop));
           const std::vector<double> want = reference(p, x.data() + skew);
           for (bool vec : {false, true}) {
@@ -127,7 +127,7 @@ void test_dropout(const char* name) {
     std::vector<T> x(n, T(1)), y(n);
     DropoutParams p{};
     p.x = addr(x.data()), p.out = addr(y.data()), p.n = n, p.seed = 42, p.stream = 0, p.step = 0;
-    p.keep = uint64_t(std::llround((1 - drop) * 4294967296.0)), p.scale = 1;
+    p.keep = int64_t(std::llround((1 - drop) * 4294967296.0)), p.scale = 1;
     emu::launch(sizeof(T) == 4 ? dropout_v16b_f32 : dropout_v16b_f64, dim3(256), dim3(kDropoutThreads), 0, p);
     int64_t kept = 0;
     for (T v : y) kept += v != 0;
