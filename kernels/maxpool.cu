@@ -21,9 +21,20 @@
 // oh then ow, adding the dy of those it won: no atomics, the same sum in
 // the same order on every run and as the CPU twin adds it (bit for bit).
 //
-// Kernels: maxpool_{fwd,bwd}_<dtype>, a thread per output pixel (fwd) or
-// per input pixel (bwd), grid-stride loops over 64-bit indices, so the
-// grid never changes a result.
+// Kernels (grid-stride loops over 64-bit indices: the grid never changes a
+// result):
+// - maxpool_fwd_<dtype>: a thread per output pixel.
+// - maxpool_bwd_tiled_<dtype>: a block per tile of kTileH x kTileW input
+//   pixels of a plane. Its threads first find the winners of every window
+//   that touches the tile, once each, into shared memory with their dy;
+//   then each pixel gathers from its windows there. Each window is searched
+//   about once (twice or so at the tile's edges), where a thread per pixel
+//   would search each window once per pixel it holds (9 times for the
+//   ResNet stem's 3x3 windows). For kernels and strides whose tile touches
+//   at most kTileWindows windows (ops checks).
+// - maxpool_bwd_<dtype>: a thread per input pixel, searching each of its
+//   windows itself: any kernel and stride.
+// Both backward kernels add in the same order, the CPU twin's.
 #include <stdint.h>
 
 #include <limits>
@@ -47,8 +58,20 @@ struct MaxPool2dParams {
 STHENO_PARAMS(MaxPool2dParams);
 
 // stheno:const MaxPool2dThreads
-// The threads of a block of either kernel.
+// The threads of a block of every kernel.
 constexpr int kMaxPoolThreads = 256;
+
+// stheno:const MaxPool2dTileH
+// The input rows of a tile of maxpool_bwd_tiled.
+constexpr int kTileH = 16;
+// stheno:const MaxPool2dTileW
+// The input columns of a tile of maxpool_bwd_tiled: a warp's coalesced row.
+constexpr int kTileW = 32;
+// stheno:const MaxPool2dTileWindows
+// The most windows a tile of maxpool_bwd_tiled may touch: (kTileH + kh -
+// 2)/stride_h + 1 rows of them times (kTileW + kw - 2)/stride_w + 1
+// columns; 153 for the ResNet stem's pooling.
+constexpr int kTileWindows = 1024;
 
 // The winner of window (oh, ow) of a plane: its offset in the plane, and
 // its value in *best.
@@ -121,6 +144,62 @@ __device__ __forceinline__ void maxpool_bwd(const MaxPool2dParams& p) {
   }
 }
 
+template <typename T>
+__device__ __forceinline__ void maxpool_bwd_tiled(const MaxPool2dParams& p) {
+  // Each window that touches the tile: its winner (an offset in the plane)
+  // and its dy.
+  __shared__ int win_arg[kTileWindows];
+  __shared__ T win_dy[kTileWindows];
+  const T* __restrict__ x = reinterpret_cast<const T*>(p.x);
+  const T* __restrict__ dy = reinterpret_cast<const T*>(p.dy);
+  T* __restrict__ dx = reinterpret_cast<T*>(p.out);
+  const int64_t ohw = int64_t(p.out_h) * p.out_w, hw = int64_t(p.h) * p.w;
+  const int tiles_w = (p.w + kTileW - 1) / kTileW;
+  const int64_t per_plane = int64_t((p.h + kTileH - 1) / kTileH) * tiles_w;
+  const int64_t tiles = p.planes * per_plane;
+  for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
+    const int64_t pl = t / per_plane;
+    const int tr = int(t - pl * per_plane);
+    const int ih0 = tr / tiles_w * kTileH, iw0 = tr % tiles_w * kTileW;
+    const int ih1 = min(ih0 + kTileH, p.h), iw1 = min(iw0 + kTileW, p.w);
+    // The windows of the tile's first and last rows (columns) bound those
+    // of every row (column) between.
+    int oh0, oh1, ow0, ow1, unused;
+    windows(ih0, p.pad_h, p.kh, p.stride_h, p.out_h, &oh0, &unused);
+    windows(ih1 - 1, p.pad_h, p.kh, p.stride_h, p.out_h, &unused, &oh1);
+    windows(iw0, p.pad_w, p.kw, p.stride_w, p.out_w, &ow0, &unused);
+    windows(iw1 - 1, p.pad_w, p.kw, p.stride_w, p.out_w, &unused, &ow1);
+    const int nw = max(ow1 - ow0, 0), nwin = max(oh1 - oh0, 0) * nw;
+    const T* plane = x + pl * hw;
+    const T* g = dy + pl * ohw;
+    for (int w = threadIdx.x; w < nwin; w += blockDim.x) {
+      const int oh = oh0 + w / nw, ow = ow0 + w % nw;
+      T best;
+      win_arg[w] = argmax(p, plane, oh, ow, &best);
+      win_dy[w] = g[oh * p.out_w + ow];
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kTileH * kTileW; i += blockDim.x) {
+      const int ih = ih0 + i / kTileW, iw = iw0 + i % kTileW;
+      if (ih >= ih1 || iw >= iw1) continue;
+      const int r = ih * p.w + iw;
+      int a0, a1, b0, b1;
+      windows(ih, p.pad_h, p.kh, p.stride_h, p.out_h, &a0, &a1);
+      windows(iw, p.pad_w, p.kw, p.stride_w, p.out_w, &b0, &b1);
+      T sum = 0;
+      for (int oh = a0; oh < a1; ++oh) {
+        for (int ow = b0; ow < b1; ++ow) {
+          const int w = (oh - oh0) * nw + (ow - ow0);
+          if (win_arg[w] == r) sum += win_dy[w];
+        }
+      }
+      dx[pl * hw + r] = sum;
+    }
+    // The next tile's windows overwrite these.
+    __syncthreads();
+  }
+}
+
 }  // namespace stheno
 
 extern "C" {
@@ -129,6 +208,12 @@ __global__ void __launch_bounds__(stheno::kMaxPoolThreads) maxpool_fwd_f32(sthen
 }
 __global__ void __launch_bounds__(stheno::kMaxPoolThreads) maxpool_fwd_f64(stheno::MaxPool2dParams p) {
   stheno::maxpool_fwd<double>(p);
+}
+__global__ void __launch_bounds__(stheno::kMaxPoolThreads) maxpool_bwd_tiled_f32(stheno::MaxPool2dParams p) {
+  stheno::maxpool_bwd_tiled<float>(p);
+}
+__global__ void __launch_bounds__(stheno::kMaxPoolThreads) maxpool_bwd_tiled_f64(stheno::MaxPool2dParams p) {
+  stheno::maxpool_bwd_tiled<double>(p);
 }
 __global__ void __launch_bounds__(stheno::kMaxPoolThreads) maxpool_bwd_f32(stheno::MaxPool2dParams p) {
   stheno::maxpool_bwd<float>(p);

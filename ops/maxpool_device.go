@@ -16,6 +16,16 @@ import (
 // so the grid changes no result.
 const maxPoolMaxBlocks = 1 << 20
 
+// tiled says whether the backward takes maxpool_bwd_tiled: whether the
+// windows that touch a tile of MaxPool2dTileH x MaxPool2dTileW input
+// pixels fit its shared memory (the ResNet stem's 153 and P6's 128 do).
+func (s maxPoolShape) tiled() bool {
+	p := s.p
+	rows := (cuda.MaxPool2dTileH+p.KH-2)/p.StrideH + 1
+	cols := (cuda.MaxPool2dTileW+p.KW-2)/p.StrideW + 1
+	return rows*cols <= cuda.MaxPool2dTileWindows
+}
+
 // launch queues the forward (dy == 0: x -> out = y) or the backward (x, dy
 // -> out = dx) kernel of s.
 func (s maxPoolShape) launch(op string, dev *backend.Device, backward bool, x, dy, out backend.DevicePtr) error {
@@ -23,16 +33,20 @@ func (s maxPoolShape) launch(op string, dev *backend.Device, backward bool, x, d
 	if err := fitsInt32(op, map[string]int{"H*W": p.H * p.W, "OutH*OutW": p.OutH * p.OutW}); err != nil {
 		return err
 	}
-	get, n := cuda.MaxPoolFwd, p.Planes*p.OutH*p.OutW
-	if backward {
-		get, n = cuda.MaxPoolBwd, p.Planes*p.H*p.W
+	get, blocks := cuda.MaxPoolFwd, ceilDiv(p.Planes*p.OutH*p.OutW, cuda.MaxPool2dThreads)
+	switch {
+	case backward && s.tiled():
+		get = cuda.MaxPoolBwdTiled
+		blocks = p.Planes * ceilDiv(p.H, cuda.MaxPool2dTileH) * ceilDiv(p.W, cuda.MaxPool2dTileW)
+	case backward:
+		get, blocks = cuda.MaxPoolBwd, ceilDiv(p.Planes*p.H*p.W, cuda.MaxPool2dThreads)
 	}
 	k, err := get(s.dt)
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	cfg := backend.LaunchConfig{
-		Grid:  backend.Dim3{X: uint32(min(ceilDiv(n, cuda.MaxPool2dThreads), maxPoolMaxBlocks)), Y: 1, Z: 1},
+		Grid:  backend.Dim3{X: uint32(min(blocks, maxPoolMaxBlocks)), Y: 1, Z: 1},
 		Block: backend.Dim3{X: cuda.MaxPool2dThreads, Y: 1, Z: 1},
 	}
 	args := cuda.MaxPool2dParams{

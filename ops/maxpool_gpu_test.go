@@ -31,7 +31,8 @@ var (
 
 // maxPoolGPUCases: the ResNet stem's pooling at Mask R-CNN's shape
 // ([2, 64, 400, 608]), FPN's P6 on the coarsest level, overlapping,
-// disjoint and rectangular windows, ties, NaN and -inf.
+// disjoint and rectangular windows, ties, NaN and -inf; both backward
+// kernels (tiled, and one case too large for it).
 var maxPoolGPUCases = []maxPoolGPUCase{
 	{x: []int{2, 64, 400, 608}, cfg: maxPoolStem},
 	{x: []int{2, 256, 25, 38}, cfg: maxPoolP6},
@@ -40,6 +41,8 @@ var maxPoolGPUCases = []maxPoolGPUCase{
 	{x: []int{3, 4, 16, 17}, cfg: MaxPool2dConfig{Kernel: [2]int{2, 2}}, ties: true},
 	{x: []int{1, 3, 11, 13}, cfg: MaxPool2dConfig{Kernel: [2]int{3, 3}, Stride: [2]int{1, 1}, Pad: [2]int{1, 1}}, ties: true, special: true},
 	{x: []int{1, 2, 9, 14}, cfg: MaxPool2dConfig{Kernel: [2]int{3, 2}, Stride: [2]int{1, 3}, Pad: [2]int{1, 1}}, ties: true},
+	// Windows too many for a tile's shared memory: maxpool_bwd.
+	{x: []int{1, 2, 30, 37}, cfg: MaxPool2dConfig{Kernel: [2]int{12, 12}, Stride: [2]int{1, 1}, Pad: [2]int{6, 6}}, ties: true},
 }
 
 // maxPoolGPUChecks returns the case's two ops with inputs drawn for them:

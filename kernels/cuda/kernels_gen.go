@@ -868,6 +868,10 @@ const (
 	MaxPoolFwdF32 Kernel[MaxPool2dParams] = "maxpool.maxpool_fwd_f32"
 	// MaxPoolFwdF64 is maxpool_fwd_f64, __launch_bounds__(256).
 	MaxPoolFwdF64 Kernel[MaxPool2dParams] = "maxpool.maxpool_fwd_f64"
+	// MaxPoolBwdTiledF32 is maxpool_bwd_tiled_f32, __launch_bounds__(256).
+	MaxPoolBwdTiledF32 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_tiled_f32"
+	// MaxPoolBwdTiledF64 is maxpool_bwd_tiled_f64, __launch_bounds__(256).
+	MaxPoolBwdTiledF64 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_tiled_f64"
 	// MaxPoolBwdF32 is maxpool_bwd_f32, __launch_bounds__(256).
 	MaxPoolBwdF32 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_f32"
 	// MaxPoolBwdF64 is maxpool_bwd_f64, __launch_bounds__(256).
@@ -1252,6 +1256,11 @@ func MaxPoolFwd(dt tensor.Dtype) (Kernel[MaxPool2dParams], error) {
 	return byDtype(dt, "maxpool_fwd", MaxPoolFwdF32, MaxPoolFwdF64)
 }
 
+// MaxPoolBwdTiled returns MaxPoolBwdTiledF32 for float32 and MaxPoolBwdTiledF64 for float64.
+func MaxPoolBwdTiled(dt tensor.Dtype) (Kernel[MaxPool2dParams], error) {
+	return byDtype(dt, "maxpool_bwd_tiled", MaxPoolBwdTiledF32, MaxPoolBwdTiledF64)
+}
+
 // MaxPoolBwd returns MaxPoolBwdF32 for float32 and MaxPoolBwdF64 for float64.
 func MaxPoolBwd(dt tensor.Dtype) (Kernel[MaxPool2dParams], error) {
 	return byDtype(dt, "maxpool_bwd", MaxPoolBwdF32, MaxPoolBwdF64)
@@ -1555,8 +1564,22 @@ const (
 	ColSumWarps = 8
 	// MaxPool2dThreads is kMaxPoolThreads in kernels/maxpool.cu.
 	//
-	// The threads of a block of either kernel.
+	// The threads of a block of every kernel.
 	MaxPool2dThreads = 256
+	// MaxPool2dTileH is kTileH in kernels/maxpool.cu.
+	//
+	// The input rows of a tile of maxpool_bwd_tiled.
+	MaxPool2dTileH = 16
+	// MaxPool2dTileW is kTileW in kernels/maxpool.cu.
+	//
+	// The input columns of a tile of maxpool_bwd_tiled: a warp's coalesced row.
+	MaxPool2dTileW = 32
+	// MaxPool2dTileWindows is kTileWindows in kernels/maxpool.cu.
+	//
+	// The most windows a tile of maxpool_bwd_tiled may touch: (kTileH + kh -
+	// 2)/stride_h + 1 rows of them times (kTileW + kw - 2)/stride_w + 1
+	// columns; 153 for the ResNet stem's pooling.
+	MaxPool2dTileWindows = 1024
 	// MSDeformBlock is kBlock in kernels/msdeform.cu.
 	MSDeformBlock = 256
 	// MSDeformInlineLevels is kInlineLevels in kernels/msdeform.cu.
@@ -1702,6 +1725,8 @@ var kernelTable = [...]KernelInfo{
 	{Module: "layernorm", Name: "layernorm_colsum_f64", Params: "ColSumParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_fwd_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_fwd_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_bwd_tiled_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_bwd_tiled_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_bwd_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_bwd_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "msdeform", Name: "msdeform_fwd_v16b_occ5_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 5, Variant: false},

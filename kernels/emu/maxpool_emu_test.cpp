@@ -6,9 +6,11 @@
 // row by row, a pixel winning when greater than the best so far or NaN;
 // each dy going to its window's winner. Values are small integers with
 // NaN and -inf planted, so ties are common and every result is exact: the
-// comparison is bit for bit (NaN where the reference has NaN). Each case
-// runs on a full grid and on one block of one warp, which the grid-stride
-// loops must make no different. Exits non-zero on a failure.
+// comparison is bit for bit (NaN where the reference has NaN). Both
+// backward kernels (the tiled one where its windows fit in shared memory:
+// not for the 12x12 window), on planes of several tiles. Each case runs on
+// a full grid and on one block of one warp, which the grid-stride loops
+// must make no different. Exits non-zero on a failure.
 #include "emu.h"
 // clang-format off
 #include "../maxpool.cu"
@@ -18,6 +20,9 @@
 #include <vector>
 
 using stheno::kMaxPoolThreads;
+using stheno::kTileH;
+using stheno::kTileW;
+using stheno::kTileWindows;
 using stheno::MaxPool2dParams;
 
 static int failures = 0, checks = 0;
@@ -89,8 +94,12 @@ void run_case(const Case& c, bool special, std::mt19937_64& rng) {
            c.planes, c.h, c.w, c.kh, c.kw, c.sh, c.sw, c.ph, c.pw, int(special));
   auto fwd = sizeof(T) == 4 ? maxpool_fwd_f32 : maxpool_fwd_f64;
   auto bwd = sizeof(T) == 4 ? maxpool_bwd_f32 : maxpool_bwd_f64;
+  auto tiled = sizeof(T) == 4 ? maxpool_bwd_tiled_f32 : maxpool_bwd_tiled_f64;
+  // The tiled kernel where its windows fit, as ops launches it.
+  const bool fits = ((kTileH + c.kh - 2) / c.sh + 1) * ((kTileW + c.kw - 2) / c.sw + 1) <= kTileWindows;
+  const long tiles = long(c.planes) * ((c.h + kTileH - 1) / kTileH) * ((c.w + kTileW - 1) / kTileW);
   for (bool small : {false, true}) {
-    std::vector<T> y(ny, T(NAN)), dx(nx, T(NAN));
+    std::vector<T> y(ny, T(NAN)), dx(nx, T(NAN)), dxt(nx, T(NAN));
     p.x = addr(x.data()), p.dy = 0, p.out = addr(y.data());
     const unsigned threads = small ? 32 : kMaxPoolThreads;
     emu::launch(fwd, dim3(small ? 1 : unsigned((ny + threads - 1) / threads)), dim3(threads), 0, p);
@@ -99,6 +108,13 @@ void run_case(const Case& c, bool special, std::mt19937_64& rng) {
     const std::string e1 = exact(y, y_ref), e2 = exact(dx, dx_ref);
     expect(std::string(what) + (small ? " one warp" : "") + " y", e1 == "", e1);
     expect(std::string(what) + (small ? " one warp" : "") + " dx", e2 == "", e2);
+    if (fits) {
+      // One block of one warp goes through every tile in turn.
+      p.out = addr(dxt.data());
+      emu::launch(tiled, dim3(small ? 1 : unsigned(tiles)), dim3(threads), 0, p);
+      const std::string e3 = exact(dxt, dx_ref);
+      expect(std::string(what) + (small ? " one warp" : "") + " dx tiled", e3 == "", e3);
+    }
   }
 }
 
@@ -111,6 +127,8 @@ void test_all(const char* name) {
       {3, 9, 12, 3, 3, 2, 2, 1, 1}, {2, 8, 8, 1, 1, 2, 2, 0, 0}, {2, 7, 5, 1, 1, 2, 2, 0, 0},
       {4, 6, 7, 2, 2, 2, 2, 0, 0},  {2, 6, 6, 3, 3, 1, 1, 1, 1}, {1, 5, 5, 5, 5, 1, 1, 2, 2},
       {2, 9, 9, 4, 4, 3, 3, 2, 2},  {3, 7, 9, 3, 2, 1, 3, 1, 1}, {2, 40, 61, 3, 3, 2, 2, 1, 1},
+      {2, 40, 70, 1, 1, 2, 2, 0, 0}, {1, 20, 40, 3, 3, 1, 1, 1, 1}, {1, 33, 65, 4, 5, 3, 2, 2, 2},
+      {1, 12, 12, 12, 12, 1, 1, 6, 6},
   };
   for (const Case& c : cases)
     for (bool special : {false, true}) run_case<T>(c, special, rng);
