@@ -25,13 +25,16 @@
 // result):
 // - maxpool_fwd_<dtype>: a thread per output pixel.
 // - maxpool_bwd_tiled_<dtype>: a block per tile of kTileH x kTileW input
-//   pixels of a plane. Its threads first find the winners of every window
-//   that touches the tile, once each, into shared memory with their dy;
-//   then each pixel gathers from its windows there. Each window is searched
-//   about once (twice or so at the tile's edges), where a thread per pixel
-//   would search each window once per pixel it holds (9 times for the
-//   ResNet stem's 3x3 windows). For kernels and strides whose tile touches
-//   at most kTileWindows windows (ops checks).
+//   pixels of a plane. Its threads load the pixels of x that the windows
+//   touching the tile read and those windows' dy into shared memory, all
+//   loads at once; then find each window's winner there, once; then each
+//   pixel gathers from its windows. Each window is searched about once
+//   (twice at the tile's edges), where a thread per pixel would search it
+//   once per pixel it holds (9 times for the ResNet stem's 3x3 windows),
+//   each search a chain of loads from global memory. For windows of more
+//   than one pixel whose tile touches at most kTileWindows windows reading
+//   at most kTileRegion pixels (ops checks). _k3: 3x3 windows (the ResNet
+//   stem's), the search unrolled.
 // - maxpool_bwd_<dtype>: a thread per input pixel, searching each of its
 //   windows itself: any kernel and stride.
 // Both backward kernels add in the same order, the CPU twin's.
@@ -63,21 +66,29 @@ constexpr int kMaxPoolThreads = 256;
 
 // stheno:const MaxPool2dTileH
 // The input rows of a tile of maxpool_bwd_tiled.
-constexpr int kTileH = 16;
+constexpr int kTileH = 32;
 // stheno:const MaxPool2dTileW
 // The input columns of a tile of maxpool_bwd_tiled: a warp's coalesced row.
 constexpr int kTileW = 32;
 // stheno:const MaxPool2dTileWindows
 // The most windows a tile of maxpool_bwd_tiled may touch: (kTileH + kh -
 // 2)/stride_h + 1 rows of them times (kTileW + kw - 2)/stride_w + 1
-// columns; 153 for the ResNet stem's pooling.
-constexpr int kTileWindows = 1024;
+// columns: 17 x 17 for the ResNet stem's pooling, 34 x 34 for 3x3 windows
+// of stride 1.
+constexpr int kTileWindows = 1280;
+// stheno:const MaxPool2dTileRegion
+// The most pixels of x those windows may read: (rows - 1)*stride_h + kh
+// rows times (columns - 1)*stride_w + kw columns of them; 35 x 35 for the
+// stem.
+constexpr int kTileRegion = 2048;
 
 // The winner of window (oh, ow) of a plane: its offset in the plane, and
-// its value in *best.
+// its value in *best. The pixels are read from src, which holds the
+// plane's rows from row0 and columns from col0 on, ld apart: the plane
+// itself (ld = w, row0 = col0 = 0) or a part of it in shared memory.
 template <typename T>
-__device__ __forceinline__ int argmax(const MaxPool2dParams& p, const T* __restrict__ plane, int oh, int ow,
-                                      T* best) {
+__device__ __forceinline__ int argmax(const MaxPool2dParams& p, const T* src, int ld, int row0, int col0, int oh,
+                                      int ow, T* best) {
   int h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
   const int h1 = min(h0 + p.kh, p.h), w1 = min(w0 + p.kw, p.w);
   h0 = max(h0, 0), w0 = max(w0, 0);
@@ -85,10 +96,9 @@ __device__ __forceinline__ int argmax(const MaxPool2dParams& p, const T* __restr
   int arg = h0 * p.w + w0;
   for (int ih = h0; ih < h1; ++ih) {
     for (int iw = w0; iw < w1; ++iw) {
-      const int i = ih * p.w + iw;
-      const T v = plane[i];
+      const T v = src[(ih - row0) * ld + (iw - col0)];
       // v != v: a NaN wins over anything, a later NaN over an earlier one.
-      if (v > m || v != v) m = v, arg = i;
+      if (v > m || v != v) m = v, arg = ih * p.w + iw;
     }
   }
   *best = m;
@@ -105,7 +115,7 @@ __device__ __forceinline__ void maxpool_fwd(const MaxPool2dParams& p) {
     const int64_t pl = o / ohw;
     const int r = int(o - pl * ohw);
     T best;
-    argmax(p, x + pl * hw, r / p.out_w, r % p.out_w, &best);
+    argmax(p, x + pl * hw, p.w, 0, 0, r / p.out_w, r % p.out_w, &best);
     y[o] = best;
   }
 }
@@ -137,19 +147,52 @@ __device__ __forceinline__ void maxpool_bwd(const MaxPool2dParams& p) {
     for (int oh = oh0; oh < oh1; ++oh) {
       for (int ow = ow0; ow < ow1; ++ow) {
         T best;
-        if (argmax(p, plane, oh, ow, &best) == r) sum += g[oh * p.out_w + ow];
+        if (argmax(p, plane, p.w, 0, 0, oh, ow, &best) == r) sum += g[oh * p.out_w + ow];
       }
     }
     dx[i] = sum;
   }
 }
 
-template <typename T>
+// The winner of window (oh, ow) as region_argmax finds it in a tile's
+// region of x (rows from rh0, columns from rw0, ld apart): its index in
+// the region. The rule and the scan order are argmax's; K > 0 is the
+// window's size in both dimensions, known at compile time (its loops
+// unrolled), K = 0 takes p.kh and p.kw.
+template <int K, typename T>
+__device__ __forceinline__ int region_argmax(const MaxPool2dParams& p, const T* region, int ld, int rh0, int rw0,
+                                             int oh, int ow) {
+  const int kh = K > 0 ? K : p.kh, kw = K > 0 ? K : p.kw;
+  int h0 = oh * p.stride_h - p.pad_h, w0 = ow * p.stride_w - p.pad_w;
+  const int nh = min(h0 + kh, p.h) - max(h0, 0), nw = min(w0 + kw, p.w) - max(w0, 0);
+  h0 = max(h0, 0), w0 = max(w0, 0);
+  const int first = (h0 - rh0) * ld + (w0 - rw0);
+  const T* q = region + first;
+  T m = -std::numeric_limits<T>::infinity();
+  int arg = 0;
+#pragma unroll
+  for (int i = 0; i < kh; ++i) {
+    if (i >= nh) break;
+#pragma unroll
+    for (int j = 0; j < kw; ++j) {
+      if (j >= nw) break;
+      const T v = q[i * ld + j];
+      // v != v: a NaN wins over anything, a later NaN over an earlier one.
+      if (v > m || v != v) m = v, arg = i * ld + j;
+    }
+  }
+  return first + arg;
+}
+
+template <int K, typename T>
 __device__ __forceinline__ void maxpool_bwd_tiled(const MaxPool2dParams& p) {
-  // Each window that touches the tile: its winner (an offset in the plane)
-  // and its dy.
+  // The pixels of x the tile's windows read; each window's winner (its
+  // index in region) and dy; the windows of each row and column of the
+  // tile.
+  __shared__ T region[kTileRegion];
   __shared__ int win_arg[kTileWindows];
   __shared__ T win_dy[kTileWindows];
+  __shared__ int row_win[2][kTileH], col_win[2][kTileW];
   const T* __restrict__ x = reinterpret_cast<const T*>(p.x);
   const T* __restrict__ dy = reinterpret_cast<const T*>(p.dy);
   T* __restrict__ dx = reinterpret_cast<T*>(p.out);
@@ -157,6 +200,11 @@ __device__ __forceinline__ void maxpool_bwd_tiled(const MaxPool2dParams& p) {
   const int tiles_w = (p.w + kTileW - 1) / kTileW;
   const int64_t per_plane = int64_t((p.h + kTileH - 1) / kTileH) * tiles_w;
   const int64_t tiles = p.planes * per_plane;
+  // Thread (tx, ty) of the block seen as kTileW x (blockDim.x/kTileW) (a
+  // multiple of kTileW threads) takes columns tx, tx + kTileW, ... of rows
+  // ty, ty + rows, ...: no division, and a warp on consecutive columns of
+  // a row.
+  const int tx = threadIdx.x % kTileW, ty = threadIdx.x / kTileW, rows = blockDim.x / kTileW;
   for (int64_t t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int64_t pl = t / per_plane;
     const int tr = int(t - pl * per_plane);
@@ -170,32 +218,52 @@ __device__ __forceinline__ void maxpool_bwd_tiled(const MaxPool2dParams& p) {
     windows(iw0, p.pad_w, p.kw, p.stride_w, p.out_w, &ow0, &unused);
     windows(iw1 - 1, p.pad_w, p.kw, p.stride_w, p.out_w, &unused, &ow1);
     const int nw = max(ow1 - ow0, 0), nwin = max(oh1 - oh0, 0) * nw;
+    // Their pixels inside x: rows [rh0, rh1), columns [rw0, rw1).
+    const int rh0 = max(oh0 * p.stride_h - p.pad_h, 0), rh1 = min((oh1 - 1) * p.stride_h - p.pad_h + p.kh, p.h);
+    const int rw0 = max(ow0 * p.stride_w - p.pad_w, 0), rw1 = min((ow1 - 1) * p.stride_w - p.pad_w + p.kw, p.w);
+    const int ld = rw1 - rw0;
     const T* plane = x + pl * hw;
     const T* g = dy + pl * ohw;
-    for (int w = threadIdx.x; w < nwin; w += blockDim.x) {
-      const int oh = oh0 + w / nw, ow = ow0 + w % nw;
-      T best;
-      win_arg[w] = argmax(p, plane, oh, ow, &best);
-      win_dy[w] = g[oh * p.out_w + ow];
+    // Every load of the tile at once: its region of x and its windows' dy.
+    if (nwin > 0) {
+      for (int rr = ty; rr < rh1 - rh0; rr += rows)
+        for (int cc = tx; cc < ld; cc += kTileW) region[rr * ld + cc] = plane[(rh0 + rr) * p.w + rw0 + cc];
+      for (int rr = ty; rr < oh1 - oh0; rr += rows)
+        for (int cc = tx; cc < nw; cc += kTileW) win_dy[rr * nw + cc] = g[(oh0 + rr) * p.out_w + ow0 + cc];
+    }
+    for (int i = threadIdx.x; i < kTileH + kTileW; i += blockDim.x) {
+      if (i < kTileH) {
+        windows(ih0 + i, p.pad_h, p.kh, p.stride_h, p.out_h, &row_win[0][i], &row_win[1][i]);
+      } else {
+        const int c = i - kTileH;
+        windows(iw0 + c, p.pad_w, p.kw, p.stride_w, p.out_w, &col_win[0][c], &col_win[1][c]);
+      }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < kTileH * kTileW; i += blockDim.x) {
-      const int ih = ih0 + i / kTileW, iw = iw0 + i % kTileW;
-      if (ih >= ih1 || iw >= iw1) continue;
-      const int r = ih * p.w + iw;
-      int a0, a1, b0, b1;
-      windows(ih, p.pad_h, p.kh, p.stride_h, p.out_h, &a0, &a1);
-      windows(iw, p.pad_w, p.kw, p.stride_w, p.out_w, &b0, &b1);
-      T sum = 0;
-      for (int oh = a0; oh < a1; ++oh) {
-        for (int ow = b0; ow < b1; ++ow) {
-          const int w = (oh - oh0) * nw + (ow - ow0);
-          if (win_arg[w] == r) sum += win_dy[w];
-        }
-      }
-      dx[pl * hw + r] = sum;
+    for (int w = threadIdx.x; w < nwin; w += blockDim.x) {
+      win_arg[w] = region_argmax<K>(p, region, ld, rh0, rw0, oh0 + w / nw, ow0 + w % nw);
     }
-    // The next tile's windows overwrite these.
+    __syncthreads();
+    // Each thread gathers the pixels of its column: the column's windows
+    // found once.
+    const int iw = iw0 + tx;
+    if (iw < iw1) {
+      const int b0 = col_win[0][tx] - ow0, b1 = col_win[1][tx] - ow0;
+      for (int ih = ih0 + ty; ih < ih1; ih += rows) {
+        // The pixel's index in region (where it lies if a window holds it).
+        const int rr = (ih - rh0) * ld + (iw - rw0);
+        const int a0 = row_win[0][ih - ih0] - oh0, a1 = row_win[1][ih - ih0] - oh0;
+        T sum = 0;
+        for (int oh = a0; oh < a1; ++oh) {
+          for (int ow = b0; ow < b1; ++ow) {
+            const int w = oh * nw + ow;
+            if (win_arg[w] == rr) sum += win_dy[w];
+          }
+        }
+        dx[pl * hw + ih * p.w + iw] = sum;
+      }
+    }
+    // The next tile overwrites the shared memory.
     __syncthreads();
   }
 }
@@ -210,10 +278,16 @@ __global__ void __launch_bounds__(stheno::kMaxPoolThreads) maxpool_fwd_f64(sthen
   stheno::maxpool_fwd<double>(p);
 }
 __global__ void __launch_bounds__(stheno::kMaxPoolThreads) maxpool_bwd_tiled_f32(stheno::MaxPool2dParams p) {
-  stheno::maxpool_bwd_tiled<float>(p);
+  stheno::maxpool_bwd_tiled<0, float>(p);
 }
 __global__ void __launch_bounds__(stheno::kMaxPoolThreads) maxpool_bwd_tiled_f64(stheno::MaxPool2dParams p) {
-  stheno::maxpool_bwd_tiled<double>(p);
+  stheno::maxpool_bwd_tiled<0, double>(p);
+}
+__global__ void __launch_bounds__(stheno::kMaxPoolThreads) maxpool_bwd_tiled_k3_f32(stheno::MaxPool2dParams p) {
+  stheno::maxpool_bwd_tiled<3, float>(p);
+}
+__global__ void __launch_bounds__(stheno::kMaxPoolThreads) maxpool_bwd_tiled_k3_f64(stheno::MaxPool2dParams p) {
+  stheno::maxpool_bwd_tiled<3, double>(p);
 }
 __global__ void __launch_bounds__(stheno::kMaxPoolThreads) maxpool_bwd_f32(stheno::MaxPool2dParams p) {
   stheno::maxpool_bwd<float>(p);

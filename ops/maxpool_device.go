@@ -16,14 +16,17 @@ import (
 // so the grid changes no result.
 const maxPoolMaxBlocks = 1 << 20
 
-// tiled says whether the backward takes maxpool_bwd_tiled: whether the
-// windows that touch a tile of MaxPool2dTileH x MaxPool2dTileW input
-// pixels fit its shared memory (the ResNet stem's 153 and P6's 128 do).
+// tiled says whether the backward takes maxpool_bwd_tiled: windows of more
+// than one pixel (a window of one is found at once), and a tile of
+// MaxPool2dTileH x MaxPool2dTileW input pixels whose windows and the
+// pixels they read fit its shared memory (the ResNet stem's 17 x 17
+// windows on 35 x 35 pixels do). The per-pixel kernel takes the others.
 func (s maxPoolShape) tiled() bool {
 	p := s.p
 	rows := (cuda.MaxPool2dTileH+p.KH-2)/p.StrideH + 1
 	cols := (cuda.MaxPool2dTileW+p.KW-2)/p.StrideW + 1
-	return rows*cols <= cuda.MaxPool2dTileWindows
+	pixels := ((rows-1)*p.StrideH + p.KH) * ((cols-1)*p.StrideW + p.KW)
+	return p.KH*p.KW > 1 && rows*cols <= cuda.MaxPool2dTileWindows && pixels <= cuda.MaxPool2dTileRegion
 }
 
 // launch queues the forward (dy == 0: x -> out = y) or the backward (x, dy
@@ -37,6 +40,9 @@ func (s maxPoolShape) launch(op string, dev *backend.Device, backward bool, x, d
 	switch {
 	case backward && s.tiled():
 		get = cuda.MaxPoolBwdTiled
+		if p.KH == 3 && p.KW == 3 {
+			get = cuda.MaxPoolBwdTiledK3
+		}
 		blocks = p.Planes * ceilDiv(p.H, cuda.MaxPool2dTileH) * ceilDiv(p.W, cuda.MaxPool2dTileW)
 	case backward:
 		get, blocks = cuda.MaxPoolBwd, ceilDiv(p.Planes*p.H*p.W, cuda.MaxPool2dThreads)

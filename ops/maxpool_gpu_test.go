@@ -41,7 +41,9 @@ var maxPoolGPUCases = []maxPoolGPUCase{
 	{x: []int{3, 4, 16, 17}, cfg: MaxPool2dConfig{Kernel: [2]int{2, 2}}, ties: true},
 	{x: []int{1, 3, 11, 13}, cfg: MaxPool2dConfig{Kernel: [2]int{3, 3}, Stride: [2]int{1, 1}, Pad: [2]int{1, 1}}, ties: true, special: true},
 	{x: []int{1, 2, 9, 14}, cfg: MaxPool2dConfig{Kernel: [2]int{3, 2}, Stride: [2]int{1, 3}, Pad: [2]int{1, 1}}, ties: true},
-	// Windows too many for a tile's shared memory: maxpool_bwd.
+	{x: []int{2, 3, 70, 45}, cfg: MaxPool2dConfig{Kernel: [2]int{3, 3}, Stride: [2]int{1, 1}, Pad: [2]int{1, 1}}, special: true},
+	{x: []int{1, 3, 70, 45}, cfg: maxPoolStem, ties: true, special: true},
+	// Windows too many for a tile's shared memory: maxpool_bwd (and P6 above).
 	{x: []int{1, 2, 30, 37}, cfg: MaxPool2dConfig{Kernel: [2]int{12, 12}, Stride: [2]int{1, 1}, Pad: [2]int{6, 6}}, ties: true},
 }
 

@@ -272,8 +272,9 @@ func TestMaxPool2dOps(t *testing.T) {
 	}
 }
 
-// The backward kernel ops picks: the tiled one for the ResNet stem's and
-// FPN P6's pooling, the per-pixel one for windows too many for a tile.
+// The backward kernel ops picks: the tiled one for the ResNet stem's
+// pooling and 3x3 windows of stride 1, the per-pixel one for FPN P6's
+// windows of one pixel and for windows too many for a tile.
 func TestMaxPool2dBackwardKernel(t *testing.T) {
 	g := G.NewGraph()
 	x := G.NewTensor(g, tensor.Float32, 4, G.WithShape(1, 2, 30, 37), G.WithName("x"))
@@ -282,7 +283,8 @@ func TestMaxPool2dBackwardKernel(t *testing.T) {
 		tiled bool
 	}{
 		{MaxPool2dConfig{Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}, Pad: [2]int{1, 1}}, true},
-		{MaxPool2dConfig{Kernel: [2]int{1, 1}, Stride: [2]int{2, 2}}, true},
+		{MaxPool2dConfig{Kernel: [2]int{1, 1}, Stride: [2]int{2, 2}}, false},
+		{MaxPool2dConfig{Kernel: [2]int{2, 2}}, true},
 		{MaxPool2dConfig{Kernel: [2]int{3, 3}, Stride: [2]int{1, 1}, Pad: [2]int{1, 1}}, true},
 		{MaxPool2dConfig{Kernel: [2]int{12, 12}, Stride: [2]int{1, 1}, Pad: [2]int{6, 6}}, false},
 	} {

@@ -872,6 +872,10 @@ const (
 	MaxPoolBwdTiledF32 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_tiled_f32"
 	// MaxPoolBwdTiledF64 is maxpool_bwd_tiled_f64, __launch_bounds__(256).
 	MaxPoolBwdTiledF64 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_tiled_f64"
+	// MaxPoolBwdTiledK3F32 is maxpool_bwd_tiled_k3_f32, __launch_bounds__(256).
+	MaxPoolBwdTiledK3F32 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_tiled_k3_f32"
+	// MaxPoolBwdTiledK3F64 is maxpool_bwd_tiled_k3_f64, __launch_bounds__(256).
+	MaxPoolBwdTiledK3F64 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_tiled_k3_f64"
 	// MaxPoolBwdF32 is maxpool_bwd_f32, __launch_bounds__(256).
 	MaxPoolBwdF32 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_f32"
 	// MaxPoolBwdF64 is maxpool_bwd_f64, __launch_bounds__(256).
@@ -1261,6 +1265,11 @@ func MaxPoolBwdTiled(dt tensor.Dtype) (Kernel[MaxPool2dParams], error) {
 	return byDtype(dt, "maxpool_bwd_tiled", MaxPoolBwdTiledF32, MaxPoolBwdTiledF64)
 }
 
+// MaxPoolBwdTiledK3 returns MaxPoolBwdTiledK3F32 for float32 and MaxPoolBwdTiledK3F64 for float64.
+func MaxPoolBwdTiledK3(dt tensor.Dtype) (Kernel[MaxPool2dParams], error) {
+	return byDtype(dt, "maxpool_bwd_tiled_k3", MaxPoolBwdTiledK3F32, MaxPoolBwdTiledK3F64)
+}
+
 // MaxPoolBwd returns MaxPoolBwdF32 for float32 and MaxPoolBwdF64 for float64.
 func MaxPoolBwd(dt tensor.Dtype) (Kernel[MaxPool2dParams], error) {
 	return byDtype(dt, "maxpool_bwd", MaxPoolBwdF32, MaxPoolBwdF64)
@@ -1569,7 +1578,7 @@ const (
 	// MaxPool2dTileH is kTileH in kernels/maxpool.cu.
 	//
 	// The input rows of a tile of maxpool_bwd_tiled.
-	MaxPool2dTileH = 16
+	MaxPool2dTileH = 32
 	// MaxPool2dTileW is kTileW in kernels/maxpool.cu.
 	//
 	// The input columns of a tile of maxpool_bwd_tiled: a warp's coalesced row.
@@ -1578,8 +1587,15 @@ const (
 	//
 	// The most windows a tile of maxpool_bwd_tiled may touch: (kTileH + kh -
 	// 2)/stride_h + 1 rows of them times (kTileW + kw - 2)/stride_w + 1
-	// columns; 153 for the ResNet stem's pooling.
-	MaxPool2dTileWindows = 1024
+	// columns: 17 x 17 for the ResNet stem's pooling, 34 x 34 for 3x3 windows
+	// of stride 1.
+	MaxPool2dTileWindows = 1280
+	// MaxPool2dTileRegion is kTileRegion in kernels/maxpool.cu.
+	//
+	// The most pixels of x those windows may read: (rows - 1)*stride_h + kh
+	// rows times (columns - 1)*stride_w + kw columns of them; 35 x 35 for the
+	// stem.
+	MaxPool2dTileRegion = 2048
 	// MSDeformBlock is kBlock in kernels/msdeform.cu.
 	MSDeformBlock = 256
 	// MSDeformInlineLevels is kInlineLevels in kernels/msdeform.cu.
@@ -1727,6 +1743,8 @@ var kernelTable = [...]KernelInfo{
 	{Module: "maxpool", Name: "maxpool_fwd_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_bwd_tiled_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_bwd_tiled_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_bwd_tiled_k3_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_bwd_tiled_k3_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_bwd_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_bwd_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "msdeform", Name: "msdeform_fwd_v16b_occ5_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 5, Variant: false},

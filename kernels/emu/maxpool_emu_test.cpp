@@ -7,8 +7,9 @@
 // each dy going to its window's winner. Values are small integers with
 // NaN and -inf planted, so ties are common and every result is exact: the
 // comparison is bit for bit (NaN where the reference has NaN). Both
-// backward kernels (the tiled one where its windows fit in shared memory:
-// not for the 12x12 window), on planes of several tiles. Each case runs on
+// backward kernels (the tiled ones where the windows and their pixels fit
+// in shared memory: not for the 12x12 window nor the 1x1 ones; _k3 for
+// 3x3 windows), on planes of several tiles. Each case runs on
 // a full grid and on one block of one warp, which the grid-stride loops
 // must make no different. Exits non-zero on a failure.
 #include "emu.h"
@@ -21,6 +22,7 @@
 
 using stheno::kMaxPoolThreads;
 using stheno::kTileH;
+using stheno::kTileRegion;
 using stheno::kTileW;
 using stheno::kTileWindows;
 using stheno::MaxPool2dParams;
@@ -95,8 +97,11 @@ void run_case(const Case& c, bool special, std::mt19937_64& rng) {
   auto fwd = sizeof(T) == 4 ? maxpool_fwd_f32 : maxpool_fwd_f64;
   auto bwd = sizeof(T) == 4 ? maxpool_bwd_f32 : maxpool_bwd_f64;
   auto tiled = sizeof(T) == 4 ? maxpool_bwd_tiled_f32 : maxpool_bwd_tiled_f64;
+  auto tiled3 = sizeof(T) == 4 ? maxpool_bwd_tiled_k3_f32 : maxpool_bwd_tiled_k3_f64;
   // The tiled kernel where its windows fit, as ops launches it.
-  const bool fits = ((kTileH + c.kh - 2) / c.sh + 1) * ((kTileW + c.kw - 2) / c.sw + 1) <= kTileWindows;
+  const int wr = (kTileH + c.kh - 2) / c.sh + 1, wc = (kTileW + c.kw - 2) / c.sw + 1;
+  const bool fits = c.kh * c.kw > 1 && wr * wc <= kTileWindows &&
+                    ((wr - 1) * c.sh + c.kh) * ((wc - 1) * c.sw + c.kw) <= kTileRegion;
   const long tiles = long(c.planes) * ((c.h + kTileH - 1) / kTileH) * ((c.w + kTileW - 1) / kTileW);
   for (bool small : {false, true}) {
     std::vector<T> y(ny, T(NAN)), dx(nx, T(NAN)), dxt(nx, T(NAN));
@@ -114,6 +119,12 @@ void run_case(const Case& c, bool special, std::mt19937_64& rng) {
       emu::launch(tiled, dim3(small ? 1 : unsigned(tiles)), dim3(threads), 0, p);
       const std::string e3 = exact(dxt, dx_ref);
       expect(std::string(what) + (small ? " one warp" : "") + " dx tiled", e3 == "", e3);
+      if (c.kh == 3 && c.kw == 3) {
+        std::fill(dxt.begin(), dxt.end(), T(NAN));
+        emu::launch(tiled3, dim3(small ? 1 : unsigned(tiles)), dim3(threads), 0, p);
+        const std::string e4 = exact(dxt, dx_ref);
+        expect(std::string(what) + (small ? " one warp" : "") + " dx tiled k3", e4 == "", e4);
+      }
     }
   }
 }
@@ -128,6 +139,7 @@ void test_all(const char* name) {
       {4, 6, 7, 2, 2, 2, 2, 0, 0},  {2, 6, 6, 3, 3, 1, 1, 1, 1}, {1, 5, 5, 5, 5, 1, 1, 2, 2},
       {2, 9, 9, 4, 4, 3, 3, 2, 2},  {3, 7, 9, 3, 2, 1, 3, 1, 1}, {2, 40, 61, 3, 3, 2, 2, 1, 1},
       {2, 40, 70, 1, 1, 2, 2, 0, 0}, {1, 20, 40, 3, 3, 1, 1, 1, 1}, {1, 33, 65, 4, 5, 3, 2, 2, 2},
+      {2, 70, 45, 3, 3, 2, 2, 1, 1},  {1, 66, 67, 2, 2, 2, 2, 1, 1}, {1, 40, 50, 7, 7, 1, 1, 3, 3},
       {1, 12, 12, 12, 12, 1, 1, 6, 6},
   };
   for (const Case& c : cases)
