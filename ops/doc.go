@@ -3,9 +3,10 @@
 // (MSDeformAttn), fused convolution layers (Conv with bias and ReLU, ConvBN
 // with BatchNorm, a residual and ReLU, ConvTranspose), UpsampleNearest,
 // Linear, MatMul and BatchedMatMul, Softmax and LogSoftmax along any axis,
-// LayerNorm, the detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
-// each with per-element weights) and ToDevice/ToHost, which move values and
-// their gradients between the host and a GPU inside a graph.
+// LayerNorm, MaxPool2d, Dropout, the detection losses (SigmoidBCE,
+// SmoothL1, SoftmaxCrossEntropy, each with per-element weights) and
+// ToDevice/ToHost, which move values and their gradients between the host
+// and a GPU inside a graph.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
@@ -19,8 +20,8 @@
 // where their inputs live: host tensors take the Go CPU kernels; device
 // tensors (package backend, build tag stheno_cuda) take the CUDA kernels of
 // RoIAlign, MSDeformAttn, Conv, ConvBN, Linear, MatMul, BatchedMatMul,
-// Softmax, LogSoftmax and LayerNorm and return device tensors, with no host
-// round trip; the other ops refuse device inputs with an error that says to
+// Softmax, LogSoftmax, LayerNorm, MaxPool2d and Dropout and return device
+// tensors, with no host round trip; the other ops refuse device inputs with an error that says to
 // move them with ToHost. All ops accept float32 and float64.
 //
 // Semantics follow the references exactly:
@@ -37,4 +38,8 @@
 //     +inf or a line of -inf only makes its line NaN).
 //   - LayerNorm: torch.nn.functional.layer_norm over the last dimension,
 //     with optional weight (gamma) and bias (beta).
+//   - MaxPool2d: torch.nn.functional.max_pool2d (dilation 1, ceil_mode
+//     False; the first maximum wins a tie, a NaN wins, as PyTorch).
+//   - Dropout: torch.nn.functional.dropout; its masks come from a seeded
+//     counter-based generator (DropoutRNG), not PyTorch's.
 package ops
