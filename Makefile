@@ -75,6 +75,10 @@ EMU_HARNESSES := \
 	elementwise \
 	softmax \
 	layernorm \
+	layout \
+	attention \
+	adamw \
+	groupnorm \
 	maxpool \
 	dropout
 EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_HARNESSES:%=$(EMU_DIR)/%_emu_test) \

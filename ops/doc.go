@@ -3,10 +3,16 @@
 // (MSDeformAttn), fused convolution layers (Conv with bias and ReLU, ConvBN
 // with BatchNorm, a residual and ReLU, ConvTranspose), UpsampleNearest,
 // Linear, MatMul and BatchedMatMul, Softmax and LogSoftmax along any axis,
-// LayerNorm, MaxPool2d, Dropout, the detection losses (SigmoidBCE,
-// SmoothL1, SoftmaxCrossEntropy, each with per-element weights) and
-// ToDevice/ToHost, which move values and their gradients between the host
-// and a GPU inside a graph.
+// LayerNorm, the layout ops (Permute, Transpose, Concat, Slice, Split,
+// Reshape, Detach, GatherRows), MultiHeadAttention (composed of them), the
+// detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
+// each with per-element weights) and ToDevice/ToHost, which move values and
+// their gradients between the host and a GPU inside a graph. AdamW is a
+// gorgonia.Solver that updates parameters where they live, host or GPU.
+// LayerNorm, GroupNorm, MaxPool2d, Dropout, the detection losses (SigmoidBCE, SmoothL1,
+// SoftmaxCrossEntropy, each with per-element weights) and ToDevice/ToHost,
+// which move values and their gradients between the host and a GPU inside a
+// graph.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
@@ -20,9 +26,12 @@
 // where their inputs live: host tensors take the Go CPU kernels; device
 // tensors (package backend, build tag stheno_cuda) take the CUDA kernels of
 // RoIAlign, MSDeformAttn, Conv, ConvBN, Linear, MatMul, BatchedMatMul,
-// Softmax, LogSoftmax, LayerNorm, MaxPool2d and Dropout and return device
-// tensors, with no host round trip; the other ops refuse device inputs with an error that says to
-// move them with ToHost. All ops accept float32 and float64.
+// Softmax, LogSoftmax, LayerNorm and the layout ops and return device tensors, with no host
+// Softmax, LogSoftmax, LayerNorm, GroupNorm, MaxPool2d and Dropout and return device tensors, with no host
+// round trip; the other ops refuse device inputs with an error that says to
+// move them with ToHost. All ops accept float32 and float64. CheckPlacement
+// (and NewTapeMachine, which runs it) finds a device value that would reach
+// an op that cannot take it while the graph is still being compiled.
 //
 // Semantics follow the references exactly:
 //   - RoIAlign: torchvision.ops.roi_align (average pooling);
@@ -38,6 +47,16 @@
 //     +inf or a line of -inf only makes its line NaN).
 //   - LayerNorm: torch.nn.functional.layer_norm over the last dimension,
 //     with optional weight (gamma) and bias (beta).
+//   - Permute, Concat, Slice, Reshape, GatherRows: x.permute(...).contiguous(),
+//     torch.cat, x.narrow, torch.reshape and torch.index_select(x, 0, idx);
+//     each returns a new contiguous tensor (on the device too, never a view).
+//   - MultiHeadAttention: torch.nn.MultiheadAttention's forward with dropout
+//     0 (kdim = vdim = E, an additive key-padding mask).
+//   - AdamW: torch.optim.AdamW with param_groups (learning rate and weight
+//     decay per group), after torch.nn.utils.clip_grad_norm_ when
+//     AdamWConfig.MaxGradNorm is set.
+//   - GroupNorm: torch.nn.functional.group_norm over groups of channels of
+//     x [N, C, ...], with optional per-channel weight and bias.
 //   - MaxPool2d: torch.nn.functional.max_pool2d (dilation 1, ceil_mode
 //     False; the first maximum wins a tie, a NaN wins, as PyTorch).
 //   - Dropout: torch.nn.functional.dropout; its masks come from a seeded

@@ -13,10 +13,10 @@ gradient (PyTorch's fused kernel draws the mask with Philox and also
 writes it, a byte per element, for the backward); bwd its backward alone
 (torch.autograd.grad of the output with respect to x given dy, on a graph
 kept with retain_graph: dy times the saved mask and scale). Timing as
-stheno's suite: CUDA events around each call, the median of 30 after 5
-warm-up calls; inputs random in [-1, 1). GB/s count the compulsory bytes,
-as stheno's benchmark does: x (dy) read and y (dx) written; PyTorch's mask
-bytes are not counted.
+stheno's suite (timing.median_ms): CUDA events around each call, the
+median of 30 after 5 warm-up calls; inputs random in [-1, 1). GB/s count
+the compulsory bytes, as stheno's benchmark does: x (dy) read and y (dx)
+written; PyTorch's mask bytes are not counted.
 """
 import argparse
 import re
@@ -24,28 +24,14 @@ import re
 import torch
 import torch.nn.functional as F
 
+from timing import median_ms
+
 DEV = "cuda"
 P = 0.1
 # name: x shape, as BenchmarkGPUDropout's case.
 CASES = {
     "detr_encoder_2x20000x256": (2, 20000, 256),
 }
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def time_case(shape):

@@ -13,11 +13,12 @@ forward kernel then writes no indices); fwd_idx the forward of a graph
 that needs the gradient (it also writes the int64 indices the backward
 reads: what a training step runs); bwd its backward alone
 (torch.autograd.grad of the output with respect to x given dy, on a graph
-kept with retain_graph). Timing as stheno's suite: CUDA events around each
-call, the median of 30 after 5 warm-up calls; inputs random in [-1, 1).
-GB/s count the compulsory bytes, as stheno's benchmark does: x read and y
-written (fwd); x and dy read and dx written (bwd; PyTorch reads the saved
-indices instead of x, which these bytes do not count).
+kept with retain_graph). Timing as stheno's suite (timing.median_ms):
+CUDA events around each call, the median of 30 after 5 warm-up calls;
+inputs random in [-1, 1). GB/s count the compulsory bytes, as stheno's
+benchmark does: x read and y written (fwd); x and dy read and dx written
+(bwd; PyTorch reads the saved indices instead of x, which these bytes do
+not count).
 """
 import argparse
 import re
@@ -25,28 +26,14 @@ import re
 import torch
 import torch.nn.functional as F
 
+from timing import median_ms
+
 DEV = "cuda"
 # name: (x shape, kernel, stride, padding), as BenchmarkGPUMaxPool2d's cases.
 CASES = {
     "resnet_stem_2x64x400x608": ((2, 64, 400, 608), 3, 2, 1),
     "fpn_p6_2x256x25x38": ((2, 256, 25, 38), 1, 2, 0),
 }
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def time_case(shape, k, s, p):

@@ -10,6 +10,119 @@ import (
 	"github.com/stheno-ml/stheno/backend"
 )
 
+// AdamWNormParams mirrors struct AdamWNormParams of kernels/adamw.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// norm_partial and norm_finalize.
+type AdamWNormParams struct {
+	Table   backend.DevicePtr // int64 [tensors*kTensorWords + chunks]: the tensors' rows, then the chunks
+	Partial backend.DevicePtr // double [chunks]: each chunk's sum of squares
+	Norm    backend.DevicePtr // double [2]: finalize writes the norm and the clip coefficient
+	Tensors int64             // rows of the table: where the chunks' words start
+	MaxNorm float64           // finalize: the clipping threshold (> 0)
+	Chunks  int32
+	_       int32
+}
+
+// AdamWNormParams's layout, as the generator computed it for both sides.
+var (
+	_ [48]byte = [unsafe.Sizeof(AdamWNormParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(AdamWNormParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(AdamWNormParams{}.Table)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(AdamWNormParams{}.Partial)]byte{}
+	_ [16]byte = [unsafe.Offsetof(AdamWNormParams{}.Norm)]byte{}
+	_ [24]byte = [unsafe.Offsetof(AdamWNormParams{}.Tensors)]byte{}
+	_ [32]byte = [unsafe.Offsetof(AdamWNormParams{}.MaxNorm)]byte{}
+	_ [40]byte = [unsafe.Offsetof(AdamWNormParams{}.Chunks)]byte{}
+)
+
+// AdamWStepParams mirrors struct AdamWStepParams of kernels/adamw.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The step.
+type AdamWStepParams struct {
+	Table                                      backend.DevicePtr // as AdamWNormParams'
+	Norm                                       backend.DevicePtr // double [2], when clip: norm_finalize's [norm, coef]
+	Tensors                                    int64
+	Beta1, OneMinusBeta1, Beta2, OneMinusBeta2 float64
+	Eps                                        float64
+	BC2Sqrt                                    float64     // sqrt(1 - beta2^t)
+	Decay                                      [16]float64 // per group: 1 - lr*wd
+	StepSize                                   [16]float64 // per group: lr / (1 - beta1^t)
+	Chunks                                     int32
+	Clip                                       int32 // scale the gradients by coef
+	ZeroGrad                                   int32 // write zeros over the gradients once read
+	_                                          int32
+}
+
+// AdamWStepParams's layout, as the generator computed it for both sides.
+var (
+	_ [344]byte = [unsafe.Sizeof(AdamWStepParams{})]byte{}
+	_ [8]byte   = [unsafe.Alignof(AdamWStepParams{})]byte{}
+	_ [0]byte   = [unsafe.Offsetof(AdamWStepParams{}.Table)]byte{}
+	_ [8]byte   = [unsafe.Offsetof(AdamWStepParams{}.Norm)]byte{}
+	_ [16]byte  = [unsafe.Offsetof(AdamWStepParams{}.Tensors)]byte{}
+	_ [24]byte  = [unsafe.Offsetof(AdamWStepParams{}.Beta1)]byte{}
+	_ [32]byte  = [unsafe.Offsetof(AdamWStepParams{}.OneMinusBeta1)]byte{}
+	_ [40]byte  = [unsafe.Offsetof(AdamWStepParams{}.Beta2)]byte{}
+	_ [48]byte  = [unsafe.Offsetof(AdamWStepParams{}.OneMinusBeta2)]byte{}
+	_ [56]byte  = [unsafe.Offsetof(AdamWStepParams{}.Eps)]byte{}
+	_ [64]byte  = [unsafe.Offsetof(AdamWStepParams{}.BC2Sqrt)]byte{}
+	_ [72]byte  = [unsafe.Offsetof(AdamWStepParams{}.Decay)]byte{}
+	_ [200]byte = [unsafe.Offsetof(AdamWStepParams{}.StepSize)]byte{}
+	_ [328]byte = [unsafe.Offsetof(AdamWStepParams{}.Chunks)]byte{}
+	_ [332]byte = [unsafe.Offsetof(AdamWStepParams{}.Clip)]byte{}
+	_ [336]byte = [unsafe.Offsetof(AdamWStepParams{}.ZeroGrad)]byte{}
+)
+
+// ScaleMaskParams mirrors struct ScaleMaskParams of kernels/attention.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+type ScaleMaskParams struct {
+	X     backend.DevicePtr
+	Mask  backend.DevicePtr // [N, S], or 0: none
+	Out   backend.DevicePtr
+	Total int64 // elements of x: N*H*L*S
+	Ls    int64 // L*S
+	S     int64
+	Heads int64
+	Scale float64
+}
+
+// ScaleMaskParams's layout, as the generator computed it for both sides.
+var (
+	_ [64]byte = [unsafe.Sizeof(ScaleMaskParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(ScaleMaskParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(ScaleMaskParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(ScaleMaskParams{}.Mask)]byte{}
+	_ [16]byte = [unsafe.Offsetof(ScaleMaskParams{}.Out)]byte{}
+	_ [24]byte = [unsafe.Offsetof(ScaleMaskParams{}.Total)]byte{}
+	_ [32]byte = [unsafe.Offsetof(ScaleMaskParams{}.Ls)]byte{}
+	_ [40]byte = [unsafe.Offsetof(ScaleMaskParams{}.S)]byte{}
+	_ [48]byte = [unsafe.Offsetof(ScaleMaskParams{}.Heads)]byte{}
+	_ [56]byte = [unsafe.Offsetof(ScaleMaskParams{}.Scale)]byte{}
+)
+
+// HeadMeanParams mirrors struct HeadMeanParams of kernels/attention.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+type HeadMeanParams struct {
+	X     backend.DevicePtr // forward: [N*H, L*S]; backward: dy [N, L*S]
+	Out   backend.DevicePtr // forward: [N, L*S]; backward: dx [N*H, L*S]
+	Total int64             // elements of out
+	Ls    int64             // L*S
+	Heads int64
+}
+
+// HeadMeanParams's layout, as the generator computed it for both sides.
+var (
+	_ [40]byte = [unsafe.Sizeof(HeadMeanParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(HeadMeanParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(HeadMeanParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(HeadMeanParams{}.Out)]byte{}
+	_ [16]byte = [unsafe.Offsetof(HeadMeanParams{}.Total)]byte{}
+	_ [24]byte = [unsafe.Offsetof(HeadMeanParams{}.Ls)]byte{}
+	_ [32]byte = [unsafe.Offsetof(HeadMeanParams{}.Heads)]byte{}
+)
+
 // SplitKParams mirrors struct SplitKParams of kernels/conv.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
@@ -374,6 +487,54 @@ var (
 	_ [24]byte = [unsafe.Offsetof(AxpyParams{}.Alpha)]byte{}
 )
 
+// GroupNormParams mirrors struct GroupNormParams of kernels/groupnorm.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// One params struct for all of GroupNorm's kernels.
+type GroupNormParams struct {
+	X       backend.DevicePtr // [n, c, hw]
+	Gamma   backend.DevicePtr // [c] scale, or 0: none
+	Beta    backend.DevicePtr // [c] shift, or 0: none (fwd only)
+	DY      backend.DevicePtr // backward: the output's gradient [n, c, hw]
+	Partial backend.DevicePtr // tile sums, double: stats/fwd [n*c, tiles, 2]; bwd_reduce/bwd_finalize [n*c, tiles, 4]
+
+	// The backward's sums, T pairs [n*groups, 4, 2] then [n*c, 2, 2], which
+	// bwd_finalize writes and bwd_dx and bwd_params read; in the forward,
+	// stats_rows' means and rstds, double [n*groups, 2], or 0: fwd adds the
+	// tile sums itself.
+	Sums   backend.DevicePtr
+	Out    backend.DevicePtr // fwd: y; bwd_dx: dx; bwd_params: [dgamma | dbeta]
+	HW     int64             // elements of a plane
+	Eps    float64
+	N      int32
+	C      int32
+	Groups int32
+	Tiles  int32 // tiles of a plane: ceil(hw / GroupNormTile)
+	Dgamma int32 // bwd_params: write dgamma into out[0, c)
+	Dbeta  int32 // bwd_params: write dbeta after dgamma (at out[0, c) without it)
+}
+
+// GroupNormParams's layout, as the generator computed it for both sides.
+var (
+	_ [96]byte = [unsafe.Sizeof(GroupNormParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(GroupNormParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(GroupNormParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(GroupNormParams{}.Gamma)]byte{}
+	_ [16]byte = [unsafe.Offsetof(GroupNormParams{}.Beta)]byte{}
+	_ [24]byte = [unsafe.Offsetof(GroupNormParams{}.DY)]byte{}
+	_ [32]byte = [unsafe.Offsetof(GroupNormParams{}.Partial)]byte{}
+	_ [40]byte = [unsafe.Offsetof(GroupNormParams{}.Sums)]byte{}
+	_ [48]byte = [unsafe.Offsetof(GroupNormParams{}.Out)]byte{}
+	_ [56]byte = [unsafe.Offsetof(GroupNormParams{}.HW)]byte{}
+	_ [64]byte = [unsafe.Offsetof(GroupNormParams{}.Eps)]byte{}
+	_ [72]byte = [unsafe.Offsetof(GroupNormParams{}.N)]byte{}
+	_ [76]byte = [unsafe.Offsetof(GroupNormParams{}.C)]byte{}
+	_ [80]byte = [unsafe.Offsetof(GroupNormParams{}.Groups)]byte{}
+	_ [84]byte = [unsafe.Offsetof(GroupNormParams{}.Tiles)]byte{}
+	_ [88]byte = [unsafe.Offsetof(GroupNormParams{}.Dgamma)]byte{}
+	_ [92]byte = [unsafe.Offsetof(GroupNormParams{}.Dbeta)]byte{}
+)
+
 // LayerNormParams mirrors struct LayerNormParams of kernels/layernorm.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
@@ -428,6 +589,96 @@ var (
 	_ [8]byte  = [unsafe.Offsetof(ColSumParams{}.Out)]byte{}
 	_ [16]byte = [unsafe.Offsetof(ColSumParams{}.Rows)]byte{}
 	_ [24]byte = [unsafe.Offsetof(ColSumParams{}.Cols)]byte{}
+)
+
+// PermuteParams mirrors struct PermuteParams of kernels/layout.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The parameters of permute_copy and permute_tile: the output's axes,
+// outermost first, their sizes and the strides (in units) of the input and
+// of the output along them. copy: in_strides[rank-1] == 1 and dims[rank-1]
+// counts units; tile: in_strides[tile_axis] == 1, out_strides[rank-1] == 1.
+type PermuteParams struct {
+	In         backend.DevicePtr
+	Out        backend.DevicePtr
+	Dims       [8]int64
+	InStrides  [8]int64
+	OutStrides [8]int64
+	Total      int64 // units of the output
+	Batch      int64 // tile: the product of the axes other than tile_axis and rank-1
+	Rank       int32
+	TileAxis   int32
+}
+
+// PermuteParams's layout, as the generator computed it for both sides.
+var (
+	_ [232]byte = [unsafe.Sizeof(PermuteParams{})]byte{}
+	_ [8]byte   = [unsafe.Alignof(PermuteParams{})]byte{}
+	_ [0]byte   = [unsafe.Offsetof(PermuteParams{}.In)]byte{}
+	_ [8]byte   = [unsafe.Offsetof(PermuteParams{}.Out)]byte{}
+	_ [16]byte  = [unsafe.Offsetof(PermuteParams{}.Dims)]byte{}
+	_ [80]byte  = [unsafe.Offsetof(PermuteParams{}.InStrides)]byte{}
+	_ [144]byte = [unsafe.Offsetof(PermuteParams{}.OutStrides)]byte{}
+	_ [208]byte = [unsafe.Offsetof(PermuteParams{}.Total)]byte{}
+	_ [216]byte = [unsafe.Offsetof(PermuteParams{}.Batch)]byte{}
+	_ [224]byte = [unsafe.Offsetof(PermuteParams{}.Rank)]byte{}
+	_ [228]byte = [unsafe.Offsetof(PermuteParams{}.TileAxis)]byte{}
+)
+
+// CopyRowsParams mirrors struct CopyRowsParams of kernels/layout.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// rows x cols units from src (a row every src_stride units) to dst (every
+// dst_stride units).
+type CopyRowsParams struct {
+	Src       backend.DevicePtr
+	Dst       backend.DevicePtr
+	Rows      int64
+	Cols      int64
+	SrcStride int64
+	DstStride int64
+}
+
+// CopyRowsParams's layout, as the generator computed it for both sides.
+var (
+	_ [48]byte = [unsafe.Sizeof(CopyRowsParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(CopyRowsParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(CopyRowsParams{}.Src)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(CopyRowsParams{}.Dst)]byte{}
+	_ [16]byte = [unsafe.Offsetof(CopyRowsParams{}.Rows)]byte{}
+	_ [24]byte = [unsafe.Offsetof(CopyRowsParams{}.Cols)]byte{}
+	_ [32]byte = [unsafe.Offsetof(CopyRowsParams{}.SrcStride)]byte{}
+	_ [40]byte = [unsafe.Offsetof(CopyRowsParams{}.DstStride)]byte{}
+)
+
+// GatherParams mirrors struct GatherParams of kernels/layout.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// x [n, d], idx [k] (int64), out [k, d]; backward: dy [k, d] in x, dx
+// [n, d] in out, link [k] (int32).
+type GatherParams struct {
+	X      backend.DevicePtr
+	Idx    backend.DevicePtr
+	Out    backend.DevicePtr
+	Link   backend.DevicePtr
+	Status backend.DevicePtr
+	N      int64
+	K      int64
+	D      int64 // units of a row (forward), elements (backward)
+}
+
+// GatherParams's layout, as the generator computed it for both sides.
+var (
+	_ [64]byte = [unsafe.Sizeof(GatherParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(GatherParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(GatherParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(GatherParams{}.Idx)]byte{}
+	_ [16]byte = [unsafe.Offsetof(GatherParams{}.Out)]byte{}
+	_ [24]byte = [unsafe.Offsetof(GatherParams{}.Link)]byte{}
+	_ [32]byte = [unsafe.Offsetof(GatherParams{}.Status)]byte{}
+	_ [40]byte = [unsafe.Offsetof(GatherParams{}.N)]byte{}
+	_ [48]byte = [unsafe.Offsetof(GatherParams{}.K)]byte{}
+	_ [56]byte = [unsafe.Offsetof(GatherParams{}.D)]byte{}
 )
 
 // MaxPool2dParams mirrors struct MaxPool2dParams of kernels/maxpool.cu field for field (STHENO_PARAMS
@@ -656,6 +907,38 @@ var (
 	_ [48]byte = [unsafe.Offsetof(SoftmaxParams{}.Lanes)]byte{}
 )
 
+// The kernels of kernels/adamw.cu (module adamw).
+const (
+	// AdamWNormPartialF32 is adamw_norm_partial_f32, __launch_bounds__(256).
+	//
+	// clang-format off
+	AdamWNormPartialF32 Kernel[AdamWNormParams] = "adamw.adamw_norm_partial_f32"
+	// AdamWNormPartialF64 is adamw_norm_partial_f64, __launch_bounds__(256).
+	AdamWNormPartialF64 Kernel[AdamWNormParams] = "adamw.adamw_norm_partial_f64"
+	// AdamWNormFinalize is adamw_norm_finalize, __launch_bounds__(256).
+	AdamWNormFinalize Kernel[AdamWNormParams] = "adamw.adamw_norm_finalize"
+	// AdamWStepF32 is adamw_step_f32, __launch_bounds__(256).
+	AdamWStepF32 Kernel[AdamWStepParams] = "adamw.adamw_step_f32"
+	// AdamWStepF64 is adamw_step_f64, __launch_bounds__(256).
+	AdamWStepF64 Kernel[AdamWStepParams] = "adamw.adamw_step_f64"
+)
+
+// The kernels of kernels/attention.cu (module attention).
+const (
+	// AttentionScaleMaskF32 is attention_scale_mask_f32, __launch_bounds__(256).
+	AttentionScaleMaskF32 Kernel[ScaleMaskParams] = "attention.attention_scale_mask_f32"
+	// AttentionScaleMaskF64 is attention_scale_mask_f64, __launch_bounds__(256).
+	AttentionScaleMaskF64 Kernel[ScaleMaskParams] = "attention.attention_scale_mask_f64"
+	// AttentionHeadMeanF32 is attention_head_mean_f32, __launch_bounds__(256).
+	AttentionHeadMeanF32 Kernel[HeadMeanParams] = "attention.attention_head_mean_f32"
+	// AttentionHeadMeanF64 is attention_head_mean_f64, __launch_bounds__(256).
+	AttentionHeadMeanF64 Kernel[HeadMeanParams] = "attention.attention_head_mean_f64"
+	// AttentionHeadMeanBwdF32 is attention_head_mean_bwd_f32, __launch_bounds__(256).
+	AttentionHeadMeanBwdF32 Kernel[HeadMeanParams] = "attention.attention_head_mean_bwd_f32"
+	// AttentionHeadMeanBwdF64 is attention_head_mean_bwd_f64, __launch_bounds__(256).
+	AttentionHeadMeanBwdF64 Kernel[HeadMeanParams] = "attention.attention_head_mean_bwd_f64"
+)
+
 // The kernels of kernels/conv.cu (module conv).
 const (
 	// ConvFpropMmaM128I64F32 is conv_fprop_mma_m128_i64_f32, __launch_bounds__(256, 1).
@@ -804,6 +1087,56 @@ const (
 	AxpyF64 Kernel[AxpyParams] = "elementwise.axpy_f64"
 )
 
+// The kernels of kernels/groupnorm.cu (module groupnorm).
+const (
+	// GroupNormStatsV16bF32 is groupnorm_stats_v16b_f32, __launch_bounds__(256).
+	//
+	// clang-format off
+	GroupNormStatsV16bF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_v16b_f32"
+	// GroupNormStatsV16bF64 is groupnorm_stats_v16b_f64, __launch_bounds__(256).
+	GroupNormStatsV16bF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_v16b_f64"
+	// GroupNormStatsScalarF32 is groupnorm_stats_scalar_f32, __launch_bounds__(256).
+	GroupNormStatsScalarF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_scalar_f32"
+	// GroupNormStatsScalarF64 is groupnorm_stats_scalar_f64, __launch_bounds__(256).
+	GroupNormStatsScalarF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_scalar_f64"
+	// GroupNormStatsRowsF32 is groupnorm_stats_rows_f32, __launch_bounds__(32).
+	GroupNormStatsRowsF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_rows_f32"
+	// GroupNormStatsRowsF64 is groupnorm_stats_rows_f64, __launch_bounds__(32).
+	GroupNormStatsRowsF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_stats_rows_f64"
+	// GroupNormFwdV16bF32 is groupnorm_fwd_v16b_f32, __launch_bounds__(256).
+	GroupNormFwdV16bF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_fwd_v16b_f32"
+	// GroupNormFwdV16bF64 is groupnorm_fwd_v16b_f64, __launch_bounds__(256).
+	GroupNormFwdV16bF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_fwd_v16b_f64"
+	// GroupNormFwdScalarF32 is groupnorm_fwd_scalar_f32, __launch_bounds__(256).
+	GroupNormFwdScalarF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_fwd_scalar_f32"
+	// GroupNormFwdScalarF64 is groupnorm_fwd_scalar_f64, __launch_bounds__(256).
+	GroupNormFwdScalarF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_fwd_scalar_f64"
+	// GroupNormBwdReduceV16bF32 is groupnorm_bwd_reduce_v16b_f32, __launch_bounds__(256).
+	GroupNormBwdReduceV16bF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_reduce_v16b_f32"
+	// GroupNormBwdReduceV16bF64 is groupnorm_bwd_reduce_v16b_f64, __launch_bounds__(256).
+	GroupNormBwdReduceV16bF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_reduce_v16b_f64"
+	// GroupNormBwdReduceScalarF32 is groupnorm_bwd_reduce_scalar_f32, __launch_bounds__(256).
+	GroupNormBwdReduceScalarF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_reduce_scalar_f32"
+	// GroupNormBwdReduceScalarF64 is groupnorm_bwd_reduce_scalar_f64, __launch_bounds__(256).
+	GroupNormBwdReduceScalarF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_reduce_scalar_f64"
+	// GroupNormBwdDXV16bF32 is groupnorm_bwd_dx_v16b_f32, __launch_bounds__(256).
+	GroupNormBwdDXV16bF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_dx_v16b_f32"
+	// GroupNormBwdDXV16bF64 is groupnorm_bwd_dx_v16b_f64, __launch_bounds__(256).
+	GroupNormBwdDXV16bF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_dx_v16b_f64"
+	// GroupNormBwdDXScalarF32 is groupnorm_bwd_dx_scalar_f32, __launch_bounds__(256).
+	GroupNormBwdDXScalarF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_dx_scalar_f32"
+	// GroupNormBwdDXScalarF64 is groupnorm_bwd_dx_scalar_f64, __launch_bounds__(256).
+	GroupNormBwdDXScalarF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_dx_scalar_f64"
+	// GroupNormBwdFinalizeF32 is groupnorm_bwd_finalize_f32, __launch_bounds__(32).
+	GroupNormBwdFinalizeF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_finalize_f32"
+	// GroupNormBwdFinalizeF64 is groupnorm_bwd_finalize_f64, __launch_bounds__(32).
+	GroupNormBwdFinalizeF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_finalize_f64"
+	// GroupNormBwdParamsF32 is groupnorm_bwd_params_f32, __launch_bounds__(256).
+	GroupNormBwdParamsF32 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_params_f32"
+	// GroupNormBwdParamsF64 is groupnorm_bwd_params_f64, __launch_bounds__(256).
+	GroupNormBwdParamsF64 Kernel[GroupNormParams] = "groupnorm.groupnorm_bwd_params_f64"
+)
+
 // The kernels of kernels/layernorm.cu (module layernorm).
 const (
 	// LayerNormFwdWarpRow1kF32 is layernorm_fwd_warp_row1k_f32, __launch_bounds__(256).
@@ -860,6 +1193,44 @@ const (
 	LayerNormColSumF32 Kernel[ColSumParams] = "layernorm.layernorm_colsum_f32"
 	// LayerNormColSumF64 is layernorm_colsum_f64, __launch_bounds__(256).
 	LayerNormColSumF64 Kernel[ColSumParams] = "layernorm.layernorm_colsum_f64"
+)
+
+// The kernels of kernels/layout.cu (module layout).
+const (
+	// LayoutPermuteCopyB4 is layout_permute_copy_b4, __launch_bounds__(256).
+	LayoutPermuteCopyB4 Kernel[PermuteParams] = "layout.layout_permute_copy_b4"
+	// LayoutPermuteCopyB8 is layout_permute_copy_b8, __launch_bounds__(256).
+	LayoutPermuteCopyB8 Kernel[PermuteParams] = "layout.layout_permute_copy_b8"
+	// LayoutPermuteCopyB16 is layout_permute_copy_b16, __launch_bounds__(256).
+	LayoutPermuteCopyB16 Kernel[PermuteParams] = "layout.layout_permute_copy_b16"
+	// LayoutPermuteCopyB4I32 is layout_permute_copy_b4_i32, __launch_bounds__(256).
+	LayoutPermuteCopyB4I32 Kernel[PermuteParams] = "layout.layout_permute_copy_b4_i32"
+	// LayoutPermuteCopyB8I32 is layout_permute_copy_b8_i32, __launch_bounds__(256).
+	LayoutPermuteCopyB8I32 Kernel[PermuteParams] = "layout.layout_permute_copy_b8_i32"
+	// LayoutPermuteCopyB16I32 is layout_permute_copy_b16_i32, __launch_bounds__(256).
+	LayoutPermuteCopyB16I32 Kernel[PermuteParams] = "layout.layout_permute_copy_b16_i32"
+	// LayoutPermuteTileB4 is layout_permute_tile_b4, __launch_bounds__(256).
+	LayoutPermuteTileB4 Kernel[PermuteParams] = "layout.layout_permute_tile_b4"
+	// LayoutPermuteTileB8 is layout_permute_tile_b8, __launch_bounds__(256).
+	LayoutPermuteTileB8 Kernel[PermuteParams] = "layout.layout_permute_tile_b8"
+	// LayoutCopyRowsB4 is layout_copy_rows_b4, __launch_bounds__(256).
+	LayoutCopyRowsB4 Kernel[CopyRowsParams] = "layout.layout_copy_rows_b4"
+	// LayoutCopyRowsB8 is layout_copy_rows_b8, __launch_bounds__(256).
+	LayoutCopyRowsB8 Kernel[CopyRowsParams] = "layout.layout_copy_rows_b8"
+	// LayoutCopyRowsB16 is layout_copy_rows_b16, __launch_bounds__(256).
+	LayoutCopyRowsB16 Kernel[CopyRowsParams] = "layout.layout_copy_rows_b16"
+	// LayoutGatherRowsB4 is layout_gather_rows_b4, __launch_bounds__(256).
+	LayoutGatherRowsB4 Kernel[GatherParams] = "layout.layout_gather_rows_b4"
+	// LayoutGatherRowsB8 is layout_gather_rows_b8, __launch_bounds__(256).
+	LayoutGatherRowsB8 Kernel[GatherParams] = "layout.layout_gather_rows_b8"
+	// LayoutGatherRowsB16 is layout_gather_rows_b16, __launch_bounds__(256).
+	LayoutGatherRowsB16 Kernel[GatherParams] = "layout.layout_gather_rows_b16"
+	// LayoutGatherLink is layout_gather_link, __launch_bounds__(256).
+	LayoutGatherLink Kernel[GatherParams] = "layout.layout_gather_link"
+	// LayoutGatherScatterF32 is layout_gather_scatter_f32, __launch_bounds__(256).
+	LayoutGatherScatterF32 Kernel[GatherParams] = "layout.layout_gather_scatter_f32"
+	// LayoutGatherScatterF64 is layout_gather_scatter_f64, __launch_bounds__(256).
+	LayoutGatherScatterF64 Kernel[GatherParams] = "layout.layout_gather_scatter_f64"
 )
 
 // The kernels of kernels/maxpool.cu (module maxpool).
@@ -1099,6 +1470,22 @@ const (
 	SoftmaxBwdWarpV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_warp_v16b_f32"
 	// SoftmaxBwdWarpV16bF64 is softmax_bwd_warp_v16b_f64, __launch_bounds__(128).
 	SoftmaxBwdWarpV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_warp_v16b_f64"
+	// SoftmaxFwdLaneF32 is softmax_fwd_lane_f32, __launch_bounds__(128).
+	SoftmaxFwdLaneF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_f32"
+	// SoftmaxFwdLaneF64 is softmax_fwd_lane_f64, __launch_bounds__(128).
+	SoftmaxFwdLaneF64 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_f64"
+	// SoftmaxFwdLaneV16bF32 is softmax_fwd_lane_v16b_f32, __launch_bounds__(128).
+	SoftmaxFwdLaneV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_v16b_f32"
+	// SoftmaxFwdLaneV16bF64 is softmax_fwd_lane_v16b_f64, __launch_bounds__(128).
+	SoftmaxFwdLaneV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_v16b_f64"
+	// SoftmaxBwdLaneF32 is softmax_bwd_lane_f32, __launch_bounds__(128).
+	SoftmaxBwdLaneF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_f32"
+	// SoftmaxBwdLaneF64 is softmax_bwd_lane_f64, __launch_bounds__(128).
+	SoftmaxBwdLaneF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_f64"
+	// SoftmaxBwdLaneV16bF32 is softmax_bwd_lane_v16b_f32, __launch_bounds__(128).
+	SoftmaxBwdLaneV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_v16b_f32"
+	// SoftmaxBwdLaneV16bF64 is softmax_bwd_lane_v16b_f64, __launch_bounds__(128).
+	SoftmaxBwdLaneV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_v16b_f64"
 	// SoftmaxFwdBlockF32 is softmax_fwd_block_f32, __launch_bounds__(512).
 	SoftmaxFwdBlockF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_block_f32"
 	// SoftmaxFwdBlockF64 is softmax_fwd_block_f64, __launch_bounds__(512).
@@ -1124,6 +1511,31 @@ const (
 	// SoftmaxBwdInnerF64 is softmax_bwd_inner_f64, __launch_bounds__(512).
 	SoftmaxBwdInnerF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_inner_f64"
 )
+
+// AdamWNormPartial returns AdamWNormPartialF32 for float32 and AdamWNormPartialF64 for float64.
+func AdamWNormPartial(dt tensor.Dtype) (Kernel[AdamWNormParams], error) {
+	return byDtype(dt, "adamw_norm_partial", AdamWNormPartialF32, AdamWNormPartialF64)
+}
+
+// AdamWStep returns AdamWStepF32 for float32 and AdamWStepF64 for float64.
+func AdamWStep(dt tensor.Dtype) (Kernel[AdamWStepParams], error) {
+	return byDtype(dt, "adamw_step", AdamWStepF32, AdamWStepF64)
+}
+
+// AttentionScaleMask returns AttentionScaleMaskF32 for float32 and AttentionScaleMaskF64 for float64.
+func AttentionScaleMask(dt tensor.Dtype) (Kernel[ScaleMaskParams], error) {
+	return byDtype(dt, "attention_scale_mask", AttentionScaleMaskF32, AttentionScaleMaskF64)
+}
+
+// AttentionHeadMean returns AttentionHeadMeanF32 for float32 and AttentionHeadMeanF64 for float64.
+func AttentionHeadMean(dt tensor.Dtype) (Kernel[HeadMeanParams], error) {
+	return byDtype(dt, "attention_head_mean", AttentionHeadMeanF32, AttentionHeadMeanF64)
+}
+
+// AttentionHeadMeanBwd returns AttentionHeadMeanBwdF32 for float32 and AttentionHeadMeanBwdF64 for float64.
+func AttentionHeadMeanBwd(dt tensor.Dtype) (Kernel[HeadMeanParams], error) {
+	return byDtype(dt, "attention_head_mean_bwd", AttentionHeadMeanBwdF32, AttentionHeadMeanBwdF64)
+}
 
 // ConvSplitKReduce returns ConvSplitKReduceF32 for float32 and ConvSplitKReduceF64 for float64.
 func ConvSplitKReduce(dt tensor.Dtype) (Kernel[SplitKParams], error) {
@@ -1190,6 +1602,61 @@ func Axpy(dt tensor.Dtype) (Kernel[AxpyParams], error) {
 	return byDtype(dt, "axpy", AxpyF32, AxpyF64)
 }
 
+// GroupNormStatsV16b returns GroupNormStatsV16bF32 for float32 and GroupNormStatsV16bF64 for float64.
+func GroupNormStatsV16b(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_stats_v16b", GroupNormStatsV16bF32, GroupNormStatsV16bF64)
+}
+
+// GroupNormStatsScalar returns GroupNormStatsScalarF32 for float32 and GroupNormStatsScalarF64 for float64.
+func GroupNormStatsScalar(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_stats_scalar", GroupNormStatsScalarF32, GroupNormStatsScalarF64)
+}
+
+// GroupNormStatsRows returns GroupNormStatsRowsF32 for float32 and GroupNormStatsRowsF64 for float64.
+func GroupNormStatsRows(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_stats_rows", GroupNormStatsRowsF32, GroupNormStatsRowsF64)
+}
+
+// GroupNormFwdV16b returns GroupNormFwdV16bF32 for float32 and GroupNormFwdV16bF64 for float64.
+func GroupNormFwdV16b(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_fwd_v16b", GroupNormFwdV16bF32, GroupNormFwdV16bF64)
+}
+
+// GroupNormFwdScalar returns GroupNormFwdScalarF32 for float32 and GroupNormFwdScalarF64 for float64.
+func GroupNormFwdScalar(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_fwd_scalar", GroupNormFwdScalarF32, GroupNormFwdScalarF64)
+}
+
+// GroupNormBwdReduceV16b returns GroupNormBwdReduceV16bF32 for float32 and GroupNormBwdReduceV16bF64 for float64.
+func GroupNormBwdReduceV16b(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_reduce_v16b", GroupNormBwdReduceV16bF32, GroupNormBwdReduceV16bF64)
+}
+
+// GroupNormBwdReduceScalar returns GroupNormBwdReduceScalarF32 for float32 and GroupNormBwdReduceScalarF64 for float64.
+func GroupNormBwdReduceScalar(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_reduce_scalar", GroupNormBwdReduceScalarF32, GroupNormBwdReduceScalarF64)
+}
+
+// GroupNormBwdDXV16b returns GroupNormBwdDXV16bF32 for float32 and GroupNormBwdDXV16bF64 for float64.
+func GroupNormBwdDXV16b(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_dx_v16b", GroupNormBwdDXV16bF32, GroupNormBwdDXV16bF64)
+}
+
+// GroupNormBwdDXScalar returns GroupNormBwdDXScalarF32 for float32 and GroupNormBwdDXScalarF64 for float64.
+func GroupNormBwdDXScalar(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_dx_scalar", GroupNormBwdDXScalarF32, GroupNormBwdDXScalarF64)
+}
+
+// GroupNormBwdFinalize returns GroupNormBwdFinalizeF32 for float32 and GroupNormBwdFinalizeF64 for float64.
+func GroupNormBwdFinalize(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_finalize", GroupNormBwdFinalizeF32, GroupNormBwdFinalizeF64)
+}
+
+// GroupNormBwdParams returns GroupNormBwdParamsF32 for float32 and GroupNormBwdParamsF64 for float64.
+func GroupNormBwdParams(dt tensor.Dtype) (Kernel[GroupNormParams], error) {
+	return byDtype(dt, "groupnorm_bwd_params", GroupNormBwdParamsF32, GroupNormBwdParamsF64)
+}
+
 // LayerNormFwdWarpRow1k returns LayerNormFwdWarpRow1kF32 for float32 and LayerNormFwdWarpRow1kF64 for float64.
 func LayerNormFwdWarpRow1k(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
 	return byDtype(dt, "layernorm_fwd_warp_row1k", LayerNormFwdWarpRow1kF32, LayerNormFwdWarpRow1kF64)
@@ -1253,6 +1720,11 @@ func LayerNormBwdParamsBlock(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
 // LayerNormColSum returns LayerNormColSumF32 for float32 and LayerNormColSumF64 for float64.
 func LayerNormColSum(dt tensor.Dtype) (Kernel[ColSumParams], error) {
 	return byDtype(dt, "layernorm_colsum", LayerNormColSumF32, LayerNormColSumF64)
+}
+
+// LayoutGatherScatter returns LayoutGatherScatterF32 for float32 and LayoutGatherScatterF64 for float64.
+func LayoutGatherScatter(dt tensor.Dtype) (Kernel[GatherParams], error) {
+	return byDtype(dt, "layout_gather_scatter", LayoutGatherScatterF32, LayoutGatherScatterF64)
 }
 
 // MaxPoolFwd returns MaxPoolFwdF32 for float32 and MaxPoolFwdF64 for float64.
@@ -1415,6 +1887,26 @@ func SoftmaxBwdWarpV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 	return byDtype(dt, "softmax_bwd_warp_v16b", SoftmaxBwdWarpV16bF32, SoftmaxBwdWarpV16bF64)
 }
 
+// SoftmaxFwdLane returns SoftmaxFwdLaneF32 for float32 and SoftmaxFwdLaneF64 for float64.
+func SoftmaxFwdLane(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_fwd_lane", SoftmaxFwdLaneF32, SoftmaxFwdLaneF64)
+}
+
+// SoftmaxFwdLaneV16b returns SoftmaxFwdLaneV16bF32 for float32 and SoftmaxFwdLaneV16bF64 for float64.
+func SoftmaxFwdLaneV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_fwd_lane_v16b", SoftmaxFwdLaneV16bF32, SoftmaxFwdLaneV16bF64)
+}
+
+// SoftmaxBwdLane returns SoftmaxBwdLaneF32 for float32 and SoftmaxBwdLaneF64 for float64.
+func SoftmaxBwdLane(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_bwd_lane", SoftmaxBwdLaneF32, SoftmaxBwdLaneF64)
+}
+
+// SoftmaxBwdLaneV16b returns SoftmaxBwdLaneV16bF32 for float32 and SoftmaxBwdLaneV16bF64 for float64.
+func SoftmaxBwdLaneV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_bwd_lane_v16b", SoftmaxBwdLaneV16bF32, SoftmaxBwdLaneV16bF64)
+}
+
 // SoftmaxFwdBlock returns SoftmaxFwdBlockF32 for float32 and SoftmaxFwdBlockF64 for float64.
 func SoftmaxFwdBlock(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 	return byDtype(dt, "softmax_fwd_block", SoftmaxFwdBlockF32, SoftmaxFwdBlockF64)
@@ -1447,6 +1939,28 @@ func SoftmaxBwdInner(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 
 // Constants the kernels define (stheno:const annotations).
 const (
+	// AdamWChunkElems is kChunkElems in kernels/adamw.cu.
+	//
+	// The elements of a chunk, a block's work: 16 vectors of 4 floats a thread.
+	AdamWChunkElems = 16384
+	// AdamWThreads is kThreads in kernels/adamw.cu.
+	//
+	// The threads of every block of these kernels.
+	AdamWThreads = 256
+	// AdamWMaxGroups is kMaxGroups in kernels/adamw.cu.
+	//
+	// The parameter groups a step may have: their scalars travel in the
+	// launch's params.
+	AdamWMaxGroups = 16
+	// AdamWTensorWords is kTensorWords in kernels/adamw.cu.
+	//
+	// The int64 words of a tensor's row of the table: param, grad, m, v (device
+	// addresses), element count, group.
+	AdamWTensorWords = 6
+	// AttentionThreads is kThreads in kernels/attention.cu.
+	//
+	// The threads of every block of attention.cu.
+	AttentionThreads = 256
 	// ConvFarIndex is kFar in kernels/conv.cu.
 	//
 	// An index far enough outside any image that a row or column marked with it
@@ -1552,6 +2066,31 @@ const (
 	//
 	// The threads of a dropout block.
 	DropoutThreads = 256
+	// GroupNormThreads is kThreads in kernels/groupnorm.cu.
+	//
+	// Threads of the tile kernels' blocks (8 warps).
+	GroupNormThreads = 256
+	// GroupNormTile is kTile in kernels/groupnorm.cu.
+	//
+	// Elements of a plane a tile kernel's block takes: 16 a thread, so that each
+	// thread has four 16-byte float loads (eight double ones) in flight.
+	GroupNormTile = 4096
+	// GroupNormRowStats is kRowStats in kernels/groupnorm.cu.
+	//
+	// Values per row of the sums bwd_finalize writes: mean, rstd, mean(g) and
+	// mean(g*xhat), before the two values per plane, sum(dy) and sum(dy*xhat).
+	// Each value is a pair of T (split), so that float32 carries the double's
+	// precision to bwd_dx: rounded to float32, mean(g) alone would leave dx
+	// of a group of equal values (rstd = 1/sqrt(eps)) at 1e-5 from 0.
+	GroupNormRowStats = 4
+	// GroupNormInlineRowPartials is kInlineRowPartials in kernels/groupnorm.cu.
+	//
+	// The most tile sums a row may have for fwd's blocks to add them each
+	// (reading them from L2); beyond, stats_rows adds them once per row first.
+	// Every block re-reading its row's cpg*tiles sums costs the L2 about
+	// cpg/1024 of the data's bytes: nothing for 32 groups of 256 or 512
+	// channels, a quarter and more for one group of 256.
+	GroupNormInlineRowPartials = 256
 	// LayerNormWarps is kWarps in kernels/layernorm.cu.
 	//
 	// Warps per block of the warp kernels: each takes rows blockIdx.x*8 + warp,
@@ -1571,6 +2110,27 @@ const (
 	//
 	// colsum's block: 8 warps of 32 columns; warp w adds rows w, w+8, ...
 	ColSumWarps = 8
+	// LayoutMaxRank is kMaxRank in kernels/layout.cu.
+	//
+	// The most axes a permutation has once size-one axes are dropped and
+	// neighbours that stay neighbours merged.
+	LayoutMaxRank = 8
+	// LayoutTile is kTile in kernels/layout.cu.
+	//
+	// permute_tile's tiles: kTile x kTile elements, blocks of kTile x
+	// kTileRowsPerPass threads.
+	LayoutTile = 32
+	// LayoutTileRowsPerPass is kTileRowsPerPass in kernels/layout.cu.
+	LayoutTileRowsPerPass = 8
+	// LayoutThreads is kThreads in kernels/layout.cu.
+	//
+	// The threads of a permute_copy, copy_rows or gather block.
+	LayoutThreads = 256
+	// LayoutStatusBadIndex is kStatusBadIndex in kernels/layout.cu.
+	//
+	// The status word's code for a gather index outside [0, n) (the codes of
+	// bilinear.cuh's Status are smaller).
+	LayoutStatusBadIndex = 16
 	// MaxPool2dThreads is kMaxPoolThreads in kernels/maxpool.cu.
 	//
 	// The threads of a block of every kernel.
@@ -1660,6 +2220,17 @@ const (
 
 // kernelTable lists every kernel, module by module, in source order.
 var kernelTable = [...]KernelInfo{
+	{Module: "adamw", Name: "adamw_norm_partial_f32", Params: "AdamWNormParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_norm_partial_f64", Params: "AdamWNormParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_norm_finalize", Params: "AdamWNormParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_step_f32", Params: "AdamWStepParams", ParamsSize: 344, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_step_f64", Params: "AdamWStepParams", ParamsSize: 344, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_scale_mask_f32", Params: "ScaleMaskParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_scale_mask_f64", Params: "ScaleMaskParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_f32", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_f64", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_bwd_f32", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_bwd_f64", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "conv", Name: "conv_fprop_mma_m128_i64_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
 	{Module: "conv", Name: "conv_fprop_mma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
 	{Module: "conv", Name: "conv_fprop_mma_m256_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: true},
@@ -1713,6 +2284,28 @@ var kernelTable = [...]KernelInfo{
 	{Module: "elementwise", Name: "add_acc_f64", Params: "AddParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "axpy_f32", Params: "AxpyParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "axpy_f64", Params: "AxpyParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_v16b_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_v16b_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_scalar_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_scalar_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_rows_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_stats_rows_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_fwd_v16b_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_fwd_v16b_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_fwd_scalar_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_fwd_scalar_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_reduce_v16b_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_reduce_v16b_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_reduce_scalar_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_reduce_scalar_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_dx_v16b_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_dx_v16b_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_dx_scalar_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_dx_scalar_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_finalize_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_finalize_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_params_f32", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "groupnorm", Name: "groupnorm_bwd_params_f64", Params: "GroupNormParams", ParamsSize: 96, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_fwd_warp_row1k_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_fwd_warp_row1k_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_fwd_warp_row4k_f32", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
@@ -1739,6 +2332,23 @@ var kernelTable = [...]KernelInfo{
 	{Module: "layernorm", Name: "layernorm_bwd_params_block_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_colsum_f32", Params: "ColSumParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_colsum_f64", Params: "ColSumParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b4", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b8", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b16", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b4_i32", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b8_i32", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b16_i32", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_tile_b4", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_tile_b8", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_copy_rows_b4", Params: "CopyRowsParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_copy_rows_b8", Params: "CopyRowsParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_copy_rows_b16", Params: "CopyRowsParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_rows_b4", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_rows_b8", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_rows_b16", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_link", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_scatter_f32", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_scatter_f64", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_fwd_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_fwd_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_bwd_tiled_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
@@ -1829,6 +2439,14 @@ var kernelTable = [...]KernelInfo{
 	{Module: "softmax", Name: "softmax_bwd_warp_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_bwd_warp_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_bwd_warp_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_block_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_block_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_block_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
