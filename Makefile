@@ -79,7 +79,9 @@ EMU_HARNESSES := \
 	attention \
 	adamw \
 	groupnorm \
-	pointwise
+	pointwise \
+	maxpool \
+	dropout
 EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_HARNESSES:%=$(EMU_DIR)/%_emu_test) \
 	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/softmax_emu_test_asan
 

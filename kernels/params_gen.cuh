@@ -183,6 +183,19 @@
   static_assert(offsetof(MaskSumParams, chunk) == 40 && std::is_same<decltype(MaskSumParams::chunk), int32_t>::value, "MaskSumParams::chunk: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(MaskSumParams, chunks) == 44 && std::is_same<decltype(MaskSumParams::chunks), int32_t>::value, "MaskSumParams::chunks: offset or type differs from kernels/cuda's: run make kernels-go")
 
+// kernels/dropout.cu
+#define STHENO_PARAMS_DropoutParams \
+  static_assert(sizeof(DropoutParams) == 64 && alignof(DropoutParams) == 8, "DropoutParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, x) == 0 && std::is_same<decltype(DropoutParams::x), uint64_t>::value, "DropoutParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, out) == 8 && std::is_same<decltype(DropoutParams::out), uint64_t>::value, "DropoutParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, n) == 16 && std::is_same<decltype(DropoutParams::n), int64_t>::value, "DropoutParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, seed) == 24 && std::is_same<decltype(DropoutParams::seed), int64_t>::value, "DropoutParams::seed: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, step) == 32 && std::is_same<decltype(DropoutParams::step), int64_t>::value, "DropoutParams::step: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, keep) == 40 && std::is_same<decltype(DropoutParams::keep), int64_t>::value, "DropoutParams::keep: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, scale) == 48 && std::is_same<decltype(DropoutParams::scale), double>::value, "DropoutParams::scale: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, stream) == 56 && std::is_same<decltype(DropoutParams::stream), uint32_t>::value, "DropoutParams::stream: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(DropoutParams, unused) == 60 && std::is_same<decltype(DropoutParams::unused), int32_t>::value, "DropoutParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
 // kernels/elementwise.cu
 #define STHENO_PARAMS_FillParams \
   static_assert(sizeof(FillParams) == 24 && alignof(FillParams) == 8, "FillParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
@@ -285,6 +298,24 @@
   static_assert(offsetof(GatherParams, n) == 40 && std::is_same<decltype(GatherParams::n), int64_t>::value, "GatherParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(GatherParams, k) == 48 && std::is_same<decltype(GatherParams::k), int64_t>::value, "GatherParams::k: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(GatherParams, d) == 56 && std::is_same<decltype(GatherParams::d), int64_t>::value, "GatherParams::d: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/maxpool.cu
+#define STHENO_PARAMS_MaxPool2dParams \
+  static_assert(sizeof(MaxPool2dParams) == 72 && alignof(MaxPool2dParams) == 8, "MaxPool2dParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, x) == 0 && std::is_same<decltype(MaxPool2dParams::x), uint64_t>::value, "MaxPool2dParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, dy) == 8 && std::is_same<decltype(MaxPool2dParams::dy), uint64_t>::value, "MaxPool2dParams::dy: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, out) == 16 && std::is_same<decltype(MaxPool2dParams::out), uint64_t>::value, "MaxPool2dParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, planes) == 24 && std::is_same<decltype(MaxPool2dParams::planes), int64_t>::value, "MaxPool2dParams::planes: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, h) == 32 && std::is_same<decltype(MaxPool2dParams::h), int32_t>::value, "MaxPool2dParams::h: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, w) == 36 && std::is_same<decltype(MaxPool2dParams::w), int32_t>::value, "MaxPool2dParams::w: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, out_h) == 40 && std::is_same<decltype(MaxPool2dParams::out_h), int32_t>::value, "MaxPool2dParams::out_h: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, out_w) == 44 && std::is_same<decltype(MaxPool2dParams::out_w), int32_t>::value, "MaxPool2dParams::out_w: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, kh) == 48 && std::is_same<decltype(MaxPool2dParams::kh), int32_t>::value, "MaxPool2dParams::kh: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, kw) == 52 && std::is_same<decltype(MaxPool2dParams::kw), int32_t>::value, "MaxPool2dParams::kw: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, stride_h) == 56 && std::is_same<decltype(MaxPool2dParams::stride_h), int32_t>::value, "MaxPool2dParams::stride_h: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, stride_w) == 60 && std::is_same<decltype(MaxPool2dParams::stride_w), int32_t>::value, "MaxPool2dParams::stride_w: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, pad_h) == 64 && std::is_same<decltype(MaxPool2dParams::pad_h), int32_t>::value, "MaxPool2dParams::pad_h: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(MaxPool2dParams, pad_w) == 68 && std::is_same<decltype(MaxPool2dParams::pad_w), int32_t>::value, "MaxPool2dParams::pad_w: offset or type differs from kernels/cuda's: run make kernels-go")
 
 // kernels/msdeform.cu
 #define STHENO_PARAMS_MSDeformParams \

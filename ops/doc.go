@@ -2,8 +2,8 @@
 //   - detection: RoIAlign and MultiLevelRoIAlign, multi-scale deformable
 //     attention (MSDeformAttn), MultiHeadAttention;
 //   - layers: Conv (with bias and ReLU), ConvBN (with BatchNorm, a residual
-//     and ReLU), ConvTranspose, Linear, MatMul, BatchedMatMul,
-//     UpsampleNearest;
+//     and ReLU), ConvTranspose, Linear, MatMul, BatchedMatMul, MaxPool2d,
+//     Dropout, UpsampleNearest;
 //   - normalisation: LayerNorm, GroupNorm, Softmax and LogSoftmax along any
 //     axis;
 //   - elementwise ops with broadcasting (Add, Sub, Mul, Div, Scale, ReLU,
@@ -11,8 +11,9 @@
 //     (Sum, Mean);
 //   - layout: Permute, Transpose, Concat, Slice, Split, Reshape, Detach,
 //     GatherRows;
-//   - losses: SigmoidBCE, SmoothL1, SoftmaxCrossEntropy, each with
-//     per-element weights;
+//   - losses, each a sum with per-element weights: SigmoidBCE, SmoothL1,
+//     SoftmaxCrossEntropy, SigmoidFocalLoss, L1Loss, GIoULoss (with the box
+//     conversions BoxCxCyWHToXYXY and BoxXYXYToCxCyWH), and SumLosses;
 //   - placement: ToDevice and ToHost, which move values and their gradients
 //     between the host and a GPU inside a graph, and CheckPlacement.
 //
@@ -33,10 +34,9 @@
 // and give device tensors, with no host round trip. Every op has both but
 // ConvTranspose, UpsampleNearest and MultiLevelRoIAlign, which run on the
 // host only and refuse device inputs with an error that says to move them
-// with ToHost.
-// CheckPlacement (and NewTapeMachine, which runs it) finds a device value
-// that would reach an op that cannot take it while the graph is still being
-// compiled. All ops accept float32 and float64.
+// with ToHost. CheckPlacement (and NewTapeMachine, which runs it) finds a
+// device value that would reach an op that cannot take it while the graph
+// is still being compiled. All ops accept float32 and float64.
 //
 // Semantics follow the references exactly:
 //   - RoIAlign: torchvision.ops.roi_align (average pooling);
@@ -65,4 +65,8 @@
 //     AdamWConfig.MaxGradNorm is set.
 //   - GroupNorm: torch.nn.functional.group_norm over groups of channels of
 //     x [N, C, ...], with optional per-channel weight and bias.
+//   - MaxPool2d: torch.nn.functional.max_pool2d (dilation 1, ceil_mode
+//     False; the first maximum wins a tie, a NaN wins, as PyTorch).
+//   - Dropout: torch.nn.functional.dropout; its masks come from a seeded
+//     counter-based generator (DropoutRNG), not PyTorch's.
 package ops

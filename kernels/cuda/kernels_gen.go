@@ -385,6 +385,41 @@ var (
 	_ [44]byte = [unsafe.Offsetof(MaskSumParams{}.Chunks)]byte{}
 )
 
+// DropoutParams mirrors struct DropoutParams of kernels/dropout.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The launch parameters of the dropout kernels, passed by value.
+type DropoutParams struct {
+	X   backend.DevicePtr // forward: x; backward: dy
+	Out backend.DevicePtr // forward: y; backward: dx
+	N   int64             // elements, at most 2^34 (a group of four per counter word)
+
+	// Philox's key, the training step (counter words 2 and 3), and the
+	// threshold: an element is kept when its word is below keep (2^32: all).
+	// Unsigned 64-bit values carried in int64_t (uint64_t fields are
+	// addresses to the generator).
+	Seed   int64
+	Step   int64
+	Keep   int64
+	Scale  float64 // the kept elements' factor, a value of the element type
+	Stream uint32  // counter word 1: which dropout of the graph
+	_      int32
+}
+
+// DropoutParams's layout, as the generator computed it for both sides.
+var (
+	_ [64]byte = [unsafe.Sizeof(DropoutParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(DropoutParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(DropoutParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(DropoutParams{}.Out)]byte{}
+	_ [16]byte = [unsafe.Offsetof(DropoutParams{}.N)]byte{}
+	_ [24]byte = [unsafe.Offsetof(DropoutParams{}.Seed)]byte{}
+	_ [32]byte = [unsafe.Offsetof(DropoutParams{}.Step)]byte{}
+	_ [40]byte = [unsafe.Offsetof(DropoutParams{}.Keep)]byte{}
+	_ [48]byte = [unsafe.Offsetof(DropoutParams{}.Scale)]byte{}
+	_ [56]byte = [unsafe.Offsetof(DropoutParams{}.Stream)]byte{}
+)
+
 // FillParams mirrors struct FillParams of kernels/elementwise.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 type FillParams struct {
@@ -644,6 +679,42 @@ var (
 	_ [40]byte = [unsafe.Offsetof(GatherParams{}.N)]byte{}
 	_ [48]byte = [unsafe.Offsetof(GatherParams{}.K)]byte{}
 	_ [56]byte = [unsafe.Offsetof(GatherParams{}.D)]byte{}
+)
+
+// MaxPool2dParams mirrors struct MaxPool2dParams of kernels/maxpool.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The launch parameters of the max-pooling kernels, passed by value.
+type MaxPool2dParams struct {
+	X                backend.DevicePtr // the input, [planes, h, w]
+	DY               backend.DevicePtr // bwd: the gradient of y, [planes, out_h, out_w]; fwd: 0
+	Out              backend.DevicePtr // fwd: y, [planes, out_h, out_w]; bwd: dx, like x
+	Planes           int64             // N*C
+	H, W             int32             // a plane of x (h*w < 2^31)
+	OutH, OutW       int32
+	KH, KW           int32
+	StrideH, StrideW int32
+	PadH, PadW       int32 // at most kh/2 and kw/2: every window holds a pixel of x
+}
+
+// MaxPool2dParams's layout, as the generator computed it for both sides.
+var (
+	_ [72]byte = [unsafe.Sizeof(MaxPool2dParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(MaxPool2dParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(MaxPool2dParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(MaxPool2dParams{}.DY)]byte{}
+	_ [16]byte = [unsafe.Offsetof(MaxPool2dParams{}.Out)]byte{}
+	_ [24]byte = [unsafe.Offsetof(MaxPool2dParams{}.Planes)]byte{}
+	_ [32]byte = [unsafe.Offsetof(MaxPool2dParams{}.H)]byte{}
+	_ [36]byte = [unsafe.Offsetof(MaxPool2dParams{}.W)]byte{}
+	_ [40]byte = [unsafe.Offsetof(MaxPool2dParams{}.OutH)]byte{}
+	_ [44]byte = [unsafe.Offsetof(MaxPool2dParams{}.OutW)]byte{}
+	_ [48]byte = [unsafe.Offsetof(MaxPool2dParams{}.KH)]byte{}
+	_ [52]byte = [unsafe.Offsetof(MaxPool2dParams{}.KW)]byte{}
+	_ [56]byte = [unsafe.Offsetof(MaxPool2dParams{}.StrideH)]byte{}
+	_ [60]byte = [unsafe.Offsetof(MaxPool2dParams{}.StrideW)]byte{}
+	_ [64]byte = [unsafe.Offsetof(MaxPool2dParams{}.PadH)]byte{}
+	_ [68]byte = [unsafe.Offsetof(MaxPool2dParams{}.PadW)]byte{}
 )
 
 // MSDeformParams mirrors struct MSDeformParams of kernels/msdeform.cu field for field (STHENO_PARAMS
@@ -1052,6 +1123,18 @@ const (
 	ConvWgradWgmmaM256S4F32 Kernel[ConvGemmParams] = "conv_sm90a.conv_wgrad_wgmma_m256_s4_f32"
 )
 
+// The kernels of kernels/dropout.cu (module dropout).
+const (
+	// DropoutF32 is dropout_f32, __launch_bounds__(256).
+	DropoutF32 Kernel[DropoutParams] = "dropout.dropout_f32"
+	// DropoutF64 is dropout_f64, __launch_bounds__(256).
+	DropoutF64 Kernel[DropoutParams] = "dropout.dropout_f64"
+	// DropoutV16bF32 is dropout_v16b_f32, __launch_bounds__(256).
+	DropoutV16bF32 Kernel[DropoutParams] = "dropout.dropout_v16b_f32"
+	// DropoutV16bF64 is dropout_v16b_f64, __launch_bounds__(256).
+	DropoutV16bF64 Kernel[DropoutParams] = "dropout.dropout_v16b_f64"
+)
+
 // The kernels of kernels/elementwise.cu (module elementwise).
 const (
 	// FillU64 is fill_u64.
@@ -1214,6 +1297,26 @@ const (
 	LayoutGatherScatterF32 Kernel[GatherParams] = "layout.layout_gather_scatter_f32"
 	// LayoutGatherScatterF64 is layout_gather_scatter_f64, __launch_bounds__(256).
 	LayoutGatherScatterF64 Kernel[GatherParams] = "layout.layout_gather_scatter_f64"
+)
+
+// The kernels of kernels/maxpool.cu (module maxpool).
+const (
+	// MaxPoolFwdF32 is maxpool_fwd_f32, __launch_bounds__(256).
+	MaxPoolFwdF32 Kernel[MaxPool2dParams] = "maxpool.maxpool_fwd_f32"
+	// MaxPoolFwdF64 is maxpool_fwd_f64, __launch_bounds__(256).
+	MaxPoolFwdF64 Kernel[MaxPool2dParams] = "maxpool.maxpool_fwd_f64"
+	// MaxPoolBwdTiledF32 is maxpool_bwd_tiled_f32, __launch_bounds__(256).
+	MaxPoolBwdTiledF32 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_tiled_f32"
+	// MaxPoolBwdTiledF64 is maxpool_bwd_tiled_f64, __launch_bounds__(256).
+	MaxPoolBwdTiledF64 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_tiled_f64"
+	// MaxPoolBwdTiledK3F32 is maxpool_bwd_tiled_k3_f32, __launch_bounds__(256).
+	MaxPoolBwdTiledK3F32 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_tiled_k3_f32"
+	// MaxPoolBwdTiledK3F64 is maxpool_bwd_tiled_k3_f64, __launch_bounds__(256).
+	MaxPoolBwdTiledK3F64 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_tiled_k3_f64"
+	// MaxPoolBwdF32 is maxpool_bwd_f32, __launch_bounds__(256).
+	MaxPoolBwdF32 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_f32"
+	// MaxPoolBwdF64 is maxpool_bwd_f64, __launch_bounds__(256).
+	MaxPoolBwdF64 Kernel[MaxPool2dParams] = "maxpool.maxpool_bwd_f64"
 )
 
 // The kernels of kernels/msdeform.cu (module msdeform).
@@ -1578,6 +1681,16 @@ func ReLUMask(dt tensor.Dtype) (Kernel[MaskParams], error) {
 	return byDtype(dt, "relu_mask", ReLUMaskF32, ReLUMaskF64)
 }
 
+// Dropout returns DropoutF32 for float32 and DropoutF64 for float64.
+func Dropout(dt tensor.Dtype) (Kernel[DropoutParams], error) {
+	return byDtype(dt, "dropout", DropoutF32, DropoutF64)
+}
+
+// DropoutV16b returns DropoutV16bF32 for float32 and DropoutV16bF64 for float64.
+func DropoutV16b(dt tensor.Dtype) (Kernel[DropoutParams], error) {
+	return byDtype(dt, "dropout_v16b", DropoutV16bF32, DropoutV16bF64)
+}
+
 // Add returns AddF32 for float32 and AddF64 for float64.
 func Add(dt tensor.Dtype) (Kernel[AddParams], error) {
 	return byDtype(dt, "add", AddF32, AddF64)
@@ -1716,6 +1829,26 @@ func LayerNormColSum(dt tensor.Dtype) (Kernel[ColSumParams], error) {
 // LayoutGatherScatter returns LayoutGatherScatterF32 for float32 and LayoutGatherScatterF64 for float64.
 func LayoutGatherScatter(dt tensor.Dtype) (Kernel[GatherParams], error) {
 	return byDtype(dt, "layout_gather_scatter", LayoutGatherScatterF32, LayoutGatherScatterF64)
+}
+
+// MaxPoolFwd returns MaxPoolFwdF32 for float32 and MaxPoolFwdF64 for float64.
+func MaxPoolFwd(dt tensor.Dtype) (Kernel[MaxPool2dParams], error) {
+	return byDtype(dt, "maxpool_fwd", MaxPoolFwdF32, MaxPoolFwdF64)
+}
+
+// MaxPoolBwdTiled returns MaxPoolBwdTiledF32 for float32 and MaxPoolBwdTiledF64 for float64.
+func MaxPoolBwdTiled(dt tensor.Dtype) (Kernel[MaxPool2dParams], error) {
+	return byDtype(dt, "maxpool_bwd_tiled", MaxPoolBwdTiledF32, MaxPoolBwdTiledF64)
+}
+
+// MaxPoolBwdTiledK3 returns MaxPoolBwdTiledK3F32 for float32 and MaxPoolBwdTiledK3F64 for float64.
+func MaxPoolBwdTiledK3(dt tensor.Dtype) (Kernel[MaxPool2dParams], error) {
+	return byDtype(dt, "maxpool_bwd_tiled_k3", MaxPoolBwdTiledK3F32, MaxPoolBwdTiledK3F64)
+}
+
+// MaxPoolBwd returns MaxPoolBwdF32 for float32 and MaxPoolBwdF64 for float64.
+func MaxPoolBwd(dt tensor.Dtype) (Kernel[MaxPool2dParams], error) {
+	return byDtype(dt, "maxpool_bwd", MaxPoolBwdF32, MaxPoolBwdF64)
 }
 
 // MSDeformFwdScalar returns MSDeformFwdScalarF32 for float32 and MSDeformFwdScalarF64 for float64.
@@ -2073,6 +2206,10 @@ const (
 	ConvWgmmaM128S4TileM = 128
 	// ConvWgmmaThreads is WgmmaM128S3::NT in kernels/conv_sm90a.cu.
 	ConvWgmmaThreads = 256
+	// DropoutThreads is kDropoutThreads in kernels/dropout.cu.
+	//
+	// The threads of a dropout block.
+	DropoutThreads = 256
 	// GroupNormThreads is kThreads in kernels/groupnorm.cu.
 	//
 	// Threads of the tile kernels' blocks (8 warps).
@@ -2138,6 +2275,31 @@ const (
 	// The status word's code for a gather index outside [0, n) (the codes of
 	// bilinear.cuh's Status are smaller).
 	LayoutStatusBadIndex = 16
+	// MaxPool2dThreads is kMaxPoolThreads in kernels/maxpool.cu.
+	//
+	// The threads of a block of every kernel.
+	MaxPool2dThreads = 256
+	// MaxPool2dTileH is kTileH in kernels/maxpool.cu.
+	//
+	// The input rows of a tile of maxpool_bwd_tiled.
+	MaxPool2dTileH = 32
+	// MaxPool2dTileW is kTileW in kernels/maxpool.cu.
+	//
+	// The input columns of a tile of maxpool_bwd_tiled: a warp's coalesced row.
+	MaxPool2dTileW = 32
+	// MaxPool2dTileWindows is kTileWindows in kernels/maxpool.cu.
+	//
+	// The most windows a tile of maxpool_bwd_tiled may touch: (kTileH + kh -
+	// 2)/stride_h + 1 rows of them times (kTileW + kw - 2)/stride_w + 1
+	// columns: 17 x 17 for the ResNet stem's pooling, 34 x 34 for 3x3 windows
+	// of stride 1.
+	MaxPool2dTileWindows = 1280
+	// MaxPool2dTileRegion is kTileRegion in kernels/maxpool.cu.
+	//
+	// The most pixels of x those windows may read: (rows - 1)*stride_h + kh
+	// rows times (columns - 1)*stride_w + kw columns of them; 35 x 35 for the
+	// stem.
+	MaxPool2dTileRegion = 2048
 	// MSDeformBlock is kBlock in kernels/msdeform.cu.
 	MSDeformBlock = 256
 	// MSDeformInlineLevels is kInlineLevels in kernels/msdeform.cu.
@@ -2313,6 +2475,10 @@ var kernelTable = [...]KernelInfo{
 	{Module: "conv_sm90a", Name: "conv_dgrad_wgmma_m128_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
 	{Module: "conv_sm90a", Name: "conv_wgrad_wgmma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
 	{Module: "conv_sm90a", Name: "conv_wgrad_wgmma_m256_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
+	{Module: "dropout", Name: "dropout_f32", Params: "DropoutParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "dropout", Name: "dropout_f64", Params: "DropoutParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "dropout", Name: "dropout_v16b_f32", Params: "DropoutParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "dropout", Name: "dropout_v16b_f64", Params: "DropoutParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "fill_u64", Params: "FillParams", ParamsSize: 24, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "add_f32", Params: "AddParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "elementwise", Name: "add_f64", Params: "AddParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
@@ -2385,6 +2551,14 @@ var kernelTable = [...]KernelInfo{
 	{Module: "layout", Name: "layout_gather_link", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layout", Name: "layout_gather_scatter_f32", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layout", Name: "layout_gather_scatter_f64", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_fwd_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_fwd_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_bwd_tiled_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_bwd_tiled_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_bwd_tiled_k3_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_bwd_tiled_k3_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_bwd_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "maxpool", Name: "maxpool_bwd_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "msdeform", Name: "msdeform_fwd_v16b_occ5_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 5, Variant: false},
 	{Module: "msdeform", Name: "msdeform_fwd_v16b_f64", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "msdeform", Name: "msdeform_fwd_scalar_f32", Params: "MSDeformParams", ParamsSize: 304, MaxThreads: 256, MinBlocks: 0, Variant: false},

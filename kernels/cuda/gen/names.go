@@ -26,6 +26,7 @@ var words = map[string]string{
 	"lanetaps":   "LaneTaps",
 	"layernorm":  "LayerNorm",
 	"lq":         "Lq",
+	"maxpool":    "MaxPool",
 	"msdeform":   "MSDeform",
 	"nchw":       "NCHW",
 	"nhwc":       "NHWC",
