@@ -181,6 +181,36 @@
   static_assert(offsetof(ColSumParams, cols) == 24 && std::is_same<decltype(ColSumParams::cols), int32_t>::value, "ColSumParams::cols: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(ColSumParams, unused) == 28 && std::is_same<decltype(ColSumParams::unused), int32_t>::value, "ColSumParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
 
+// kernels/losses.cu
+#define STHENO_PARAMS_LossParams \
+  static_assert(sizeof(LossParams) == 80 && alignof(LossParams) == 8, "LossParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, x) == 0 && std::is_same<decltype(LossParams::x), uint64_t>::value, "LossParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, t) == 8 && std::is_same<decltype(LossParams::t), uint64_t>::value, "LossParams::t: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, w) == 16 && std::is_same<decltype(LossParams::w), uint64_t>::value, "LossParams::w: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, out) == 24 && std::is_same<decltype(LossParams::out), uint64_t>::value, "LossParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, n) == 32 && std::is_same<decltype(LossParams::n), int64_t>::value, "LossParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, beta) == 40 && std::is_same<decltype(LossParams::beta), double>::value, "LossParams::beta: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, alpha) == 48 && std::is_same<decltype(LossParams::alpha), double>::value, "LossParams::alpha: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, gamma) == 56 && std::is_same<decltype(LossParams::gamma), double>::value, "LossParams::gamma: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, grad) == 64 && std::is_same<decltype(LossParams::grad), double>::value, "LossParams::grad: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, c) == 72 && std::is_same<decltype(LossParams::c), int32_t>::value, "LossParams::c: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, unused) == 76 && std::is_same<decltype(LossParams::unused), int32_t>::value, "LossParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/losses.cu
+#define STHENO_PARAMS_LossSumParams \
+  static_assert(sizeof(LossSumParams) == 24 && alignof(LossSumParams) == 8, "LossSumParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossSumParams, partial) == 0 && std::is_same<decltype(LossSumParams::partial), uint64_t>::value, "LossSumParams::partial: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossSumParams, out) == 8 && std::is_same<decltype(LossSumParams::out), uint64_t>::value, "LossSumParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossSumParams, blocks) == 16 && std::is_same<decltype(LossSumParams::blocks), int32_t>::value, "LossSumParams::blocks: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossSumParams, unused) == 20 && std::is_same<decltype(LossSumParams::unused), int32_t>::value, "LossSumParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/losses.cu
+#define STHENO_PARAMS_BoxParams \
+  static_assert(sizeof(BoxParams) == 24 && alignof(BoxParams) == 8, "BoxParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(BoxParams, in) == 0 && std::is_same<decltype(BoxParams::in), uint64_t>::value, "BoxParams::in: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(BoxParams, out) == 8 && std::is_same<decltype(BoxParams::out), uint64_t>::value, "BoxParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(BoxParams, n) == 16 && std::is_same<decltype(BoxParams::n), int64_t>::value, "BoxParams::n: offset or type differs from kernels/cuda's: run make kernels-go")
+
 // kernels/msdeform.cu
 #define STHENO_PARAMS_MSDeformParams \
   static_assert(sizeof(MSDeformParams) == 304 && alignof(MSDeformParams) == 8, "MSDeformParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \

@@ -11,6 +11,7 @@ var words = map[string]string{
 	"roialign": "RoIAlign", "msdeform": "MSDeform", "layernorm": "LayerNorm", "colsum": "ColSum", "roi": "RoI", "rois": "RoIs", "bn": "BN",
 	"relu": "ReLU", "tf32": "TF32", "u64": "U64", "nchw": "NCHW", "nhwc": "NHWC",
 	"splitk": "SplitK", "dy": "DY", "dx": "DX", "hw": "HW", "kk": "KK", "kh": "KH", "kw": "KW",
+	"bce": "BCE", "smoothl1": "SmoothL1", "ce": "CE", "giou": "GIoU", "cxcywh": "CxCyWH", "xyxy": "XYXY",
 	"qw": "QW", "ws": "WS", "wt": "WT", "id": "ID", "cm": "CM", "lq": "Lq", "cmajor": "CMajor", "lanetaps": "LaneTaps", "sharedtaps": "SharedTaps", "qfast": "QFast",
 }
 

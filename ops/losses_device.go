@@ -1,0 +1,156 @@
+// The device side of the losses and box conversions: kernels/losses.cu.
+
+package ops
+
+import (
+	"fmt"
+	"math"
+
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels"
+	"github.com/stheno-ml/stheno/kernels/cuda"
+)
+
+// lossKernels are each loss's forward and backward kernels ([0] and [1]),
+// by kind.
+var lossKernels = map[lossKind][2]func(tensor.Dtype) (cuda.Kernel[cuda.LossParams], error){
+	lossSigmoidBCE:   {cuda.LossFwdBCE, cuda.LossBwdBCE},
+	lossSmoothL1:     {cuda.LossFwdSmoothL1, cuda.LossBwdSmoothL1},
+	lossL1:           {cuda.LossFwdL1, cuda.LossBwdL1},
+	lossSigmoidFocal: {cuda.LossFwdFocal, cuda.LossBwdFocal},
+	lossSoftmaxCE:    {cuda.LossFwdCE, cuda.LossBwdCE},
+	lossGIoU:         {cuda.LossFwdGIoU, cuda.LossBwdGIoU},
+}
+
+// lossForwardBlocks is the grid of a loss's forward kernel over n items:
+// a thread per item up to cuda.LossBlocks blocks. It depends on n alone,
+// and so does the order of the sum (losses.cu's header).
+func lossForwardBlocks(n int) int {
+	return min(ceilDiv(n, cuda.LossThreads), cuda.LossBlocks)
+}
+
+// elementwiseBlocks is the grid of a grid-stride kernel over n items: a
+// thread per item, the grid capped where each thread takes a few.
+func elementwiseBlocks(n int) int {
+	return max(1, min(ceilDiv(n, cuda.LossThreads), 1<<16))
+}
+
+// kernelArgs are the loss's launch parameters on x, t and w.
+func (s lossShape) kernelArgs(ptr []backend.DevicePtr) (cuda.LossParams, error) {
+	p := s.params()
+	if p.C > math.MaxInt32 {
+		return cuda.LossParams{}, fmt.Errorf("ops: %s: %d classes do not fit the CUDA kernels' 32-bit int", lossName(s.kind), p.C)
+	}
+	return cuda.LossParams{
+		X: ptr[0], T: ptr[1], W: ptr[2],
+		N: int64(p.N), Beta: p.Beta, Alpha: p.Alpha, Gamma: p.Gamma, C: int32(p.C),
+	}, nil
+}
+
+// forwardDevice is lossOp's device launcher: the per-block partial sums
+// into scratch memory, then their sum into the scalar output.
+func (s lossShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
+	name := lossName(s.kind)
+	args, err := s.kernelArgs(a.ptr)
+	if err != nil {
+		return nil, err
+	}
+	dev := a.dev
+	blocks := lossForwardBlocks(int(args.N))
+	out, outPtr, err := a.output()
+	if err != nil {
+		return nil, err
+	}
+	partial, err := dev.NewDense(tensor.Float64, blocks)
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: partial sums: %w", name, err)
+	}
+	// Freeing once the launches that use it are queued is safe: the
+	// Device's work runs in order on its one stream.
+	defer dev.FreeDense(partial)
+	if args.Out, err = dev.Ptr(partial); err != nil {
+		return nil, fmt.Errorf("ops: %s: partial sums: %w", name, err)
+	}
+	k, err := lossKernels[s.kind][0](s.dt)
+	if err == nil {
+		err = k.Launch(dev, lossLaunch(blocks), args)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", name, err)
+	}
+	sum, err := cuda.LossSum(s.dt)
+	if err == nil {
+		err = sum.Launch(dev, lossLaunch(1), cuda.LossSumParams{Partial: args.Out, Out: outPtr, Blocks: int32(blocks)})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", name, err)
+	}
+	return out, nil
+}
+
+// backwardDevice is lossGradOp's device launcher. The loss's gradient is
+// a host scalar (a.in[3]); its value goes in the kernel's parameters.
+func (s lossShape) backwardDevice(a *deviceArgs) (*tensor.Dense, error) {
+	name := lossName(s.kind) + " backward"
+	args, err := s.kernelArgs(a.ptr)
+	if err != nil {
+		return nil, err
+	}
+	args.Grad = hostScalarOf(a.in[3])
+	dx, dxPtr, err := a.output()
+	if err != nil {
+		return nil, err
+	}
+	args.Out = dxPtr
+	k, err := lossKernels[s.kind][1](s.dt)
+	if err == nil {
+		err = k.Launch(a.dev, lossLaunch(elementwiseBlocks(int(args.N))), args)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", name, err)
+	}
+	return dx, nil
+}
+
+// hostScalarOf is the value of a scalar input as bind hands it over: a
+// host tensor of one float32 or float64.
+func hostScalarOf(d *tensor.Dense) float64 {
+	if d.Dtype() == tensor.Float32 {
+		return float64(d.Float32s()[0])
+	}
+	return d.Float64s()[0]
+}
+
+func lossLaunch(blocks int) backend.LaunchConfig {
+	return backend.LaunchConfig{
+		Grid:  backend.Dim3{X: uint32(blocks), Y: 1, Z: 1},
+		Block: backend.Dim3{X: cuda.LossThreads, Y: 1, Z: 1},
+	}
+}
+
+// boxKernels are losses.cu's box kernels, by kernels.BoxMode.
+var boxKernels = [...]func(tensor.Dtype) (cuda.Kernel[cuda.BoxParams], error){
+	kernels.BoxCxCyWHToXYXY:     cuda.BoxCxCyWHToXYXY,
+	kernels.BoxCxCyWHToXYXYGrad: cuda.BoxCxCyWHToXYXYBwd,
+	kernels.BoxXYXYToCxCyWH:     cuda.BoxXYXYToCxCyWH,
+	kernels.BoxXYXYToCxCyWHGrad: cuda.BoxXYXYToCxCyWHBwd,
+}
+
+// device is boxOp's device launcher.
+func (s boxShape) device(a *deviceArgs) (*tensor.Dense, error) {
+	out, outPtr, err := a.output()
+	if err != nil {
+		return nil, err
+	}
+	n := s.shape.TotalSize() / 4
+	k, err := boxKernels[s.mode](s.dt)
+	if err == nil {
+		err = k.Launch(a.dev, lossLaunch(elementwiseBlocks(n)), cuda.BoxParams{In: a.ptr[0], Out: outPtr, N: int64(n)})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", s.name(), err)
+	}
+	return out, nil
+}
