@@ -212,8 +212,8 @@ func signOf[T Float](v T) T {
 	return 0
 }
 
-func log1pOf[T Float](v T) T { return T(math.Log1p(float64(v))) }
-func powOf[T Float](a, b T) T  { return T(math.Pow(float64(a), float64(b))) }
+func log1pOf[T Float](v T) T  { return T(math.Log1p(float64(v))) }
+func powOf[T Float](a, b T) T { return T(math.Pow(float64(a), float64(b))) }
 
 // tmax and tmin are torch.maximum and torch.minimum: a NaN of either wins.
 func tmax[T Float](a, b T) T {
