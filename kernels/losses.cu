@@ -34,6 +34,9 @@
 // whatever its weight, and its row of dx NaN: the device cannot report an
 // error without a round trip to the host (the CPU twin returns one).
 //
+// loss_add adds two scalar losses on the device (ops.SumLosses: gorgonia's
+// own Add of scalars reads host values only).
+//
 // box_<from>_to_<to> convert boxes [n, 4] between (cx, cy, w, h) and (x1,
 // y1, x2, y2), as torchvision's box_convert; the _bwd kernels apply the
 // transposed linear map, which is the backward of the conversion.
@@ -69,6 +72,15 @@ struct LossSumParams {
   int32_t unused;
 };
 STHENO_PARAMS(LossSumParams);
+
+// loss_add: out = a + b, scalars of T (SumLosses, losses summed on the
+// device).
+struct LossAddParams {
+  uint64_t a;
+  uint64_t b;
+  uint64_t out;
+};
+STHENO_PARAMS(LossAddParams);
 
 // box kernels: out [n, 4] from in [n, 4].
 struct BoxParams {
@@ -259,6 +271,13 @@ __device__ __forceinline__ void loss_sum(const LossSumParams& p) {
   if (threadIdx.x == 0) *reinterpret_cast<T*>(p.out) = static_cast<T>(s);
 }
 
+template <typename T>
+__device__ __forceinline__ void loss_add(const LossAddParams& p) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    *reinterpret_cast<T*>(p.out) = *reinterpret_cast<const T*>(p.a) + *reinterpret_cast<const T*>(p.b);
+  }
+}
+
 // dx of giou for row i: torch's autograd of giou_of, step by step, scaled
 // by gl, the gradient of the row's loss.
 template <typename T>
@@ -425,6 +444,9 @@ __global__ void __launch_bounds__(stheno::loss::kLossThreads) loss_sum_f32(sthen
 __global__ void __launch_bounds__(stheno::loss::kLossThreads) loss_sum_f64(stheno::loss::LossSumParams p) {
   stheno::loss::loss_sum<double>(p);
 }
+
+__global__ void __launch_bounds__(32) loss_add_f32(stheno::loss::LossAddParams p) { stheno::loss::loss_add<float>(p); }
+__global__ void __launch_bounds__(32) loss_add_f64(stheno::loss::LossAddParams p) { stheno::loss::loss_add<double>(p); }
 
 STHENO_BOX(box_cxcywh_to_xyxy_f32, 0, float)
 STHENO_BOX(box_cxcywh_to_xyxy_f64, 0, double)

@@ -205,6 +205,13 @@
   static_assert(offsetof(LossSumParams, unused) == 20 && std::is_same<decltype(LossSumParams::unused), int32_t>::value, "LossSumParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
 
 // kernels/losses.cu
+#define STHENO_PARAMS_LossAddParams \
+  static_assert(sizeof(LossAddParams) == 24 && alignof(LossAddParams) == 8, "LossAddParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossAddParams, a) == 0 && std::is_same<decltype(LossAddParams::a), uint64_t>::value, "LossAddParams::a: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossAddParams, b) == 8 && std::is_same<decltype(LossAddParams::b), uint64_t>::value, "LossAddParams::b: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossAddParams, out) == 16 && std::is_same<decltype(LossAddParams::out), uint64_t>::value, "LossAddParams::out: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/losses.cu
 #define STHENO_PARAMS_BoxParams \
   static_assert(sizeof(BoxParams) == 24 && alignof(BoxParams) == 8, "BoxParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(BoxParams, in) == 0 && std::is_same<decltype(BoxParams::in), uint64_t>::value, "BoxParams::in: offset or type differs from kernels/cuda's: run make kernels-go"); \

@@ -241,6 +241,89 @@ func SoftmaxCrossEntropy(logits, labels, weights *G.Node) (*G.Node, error) {
 	return G.ApplyOp(lossOp(s), logits, labels, weights)
 }
 
+// SumLosses returns the sum of scalar losses (of one dtype) where they
+// live: on the host, or on one device. A graph whose losses are on a
+// device sums them with this op: gorgonia's Add of two scalars reads host
+// values only. The gradient of the sum reaches every loss unchanged (the
+// backward of each loss takes it as its host scalar). Scale a loss through
+// its weights.
+func SumLosses(losses ...*G.Node) (*G.Node, error) {
+	const op = "SumLosses"
+	if len(losses) == 0 {
+		return nil, fmt.Errorf("ops: %s: no losses", op)
+	}
+	var dt tensor.Dtype
+	for i, l := range losses {
+		arg := fmt.Sprintf("losses[%d]", i)
+		if l == nil {
+			return nil, fmt.Errorf("ops: %s: %s is nil", op, arg)
+		}
+		if l.Shape().Dims() != 0 {
+			return nil, fmt.Errorf("ops: %s: %s must be a scalar, got shape %v", op, arg, l.Shape())
+		}
+		d, err := floatDtype(op, arg, l)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			dt = d
+		} else if d != dt {
+			return nil, fmt.Errorf("ops: %s: %s has dtype %v, losses[0] %v", op, arg, d, dt)
+		}
+	}
+	sum := losses[0]
+	for _, l := range losses[1:] {
+		var err error
+		if sum, err = G.ApplyOp(lossAddOp(dt), sum, l); err != nil {
+			return nil, fmt.Errorf("ops: %s: %w", op, err)
+		}
+	}
+	return sum, nil
+}
+
+// lossAddOp adds two scalars where they live (SumLosses). It places its
+// output itself (opSpec.run): a spec's scalar inputs are host values, and
+// these may be device ones.
+func lossAddOp(dt tensor.Dtype) *specOp {
+	const name = "SumLosses"
+	scalar := tensor.ScalarShape()
+	return newOp(&opSpec{
+		name: name, config: dt.String(),
+		inputs: []argSpec{{name: "a", shape: scalar}, {name: "b", shape: scalar}}, out: scalar, dtype: dt,
+		run: func(in []G.Value, prealloc G.Value) (G.Value, error) {
+			return addLosses(name, dt, in[0], in[1], prealloc)
+		},
+		diffWRT: []bool{true, true},
+		grad: func(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
+			return G.Nodes{grad, grad}, nil
+		},
+	})
+}
+
+// addLosses is lossAddOp's run: a + b, on the host or on the device that
+// holds both.
+func addLosses(op string, dt tensor.Dtype, a, b G.Value, prealloc G.Value) (G.Value, error) {
+	dev, err := inputsDevice(op, []string{"a", "b"}, []G.Value{a, b})
+	if err != nil {
+		return nil, err
+	}
+	if dev != nil {
+		return addLossesDevice(op, dev, dt, a, b, prealloc)
+	}
+	av, err := hostScalar(op, "a", a, dt)
+	if err != nil {
+		return nil, err
+	}
+	bv, err := hostScalar(op, "b", b, dt)
+	if err != nil {
+		return nil, err
+	}
+	if dt == tensor.Float32 {
+		return G.NewF32(av.Float32s()[0] + bv.Float32s()[0]), nil
+	}
+	return G.NewF64(av.Float64s()[0] + bv.Float64s()[0]), nil
+}
+
 // newElementwiseLoss checks the three same-shaped inputs of an elementwise
 // loss.
 func newElementwiseLoss(kind lossKind, x, t, w *G.Node) (lossShape, error) {

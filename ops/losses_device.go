@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 
+	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
@@ -128,6 +129,33 @@ func lossLaunch(blocks int) backend.LaunchConfig {
 		Grid:  backend.Dim3{X: uint32(blocks), Y: 1, Z: 1},
 		Block: backend.Dim3{X: cuda.LossThreads, Y: 1, Z: 1},
 	}
+}
+
+// addLossesDevice is addLosses on dev: one thread adds the two scalars.
+func addLossesDevice(op string, dev *backend.Device, dt tensor.Dtype, a, b G.Value, prealloc G.Value) (G.Value, error) {
+	scalar := tensor.ScalarShape()
+	pa, err := deviceArg(op, "a", dev, a, dt, scalar)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := deviceArg(op, "b", dev, b, dt, scalar)
+	if err != nil {
+		return nil, err
+	}
+	out, po, err := deviceOutput(op, dev, prealloc, dt, scalar)
+	if err != nil {
+		return nil, err
+	}
+	k, err := cuda.LossAdd(dt)
+	if err == nil {
+		err = k.Launch(dev, backend.LaunchConfig{
+			Grid: backend.Dim3{X: 1, Y: 1, Z: 1}, Block: backend.Dim3{X: 32, Y: 1, Z: 1},
+		}, cuda.LossAddParams{A: pa, B: pb, Out: po})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", op, err)
+	}
+	return out, nil
 }
 
 // boxKernels are losses.cu's box kernels, by kernels.BoxMode.

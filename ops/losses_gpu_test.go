@@ -171,7 +171,8 @@ func TestGPUBoxConvertParity(t *testing.T) {
 // A training graph on the device: inputs moved with ToDevice, DETR's
 // losses (focal on the logits; L1 and GIoU on the boxes, GIoU through
 // BoxCxCyWHToXYXY) and the box head's cross-entropy, their sum
-// differentiated by G.Grad, whose seed is gorgonia's host constant one.
+// (SumLosses) differentiated by G.Grad, whose seed is gorgonia's host
+// constant one.
 // The loss (a device scalar) and the gradients must match the same graph
 // on the host.
 func TestGPULossesGraph(t *testing.T) {
@@ -213,7 +214,7 @@ func TestGPULossesGraph(t *testing.T) {
 			l1 := G.Must(L1Loss(placed[3], G.Must(BoxXYXYToCxCyWH(placed[4])), placed[9]))
 			giou := G.Must(GIoULoss(xyxy, placed[4], placed[5]))
 			ce := G.Must(SoftmaxCrossEntropy(placed[6], placed[7], placed[8]))
-			total := G.Must(G.Add(G.Must(G.Add(focal, l1)), G.Must(G.Add(giou, ce))))
+			total := G.Must(SumLosses(focal, l1, giou, ce))
 			wrt := G.Nodes{nodes[0], nodes[3], nodes[6]}
 			grads, err := G.Grad(total, wrt...)
 			if err != nil {

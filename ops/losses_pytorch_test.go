@@ -370,3 +370,62 @@ func TestNewLossHashes(t *testing.T) {
 		}
 	}
 }
+
+// SumLosses on the host: the sum of the losses, each getting the sum's
+// gradient whole; bad arguments are errors.
+func TestSumLosses(t *testing.T) {
+	x, tg, w := vec(0.5, -1, 2), vec(1, 0, 1), vec(1, 2, 0.5)
+	for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {
+		sum, grad := lossAndGrad(t, func(x, t, w *G.Node) (*G.Node, error) {
+			a, err := SigmoidBCE(x, t, w)
+			if err != nil {
+				return nil, err
+			}
+			b, err := L1Loss(x, t, w)
+			if err != nil {
+				return nil, err
+			}
+			c, err := focalWith(0.25, 2)(x, t, w)
+			if err != nil {
+				return nil, err
+			}
+			return SumLosses(a, b, c)
+		}, cast(t, x, dt), cast(t, tg, dt), cast(t, w, dt))
+		var want float64
+		wantGrad := make([]float64, 3)
+		for _, f := range []lossFunc{SigmoidBCE, L1Loss, focalWith(0.25, 2)} {
+			l, g := lossAndGrad(t, f, cast(t, x, dt), cast(t, tg, dt), cast(t, w, dt))
+			want += l
+			for i := range g {
+				wantGrad[i] += g[i]
+			}
+		}
+		tol := autograd.TolForward64
+		if dt == tensor.Float32 {
+			tol = autograd.TolForward32
+		}
+		if err := tol.Compare([]float64{sum}, []float64{want}); err != nil {
+			t.Errorf("%v: sum: %v", dt, err)
+		}
+		if err := tol.Compare(grad, wantGrad); err != nil {
+			t.Errorf("%v: gradient: %v", dt, err)
+		}
+	}
+	g := G.NewGraph()
+	s64 := G.NewScalar(g, tensor.Float64, G.WithName("s64"))
+	s32 := G.NewScalar(g, tensor.Float32, G.WithName("s32"))
+	v := G.NewVector(g, tensor.Float64, G.WithShape(2), G.WithName("v"))
+	for _, c := range []struct {
+		in   []*G.Node
+		want string
+	}{
+		{nil, "SumLosses: no losses"},
+		{[]*G.Node{s64, v}, "losses[1] must be a scalar, got shape (2)"},
+		{[]*G.Node{s64, s32}, "losses[1] has dtype float32, losses[0] float64"},
+		{[]*G.Node{s64, nil}, "losses[1] is nil"},
+	} {
+		if _, err := SumLosses(c.in...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got error %v, want one containing %q", err, c.want)
+		}
+	}
+}

@@ -449,6 +449,26 @@ var (
 	_ [16]byte = [unsafe.Offsetof(LossSumParams{}.Blocks)]byte{}
 )
 
+// LossAddParams mirrors struct LossAddParams of kernels/losses.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// loss_add: out = a + b, scalars of T (SumLosses, losses summed on the
+// device).
+type LossAddParams struct {
+	A   backend.DevicePtr
+	B   backend.DevicePtr
+	Out backend.DevicePtr
+}
+
+// LossAddParams's layout, as the generator computed it for both sides.
+var (
+	_ [24]byte = [unsafe.Sizeof(LossAddParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(LossAddParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(LossAddParams{}.A)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(LossAddParams{}.B)]byte{}
+	_ [16]byte = [unsafe.Offsetof(LossAddParams{}.Out)]byte{}
+)
+
 // BoxParams mirrors struct BoxParams of kernels/losses.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
@@ -906,6 +926,10 @@ const (
 	LossSumF32 Kernel[LossSumParams] = "losses.loss_sum_f32"
 	// LossSumF64 is loss_sum_f64, __launch_bounds__(256).
 	LossSumF64 Kernel[LossSumParams] = "losses.loss_sum_f64"
+	// LossAddF32 is loss_add_f32, __launch_bounds__(32).
+	LossAddF32 Kernel[LossAddParams] = "losses.loss_add_f32"
+	// LossAddF64 is loss_add_f64, __launch_bounds__(32).
+	LossAddF64 Kernel[LossAddParams] = "losses.loss_add_f64"
 	// BoxCxCyWHToXYXYF32 is box_cxcywh_to_xyxy_f32, __launch_bounds__(256).
 	BoxCxCyWHToXYXYF32 Kernel[BoxParams] = "losses.box_cxcywh_to_xyxy_f32"
 	// BoxCxCyWHToXYXYF64 is box_cxcywh_to_xyxy_f64, __launch_bounds__(256).
@@ -1350,6 +1374,11 @@ func LossBwdGIoU(dt tensor.Dtype) (Kernel[LossParams], error) {
 // LossSum returns LossSumF32 for float32 and LossSumF64 for float64.
 func LossSum(dt tensor.Dtype) (Kernel[LossSumParams], error) {
 	return byDtype(dt, "loss_sum", LossSumF32, LossSumF64)
+}
+
+// LossAdd returns LossAddF32 for float32 and LossAddF64 for float64.
+func LossAdd(dt tensor.Dtype) (Kernel[LossAddParams], error) {
+	return byDtype(dt, "loss_add", LossAddF32, LossAddF64)
 }
 
 // BoxCxCyWHToXYXY returns BoxCxCyWHToXYXYF32 for float32 and BoxCxCyWHToXYXYF64 for float64.
@@ -1837,6 +1866,8 @@ var kernelTable = [...]KernelInfo{
 	{Module: "losses", Name: "loss_bwd_giou_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "losses", Name: "loss_sum_f32", Params: "LossSumParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "losses", Name: "loss_sum_f64", Params: "LossSumParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_add_f32", Params: "LossAddParams", ParamsSize: 24, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_add_f64", Params: "LossAddParams", ParamsSize: 24, MaxThreads: 32, MinBlocks: 0, Variant: false},
 	{Module: "losses", Name: "box_cxcywh_to_xyxy_f32", Params: "BoxParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "losses", Name: "box_cxcywh_to_xyxy_f64", Params: "BoxParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "losses", Name: "box_cxcywh_to_xyxy_bwd_f32", Params: "BoxParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
