@@ -74,7 +74,8 @@ EMU_HARNESSES := \
 	msdeform \
 	elementwise \
 	softmax \
-	layernorm
+	layernorm \
+	losses
 EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_HARNESSES:%=$(EMU_DIR)/%_emu_test) \
 	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/softmax_emu_test_asan
 
