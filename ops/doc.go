@@ -3,9 +3,11 @@
 // (MSDeformAttn), fused convolution layers (Conv with bias and ReLU, ConvBN
 // with BatchNorm, a residual and ReLU, ConvTranspose), UpsampleNearest,
 // Linear, MatMul and BatchedMatMul, Softmax and LogSoftmax along any axis,
-// LayerNorm, the detection losses (SigmoidBCE, SmoothL1, SoftmaxCrossEntropy,
-// each with per-element weights) and ToDevice/ToHost, which move values and
-// their gradients between the host and a GPU inside a graph.
+// LayerNorm, the detection losses (SigmoidBCE, SmoothL1, L1Loss,
+// SoftmaxCrossEntropy, SigmoidFocalLoss, GIoULoss, each with per-element
+// weights, and SumLosses to add them), the box conversions BoxCxCyWHToXYXY
+// and BoxXYXYToCxCyWH, and ToDevice/ToHost, which move values and their
+// gradients between the host and a GPU inside a graph.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
@@ -19,9 +21,9 @@
 // where their inputs live: host tensors take the Go CPU kernels; device
 // tensors (package backend, build tag stheno_cuda) take the CUDA kernels of
 // RoIAlign, MSDeformAttn, Conv, ConvBN, Linear, MatMul, BatchedMatMul,
-// Softmax, LogSoftmax and LayerNorm and return device tensors, with no host
-// round trip; the other ops refuse device inputs with an error that says to
-// move them with ToHost. All ops accept float32 and float64.
+// Softmax, LogSoftmax, LayerNorm, the losses and the box conversions and
+// return device tensors, with no host round trip; the other ops refuse
+// device inputs with an error that says to move them with ToHost. All ops accept float32 and float64.
 //
 // Semantics follow the references exactly:
 //   - RoIAlign: torchvision.ops.roi_align (average pooling);
@@ -37,4 +39,8 @@
 //     +inf or a line of -inf only makes its line NaN).
 //   - LayerNorm: torch.nn.functional.layer_norm over the last dimension,
 //     with optional weight (gamma) and bias (beta).
+//   - The losses: F.binary_cross_entropy_with_logits, F.smooth_l1_loss,
+//     F.l1_loss, F.cross_entropy, torchvision's sigmoid_focal_loss and
+//     generalized_box_iou_loss, reduction="sum" with weights; the box
+//     conversions: torchvision's box_convert.
 package ops
