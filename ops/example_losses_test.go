@@ -25,7 +25,7 @@ func ExampleSigmoidFocalLoss() {
 	logits := mat("logits", 2, 3, -1, 2, -3, 0.5, -2, -1)
 	classes := mat("classes", 2, 3, 0, 1, 0, 0, 0, 0)
 	every := mat("every", 2, 3, 1, 1, 1, 1, 1, 1)
-	boxes := mat("boxes", 2, 4, 2, 2, 2, 2, 9, 9, 1, 1)        // (cx, cy, w, h)
+	boxes := mat("boxes", 2, 4, 2, 2, 2, 2, 9, 9, 1, 1)           // (cx, cy, w, h)
 	targets := mat("targets", 2, 4, 1.5, 1.5, 3, 2.5, 0, 0, 1, 1) // (x1, y1, x2, y2)
 	matched := mat("matched", 2, 4, 1, 1, 1, 1, 0, 0, 0, 0)
 	rows := G.NewVector(g, tensor.Float64, G.WithShape(2), G.WithName("rows"),
