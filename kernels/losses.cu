@@ -25,9 +25,10 @@
 // atomics.
 //
 // Backward, one kernel: loss_bwd_<kind> writes dx = grad * w * dterm/dx
-// item by item; grad, the gradient of the loss, is a host scalar (gorgonia
-// seeds the backward pass with a constant on the host) that travels in the
-// params. ce and giou take a thread per row (rows are short at detector
+// item by item; grad, the gradient of the loss, is usually a host scalar
+// (gorgonia seeds the backward pass with a constant on the host) that
+// travels in the params; one that lives on the device (a loss reshaped and
+// moved to the host, say) is read there, through dgrad. ce and giou take a thread per row (rows are short at detector
 // shapes: 91 classes, 4 coordinates).
 //
 // A label of ce that is not an integer in [0, c) makes its row's term NaN,
@@ -54,6 +55,7 @@ struct LossParams {
   uint64_t t;    // elementwise: targets [n]; ce: labels [n]; giou: boxes [n, 4]
   uint64_t w;    // weights, one per item: [n]
   uint64_t out;  // fwd: double partial sums [gridDim.x]; bwd: dx, shaped as x
+  uint64_t dgrad;  // bwd: a scalar T on the device that multiplies grad, or 0
   int64_t n;     // items: elements, or rows (ce, giou)
   double beta;   // smoothl1
   double alpha;  // focal; < 0: no weighting
@@ -319,7 +321,8 @@ __device__ __forceinline__ void loss_bwd(const LossParams& p) {
   const T* t = reinterpret_cast<const T*>(p.t);
   const T* w = reinterpret_cast<const T*>(p.w);
   T* dx = reinterpret_cast<T*>(p.out);
-  const T grad = T(p.grad);
+  T grad = T(p.grad);
+  if (p.dgrad != 0) grad *= *reinterpret_cast<const T*>(p.dgrad);
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.n; i += stride) {
     const T wi = w[i];

@@ -183,18 +183,19 @@
 
 // kernels/losses.cu
 #define STHENO_PARAMS_LossParams \
-  static_assert(sizeof(LossParams) == 80 && alignof(LossParams) == 8, "LossParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(sizeof(LossParams) == 88 && alignof(LossParams) == 8, "LossParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(LossParams, x) == 0 && std::is_same<decltype(LossParams::x), uint64_t>::value, "LossParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(LossParams, t) == 8 && std::is_same<decltype(LossParams::t), uint64_t>::value, "LossParams::t: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(LossParams, w) == 16 && std::is_same<decltype(LossParams::w), uint64_t>::value, "LossParams::w: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(LossParams, out) == 24 && std::is_same<decltype(LossParams::out), uint64_t>::value, "LossParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
-  static_assert(offsetof(LossParams, n) == 32 && std::is_same<decltype(LossParams::n), int64_t>::value, "LossParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
-  static_assert(offsetof(LossParams, beta) == 40 && std::is_same<decltype(LossParams::beta), double>::value, "LossParams::beta: offset or type differs from kernels/cuda's: run make kernels-go"); \
-  static_assert(offsetof(LossParams, alpha) == 48 && std::is_same<decltype(LossParams::alpha), double>::value, "LossParams::alpha: offset or type differs from kernels/cuda's: run make kernels-go"); \
-  static_assert(offsetof(LossParams, gamma) == 56 && std::is_same<decltype(LossParams::gamma), double>::value, "LossParams::gamma: offset or type differs from kernels/cuda's: run make kernels-go"); \
-  static_assert(offsetof(LossParams, grad) == 64 && std::is_same<decltype(LossParams::grad), double>::value, "LossParams::grad: offset or type differs from kernels/cuda's: run make kernels-go"); \
-  static_assert(offsetof(LossParams, c) == 72 && std::is_same<decltype(LossParams::c), int32_t>::value, "LossParams::c: offset or type differs from kernels/cuda's: run make kernels-go"); \
-  static_assert(offsetof(LossParams, unused) == 76 && std::is_same<decltype(LossParams::unused), int32_t>::value, "LossParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+  static_assert(offsetof(LossParams, dgrad) == 32 && std::is_same<decltype(LossParams::dgrad), uint64_t>::value, "LossParams::dgrad: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, n) == 40 && std::is_same<decltype(LossParams::n), int64_t>::value, "LossParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, beta) == 48 && std::is_same<decltype(LossParams::beta), double>::value, "LossParams::beta: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, alpha) == 56 && std::is_same<decltype(LossParams::alpha), double>::value, "LossParams::alpha: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, gamma) == 64 && std::is_same<decltype(LossParams::gamma), double>::value, "LossParams::gamma: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, grad) == 72 && std::is_same<decltype(LossParams::grad), double>::value, "LossParams::grad: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, c) == 80 && std::is_same<decltype(LossParams::c), int32_t>::value, "LossParams::c: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, unused) == 84 && std::is_same<decltype(LossParams::unused), int32_t>::value, "LossParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
 
 // kernels/losses.cu
 #define STHENO_PARAMS_LossSumParams \

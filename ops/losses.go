@@ -422,24 +422,34 @@ func lossOp(s lossShape) *specOp {
 }
 
 // lossGradOp is the backward op: (x, t, w, dloss) -> dx. dloss is the
-// scalar gradient of the loss, on the host (gorgonia seeds a backward pass
-// with a host constant even when everything else is on a device); on a
-// device its value travels in the kernel's parameters.
+// scalar gradient of the loss: usually on the host (gorgonia seeds a
+// backward pass with a host constant even when everything else is on a
+// device), and then on a device its value travels in the kernel's
+// parameters; or a one-element tensor on x's device (a loss reshaped and
+// moved to the host on its way to the cost), which the kernel reads there.
 func lossGradOp(s lossShape) *specOp {
 	name := lossName(s.kind)
-	return newOp(&opSpec{
+	plain := &opSpec{
 		name: name + " backward", config: s.String(),
 		inputs: append(s.inputs(), argSpec{name: "grad", shape: tensor.ScalarShape()}),
 		out:    s.x, dtype: s.dt,
 		cpu:    floatTwin(s, lossBackward[float32], lossBackward[float64]),
-		device: s.backwardDevice,
+		device: func(a *deviceArgs) (*tensor.Dense, error) { return s.backwardDevice(a, 0) },
 		// diffWRT claims x so that a second derivative reaches grad and its
 		// error, rather than gorgonia's report of a non-differentiable path.
 		diffWRT: []bool{true, false, false, false},
 		grad: func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 			return nil, errNoSecondDerivative(name)
 		},
-	})
+	}
+	op := *plain
+	op.run = func(in []G.Value, prealloc G.Value) (G.Value, error) {
+		if !backend.IsDevice(in[3]) {
+			return newOp(plain).UsePreallocDo(prealloc, in...)
+		}
+		return s.backwardDeviceGrad(plain, in, prealloc)
+	}
+	return newOp(&op)
 }
 
 // lossForward writes the loss of (x, t, w) = in to out[0].

@@ -92,14 +92,15 @@ func (s lossShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
 }
 
 // backwardDevice is lossGradOp's device launcher. The loss's gradient is
-// a host scalar (a.in[3]); its value goes in the kernel's parameters.
-func (s lossShape) backwardDevice(a *deviceArgs) (*tensor.Dense, error) {
+// a host scalar (a.in[3]), whose value goes in the kernel's parameters,
+// times the device scalar at dgrad unless that is 0.
+func (s lossShape) backwardDevice(a *deviceArgs, dgrad backend.DevicePtr) (*tensor.Dense, error) {
 	name := lossName(s.kind) + " backward"
 	args, err := s.kernelArgs(a.ptr)
 	if err != nil {
 		return nil, err
 	}
-	args.Grad = hostScalarOf(a.in[3])
+	args.Grad, args.Dgrad = hostScalarOf(a.in[3]), dgrad
 	dx, dxPtr, err := a.output()
 	if err != nil {
 		return nil, err
@@ -113,6 +114,36 @@ func (s lossShape) backwardDevice(a *deviceArgs) (*tensor.Dense, error) {
 		return nil, fmt.Errorf("ops: %s: %w", name, err)
 	}
 	return dx, nil
+}
+
+// backwardDeviceGrad runs lossGradOp (whose spec is plain) with the loss's
+// gradient on a device: one element of the op's dtype on x's device,
+// which the kernel reads there (with a host 1 in its place for bind).
+func (s lossShape) backwardDeviceGrad(plain *opSpec, in []G.Value, prealloc G.Value) (G.Value, error) {
+	g, ok := in[3].(*tensor.Dense)
+	if !ok || g.Shape().TotalSize() != 1 || g.Dtype() != s.dt {
+		return nil, fmt.Errorf("ops: %s: grad on a device must be one element of %v, got %v of shape %v", plain.name, s.dt, in[3].Dtype(), in[3].Shape())
+	}
+	one := G.Value(G.NewF64(1))
+	if s.dt == tensor.Float32 {
+		one = G.NewF32(1)
+	}
+	args, _, err := plain.bind(append(in[:3:3], one))
+	if err != nil {
+		return nil, err
+	}
+	if args == nil {
+		return nil, fmt.Errorf("ops: %s: grad is on a device but x is in host memory; move it with ops.ToHost", plain.name)
+	}
+	if !args.dev.Owns(g) {
+		return nil, fmt.Errorf("ops: %s: grad is on another device than x", plain.name)
+	}
+	ptr, err := args.dev.Ptr(g)
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: grad: %w", plain.name, err)
+	}
+	args.prealloc = prealloc
+	return s.backwardDevice(args, ptr)
 }
 
 // hostScalarOf is the value of a scalar input as bind hands it over: a

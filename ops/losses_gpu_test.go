@@ -10,6 +10,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/kernels"
 )
@@ -406,4 +407,77 @@ func runLossCase(b *testing.B, op *specOp, inputs []*tensor.Dense, grad G.Value,
 	b.ReportMetric(float64(med.Nanoseconds())/1e6, "ms")
 	b.ReportMetric(gbs, "GB/s")
 	b.ReportMetric(100*gbs/copyGBs, "%copy")
+}
+
+// Gradient checks of the losses and box conversions on the GPU, float64:
+// inputs and the cost on the host, ToDevice around the op; a loss is
+// reshaped to [1] to be moved back (ToHost takes tensors), so its backward
+// takes its gradient on the device, through the kernels' dgrad.
+func TestGPULossesGradCheck(t *testing.T) {
+	dev := gpu(t)
+	engine := G.WithEngine(dev.Engine())
+	rng := rand.New(rand.NewPCG(26, 9))
+	x := randTensor(rng, tensor.Float64, -3, 3, 4, 5)
+	tg := randTensor(rng, tensor.Float64, 0, 1, 4, 5)
+	w := randTensor(rng, tensor.Float64, 0, 2, 4, 5)
+	boxes, tboxes := randBoxes(rng, 12), randBoxes(rng, 12)
+	bw := randTensor(rng, tensor.Float64, 0, 2, 12)
+	ce := randTensor(rng, tensor.Float64, -3, 3, 4, 5)
+	labels, rowW := vec(0, 4, 2, 1), randTensor(rng, tensor.Float64, 0, 2, 4)
+	for i, c := range []struct {
+		name     string
+		f        lossFunc
+		x, tg, w *tensor.Dense
+	}{
+		{"bce", SigmoidBCE, x, tg, w},
+		{"smoothl1", smoothL1With(0.5), x, tg, w},
+		{"l1", L1Loss, x, tg, w},
+		{"focal", focalWith(0.25, 2), x, tg, w},
+		{"ce", SoftmaxCrossEntropy, ce, labels, rowW},
+		{"giou", GIoULoss, boxes, tboxes, bw},
+	} {
+		inputs := []autograd.Input{
+			{Name: "x", Value: c.x},
+			{Name: "t", Value: c.tg, NoGrad: true},
+			{Name: "w", Value: c.w, NoGrad: true},
+		}
+		_, err := autograd.CheckGrad(func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
+			onDev := make(G.Nodes, len(in))
+			for i, n := range in {
+				var err error
+				if onDev[i], err = ToDevice(n, dev); err != nil {
+					return nil, err
+				}
+			}
+			loss, err := c.f(onDev[0], onDev[1], onDev[2])
+			if err != nil {
+				return nil, err
+			}
+			one, err := G.Reshape(loss, tensor.Shape{1})
+			if err != nil {
+				return nil, err
+			}
+			return ToHost(one)
+		}, inputs, uint64(i), engine)
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	for i, f := range []func(*G.Node) (*G.Node, error){BoxCxCyWHToXYXY, BoxXYXYToCxCyWH} {
+		in := []autograd.Input{{Name: "boxes", Value: randTensor(rng, tensor.Float64, -2, 2, 3, 4)}}
+		_, err := autograd.CheckGrad(func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
+			b, err := ToDevice(in[0], dev)
+			if err != nil {
+				return nil, err
+			}
+			y, err := f(b)
+			if err != nil {
+				return nil, err
+			}
+			return ToHost(y)
+		}, in, uint64(i), engine)
+		if err != nil {
+			t.Errorf("box conversion %d: %v", i, err)
+		}
+	}
 }

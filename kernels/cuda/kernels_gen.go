@@ -404,6 +404,7 @@ type LossParams struct {
 	T     backend.DevicePtr // elementwise: targets [n]; ce: labels [n]; giou: boxes [n, 4]
 	W     backend.DevicePtr // weights, one per item: [n]
 	Out   backend.DevicePtr // fwd: double partial sums [gridDim.x]; bwd: dx, shaped as x
+	Dgrad backend.DevicePtr // bwd: a scalar T on the device that multiplies grad, or 0
 	N     int64             // items: elements, or rows (ce, giou)
 	Beta  float64           // smoothl1
 	Alpha float64           // focal; < 0: no weighting
@@ -415,18 +416,19 @@ type LossParams struct {
 
 // LossParams's layout, as the generator computed it for both sides.
 var (
-	_ [80]byte = [unsafe.Sizeof(LossParams{})]byte{}
+	_ [88]byte = [unsafe.Sizeof(LossParams{})]byte{}
 	_ [8]byte  = [unsafe.Alignof(LossParams{})]byte{}
 	_ [0]byte  = [unsafe.Offsetof(LossParams{}.X)]byte{}
 	_ [8]byte  = [unsafe.Offsetof(LossParams{}.T)]byte{}
 	_ [16]byte = [unsafe.Offsetof(LossParams{}.W)]byte{}
 	_ [24]byte = [unsafe.Offsetof(LossParams{}.Out)]byte{}
-	_ [32]byte = [unsafe.Offsetof(LossParams{}.N)]byte{}
-	_ [40]byte = [unsafe.Offsetof(LossParams{}.Beta)]byte{}
-	_ [48]byte = [unsafe.Offsetof(LossParams{}.Alpha)]byte{}
-	_ [56]byte = [unsafe.Offsetof(LossParams{}.Gamma)]byte{}
-	_ [64]byte = [unsafe.Offsetof(LossParams{}.Grad)]byte{}
-	_ [72]byte = [unsafe.Offsetof(LossParams{}.C)]byte{}
+	_ [32]byte = [unsafe.Offsetof(LossParams{}.Dgrad)]byte{}
+	_ [40]byte = [unsafe.Offsetof(LossParams{}.N)]byte{}
+	_ [48]byte = [unsafe.Offsetof(LossParams{}.Beta)]byte{}
+	_ [56]byte = [unsafe.Offsetof(LossParams{}.Alpha)]byte{}
+	_ [64]byte = [unsafe.Offsetof(LossParams{}.Gamma)]byte{}
+	_ [72]byte = [unsafe.Offsetof(LossParams{}.Grad)]byte{}
+	_ [80]byte = [unsafe.Offsetof(LossParams{}.C)]byte{}
 )
 
 // LossSumParams mirrors struct LossSumParams of kernels/losses.cu field for field (STHENO_PARAMS
@@ -1840,30 +1842,30 @@ var kernelTable = [...]KernelInfo{
 	{Module: "layernorm", Name: "layernorm_bwd_params_block_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_colsum_f32", Params: "ColSumParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_colsum_f64", Params: "ColSumParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_bce_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_bce_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_smoothl1_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_smoothl1_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_l1_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_l1_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_focal_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_focal_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_ce_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_ce_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_giou_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_fwd_giou_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_bce_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_bce_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_smoothl1_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_smoothl1_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_l1_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_l1_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_focal_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_focal_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_ce_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_ce_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_giou_f32", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "losses", Name: "loss_bwd_giou_f64", Params: "LossParams", ParamsSize: 80, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_bce_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_bce_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_smoothl1_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_smoothl1_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_l1_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_l1_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_focal_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_focal_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_ce_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_ce_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_giou_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_giou_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_bce_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_bce_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_smoothl1_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_smoothl1_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_l1_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_l1_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_focal_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_focal_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_ce_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_ce_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_giou_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_giou_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "losses", Name: "loss_sum_f32", Params: "LossSumParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "losses", Name: "loss_sum_f64", Params: "LossSumParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "losses", Name: "loss_add_f32", Params: "LossAddParams", ParamsSize: 24, MaxThreads: 32, MinBlocks: 0, Variant: false},

@@ -169,9 +169,11 @@ static std::vector<T> as(const std::vector<double>& v) {
   return std::vector<T>(v.begin(), v.end());
 }
 
-// The case's loss and dx (gradient scale g) from the kernels of dtype T.
+// The case's loss and dx (gradient scale g) from the kernels of dtype T;
+// with on_device, g reaches the backward as g/2 in the params times 2 read
+// through dgrad.
 template <class T>
-std::pair<double, std::vector<double>> run(const Case& k, double g, int blocks) {
+std::pair<double, std::vector<double>> run(const Case& k, double g, int blocks, bool on_device = false) {
   std::vector<T> x = as<T>(k.x), t = as<T>(k.t), w = as<T>(k.w);
   // padding: a weight-0 item's x holds inf or NaN
   const int m = per_item(k);
@@ -179,7 +181,7 @@ std::pair<double, std::vector<double>> run(const Case& k, double g, int blocks) 
     if (k.w[i] == 0) x[size_t(i) * m] = i % 2 ? std::numeric_limits<T>::infinity() : std::numeric_limits<T>::quiet_NaN();
   std::vector<double> partial(blocks, NAN);
   T loss = T(NAN);
-  LossParams p{addr(x.data()), addr(t.data()), addr(w.data()), addr(partial.data()), k.n, k.beta, k.alpha,
+  LossParams p{addr(x.data()), addr(t.data()), addr(w.data()), addr(partial.data()), 0, k.n, k.beta, k.alpha,
                k.gamma, 0, k.c, 0};
   const Kernels<T> ks = kernels_of<T>(k.kind);
   emu::launch(ks.fwd, dim3(blocks), dim3(kLossThreads), 0, p);
@@ -189,6 +191,8 @@ std::pair<double, std::vector<double>> run(const Case& k, double g, int blocks) 
   std::vector<T> dx(x.size(), T(NAN));
   p.out = addr(dx.data());
   p.grad = g;
+  const T two = T(2);
+  if (on_device) p.grad = g / 2, p.dgrad = addr(&two);
   emu::launch(ks.bwd, dim3(2), dim3(kLossThreads), 0, p);
   return {double(loss), std::vector<double>(dx.begin(), dx.end())};
 }
@@ -236,6 +240,7 @@ static void test_case(const Case& k) {
   for (double& v : fd) v *= g, scale = std::max(scale, fabs(v));
   check("f64 dx vs central differences", fd, dx64, kTolGrad, scale);
   check("f32 dx vs f64's", dx64, dx32, kTolParity32);
+  check("f64 dx, the gradient through dgrad", dx64, run<double>(k, g, blocks, true).second, Tol{0, 0});
 }
 
 // Boxes: each map and its backward, exactly as the arithmetic says.
