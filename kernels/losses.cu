@@ -368,8 +368,12 @@ __device__ __forceinline__ void loss_bwd(const LossParams& p) {
         const T m = T(1) - (pr * tv + (T(1) - pr) * (T(1) - tv));
         // d(m^gamma)/dm; PyTorch's pow backward is 0 for gamma = 0.
         const T dpow = gamma == T(0) ? T(0) : gamma * pow_of(m, gamma - T(1));
-        const T dm = -(pr * (T(1) - pr)) * (T(2) * tv - T(1));
-        gd = (pr - tv) * pow_of(m, gamma) + bce_term(v, tv) * dpow * dm;
+        // Back through p_t = p*t + (1-p)*(1-t) and p = sigmoid(x) in
+        // PyTorch's steps, so that an infinite dpow (0 < gamma < 1, p_t
+        // rounded to 1) gives its NaN, not a signed infinity.
+        const T gpt = -(bce_term(v, tv) * dpow);
+        const T gp = gpt * tv - gpt * (T(1) - tv);
+        gd = (pr - tv) * pow_of(m, gamma) + gp * ((T(1) - pr) * pr);
         if (p.alpha >= 0) gd *= alpha_t(tv, T(p.alpha));
       }
       dx[i] = grad * wi * gd;

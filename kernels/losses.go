@@ -150,8 +150,12 @@ func elementGrad[T Float](p LossParams, v, tv T) T {
 		if gamma != 0 {
 			dpow = gamma * powOf(m, gamma-1)
 		}
-		dm := -(pr * (1 - pr)) * (2*tv - 1)
-		gd := (pr-tv)*powOf(m, gamma) + bceTerm(v, tv)*dpow*dm
+		// Back through p_t = p*t + (1-p)*(1-t) and p = sigmoid(x) in
+		// PyTorch's steps, so that an infinite dpow (0 < gamma < 1, p_t
+		// rounded to 1) gives its NaN, not a signed infinity.
+		gpt := -(bceTerm(v, tv) * dpow)
+		gp := gpt*tv - gpt*(1-tv)
+		gd := (pr-tv)*powOf(m, gamma) + gp*((1-pr)*pr)
 		if p.Alpha >= 0 {
 			gd *= alphaT(tv, T(p.Alpha))
 		}

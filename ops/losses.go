@@ -126,7 +126,10 @@ const (
 // examples; gamma = 0 gives alpha-weighted SigmoidBCE. reduction="mean" is
 // weights of 1/N. x, t and w have the same shape and dtype. Returns a
 // scalar; differentiable with respect to x, as PyTorch's autograd of
-// torchvision's function (the gradient of (1-p_t)^gamma is 0 at gamma = 0).
+// torchvision's function: the gradient of (1-p_t)^gamma is 0 at gamma = 0,
+// and for 0 < gamma < 1 the gradient at a logit so large that p_t rounds
+// to 1 (|x| > 17 in float32) is NaN, (1-p_t)^(gamma-1) being infinite
+// there, as in PyTorch.
 func SigmoidFocalLoss(x, t, w *G.Node, alpha, gamma float64) (*G.Node, error) {
 	const op = "SigmoidFocalLoss"
 	if math.IsNaN(alpha) || alpha > 1 {

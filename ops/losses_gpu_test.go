@@ -260,6 +260,17 @@ func TestGPULossesGraph(t *testing.T) {
 	}
 }
 
+// The focal gradient at saturated logits for 0 < gamma < 1 is NaN on the
+// GPU too, where the CPU's is (TestFocalSaturatedGradient).
+func TestGPUFocalSaturatedGradient(t *testing.T) {
+	dev := gpu(t)
+	s := lossShape{kind: lossSigmoidFocal, x: tensor.Shape{3}, t: tensor.Shape{3}, w: tensor.Shape{3}, dt: tensor.Float32, alpha: 0.25, gamma: 0.5}
+	x := fromFloat64s(tensor.Float32, []float64{20, -20, 3}, 3)
+	tg := fromFloat64s(tensor.Float32, []float64{1, 0, 1}, 3)
+	w := fromFloat64s(tensor.Float32, []float64{1, 1, 1}, 3)
+	lossGradParity(t, dev, s, x, tg, w)
+}
+
 // A label out of range makes the device's loss NaN, and its row of the
 // gradient (the CPU twin returns an error instead); other rows stay.
 func TestGPUSoftmaxCrossEntropyBadLabelIsNaN(t *testing.T) {

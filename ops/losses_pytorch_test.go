@@ -178,6 +178,23 @@ func TestNewLossesHandValues(t *testing.T) {
 	}
 }
 
+// For 0 < gamma < 1, a saturated logit's focal gradient is NaN in float32
+// (p_t rounds to 1, and (1-p_t)^(gamma-1) is infinite) and finite in
+// float64, as PyTorch's autograd gives them (checked against torch 1.13:
+// [nan nan -0.0038] and [-3.5091e-14 1.0527e-13]).
+func TestFocalSaturatedGradient(t *testing.T) {
+	f := focalWith(0.25, 0.5)
+	_, g32 := lossAndGrad(t, f, cast(t, vec(20, -20, 3), tensor.Float32), cast(t, vec(1, 0, 1), tensor.Float32), cast(t, vec(1, 1, 1), tensor.Float32))
+	if !math.IsNaN(g32[0]) || !math.IsNaN(g32[1]) || math.Abs(g32[2]+0.0038) > 1e-4 {
+		t.Errorf("float32: %v, want [NaN NaN -0.0038]", g32)
+	}
+	_, g64 := lossAndGrad(t, f, vec(20, -20), vec(1, 0), vec(1, 1))
+	// PyTorch printed 5 digits.
+	if math.Abs(g64[0]/-3.5091e-14-1) > 1e-4 || math.Abs(g64[1]/1.0527e-13-1) > 1e-4 {
+		t.Errorf("float64: %v, want [-3.5091e-14 1.0527e-13]", g64)
+	}
+}
+
 // A zero weight removes an element or a box from the loss and its
 // gradient, whatever it holds.
 func TestNewLossesZeroWeightIsPadding(t *testing.T) {
