@@ -26,10 +26,11 @@ var lossKernels = map[lossKind][2]func(tensor.Dtype) (cuda.Kernel[cuda.LossParam
 }
 
 // lossForwardBlocks is the grid of a loss's forward kernel over n items:
-// a thread per item up to cuda.LossBlocks blocks. It depends on n alone,
-// and so does the order of the sum (losses.cu's header).
+// a thread per item up to cuda.LossBlocks blocks, and at least one (whose
+// partial sum is 0 when there are no items). It depends on n alone, and so
+// does the order of the sum (losses.cu's header).
 func lossForwardBlocks(n int) int {
-	return min(ceilDiv(n, cuda.LossThreads), cuda.LossBlocks)
+	return max(1, min(ceilDiv(n, cuda.LossThreads), cuda.LossBlocks))
 }
 
 // elementwiseBlocks is the grid of a grid-stride kernel over n items: a
