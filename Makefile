@@ -75,7 +75,10 @@ EMU_HARNESSES := \
 	elementwise \
 	softmax \
 	layernorm \
-	losses
+	losses \
+	layout \
+	attention \
+	adamw
 EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_HARNESSES:%=$(EMU_DIR)/%_emu_test) \
 	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/softmax_emu_test_asan
 

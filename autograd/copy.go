@@ -18,11 +18,11 @@ func part(prealloc any, src *tensor.Dense, offset int, shape tensor.Shape) (*ten
 		if !ok || dst.Dtype() != src.Dtype() || !dst.Shape().Eq(shape) || dst.IsView() || backend.IsDevice(dst) {
 			dst = tensor.New(tensor.Of(src.Dtype()), tensor.WithShape(shape...))
 		}
-		switch s := src.Data().(type) {
-		case []float32:
-			copy(dst.Data().([]float32), s[offset:offset+n])
-		case []float64:
-			copy(dst.Data().([]float64), s[offset:offset+n])
+		switch src.Dtype() {
+		case tensor.Float32:
+			copy(dst.Float32s(), src.Float32s()[offset:offset+n])
+		case tensor.Float64:
+			copy(dst.Float64s(), src.Float64s()[offset:offset+n])
 		default:
 			return nil, fmt.Errorf("unsupported dtype %v", src.Dtype())
 		}

@@ -194,7 +194,7 @@ func hostScalar(t tensor.Tensor, dt tensor.Dtype) (float64, error) {
 	if t.Dtype() != dt || t.Shape().TotalSize() > 1 {
 		return 0, fmt.Errorf("%v %v is not one %v", t.Dtype(), t.Shape(), dt)
 	}
-	v := reflect.ValueOf(t.Data())
+	v := reflect.ValueOf(HostData(t))
 	if v.Kind() == reflect.Slice {
 		if v.Len() != 1 {
 			return 0, fmt.Errorf("%v %v holds %d values, want 1", t.Dtype(), t.Shape(), v.Len())

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"runtime"
 	"unsafe"
 
 	"gorgonia.org/tensor"
@@ -50,6 +51,20 @@ import (
 type hostInaccessible struct{ tensor.StdEng }
 
 func (hostInaccessible) AllocAccessible() bool { return false }
+
+// HostData is t.Data() for a host tensor (or gorgonia Value), safe to call on a tensor that
+// nothing uses afterwards. tensor's Dense.Data builds its result from the
+// backing array's address held as a uintptr, which the collector does not
+// see, and allocates while doing so: when t itself is no longer referenced,
+// a collection at that moment frees the array, and the slice returned
+// points at freed memory (other values appear in it, or the runtime stops
+// with "found bad pointer in Go heap"). HostData keeps t alive until the
+// slice exists. Typed accessors (Float32s, Float64s, Get) have no such
+// window.
+func HostData(t interface{ Data() any }) any {
+	defer runtime.KeepAlive(t)
+	return t.Data()
+}
 
 // rawAddr returns the address a Dense's backing slice starts at, also for
 // an empty slice, for which Dense.Uintptr panics.

@@ -326,7 +326,12 @@ func (f *fakeDriver) close() error {
 		fakeGPU.used -= uint64(len(b)) // the context takes its memory with it
 	}
 	fakeGPU.Unlock()
-	return syscall.Munmap(f.region)
+	// The reservation stays: device tensors that outlive the context still
+	// hold slices into it, and once unmapped, the range may be handed to
+	// Go's heap, whose collector then finds those slices pointing at
+	// spans it never allocated and stops the process ("found bad pointer
+	// in Go heap"). Address space is all it costs.
+	return nil
 }
 
 // fakeBLAS is the fake's cuBLAS: it takes the column-major calls Gemm

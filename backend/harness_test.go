@@ -131,7 +131,7 @@ func sameValues(got, want *tensor.Dense) string {
 
 // floats returns a host tensor's values as float64s.
 func floats(t *tensor.Dense) []float64 {
-	v := reflect.ValueOf(t.Data())
+	v := reflect.ValueOf(HostData(t))
 	if v.Kind() != reflect.Slice {
 		return []float64{v.Convert(reflect.TypeOf(0.0)).Float()}
 	}

@@ -11,6 +11,57 @@
 
 #define STHENO_PARAMS(S) STHENO_PARAMS_##S
 
+// kernels/adamw.cu
+#define STHENO_PARAMS_AdamWNormParams \
+  static_assert(sizeof(AdamWNormParams) == 48 && alignof(AdamWNormParams) == 8, "AdamWNormParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, table) == 0 && std::is_same<decltype(AdamWNormParams::table), uint64_t>::value, "AdamWNormParams::table: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, partial) == 8 && std::is_same<decltype(AdamWNormParams::partial), uint64_t>::value, "AdamWNormParams::partial: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, norm) == 16 && std::is_same<decltype(AdamWNormParams::norm), uint64_t>::value, "AdamWNormParams::norm: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, tensors) == 24 && std::is_same<decltype(AdamWNormParams::tensors), int64_t>::value, "AdamWNormParams::tensors: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, max_norm) == 32 && std::is_same<decltype(AdamWNormParams::max_norm), double>::value, "AdamWNormParams::max_norm: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, chunks) == 40 && std::is_same<decltype(AdamWNormParams::chunks), int32_t>::value, "AdamWNormParams::chunks: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWNormParams, unused) == 44 && std::is_same<decltype(AdamWNormParams::unused), int32_t>::value, "AdamWNormParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/adamw.cu
+#define STHENO_PARAMS_AdamWStepParams \
+  static_assert(sizeof(AdamWStepParams) == 344 && alignof(AdamWStepParams) == 8, "AdamWStepParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, table) == 0 && std::is_same<decltype(AdamWStepParams::table), uint64_t>::value, "AdamWStepParams::table: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, norm) == 8 && std::is_same<decltype(AdamWStepParams::norm), uint64_t>::value, "AdamWStepParams::norm: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, tensors) == 16 && std::is_same<decltype(AdamWStepParams::tensors), int64_t>::value, "AdamWStepParams::tensors: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, beta1) == 24 && std::is_same<decltype(AdamWStepParams::beta1), double>::value, "AdamWStepParams::beta1: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, one_minus_beta1) == 32 && std::is_same<decltype(AdamWStepParams::one_minus_beta1), double>::value, "AdamWStepParams::one_minus_beta1: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, beta2) == 40 && std::is_same<decltype(AdamWStepParams::beta2), double>::value, "AdamWStepParams::beta2: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, one_minus_beta2) == 48 && std::is_same<decltype(AdamWStepParams::one_minus_beta2), double>::value, "AdamWStepParams::one_minus_beta2: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, eps) == 56 && std::is_same<decltype(AdamWStepParams::eps), double>::value, "AdamWStepParams::eps: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, bc2_sqrt) == 64 && std::is_same<decltype(AdamWStepParams::bc2_sqrt), double>::value, "AdamWStepParams::bc2_sqrt: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, decay) == 72 && std::is_same<decltype(AdamWStepParams::decay), double[16]>::value, "AdamWStepParams::decay: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, step_size) == 200 && std::is_same<decltype(AdamWStepParams::step_size), double[16]>::value, "AdamWStepParams::step_size: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, chunks) == 328 && std::is_same<decltype(AdamWStepParams::chunks), int32_t>::value, "AdamWStepParams::chunks: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, clip) == 332 && std::is_same<decltype(AdamWStepParams::clip), int32_t>::value, "AdamWStepParams::clip: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, zero_grad) == 336 && std::is_same<decltype(AdamWStepParams::zero_grad), int32_t>::value, "AdamWStepParams::zero_grad: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(AdamWStepParams, unused) == 340 && std::is_same<decltype(AdamWStepParams::unused), int32_t>::value, "AdamWStepParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/attention.cu
+#define STHENO_PARAMS_ScaleMaskParams \
+  static_assert(sizeof(ScaleMaskParams) == 64 && alignof(ScaleMaskParams) == 8, "ScaleMaskParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, x) == 0 && std::is_same<decltype(ScaleMaskParams::x), uint64_t>::value, "ScaleMaskParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, mask) == 8 && std::is_same<decltype(ScaleMaskParams::mask), uint64_t>::value, "ScaleMaskParams::mask: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, out) == 16 && std::is_same<decltype(ScaleMaskParams::out), uint64_t>::value, "ScaleMaskParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, total) == 24 && std::is_same<decltype(ScaleMaskParams::total), int64_t>::value, "ScaleMaskParams::total: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, ls) == 32 && std::is_same<decltype(ScaleMaskParams::ls), int64_t>::value, "ScaleMaskParams::ls: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, s) == 40 && std::is_same<decltype(ScaleMaskParams::s), int64_t>::value, "ScaleMaskParams::s: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, heads) == 48 && std::is_same<decltype(ScaleMaskParams::heads), int64_t>::value, "ScaleMaskParams::heads: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ScaleMaskParams, scale) == 56 && std::is_same<decltype(ScaleMaskParams::scale), double>::value, "ScaleMaskParams::scale: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/attention.cu
+#define STHENO_PARAMS_HeadMeanParams \
+  static_assert(sizeof(HeadMeanParams) == 40 && alignof(HeadMeanParams) == 8, "HeadMeanParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, x) == 0 && std::is_same<decltype(HeadMeanParams::x), uint64_t>::value, "HeadMeanParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, out) == 8 && std::is_same<decltype(HeadMeanParams::out), uint64_t>::value, "HeadMeanParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, total) == 16 && std::is_same<decltype(HeadMeanParams::total), int64_t>::value, "HeadMeanParams::total: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, ls) == 24 && std::is_same<decltype(HeadMeanParams::ls), int64_t>::value, "HeadMeanParams::ls: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(HeadMeanParams, heads) == 32 && std::is_same<decltype(HeadMeanParams::heads), int64_t>::value, "HeadMeanParams::heads: offset or type differs from kernels/cuda's: run make kernels-go")
+
 // kernels/conv.cu
 #define STHENO_PARAMS_SplitKParams \
   static_assert(sizeof(SplitKParams) == 48 && alignof(SplitKParams) == 8, "SplitKParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
@@ -180,6 +231,41 @@
   static_assert(offsetof(ColSumParams, rows) == 16 && std::is_same<decltype(ColSumParams::rows), int64_t>::value, "ColSumParams::rows: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(ColSumParams, cols) == 24 && std::is_same<decltype(ColSumParams::cols), int32_t>::value, "ColSumParams::cols: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(ColSumParams, unused) == 28 && std::is_same<decltype(ColSumParams::unused), int32_t>::value, "ColSumParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/layout.cu
+#define STHENO_PARAMS_PermuteParams \
+  static_assert(sizeof(PermuteParams) == 232 && alignof(PermuteParams) == 8, "PermuteParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, in) == 0 && std::is_same<decltype(PermuteParams::in), uint64_t>::value, "PermuteParams::in: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, out) == 8 && std::is_same<decltype(PermuteParams::out), uint64_t>::value, "PermuteParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, dims) == 16 && std::is_same<decltype(PermuteParams::dims), int64_t[8]>::value, "PermuteParams::dims: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, in_strides) == 80 && std::is_same<decltype(PermuteParams::in_strides), int64_t[8]>::value, "PermuteParams::in_strides: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, out_strides) == 144 && std::is_same<decltype(PermuteParams::out_strides), int64_t[8]>::value, "PermuteParams::out_strides: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, total) == 208 && std::is_same<decltype(PermuteParams::total), int64_t>::value, "PermuteParams::total: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, batch) == 216 && std::is_same<decltype(PermuteParams::batch), int64_t>::value, "PermuteParams::batch: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, rank) == 224 && std::is_same<decltype(PermuteParams::rank), int32_t>::value, "PermuteParams::rank: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(PermuteParams, tile_axis) == 228 && std::is_same<decltype(PermuteParams::tile_axis), int32_t>::value, "PermuteParams::tile_axis: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/layout.cu
+#define STHENO_PARAMS_CopyRowsParams \
+  static_assert(sizeof(CopyRowsParams) == 48 && alignof(CopyRowsParams) == 8, "CopyRowsParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, src) == 0 && std::is_same<decltype(CopyRowsParams::src), uint64_t>::value, "CopyRowsParams::src: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, dst) == 8 && std::is_same<decltype(CopyRowsParams::dst), uint64_t>::value, "CopyRowsParams::dst: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, rows) == 16 && std::is_same<decltype(CopyRowsParams::rows), int64_t>::value, "CopyRowsParams::rows: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, cols) == 24 && std::is_same<decltype(CopyRowsParams::cols), int64_t>::value, "CopyRowsParams::cols: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, src_stride) == 32 && std::is_same<decltype(CopyRowsParams::src_stride), int64_t>::value, "CopyRowsParams::src_stride: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(CopyRowsParams, dst_stride) == 40 && std::is_same<decltype(CopyRowsParams::dst_stride), int64_t>::value, "CopyRowsParams::dst_stride: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/layout.cu
+#define STHENO_PARAMS_GatherParams \
+  static_assert(sizeof(GatherParams) == 64 && alignof(GatherParams) == 8, "GatherParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, x) == 0 && std::is_same<decltype(GatherParams::x), uint64_t>::value, "GatherParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, idx) == 8 && std::is_same<decltype(GatherParams::idx), uint64_t>::value, "GatherParams::idx: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, out) == 16 && std::is_same<decltype(GatherParams::out), uint64_t>::value, "GatherParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, link) == 24 && std::is_same<decltype(GatherParams::link), uint64_t>::value, "GatherParams::link: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, status) == 32 && std::is_same<decltype(GatherParams::status), uint64_t>::value, "GatherParams::status: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, n) == 40 && std::is_same<decltype(GatherParams::n), int64_t>::value, "GatherParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, k) == 48 && std::is_same<decltype(GatherParams::k), int64_t>::value, "GatherParams::k: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(GatherParams, d) == 56 && std::is_same<decltype(GatherParams::d), int64_t>::value, "GatherParams::d: offset or type differs from kernels/cuda's: run make kernels-go")
 
 // kernels/losses.cu
 #define STHENO_PARAMS_LossParams \

@@ -24,6 +24,11 @@
 //   y, dy) are read once: a single read and a single write per element.
 //   Short rows share a warp: rows of 16 float32 are 4 lanes of one 16-byte
 //   vector each, 8 rows a warp.
+// - lane (inner == 1, rows of up to 32 vectors): the warp design with room
+//   for one vector per lane. The warp kernels' registers, sized for their
+//   longest row, halve the blocks an SM holds; short rows (MSDeformAttn's
+//   weights, 16 per row) are bound by the loads in flight, so they take
+//   these. Same lanes, same order of every sum: the same bits as warp.
 // - block (inner == 1, longer rows): a block per row, three passes over it
 //   (max, sum, write; backward two), the second and third read back from
 //   L2.
@@ -193,11 +198,11 @@ __device__ __forceinline__ WarpRow warp_row(const SoftmaxParams& p) {
 
 // A group of p.lanes lanes per row of n = p.n elements (inner == 1), V of
 // them per access (V divides n); lane l holds vectors l, l + lanes, ...,
-// up to kSlots of them. The max, then exp(x - max) kept in place of x (x -
-// max for log-softmax) and summed, then the output: x is read once.
-template <typename T, int V>
+// up to kSlots of them (1 for the lane kernels). The max, then exp(x -
+// max) kept in place of x (x - max for log-softmax) and summed, then the
+// output: x is read once.
+template <typename T, int V, int kSlots = kLaneBytes / (static_cast<int>(sizeof(T)) * V)>
 __device__ __forceinline__ void softmax_fwd_warp(const SoftmaxParams& p) {
-  constexpr int kSlots = kLaneBytes / (static_cast<int>(sizeof(T)) * V);
   using P = Pack<T, V>;
   const WarpRow w = warp_row(p);
   const int g = p.lanes, nv = p.n / V;
@@ -246,9 +251,8 @@ __device__ __forceinline__ void softmax_fwd_warp(const SoftmaxParams& p) {
 }
 
 // The warp kernels' backward: y and dy held in registers, read once.
-template <typename T, int V>
+template <typename T, int V, int kSlots = kLaneBytes / (static_cast<int>(sizeof(T)) * V)>
 __device__ __forceinline__ void softmax_bwd_warp(const SoftmaxParams& p) {
-  constexpr int kSlots = kLaneBytes / (static_cast<int>(sizeof(T)) * V);
   using P = Pack<T, V>;
   const WarpRow w = warp_row(p);
   const int g = p.lanes, nv = p.n / V;
@@ -432,6 +436,30 @@ __global__ void __launch_bounds__(stheno::kWarpThreads) softmax_bwd_warp_v16b_f3
 }
 __global__ void __launch_bounds__(stheno::kWarpThreads) softmax_bwd_warp_v16b_f64(stheno::SoftmaxParams p) {
   stheno::softmax_bwd_warp<double, 2>(p);
+}
+__global__ void __launch_bounds__(stheno::kWarpThreads) softmax_fwd_lane_f32(stheno::SoftmaxParams p) {
+  stheno::softmax_fwd_warp<float, 1, 1>(p);
+}
+__global__ void __launch_bounds__(stheno::kWarpThreads) softmax_fwd_lane_f64(stheno::SoftmaxParams p) {
+  stheno::softmax_fwd_warp<double, 1, 1>(p);
+}
+__global__ void __launch_bounds__(stheno::kWarpThreads) softmax_fwd_lane_v16b_f32(stheno::SoftmaxParams p) {
+  stheno::softmax_fwd_warp<float, 4, 1>(p);
+}
+__global__ void __launch_bounds__(stheno::kWarpThreads) softmax_fwd_lane_v16b_f64(stheno::SoftmaxParams p) {
+  stheno::softmax_fwd_warp<double, 2, 1>(p);
+}
+__global__ void __launch_bounds__(stheno::kWarpThreads) softmax_bwd_lane_f32(stheno::SoftmaxParams p) {
+  stheno::softmax_bwd_warp<float, 1, 1>(p);
+}
+__global__ void __launch_bounds__(stheno::kWarpThreads) softmax_bwd_lane_f64(stheno::SoftmaxParams p) {
+  stheno::softmax_bwd_warp<double, 1, 1>(p);
+}
+__global__ void __launch_bounds__(stheno::kWarpThreads) softmax_bwd_lane_v16b_f32(stheno::SoftmaxParams p) {
+  stheno::softmax_bwd_warp<float, 4, 1>(p);
+}
+__global__ void __launch_bounds__(stheno::kWarpThreads) softmax_bwd_lane_v16b_f64(stheno::SoftmaxParams p) {
+  stheno::softmax_bwd_warp<double, 2, 1>(p);
 }
 __global__ void __launch_bounds__(stheno::kMaxThreads) softmax_fwd_block_f32(stheno::SoftmaxParams p) {
   stheno::softmax_fwd_block<float, 1>(p);

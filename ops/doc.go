@@ -3,11 +3,14 @@
 // (MSDeformAttn), fused convolution layers (Conv with bias and ReLU, ConvBN
 // with BatchNorm, a residual and ReLU, ConvTranspose), UpsampleNearest,
 // Linear, MatMul and BatchedMatMul, Softmax and LogSoftmax along any axis,
-// LayerNorm, the detection losses (SigmoidBCE, SmoothL1, L1Loss,
-// SoftmaxCrossEntropy, SigmoidFocalLoss, GIoULoss, each with per-element
-// weights, and SumLosses to add them), the box conversions BoxCxCyWHToXYXY
-// and BoxXYXYToCxCyWH, and ToDevice/ToHost, which move values and their
-// gradients between the host and a GPU inside a graph.
+// LayerNorm, the layout ops (Permute, Transpose, Concat, Slice, Split,
+// Reshape, Detach, GatherRows), MultiHeadAttention (composed of them), the
+// detection losses (SigmoidBCE, SmoothL1, L1Loss, SoftmaxCrossEntropy,
+// SigmoidFocalLoss, GIoULoss, each with per-element weights, and SumLosses
+// to add them), the box conversions BoxCxCyWHToXYXY and BoxXYXYToCxCyWH,
+// and ToDevice/ToHost, which move values and their gradients between the
+// host and a GPU inside a graph. AdamW is a gorgonia.Solver that updates
+// parameters where they live, host or GPU.
 //
 // Each constructor checks shapes, dtypes and its config while the graph is
 // built and returns an error naming the op, the argument and the shape it
@@ -21,9 +24,12 @@
 // where their inputs live: host tensors take the Go CPU kernels; device
 // tensors (package backend, build tag stheno_cuda) take the CUDA kernels of
 // RoIAlign, MSDeformAttn, Conv, ConvBN, Linear, MatMul, BatchedMatMul,
-// Softmax, LogSoftmax, LayerNorm, the losses and the box conversions and
-// return device tensors, with no host round trip; the other ops refuse
-// device inputs with an error that says to move them with ToHost. All ops accept float32 and float64.
+// Softmax, LogSoftmax, LayerNorm, the layout ops, the losses and the box
+// conversions and return device tensors, with no host round trip; the other
+// ops refuse device inputs with an error that says to move them with ToHost.
+// All ops accept float32 and float64. CheckPlacement (and NewTapeMachine,
+// which runs it) finds a device value that would reach an op that cannot
+// take it while the graph is still being compiled.
 //
 // Semantics follow the references exactly:
 //   - RoIAlign: torchvision.ops.roi_align (average pooling);
@@ -39,6 +45,14 @@
 //     +inf or a line of -inf only makes its line NaN).
 //   - LayerNorm: torch.nn.functional.layer_norm over the last dimension,
 //     with optional weight (gamma) and bias (beta).
+//   - Permute, Concat, Slice, Reshape, GatherRows: x.permute(...).contiguous(),
+//     torch.cat, x.narrow, torch.reshape and torch.index_select(x, 0, idx);
+//     each returns a new contiguous tensor (on the device too, never a view).
+//   - MultiHeadAttention: torch.nn.MultiheadAttention's forward with dropout
+//     0 (kdim = vdim = E, an additive key-padding mask).
+//   - AdamW: torch.optim.AdamW with param_groups (learning rate and weight
+//     decay per group), after torch.nn.utils.clip_grad_norm_ when
+//     AdamWConfig.MaxGradNorm is set.
 //   - The losses: F.binary_cross_entropy_with_logits, F.smooth_l1_loss,
 //     F.l1_loss, F.cross_entropy, torchvision's sigmoid_focal_loss and
 //     generalized_box_iou_loss, reduction="sum" with weights; the box

@@ -9,6 +9,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
 )
 
 // randTensor returns a tensor of dtype dt with elements uniform in [lo, hi).
@@ -42,7 +44,7 @@ func toFloat64s(t testing.TB, v G.Value) []float64 {
 	if v.Shape().TotalSize() == 0 && v.Shape().Dims() > 0 {
 		return []float64{} // Data panics on an empty tensor
 	}
-	switch d := v.Data().(type) {
+	switch d := backend.HostData(v).(type) {
 	case []float64:
 		return append([]float64(nil), d...)
 	case []float32:
@@ -56,7 +58,7 @@ func toFloat64s(t testing.TB, v G.Value) []float64 {
 	case float32:
 		return []float64{float64(d)}
 	}
-	t.Fatalf("unexpected value %T", v.Data())
+	t.Fatalf("unexpected value %T", v)
 	return nil
 }
 

@@ -296,6 +296,9 @@ func lossAddOp(dt tensor.Dtype) *specOp {
 		run: func(in []G.Value, prealloc G.Value) (G.Value, error) {
 			return addLosses(name, dt, in[0], in[1], prealloc)
 		},
+		// The sum lives where b (and a) does: CheckPlacement reads that
+		// from moveLike.
+		moveLike: true,
 		diffWRT: []bool{true, true},
 		grad: func(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 			return G.Nodes{grad, grad}, nil
@@ -446,6 +449,9 @@ func lossGradOp(s lossShape) *specOp {
 		},
 	}
 	op := *plain
+	// dx lives where x does, and so do the targets: CheckPlacement reads
+	// that from moveLike.
+	op.moveLike = true
 	op.run = func(in []G.Value, prealloc G.Value) (G.Value, error) {
 		if !backend.IsDevice(in[3]) {
 			return newOp(plain).UsePreallocDo(prealloc, in...)

@@ -229,7 +229,12 @@ func TestGPULossesGraph(t *testing.T) {
 			if onDev {
 				opts = append(opts, G.WithEngine(dev.Engine()))
 			}
-			m := G.NewTapeMachine(g, opts...)
+			// NewTapeMachine checks the placement first: every op here
+			// takes device values.
+			m, err := NewTapeMachine(g, opts...)
+			if err != nil {
+				t.Fatalf("device=%t: %v", onDev, err)
+			}
 			defer m.Close()
 			if err := m.RunAll(); err != nil {
 				t.Fatalf("device=%t: %v", onDev, err)

@@ -144,15 +144,13 @@ func hostScalar(op, arg string, v G.Value, dt tensor.Dtype) (*tensor.Dense, erro
 		if s.Shape().TotalSize() != 1 || backend.IsDevice(s) {
 			return nil, fmt.Errorf("ops: %s: %s must be a float scalar on the host, got %v of shape %v", op, arg, s.Dtype(), s.Shape())
 		}
-		switch d := s.Data().(type) {
+		// Get, not Data: tensor's Data hides the backing array from the
+		// collector while it builds its result (see backend.HostData).
+		switch d := s.Get(0).(type) {
 		case float64:
 			f = d
 		case float32:
 			f = float64(d)
-		case []float64:
-			f = d[0]
-		case []float32:
-			f = float64(d[0])
 		default:
 			return nil, fmt.Errorf("ops: %s: %s must be a float scalar, got %v", op, arg, s.Dtype())
 		}

@@ -21,10 +21,11 @@ const (
 	softmaxWarp  softmaxDesign = iota // a lane group per row, the row in registers
 	softmaxBlock                      // a block per row, three passes
 	softmaxInner                      // a thread per line of stride inner > 1
+	softmaxLane                       // warp's kernels with one vector per lane, for rows of up to 32 vectors
 )
 
 func (d softmaxDesign) String() string {
-	return [...]string{"warp", "block", "inner"}[d]
+	return [...]string{"warp", "block", "inner", "lane"}[d]
 }
 
 // softmaxPlan is a softmax kernel's design and launch.
@@ -45,7 +46,8 @@ const softmaxInnerThreads = 1 << 18
 // elements of elem bytes; aligned says that the tensors' addresses are
 // 16-byte aligned. inner == 1: rows of up to 32*SoftmaxLaneBytes bytes take
 // the warp kernels, with as many lanes per row as cover its vectors (up to
-// a warp); longer rows a block each, of a thread per 4 vectors (128 to
+// a warp; the lane kernels, of fewer registers, when that is one vector a
+// lane); longer rows a block each, of a thread per 4 vectors (128 to
 // SoftmaxMaxThreads). Both use 16-byte vectors when every row starts
 // aligned. inner > 1: the inner kernels, threadIdx.y splitting each line's
 // axis (up to 16 ways) while the grid has fewer than softmaxInnerThreads
@@ -63,7 +65,11 @@ func softmaxPlanFor(p kernels.SoftmaxParams, elem int, aligned bool) softmaxPlan
 		if p.N*elem <= 32*cuda.SoftmaxLaneBytes {
 			lanes := min(32, nextPow2(nv))
 			perBlock := cuda.SoftmaxWarpThreads / 32 * (32 / lanes)
-			return softmaxPlan{design: softmaxWarp, vec: vec, lanes: lanes, cfg: backend.LaunchConfig{
+			design := softmaxWarp
+			if nv <= 32 {
+				design = softmaxLane
+			}
+			return softmaxPlan{design: design, vec: vec, lanes: lanes, cfg: backend.LaunchConfig{
 				Grid:  backend.Dim3{X: uint32(ceilDiv(p.Outer, perBlock)), Y: 1, Z: 1},
 				Block: backend.Dim3{X: cuda.SoftmaxWarpThreads, Y: 1, Z: 1},
 			}}
@@ -99,16 +105,18 @@ func nextPow2(n int) int {
 
 // softmaxKernels are the kernels of each design, forward and backward
 // ([0] and [1]), element by element and with vectors ([.][.][0] and [1]).
-var softmaxKernels = [2][3][2]func(tensor.Dtype) (cuda.Kernel[cuda.SoftmaxParams], error){
+var softmaxKernels = [2][4][2]func(tensor.Dtype) (cuda.Kernel[cuda.SoftmaxParams], error){
 	{
 		{cuda.SoftmaxFwdWarp, cuda.SoftmaxFwdWarpV16b},
 		{cuda.SoftmaxFwdBlock, cuda.SoftmaxFwdBlockV16b},
 		{cuda.SoftmaxFwdInner, cuda.SoftmaxFwdInner},
+		{cuda.SoftmaxFwdLane, cuda.SoftmaxFwdLaneV16b},
 	},
 	{
 		{cuda.SoftmaxBwdWarp, cuda.SoftmaxBwdWarpV16b},
 		{cuda.SoftmaxBwdBlock, cuda.SoftmaxBwdBlockV16b},
 		{cuda.SoftmaxBwdInner, cuda.SoftmaxBwdInner},
+		{cuda.SoftmaxBwdLane, cuda.SoftmaxBwdLaneV16b},
 	},
 }
 
@@ -133,7 +141,7 @@ func (s softmaxShape) checkDeviceSizes(op string, pl softmaxPlan) error {
 	}
 	var blocks int
 	switch pl.design {
-	case softmaxWarp:
+	case softmaxWarp, softmaxLane:
 		blocks = ceilDiv(p.Outer, cuda.SoftmaxWarpThreads/32*(32/pl.lanes))
 	case softmaxBlock:
 		blocks = p.Outer

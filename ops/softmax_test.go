@@ -427,7 +427,8 @@ func TestSoftmaxOpsHashApart(t *testing.T) {
 // The device's choice of kernel and launch by shape (softmax_device.go),
 // which needs no GPU to check: the warp kernels for rows up to 1024
 // float32 (512 float64), with 16-byte vectors where every row is aligned
-// and as many lanes as cover a row; the block kernels for longer rows; the
+// and as many lanes as cover a row (the lane kernels where that is a
+// vector or element a lane); the block kernels for longer rows; the
 // inner kernels for inner > 1.
 func TestSoftmaxPlan(t *testing.T) {
 	for _, c := range []struct {
@@ -443,10 +444,12 @@ func TestSoftmaxPlan(t *testing.T) {
 		smem    int
 	}{
 		{"attention", []int{2, 8, 300, 300}, -1, tensor.Float32, true, "softmax_fwd_warp_v16b_f32", 32, 1200, [2]int{128, 1}, 0},
-		{"msdeform weights", []int{2, 8, 22223, 16}, -1, tensor.Float32, true, "softmax_fwd_warp_v16b_f32", 4, 11112, [2]int{128, 1}, 0},
-		{"unaligned tensors", []int{2, 8, 22223, 16}, -1, tensor.Float32, false, "softmax_fwd_warp_f32", 16, 44446, [2]int{128, 1}, 0},
+		{"msdeform weights", []int{2, 8, 22223, 16}, -1, tensor.Float32, true, "softmax_fwd_lane_v16b_f32", 4, 11112, [2]int{128, 1}, 0},
+		{"unaligned tensors", []int{2, 8, 22223, 16}, -1, tensor.Float32, false, "softmax_fwd_lane_f32", 16, 44446, [2]int{128, 1}, 0},
 		{"odd rows", []int{37, 301}, -1, tensor.Float32, true, "softmax_fwd_warp_f32", 32, 10, [2]int{128, 1}, 0},
-		{"n = 1", []int{5, 1}, 1, tensor.Float64, true, "softmax_fwd_warp_f64", 1, 1, [2]int{128, 1}, 0},
+		{"n = 1", []int{5, 1}, 1, tensor.Float64, true, "softmax_fwd_lane_f64", 1, 1, [2]int{128, 1}, 0},
+		{"32 vectors", []int{3, 128}, -1, tensor.Float32, true, "softmax_fwd_lane_v16b_f32", 32, 1, [2]int{128, 1}, 0},
+		{"33 vectors", []int{3, 132}, -1, tensor.Float32, true, "softmax_fwd_warp_v16b_f32", 32, 1, [2]int{128, 1}, 0},
 		{"float32 warp limit", []int{3, 1024}, -1, tensor.Float32, true, "softmax_fwd_warp_v16b_f32", 32, 1, [2]int{128, 1}, 0},
 		{"float64 rows", []int{4, 300}, -1, tensor.Float64, true, "softmax_fwd_warp_v16b_f64", 32, 1, [2]int{128, 1}, 0},
 		{"float64 long rows", []int{4, 513}, -1, tensor.Float64, true, "softmax_fwd_block_f64", 0, 4, [2]int{256, 1}, 256},

@@ -50,6 +50,11 @@ type opSpec struct {
 	// gorgonia hands them (their number checked) and decides itself where
 	// its output lives. For ops whose job is placement: ToDevice, ToHost.
 	run func(in []G.Value, prealloc G.Value) (G.Value, error)
+	// moveTo and moveLike tell CheckPlacement where a run op puts its
+	// output: on moveTo's device (ToDevice), where its second input lives
+	// (MoveLike), or else on the host (ToHost).
+	moveTo   *backend.Device
+	moveLike bool
 
 	// diffWRT says which inputs the op is differentiable with respect to
 	// (none when nil), and grad returns their gradients (nil for the
@@ -100,14 +105,32 @@ func newOp(s *opSpec) *specOp { return &specOp{s} }
 func (op *specOp) Arity() int { return len(op.inputs) }
 
 // Type is a function of tensors of the inputs' and the output's ranks (of
-// scalars for rank 0), all of one element type: gorgonia's type system
-// unifies them.
+// scalars for rank 0), all of one element type, which gorgonia's type
+// system unifies, except inputs of a dtype of their own (an index vector),
+// typed with it.
 func (op *specOp) Type() hm.Type {
 	ranks := make([]int, 0, len(op.inputs)+1)
+	own := false
 	for _, a := range op.inputs {
 		ranks = append(ranks, a.shape.Dims())
+		own = own || a.dtype != (tensor.Dtype{})
 	}
-	return fnType(append(ranks, op.out.Dims())...)
+	ranks = append(ranks, op.out.Dims())
+	if !own {
+		return fnType(ranks...)
+	}
+	ts := fnType(ranks...).(*hm.FunctionType).FlatTypes()
+	for i, a := range op.inputs {
+		if a.dtype == (tensor.Dtype{}) {
+			continue
+		}
+		if a.shape.Dims() == 0 {
+			ts[i] = a.dtype
+		} else {
+			ts[i] = G.TensorType{Dims: a.shape.Dims(), Of: a.dtype}
+		}
+	}
+	return hm.NewFnType(ts...)
 }
 
 func (op *specOp) InferShape(...G.DimSizer) (tensor.Shape, error) { return op.out.Clone(), nil }

@@ -58,6 +58,7 @@ func moveOp(shape tensor.Shape, dev *backend.Device) *specOp {
 		run: func(in []G.Value, _ G.Value) (G.Value, error) {
 			return move(name, in[0], dev)
 		},
+		moveTo:  dev,
 		diffWRT: []bool{true},
 		// The gradient goes back to where the input lives.
 		grad: func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
@@ -78,6 +79,7 @@ func moveLikeOp(shape tensor.Shape) *specOp {
 	return newOp(&opSpec{
 		name: name, config: fmt.Sprintf("x=%v", shape),
 		inputs: []argSpec{{name: "x", shape: shape}, {name: "like", shape: shape}}, out: shape,
+		moveLike: true,
 		run: func(in []G.Value, _ G.Value) (G.Value, error) {
 			dev, err := backend.DeviceOf(in[1])
 			if err != nil {

@@ -34,27 +34,13 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import roi_align
 
+from timing import median_ms
+
 DEV = "cuda"
 
 # Targets as speed-ups over the anchor (TARGETS.md).
 ROI_TARGETS = {"fwd": 3.0, "bwd": 4.0, "bwd_adaptive": 10.0}
 DD_TARGETS = {"detr_encoder": (3, 4), "seed_full": (3, 4), "detr_decoder": (2, 2)}
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def load(case_dir, name):

@@ -31,28 +31,14 @@ import re
 import torch
 import torch.nn.functional as F
 
+from timing import median_ms
+
 DEV = "cuda"
 CASES = [
     ("resnet_c3_3x3", (8, 128, 56, 56), (128, 128, 3, 3), 1),
     ("fpn_p2_3x3", (2, 256, 200, 336), (256, 256, 3, 3), 1),
     ("resnet_c4_1x1", (8, 1024, 28, 28), (256, 1024, 1, 1), 0),
 ]
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def conv_flops(xs, ws, pad):

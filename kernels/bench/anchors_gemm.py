@@ -16,6 +16,8 @@ import re
 
 import torch
 
+from timing import median_ms
+
 DEV = "cuda"
 # name: (batch, m, n, k, transA, transB), as BenchmarkGPUGemm's cases.
 CASES = {
@@ -25,22 +27,6 @@ CASES = {
     "attn_qk_8x300x300x32": (8, 300, 300, 32, False, True),
     "attn_av_8x300x32x300": (8, 300, 32, 300, False, False),
 }
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def operands(batch, m, n, k, ta, tb):

@@ -23,28 +23,14 @@ import re
 import torch
 import torch.nn.functional as F
 
+from timing import median_ms
+
 DEV = "cuda"
 # name: (rows, C), as BenchmarkGPULayerNorm's cases.
 CASES = {
     "detr_encoder_44446x256": (2 * 22223, 256),
     "detr_decoder_600x256": (2 * 300, 256),
 }
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def time_case(rows, c):

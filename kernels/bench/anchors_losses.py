@@ -8,8 +8,8 @@ same run on the same GPU.
     # 2. the anchor and the side-by-side table:
     python3 kernels/bench/anchors_losses.py --stheno /tmp/losses.log
 
-Timing as stheno's suite: CUDA events around each call, median of 30 after
-5 warm-up calls; float32. Each loss is reduction="sum" with a weight per
+Timing as stheno's suite (timing.median_ms): CUDA events around each call,
+median of 30 after 5 warm-up calls; float32. Each loss is reduction="sum" with a weight per
 element (per row for cross_entropy and GIoU), as stheno's ops take it:
 sum(w * loss(x, t, reduction="none")), so that PyTorch runs the same
 arithmetic (its weighted forms: binary_cross_entropy_with_logits's
@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from torchvision.ops import generalized_box_iou_loss, sigmoid_focal_loss
 
+from timing import median_ms
+
 DEV = "cuda"
 # name: (kind, shape), as BenchmarkGPULosses's lossBenchCases.
 CASES = {
@@ -42,22 +44,6 @@ CASES = {
     "smoothl1_rpn_720000x4": ("smoothl1", (720000, 4)),
     "ce_roi_1024x91": ("ce", (1024, 91)),
 }
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def boxes(n, gen):

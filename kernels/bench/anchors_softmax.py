@@ -22,28 +22,14 @@ import re
 
 import torch
 
+from timing import median_ms
+
 DEV = "cuda"
 # name: shape, as BenchmarkGPUSoftmax's softmaxBenchCases.
 CASES = {
     "attn_4800x300": (2 * 8 * 300, 300),
     "msdeform_2x8x22223x16": (2, 8, 22223, 16),
 }
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def backward_fn(op, y, dy, dim):

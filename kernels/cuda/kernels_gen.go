@@ -10,6 +10,119 @@ import (
 	"github.com/stheno-ml/stheno/backend"
 )
 
+// AdamWNormParams mirrors struct AdamWNormParams of kernels/adamw.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// norm_partial and norm_finalize.
+type AdamWNormParams struct {
+	Table   backend.DevicePtr // int64 [tensors*kTensorWords + chunks]: the tensors' rows, then the chunks
+	Partial backend.DevicePtr // double [chunks]: each chunk's sum of squares
+	Norm    backend.DevicePtr // double [2]: finalize writes the norm and the clip coefficient
+	Tensors int64             // rows of the table: where the chunks' words start
+	MaxNorm float64           // finalize: the clipping threshold (> 0)
+	Chunks  int32
+	_       int32
+}
+
+// AdamWNormParams's layout, as the generator computed it for both sides.
+var (
+	_ [48]byte = [unsafe.Sizeof(AdamWNormParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(AdamWNormParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(AdamWNormParams{}.Table)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(AdamWNormParams{}.Partial)]byte{}
+	_ [16]byte = [unsafe.Offsetof(AdamWNormParams{}.Norm)]byte{}
+	_ [24]byte = [unsafe.Offsetof(AdamWNormParams{}.Tensors)]byte{}
+	_ [32]byte = [unsafe.Offsetof(AdamWNormParams{}.MaxNorm)]byte{}
+	_ [40]byte = [unsafe.Offsetof(AdamWNormParams{}.Chunks)]byte{}
+)
+
+// AdamWStepParams mirrors struct AdamWStepParams of kernels/adamw.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The step.
+type AdamWStepParams struct {
+	Table                                      backend.DevicePtr // as AdamWNormParams'
+	Norm                                       backend.DevicePtr // double [2], when clip: norm_finalize's [norm, coef]
+	Tensors                                    int64
+	Beta1, OneMinusBeta1, Beta2, OneMinusBeta2 float64
+	Eps                                        float64
+	BC2Sqrt                                    float64     // sqrt(1 - beta2^t)
+	Decay                                      [16]float64 // per group: 1 - lr*wd
+	StepSize                                   [16]float64 // per group: lr / (1 - beta1^t)
+	Chunks                                     int32
+	Clip                                       int32 // scale the gradients by coef
+	ZeroGrad                                   int32 // write zeros over the gradients once read
+	_                                          int32
+}
+
+// AdamWStepParams's layout, as the generator computed it for both sides.
+var (
+	_ [344]byte = [unsafe.Sizeof(AdamWStepParams{})]byte{}
+	_ [8]byte   = [unsafe.Alignof(AdamWStepParams{})]byte{}
+	_ [0]byte   = [unsafe.Offsetof(AdamWStepParams{}.Table)]byte{}
+	_ [8]byte   = [unsafe.Offsetof(AdamWStepParams{}.Norm)]byte{}
+	_ [16]byte  = [unsafe.Offsetof(AdamWStepParams{}.Tensors)]byte{}
+	_ [24]byte  = [unsafe.Offsetof(AdamWStepParams{}.Beta1)]byte{}
+	_ [32]byte  = [unsafe.Offsetof(AdamWStepParams{}.OneMinusBeta1)]byte{}
+	_ [40]byte  = [unsafe.Offsetof(AdamWStepParams{}.Beta2)]byte{}
+	_ [48]byte  = [unsafe.Offsetof(AdamWStepParams{}.OneMinusBeta2)]byte{}
+	_ [56]byte  = [unsafe.Offsetof(AdamWStepParams{}.Eps)]byte{}
+	_ [64]byte  = [unsafe.Offsetof(AdamWStepParams{}.BC2Sqrt)]byte{}
+	_ [72]byte  = [unsafe.Offsetof(AdamWStepParams{}.Decay)]byte{}
+	_ [200]byte = [unsafe.Offsetof(AdamWStepParams{}.StepSize)]byte{}
+	_ [328]byte = [unsafe.Offsetof(AdamWStepParams{}.Chunks)]byte{}
+	_ [332]byte = [unsafe.Offsetof(AdamWStepParams{}.Clip)]byte{}
+	_ [336]byte = [unsafe.Offsetof(AdamWStepParams{}.ZeroGrad)]byte{}
+)
+
+// ScaleMaskParams mirrors struct ScaleMaskParams of kernels/attention.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+type ScaleMaskParams struct {
+	X     backend.DevicePtr
+	Mask  backend.DevicePtr // [N, S], or 0: none
+	Out   backend.DevicePtr
+	Total int64 // elements of x: N*H*L*S
+	Ls    int64 // L*S
+	S     int64
+	Heads int64
+	Scale float64
+}
+
+// ScaleMaskParams's layout, as the generator computed it for both sides.
+var (
+	_ [64]byte = [unsafe.Sizeof(ScaleMaskParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(ScaleMaskParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(ScaleMaskParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(ScaleMaskParams{}.Mask)]byte{}
+	_ [16]byte = [unsafe.Offsetof(ScaleMaskParams{}.Out)]byte{}
+	_ [24]byte = [unsafe.Offsetof(ScaleMaskParams{}.Total)]byte{}
+	_ [32]byte = [unsafe.Offsetof(ScaleMaskParams{}.Ls)]byte{}
+	_ [40]byte = [unsafe.Offsetof(ScaleMaskParams{}.S)]byte{}
+	_ [48]byte = [unsafe.Offsetof(ScaleMaskParams{}.Heads)]byte{}
+	_ [56]byte = [unsafe.Offsetof(ScaleMaskParams{}.Scale)]byte{}
+)
+
+// HeadMeanParams mirrors struct HeadMeanParams of kernels/attention.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+type HeadMeanParams struct {
+	X     backend.DevicePtr // forward: [N*H, L*S]; backward: dy [N, L*S]
+	Out   backend.DevicePtr // forward: [N, L*S]; backward: dx [N*H, L*S]
+	Total int64             // elements of out
+	Ls    int64             // L*S
+	Heads int64
+}
+
+// HeadMeanParams's layout, as the generator computed it for both sides.
+var (
+	_ [40]byte = [unsafe.Sizeof(HeadMeanParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(HeadMeanParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(HeadMeanParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(HeadMeanParams{}.Out)]byte{}
+	_ [16]byte = [unsafe.Offsetof(HeadMeanParams{}.Total)]byte{}
+	_ [24]byte = [unsafe.Offsetof(HeadMeanParams{}.Ls)]byte{}
+	_ [32]byte = [unsafe.Offsetof(HeadMeanParams{}.Heads)]byte{}
+)
+
 // SplitKParams mirrors struct SplitKParams of kernels/conv.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
@@ -395,6 +508,96 @@ var (
 	_ [24]byte = [unsafe.Offsetof(ColSumParams{}.Cols)]byte{}
 )
 
+// PermuteParams mirrors struct PermuteParams of kernels/layout.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The parameters of permute_copy and permute_tile: the output's axes,
+// outermost first, their sizes and the strides (in units) of the input and
+// of the output along them. copy: in_strides[rank-1] == 1 and dims[rank-1]
+// counts units; tile: in_strides[tile_axis] == 1, out_strides[rank-1] == 1.
+type PermuteParams struct {
+	In         backend.DevicePtr
+	Out        backend.DevicePtr
+	Dims       [8]int64
+	InStrides  [8]int64
+	OutStrides [8]int64
+	Total      int64 // units of the output
+	Batch      int64 // tile: the product of the axes other than tile_axis and rank-1
+	Rank       int32
+	TileAxis   int32
+}
+
+// PermuteParams's layout, as the generator computed it for both sides.
+var (
+	_ [232]byte = [unsafe.Sizeof(PermuteParams{})]byte{}
+	_ [8]byte   = [unsafe.Alignof(PermuteParams{})]byte{}
+	_ [0]byte   = [unsafe.Offsetof(PermuteParams{}.In)]byte{}
+	_ [8]byte   = [unsafe.Offsetof(PermuteParams{}.Out)]byte{}
+	_ [16]byte  = [unsafe.Offsetof(PermuteParams{}.Dims)]byte{}
+	_ [80]byte  = [unsafe.Offsetof(PermuteParams{}.InStrides)]byte{}
+	_ [144]byte = [unsafe.Offsetof(PermuteParams{}.OutStrides)]byte{}
+	_ [208]byte = [unsafe.Offsetof(PermuteParams{}.Total)]byte{}
+	_ [216]byte = [unsafe.Offsetof(PermuteParams{}.Batch)]byte{}
+	_ [224]byte = [unsafe.Offsetof(PermuteParams{}.Rank)]byte{}
+	_ [228]byte = [unsafe.Offsetof(PermuteParams{}.TileAxis)]byte{}
+)
+
+// CopyRowsParams mirrors struct CopyRowsParams of kernels/layout.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// rows x cols units from src (a row every src_stride units) to dst (every
+// dst_stride units).
+type CopyRowsParams struct {
+	Src       backend.DevicePtr
+	Dst       backend.DevicePtr
+	Rows      int64
+	Cols      int64
+	SrcStride int64
+	DstStride int64
+}
+
+// CopyRowsParams's layout, as the generator computed it for both sides.
+var (
+	_ [48]byte = [unsafe.Sizeof(CopyRowsParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(CopyRowsParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(CopyRowsParams{}.Src)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(CopyRowsParams{}.Dst)]byte{}
+	_ [16]byte = [unsafe.Offsetof(CopyRowsParams{}.Rows)]byte{}
+	_ [24]byte = [unsafe.Offsetof(CopyRowsParams{}.Cols)]byte{}
+	_ [32]byte = [unsafe.Offsetof(CopyRowsParams{}.SrcStride)]byte{}
+	_ [40]byte = [unsafe.Offsetof(CopyRowsParams{}.DstStride)]byte{}
+)
+
+// GatherParams mirrors struct GatherParams of kernels/layout.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// x [n, d], idx [k] (int64), out [k, d]; backward: dy [k, d] in x, dx
+// [n, d] in out, link [k] (int32).
+type GatherParams struct {
+	X      backend.DevicePtr
+	Idx    backend.DevicePtr
+	Out    backend.DevicePtr
+	Link   backend.DevicePtr
+	Status backend.DevicePtr
+	N      int64
+	K      int64
+	D      int64 // units of a row (forward), elements (backward)
+}
+
+// GatherParams's layout, as the generator computed it for both sides.
+var (
+	_ [64]byte = [unsafe.Sizeof(GatherParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(GatherParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(GatherParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(GatherParams{}.Idx)]byte{}
+	_ [16]byte = [unsafe.Offsetof(GatherParams{}.Out)]byte{}
+	_ [24]byte = [unsafe.Offsetof(GatherParams{}.Link)]byte{}
+	_ [32]byte = [unsafe.Offsetof(GatherParams{}.Status)]byte{}
+	_ [40]byte = [unsafe.Offsetof(GatherParams{}.N)]byte{}
+	_ [48]byte = [unsafe.Offsetof(GatherParams{}.K)]byte{}
+	_ [56]byte = [unsafe.Offsetof(GatherParams{}.D)]byte{}
+)
+
 // LossParams mirrors struct LossParams of kernels/losses.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
@@ -680,6 +883,38 @@ var (
 	_ [48]byte = [unsafe.Offsetof(SoftmaxParams{}.Lanes)]byte{}
 )
 
+// The kernels of kernels/adamw.cu (module adamw).
+const (
+	// AdamWNormPartialF32 is adamw_norm_partial_f32, __launch_bounds__(256).
+	//
+	// clang-format off
+	AdamWNormPartialF32 Kernel[AdamWNormParams] = "adamw.adamw_norm_partial_f32"
+	// AdamWNormPartialF64 is adamw_norm_partial_f64, __launch_bounds__(256).
+	AdamWNormPartialF64 Kernel[AdamWNormParams] = "adamw.adamw_norm_partial_f64"
+	// AdamWNormFinalize is adamw_norm_finalize, __launch_bounds__(256).
+	AdamWNormFinalize Kernel[AdamWNormParams] = "adamw.adamw_norm_finalize"
+	// AdamWStepF32 is adamw_step_f32, __launch_bounds__(256).
+	AdamWStepF32 Kernel[AdamWStepParams] = "adamw.adamw_step_f32"
+	// AdamWStepF64 is adamw_step_f64, __launch_bounds__(256).
+	AdamWStepF64 Kernel[AdamWStepParams] = "adamw.adamw_step_f64"
+)
+
+// The kernels of kernels/attention.cu (module attention).
+const (
+	// AttentionScaleMaskF32 is attention_scale_mask_f32, __launch_bounds__(256).
+	AttentionScaleMaskF32 Kernel[ScaleMaskParams] = "attention.attention_scale_mask_f32"
+	// AttentionScaleMaskF64 is attention_scale_mask_f64, __launch_bounds__(256).
+	AttentionScaleMaskF64 Kernel[ScaleMaskParams] = "attention.attention_scale_mask_f64"
+	// AttentionHeadMeanF32 is attention_head_mean_f32, __launch_bounds__(256).
+	AttentionHeadMeanF32 Kernel[HeadMeanParams] = "attention.attention_head_mean_f32"
+	// AttentionHeadMeanF64 is attention_head_mean_f64, __launch_bounds__(256).
+	AttentionHeadMeanF64 Kernel[HeadMeanParams] = "attention.attention_head_mean_f64"
+	// AttentionHeadMeanBwdF32 is attention_head_mean_bwd_f32, __launch_bounds__(256).
+	AttentionHeadMeanBwdF32 Kernel[HeadMeanParams] = "attention.attention_head_mean_bwd_f32"
+	// AttentionHeadMeanBwdF64 is attention_head_mean_bwd_f64, __launch_bounds__(256).
+	AttentionHeadMeanBwdF64 Kernel[HeadMeanParams] = "attention.attention_head_mean_bwd_f64"
+)
+
 // The kernels of kernels/conv.cu (module conv).
 const (
 	// ConvFpropMmaM128I64F32 is conv_fprop_mma_m128_i64_f32, __launch_bounds__(256, 1).
@@ -872,6 +1107,44 @@ const (
 	LayerNormColSumF32 Kernel[ColSumParams] = "layernorm.layernorm_colsum_f32"
 	// LayerNormColSumF64 is layernorm_colsum_f64, __launch_bounds__(256).
 	LayerNormColSumF64 Kernel[ColSumParams] = "layernorm.layernorm_colsum_f64"
+)
+
+// The kernels of kernels/layout.cu (module layout).
+const (
+	// LayoutPermuteCopyB4 is layout_permute_copy_b4, __launch_bounds__(256).
+	LayoutPermuteCopyB4 Kernel[PermuteParams] = "layout.layout_permute_copy_b4"
+	// LayoutPermuteCopyB8 is layout_permute_copy_b8, __launch_bounds__(256).
+	LayoutPermuteCopyB8 Kernel[PermuteParams] = "layout.layout_permute_copy_b8"
+	// LayoutPermuteCopyB16 is layout_permute_copy_b16, __launch_bounds__(256).
+	LayoutPermuteCopyB16 Kernel[PermuteParams] = "layout.layout_permute_copy_b16"
+	// LayoutPermuteCopyB4I32 is layout_permute_copy_b4_i32, __launch_bounds__(256).
+	LayoutPermuteCopyB4I32 Kernel[PermuteParams] = "layout.layout_permute_copy_b4_i32"
+	// LayoutPermuteCopyB8I32 is layout_permute_copy_b8_i32, __launch_bounds__(256).
+	LayoutPermuteCopyB8I32 Kernel[PermuteParams] = "layout.layout_permute_copy_b8_i32"
+	// LayoutPermuteCopyB16I32 is layout_permute_copy_b16_i32, __launch_bounds__(256).
+	LayoutPermuteCopyB16I32 Kernel[PermuteParams] = "layout.layout_permute_copy_b16_i32"
+	// LayoutPermuteTileB4 is layout_permute_tile_b4, __launch_bounds__(256).
+	LayoutPermuteTileB4 Kernel[PermuteParams] = "layout.layout_permute_tile_b4"
+	// LayoutPermuteTileB8 is layout_permute_tile_b8, __launch_bounds__(256).
+	LayoutPermuteTileB8 Kernel[PermuteParams] = "layout.layout_permute_tile_b8"
+	// LayoutCopyRowsB4 is layout_copy_rows_b4, __launch_bounds__(256).
+	LayoutCopyRowsB4 Kernel[CopyRowsParams] = "layout.layout_copy_rows_b4"
+	// LayoutCopyRowsB8 is layout_copy_rows_b8, __launch_bounds__(256).
+	LayoutCopyRowsB8 Kernel[CopyRowsParams] = "layout.layout_copy_rows_b8"
+	// LayoutCopyRowsB16 is layout_copy_rows_b16, __launch_bounds__(256).
+	LayoutCopyRowsB16 Kernel[CopyRowsParams] = "layout.layout_copy_rows_b16"
+	// LayoutGatherRowsB4 is layout_gather_rows_b4, __launch_bounds__(256).
+	LayoutGatherRowsB4 Kernel[GatherParams] = "layout.layout_gather_rows_b4"
+	// LayoutGatherRowsB8 is layout_gather_rows_b8, __launch_bounds__(256).
+	LayoutGatherRowsB8 Kernel[GatherParams] = "layout.layout_gather_rows_b8"
+	// LayoutGatherRowsB16 is layout_gather_rows_b16, __launch_bounds__(256).
+	LayoutGatherRowsB16 Kernel[GatherParams] = "layout.layout_gather_rows_b16"
+	// LayoutGatherLink is layout_gather_link, __launch_bounds__(256).
+	LayoutGatherLink Kernel[GatherParams] = "layout.layout_gather_link"
+	// LayoutGatherScatterF32 is layout_gather_scatter_f32, __launch_bounds__(256).
+	LayoutGatherScatterF32 Kernel[GatherParams] = "layout.layout_gather_scatter_f32"
+	// LayoutGatherScatterF64 is layout_gather_scatter_f64, __launch_bounds__(256).
+	LayoutGatherScatterF64 Kernel[GatherParams] = "layout.layout_gather_scatter_f64"
 )
 
 // The kernels of kernels/losses.cu (module losses).
@@ -1167,6 +1440,22 @@ const (
 	SoftmaxBwdWarpV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_warp_v16b_f32"
 	// SoftmaxBwdWarpV16bF64 is softmax_bwd_warp_v16b_f64, __launch_bounds__(128).
 	SoftmaxBwdWarpV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_warp_v16b_f64"
+	// SoftmaxFwdLaneF32 is softmax_fwd_lane_f32, __launch_bounds__(128).
+	SoftmaxFwdLaneF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_f32"
+	// SoftmaxFwdLaneF64 is softmax_fwd_lane_f64, __launch_bounds__(128).
+	SoftmaxFwdLaneF64 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_f64"
+	// SoftmaxFwdLaneV16bF32 is softmax_fwd_lane_v16b_f32, __launch_bounds__(128).
+	SoftmaxFwdLaneV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_v16b_f32"
+	// SoftmaxFwdLaneV16bF64 is softmax_fwd_lane_v16b_f64, __launch_bounds__(128).
+	SoftmaxFwdLaneV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_fwd_lane_v16b_f64"
+	// SoftmaxBwdLaneF32 is softmax_bwd_lane_f32, __launch_bounds__(128).
+	SoftmaxBwdLaneF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_f32"
+	// SoftmaxBwdLaneF64 is softmax_bwd_lane_f64, __launch_bounds__(128).
+	SoftmaxBwdLaneF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_f64"
+	// SoftmaxBwdLaneV16bF32 is softmax_bwd_lane_v16b_f32, __launch_bounds__(128).
+	SoftmaxBwdLaneV16bF32 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_v16b_f32"
+	// SoftmaxBwdLaneV16bF64 is softmax_bwd_lane_v16b_f64, __launch_bounds__(128).
+	SoftmaxBwdLaneV16bF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_lane_v16b_f64"
 	// SoftmaxFwdBlockF32 is softmax_fwd_block_f32, __launch_bounds__(512).
 	SoftmaxFwdBlockF32 Kernel[SoftmaxParams] = "softmax.softmax_fwd_block_f32"
 	// SoftmaxFwdBlockF64 is softmax_fwd_block_f64, __launch_bounds__(512).
@@ -1192,6 +1481,31 @@ const (
 	// SoftmaxBwdInnerF64 is softmax_bwd_inner_f64, __launch_bounds__(512).
 	SoftmaxBwdInnerF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_inner_f64"
 )
+
+// AdamWNormPartial returns AdamWNormPartialF32 for float32 and AdamWNormPartialF64 for float64.
+func AdamWNormPartial(dt tensor.Dtype) (Kernel[AdamWNormParams], error) {
+	return byDtype(dt, "adamw_norm_partial", AdamWNormPartialF32, AdamWNormPartialF64)
+}
+
+// AdamWStep returns AdamWStepF32 for float32 and AdamWStepF64 for float64.
+func AdamWStep(dt tensor.Dtype) (Kernel[AdamWStepParams], error) {
+	return byDtype(dt, "adamw_step", AdamWStepF32, AdamWStepF64)
+}
+
+// AttentionScaleMask returns AttentionScaleMaskF32 for float32 and AttentionScaleMaskF64 for float64.
+func AttentionScaleMask(dt tensor.Dtype) (Kernel[ScaleMaskParams], error) {
+	return byDtype(dt, "attention_scale_mask", AttentionScaleMaskF32, AttentionScaleMaskF64)
+}
+
+// AttentionHeadMean returns AttentionHeadMeanF32 for float32 and AttentionHeadMeanF64 for float64.
+func AttentionHeadMean(dt tensor.Dtype) (Kernel[HeadMeanParams], error) {
+	return byDtype(dt, "attention_head_mean", AttentionHeadMeanF32, AttentionHeadMeanF64)
+}
+
+// AttentionHeadMeanBwd returns AttentionHeadMeanBwdF32 for float32 and AttentionHeadMeanBwdF64 for float64.
+func AttentionHeadMeanBwd(dt tensor.Dtype) (Kernel[HeadMeanParams], error) {
+	return byDtype(dt, "attention_head_mean_bwd", AttentionHeadMeanBwdF32, AttentionHeadMeanBwdF64)
+}
 
 // ConvSplitKReduce returns ConvSplitKReduceF32 for float32 and ConvSplitKReduceF64 for float64.
 func ConvSplitKReduce(dt tensor.Dtype) (Kernel[SplitKParams], error) {
@@ -1311,6 +1625,11 @@ func LayerNormBwdParamsBlock(dt tensor.Dtype) (Kernel[LayerNormParams], error) {
 // LayerNormColSum returns LayerNormColSumF32 for float32 and LayerNormColSumF64 for float64.
 func LayerNormColSum(dt tensor.Dtype) (Kernel[ColSumParams], error) {
 	return byDtype(dt, "layernorm_colsum", LayerNormColSumF32, LayerNormColSumF64)
+}
+
+// LayoutGatherScatter returns LayoutGatherScatterF32 for float32 and LayoutGatherScatterF64 for float64.
+func LayoutGatherScatter(dt tensor.Dtype) (Kernel[GatherParams], error) {
+	return byDtype(dt, "layout_gather_scatter", LayoutGatherScatterF32, LayoutGatherScatterF64)
 }
 
 // LossFwdBCE returns LossFwdBCEF32 for float32 and LossFwdBCEF64 for float64.
@@ -1543,6 +1862,26 @@ func SoftmaxBwdWarpV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 	return byDtype(dt, "softmax_bwd_warp_v16b", SoftmaxBwdWarpV16bF32, SoftmaxBwdWarpV16bF64)
 }
 
+// SoftmaxFwdLane returns SoftmaxFwdLaneF32 for float32 and SoftmaxFwdLaneF64 for float64.
+func SoftmaxFwdLane(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_fwd_lane", SoftmaxFwdLaneF32, SoftmaxFwdLaneF64)
+}
+
+// SoftmaxFwdLaneV16b returns SoftmaxFwdLaneV16bF32 for float32 and SoftmaxFwdLaneV16bF64 for float64.
+func SoftmaxFwdLaneV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_fwd_lane_v16b", SoftmaxFwdLaneV16bF32, SoftmaxFwdLaneV16bF64)
+}
+
+// SoftmaxBwdLane returns SoftmaxBwdLaneF32 for float32 and SoftmaxBwdLaneF64 for float64.
+func SoftmaxBwdLane(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_bwd_lane", SoftmaxBwdLaneF32, SoftmaxBwdLaneF64)
+}
+
+// SoftmaxBwdLaneV16b returns SoftmaxBwdLaneV16bF32 for float32 and SoftmaxBwdLaneV16bF64 for float64.
+func SoftmaxBwdLaneV16b(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
+	return byDtype(dt, "softmax_bwd_lane_v16b", SoftmaxBwdLaneV16bF32, SoftmaxBwdLaneV16bF64)
+}
+
 // SoftmaxFwdBlock returns SoftmaxFwdBlockF32 for float32 and SoftmaxFwdBlockF64 for float64.
 func SoftmaxFwdBlock(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 	return byDtype(dt, "softmax_fwd_block", SoftmaxFwdBlockF32, SoftmaxFwdBlockF64)
@@ -1575,6 +1914,28 @@ func SoftmaxBwdInner(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 
 // Constants the kernels define (stheno:const annotations).
 const (
+	// AdamWChunkElems is kChunkElems in kernels/adamw.cu.
+	//
+	// The elements of a chunk, a block's work: 16 vectors of 4 floats a thread.
+	AdamWChunkElems = 16384
+	// AdamWThreads is kThreads in kernels/adamw.cu.
+	//
+	// The threads of every block of these kernels.
+	AdamWThreads = 256
+	// AdamWMaxGroups is kMaxGroups in kernels/adamw.cu.
+	//
+	// The parameter groups a step may have: their scalars travel in the
+	// launch's params.
+	AdamWMaxGroups = 16
+	// AdamWTensorWords is kTensorWords in kernels/adamw.cu.
+	//
+	// The int64 words of a tensor's row of the table: param, grad, m, v (device
+	// addresses), element count, group.
+	AdamWTensorWords = 6
+	// AttentionThreads is kThreads in kernels/attention.cu.
+	//
+	// The threads of every block of attention.cu.
+	AttentionThreads = 256
 	// ConvFarIndex is kFar in kernels/conv.cu.
 	//
 	// An index far enough outside any image that a row or column marked with it
@@ -1695,6 +2056,27 @@ const (
 	//
 	// colsum's block: 8 warps of 32 columns; warp w adds rows w, w+8, ...
 	ColSumWarps = 8
+	// LayoutMaxRank is kMaxRank in kernels/layout.cu.
+	//
+	// The most axes a permutation has once size-one axes are dropped and
+	// neighbours that stay neighbours merged.
+	LayoutMaxRank = 8
+	// LayoutTile is kTile in kernels/layout.cu.
+	//
+	// permute_tile's tiles: kTile x kTile elements, blocks of kTile x
+	// kTileRowsPerPass threads.
+	LayoutTile = 32
+	// LayoutTileRowsPerPass is kTileRowsPerPass in kernels/layout.cu.
+	LayoutTileRowsPerPass = 8
+	// LayoutThreads is kThreads in kernels/layout.cu.
+	//
+	// The threads of a permute_copy, copy_rows or gather block.
+	LayoutThreads = 256
+	// LayoutStatusBadIndex is kStatusBadIndex in kernels/layout.cu.
+	//
+	// The status word's code for a gather index outside [0, n) (the codes of
+	// bilinear.cuh's Status are smaller).
+	LayoutStatusBadIndex = 16
 	// LossThreads is kLossThreads in kernels/losses.cu.
 	//
 	// Threads a block of every loss and box kernel.
@@ -1767,6 +2149,17 @@ const (
 
 // kernelTable lists every kernel, module by module, in source order.
 var kernelTable = [...]KernelInfo{
+	{Module: "adamw", Name: "adamw_norm_partial_f32", Params: "AdamWNormParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_norm_partial_f64", Params: "AdamWNormParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_norm_finalize", Params: "AdamWNormParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_step_f32", Params: "AdamWStepParams", ParamsSize: 344, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "adamw", Name: "adamw_step_f64", Params: "AdamWStepParams", ParamsSize: 344, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_scale_mask_f32", Params: "ScaleMaskParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_scale_mask_f64", Params: "ScaleMaskParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_f32", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_f64", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_bwd_f32", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "attention", Name: "attention_head_mean_bwd_f64", Params: "HeadMeanParams", ParamsSize: 40, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "conv", Name: "conv_fprop_mma_m128_i64_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
 	{Module: "conv", Name: "conv_fprop_mma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
 	{Module: "conv", Name: "conv_fprop_mma_m256_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: true},
@@ -1842,6 +2235,23 @@ var kernelTable = [...]KernelInfo{
 	{Module: "layernorm", Name: "layernorm_bwd_params_block_f64", Params: "LayerNormParams", ParamsSize: 72, MaxThreads: 1024, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_colsum_f32", Params: "ColSumParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layernorm", Name: "layernorm_colsum_f64", Params: "ColSumParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b4", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b8", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b16", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b4_i32", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b8_i32", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_copy_b16_i32", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_tile_b4", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_permute_tile_b8", Params: "PermuteParams", ParamsSize: 232, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_copy_rows_b4", Params: "CopyRowsParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_copy_rows_b8", Params: "CopyRowsParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_copy_rows_b16", Params: "CopyRowsParams", ParamsSize: 48, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_rows_b4", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_rows_b8", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_rows_b16", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_link", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_scatter_f32", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "layout", Name: "layout_gather_scatter_f64", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "losses", Name: "loss_fwd_bce_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "losses", Name: "loss_fwd_bce_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "losses", Name: "loss_fwd_smoothl1_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
@@ -1960,6 +2370,14 @@ var kernelTable = [...]KernelInfo{
 	{Module: "softmax", Name: "softmax_bwd_warp_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_bwd_warp_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_bwd_warp_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_fwd_lane_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
+	{Module: "softmax", Name: "softmax_bwd_lane_v16b_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_block_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_block_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_block_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},

@@ -5,6 +5,7 @@
 // (launch_of below mirrors softmaxPlanFor in ops/softmax_device.go): the warp
 // kernels (element by element, and with 16-byte vectors where the rows
 // allow them; with the lanes per row ops picks and with a whole warp), the
+// lane kernels on rows of up to 32 vectors (bit for bit the warp's), the
 // block kernels (on long rows, and on short ones too) and the inner
 // kernels (on lines of stride inner > 1, and of stride 1). Shapes [rows, n,
 // inner] cover n = 1, odd and short rows, rows of 16 (several rows a
@@ -77,31 +78,35 @@ struct Launch {
   std::string name;
 };
 
-enum Design { kWarp, kBlock, kInner };
+enum Design { kWarp, kBlock, kInner, kLane };
 
 template <class T>
 struct Kernels;
 template <>
 struct Kernels<float> {
-  static constexpr void (*fwd[3][2])(stheno::SoftmaxParams) = {
+  static constexpr void (*fwd[4][2])(stheno::SoftmaxParams) = {
       {softmax_fwd_warp_f32, softmax_fwd_warp_v16b_f32},
       {softmax_fwd_block_f32, softmax_fwd_block_v16b_f32},
-      {softmax_fwd_inner_f32, softmax_fwd_inner_f32}};
-  static constexpr void (*bwd[3][2])(stheno::SoftmaxParams) = {
+      {softmax_fwd_inner_f32, softmax_fwd_inner_f32},
+      {softmax_fwd_lane_f32, softmax_fwd_lane_v16b_f32}};
+  static constexpr void (*bwd[4][2])(stheno::SoftmaxParams) = {
       {softmax_bwd_warp_f32, softmax_bwd_warp_v16b_f32},
       {softmax_bwd_block_f32, softmax_bwd_block_v16b_f32},
-      {softmax_bwd_inner_f32, softmax_bwd_inner_f32}};
+      {softmax_bwd_inner_f32, softmax_bwd_inner_f32},
+      {softmax_bwd_lane_f32, softmax_bwd_lane_v16b_f32}};
 };
 template <>
 struct Kernels<double> {
-  static constexpr void (*fwd[3][2])(stheno::SoftmaxParams) = {
+  static constexpr void (*fwd[4][2])(stheno::SoftmaxParams) = {
       {softmax_fwd_warp_f64, softmax_fwd_warp_v16b_f64},
       {softmax_fwd_block_f64, softmax_fwd_block_v16b_f64},
-      {softmax_fwd_inner_f64, softmax_fwd_inner_f64}};
-  static constexpr void (*bwd[3][2])(stheno::SoftmaxParams) = {
+      {softmax_fwd_inner_f64, softmax_fwd_inner_f64},
+      {softmax_fwd_lane_f64, softmax_fwd_lane_v16b_f64}};
+  static constexpr void (*bwd[4][2])(stheno::SoftmaxParams) = {
       {softmax_bwd_warp_f64, softmax_bwd_warp_v16b_f64},
       {softmax_bwd_block_f64, softmax_bwd_block_v16b_f64},
-      {softmax_bwd_inner_f64, softmax_bwd_inner_f64}};
+      {softmax_bwd_inner_f64, softmax_bwd_inner_f64},
+      {softmax_bwd_lane_f64, softmax_bwd_lane_v16b_f64}};
 };
 
 // The launch of design d (vec: 16-byte vectors), as ops' softmaxPlanFor
@@ -116,10 +121,10 @@ Launch launch_of(Design d, bool vec, bool backward, int64_t rows, int n, int64_t
   const char* pass = backward ? "bwd" : "fwd";
   const char* vs = vec ? "_v16b" : "";
   char name[96];
-  if (d == kWarp) {
+  if (d == kWarp || d == kLane) {
     if (lanes <= 0) lanes = std::min(32, next_pow2(nv));
     const int64_t per_block = stheno::kWarpThreads / 32 * (32 / lanes);
-    snprintf(name, sizeof name, "%s_warp%s lanes=%d", pass, vs, lanes);
+    snprintf(name, sizeof name, "%s_%s%s lanes=%d", pass, d == kLane ? "lane" : "warp", vs, lanes);
     return Launch{k, dim3(unsigned((rows + per_block - 1) / per_block)), dim3(stheno::kWarpThreads), 0, lanes, name};
   }
   if (d == kBlock) {
@@ -180,9 +185,10 @@ std::vector<double> rounded(const std::vector<double>& v) {
 }
 
 // Runs l on the inputs (x, or y and dy) and checks its output against
-// want, and that it wrote no element past the output's end.
+// want, and that it wrote no element past the output's end. Returns the
+// output.
 template <class T>
-void run(const Launch& l, const std::string& label, bool backward, const std::vector<double>& a,
+std::vector<double> run(const Launch& l, const std::string& label, bool backward, const std::vector<double>& a,
          const std::vector<double>& b, const std::vector<double>& want, int64_t rows, int n, int64_t inner, bool log) {
   constexpr size_t kGuard = 64;
   const size_t total = a.size();
@@ -200,6 +206,15 @@ void run(const Launch& l, const std::string& label, bool backward, const std::ve
   bool guard = true;
   for (size_t i = total; i < out.size(); ++i) guard = guard && out[i] == T(12345);
   if (!guard) expect(label + " " + l.name + ": nothing written past the end", false);
+  return got;
+}
+
+// Whether a and b hold the same values, NaN where the other has NaN.
+static bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!(a[i] == b[i] || (a[i] != a[i] && b[i] != b[i]))) return false;
+  return true;
 }
 
 // Special values in some lines: line 0 gets a -inf, line 1 a NaN, line 2
@@ -230,19 +245,21 @@ void run_case(int64_t rows, int n, int64_t inner, bool special) {
   if (special) specials(x, rows, n, inner);
   x = rounded<T>(x), dy = rounded<T>(dy);
   // Which kernels can run the shape: warp and block on rows (inner == 1;
-  // warp up to its register capacity), inner on any; vectors where every
+  // warp up to its register capacity, lane up to 32 vectors), inner on any; vectors where every
   // row starts 16-byte aligned.
   std::vector<std::pair<Design, bool>> designs;
   if (inner == 1) {
     for (int vec = 0; vec < 2; ++vec) {
       if (vec && n % v16 != 0) continue;
       if (int64_t(n) * esize <= 32 * stheno::kLaneBytes) designs.push_back({kWarp, vec == 1});
+      if (n / (vec ? v16 : 1) <= 32) designs.push_back({kLane, vec == 1});
       designs.push_back({kBlock, vec == 1});
     }
   }
   designs.push_back({kInner, false});
   for (int log = 0; log < 2; ++log) {
     const std::string op = log ? "log_softmax" : "softmax";
+    std::pair<std::vector<double>, std::vector<double>> warp_out[4];
     std::vector<double> y, yT, dx;
     reference(x, y, rows, n, inner, log);
     // The backward's inputs: the forward's output in T, and dy.
@@ -253,9 +270,18 @@ void run_case(int64_t rows, int n, int64_t inner, bool special) {
         const auto& want = backward ? dx : y;
         const auto& a = backward ? yT : x;
         Launch l = launch_of<T>(d, vec, backward, rows, n, inner);
-        run<T>(l, op, backward, a, dy, want, rows, n, inner, log);
-        if (d == kWarp && l.lanes != 32) {
-          run<T>(launch_of<T>(d, vec, backward, rows, n, inner, 32), op, backward, a, dy, want, rows, n, inner, log);
+        std::vector<double> got = run<T>(l, op, backward, a, dy, want, rows, n, inner, log);
+        std::vector<double> got32;
+        if ((d == kWarp || d == kLane) && l.lanes != 32) {
+          got32 = run<T>(launch_of<T>(d, vec, backward, rows, n, inner, 32), op, backward, a, dy, want, rows, n,
+                         inner, log);
+        }
+        // The lane kernels promise the warp kernels' bits.
+        const int key = vec * 2 + backward;
+        if (d == kWarp) warp_out[key] = {got, got32};
+        if (d == kLane) {
+          expect(op + " " + l.name + ": the warp kernel's bits", same_bits(got, warp_out[key].first));
+          expect(op + " " + l.name + " lanes=32: the warp kernel's bits", same_bits(got32, warp_out[key].second));
         }
       }
     }

@@ -360,9 +360,9 @@ func (n *Net) Predict(pix [][]float32) ([][]Detection, [][]*MaskOut, error) {
 	d, nc, m := cfg.MaxDetections, cfg.NumClasses, cfg.MaskSize()
 	kd := n.batch * d
 	// The detection step's packing (see inferDetections).
-	c := carver{buf: n.detVal.Data().([]float32)}
+	c := carver{buf: n.detVal.(*tensor.Dense).Float32s()}
 	rois, scores, classes, valid := c.take(5*kd), c.take(kd), c.take(kd), c.take(kd)
-	logits := n.maskVal.Data().([]float32)
+	logits := n.maskVal.(*tensor.Dense).Float32s()
 	dets := make([][]Detection, n.batch)
 	masks := make([][]*MaskOut, n.batch)
 	for img := range n.batch {

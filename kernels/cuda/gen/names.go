@@ -8,7 +8,7 @@ import (
 // words spells the parts of C++ snake_case names that Go writes as
 // initialisms or with inner capitals.
 var words = map[string]string{
-	"roialign": "RoIAlign", "msdeform": "MSDeform", "layernorm": "LayerNorm", "colsum": "ColSum", "roi": "RoI", "rois": "RoIs", "bn": "BN",
+	"roialign": "RoIAlign", "adamw": "AdamW", "bc2": "BC2", "msdeform": "MSDeform", "layernorm": "LayerNorm", "colsum": "ColSum", "roi": "RoI", "rois": "RoIs", "bn": "BN",
 	"relu": "ReLU", "tf32": "TF32", "u64": "U64", "nchw": "NCHW", "nhwc": "NHWC",
 	"splitk": "SplitK", "dy": "DY", "dx": "DX", "hw": "HW", "kk": "KK", "kh": "KH", "kw": "KW",
 	"bce": "BCE", "smoothl1": "SmoothL1", "ce": "CE", "giou": "GIoU", "cxcywh": "CxCyWH", "xyxy": "XYXY",
