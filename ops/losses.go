@@ -299,7 +299,7 @@ func lossAddOp(dt tensor.Dtype) *specOp {
 		// The sum lives where b (and a) does: CheckPlacement reads that
 		// from moveLike.
 		moveLike: true,
-		diffWRT: []bool{true, true},
+		diffWRT:  []bool{true, true},
 		grad: func(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 			return G.Nodes{grad, grad}, nil
 		},
