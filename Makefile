@@ -75,6 +75,7 @@ EMU_HARNESSES := \
 	elementwise \
 	softmax \
 	layernorm \
+	losses \
 	layout \
 	attention \
 	adamw \

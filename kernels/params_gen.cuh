@@ -299,6 +299,44 @@
   static_assert(offsetof(GatherParams, k) == 48 && std::is_same<decltype(GatherParams::k), int64_t>::value, "GatherParams::k: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(GatherParams, d) == 56 && std::is_same<decltype(GatherParams::d), int64_t>::value, "GatherParams::d: offset or type differs from kernels/cuda's: run make kernels-go")
 
+// kernels/losses.cu
+#define STHENO_PARAMS_LossParams \
+  static_assert(sizeof(LossParams) == 88 && alignof(LossParams) == 8, "LossParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, x) == 0 && std::is_same<decltype(LossParams::x), uint64_t>::value, "LossParams::x: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, t) == 8 && std::is_same<decltype(LossParams::t), uint64_t>::value, "LossParams::t: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, w) == 16 && std::is_same<decltype(LossParams::w), uint64_t>::value, "LossParams::w: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, out) == 24 && std::is_same<decltype(LossParams::out), uint64_t>::value, "LossParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, dgrad) == 32 && std::is_same<decltype(LossParams::dgrad), uint64_t>::value, "LossParams::dgrad: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, n) == 40 && std::is_same<decltype(LossParams::n), int64_t>::value, "LossParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, beta) == 48 && std::is_same<decltype(LossParams::beta), double>::value, "LossParams::beta: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, alpha) == 56 && std::is_same<decltype(LossParams::alpha), double>::value, "LossParams::alpha: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, gamma) == 64 && std::is_same<decltype(LossParams::gamma), double>::value, "LossParams::gamma: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, grad) == 72 && std::is_same<decltype(LossParams::grad), double>::value, "LossParams::grad: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, c) == 80 && std::is_same<decltype(LossParams::c), int32_t>::value, "LossParams::c: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossParams, unused) == 84 && std::is_same<decltype(LossParams::unused), int32_t>::value, "LossParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/losses.cu
+#define STHENO_PARAMS_LossSumParams \
+  static_assert(sizeof(LossSumParams) == 24 && alignof(LossSumParams) == 8, "LossSumParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossSumParams, partial) == 0 && std::is_same<decltype(LossSumParams::partial), uint64_t>::value, "LossSumParams::partial: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossSumParams, out) == 8 && std::is_same<decltype(LossSumParams::out), uint64_t>::value, "LossSumParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossSumParams, blocks) == 16 && std::is_same<decltype(LossSumParams::blocks), int32_t>::value, "LossSumParams::blocks: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossSumParams, unused) == 20 && std::is_same<decltype(LossSumParams::unused), int32_t>::value, "LossSumParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/losses.cu
+#define STHENO_PARAMS_LossAddParams \
+  static_assert(sizeof(LossAddParams) == 24 && alignof(LossAddParams) == 8, "LossAddParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossAddParams, a) == 0 && std::is_same<decltype(LossAddParams::a), uint64_t>::value, "LossAddParams::a: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossAddParams, b) == 8 && std::is_same<decltype(LossAddParams::b), uint64_t>::value, "LossAddParams::b: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(LossAddParams, out) == 16 && std::is_same<decltype(LossAddParams::out), uint64_t>::value, "LossAddParams::out: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/losses.cu
+#define STHENO_PARAMS_BoxParams \
+  static_assert(sizeof(BoxParams) == 24 && alignof(BoxParams) == 8, "BoxParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(BoxParams, in) == 0 && std::is_same<decltype(BoxParams::in), uint64_t>::value, "BoxParams::in: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(BoxParams, out) == 8 && std::is_same<decltype(BoxParams::out), uint64_t>::value, "BoxParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(BoxParams, n) == 16 && std::is_same<decltype(BoxParams::n), int64_t>::value, "BoxParams::n: offset or type differs from kernels/cuda's: run make kernels-go")
+
 // kernels/maxpool.cu
 #define STHENO_PARAMS_MaxPool2dParams \
   static_assert(sizeof(MaxPool2dParams) == 72 && alignof(MaxPool2dParams) == 8, "MaxPool2dParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \

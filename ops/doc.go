@@ -69,4 +69,9 @@
 //     False; the first maximum wins a tie, a NaN wins, as PyTorch).
 //   - Dropout: torch.nn.functional.dropout; its masks come from a seeded
 //     counter-based generator (DropoutRNG), not PyTorch's.
+//   - SigmoidBCE, SmoothL1, L1Loss, SoftmaxCrossEntropy: PyTorch's
+//     binary_cross_entropy_with_logits, smooth_l1_loss, l1_loss and
+//     cross_entropy with reduction "sum" and per-element weights;
+//     SigmoidFocalLoss and GIoULoss: torchvision.ops.sigmoid_focal_loss and
+//     generalized_box_iou_loss; the box conversions: torchvision.ops.box_convert.
 package ops

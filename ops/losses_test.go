@@ -259,7 +259,7 @@ func TestLossHashes(t *testing.T) {
 // element; anything else is an error naming the argument.
 func TestLossGradScalarForms(t *testing.T) {
 	x, tg, w := vec(0.5, -1), vec(1, 0), vec(1, 2)
-	s := lossShape{kind: lossSigmoidBCE, x: tensor.Shape{2}, t: tensor.Shape{2}, dt: tensor.Float64}
+	s := lossShape{kind: lossSigmoidBCE, x: tensor.Shape{2}, t: tensor.Shape{2}, w: tensor.Shape{2}, dt: tensor.Float64}
 	want := []float64{3 * (sigmoid(0.5) - 1), 3 * 2 * sigmoid(-1)}
 	for _, c := range []struct {
 		name string

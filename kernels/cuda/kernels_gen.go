@@ -681,6 +681,101 @@ var (
 	_ [56]byte = [unsafe.Offsetof(GatherParams{}.D)]byte{}
 )
 
+// LossParams mirrors struct LossParams of kernels/losses.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The launch parameters of the loss kernels, passed by value.
+type LossParams struct {
+	X     backend.DevicePtr // elementwise: [n]; ce: logits [n, c]; giou: boxes [n, 4]
+	T     backend.DevicePtr // elementwise: targets [n]; ce: labels [n]; giou: boxes [n, 4]
+	W     backend.DevicePtr // weights, one per item: [n]
+	Out   backend.DevicePtr // fwd: double partial sums [gridDim.x]; bwd: dx, shaped as x
+	Dgrad backend.DevicePtr // bwd: a scalar T on the device that multiplies grad, or 0
+	N     int64             // items: elements, or rows (ce, giou)
+	Beta  float64           // smoothl1
+	Alpha float64           // focal; < 0: no weighting
+	Gamma float64           // focal
+	Grad  float64           // bwd: the loss's gradient
+	C     int32             // ce: classes
+	_     int32
+}
+
+// LossParams's layout, as the generator computed it for both sides.
+var (
+	_ [88]byte = [unsafe.Sizeof(LossParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(LossParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(LossParams{}.X)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(LossParams{}.T)]byte{}
+	_ [16]byte = [unsafe.Offsetof(LossParams{}.W)]byte{}
+	_ [24]byte = [unsafe.Offsetof(LossParams{}.Out)]byte{}
+	_ [32]byte = [unsafe.Offsetof(LossParams{}.Dgrad)]byte{}
+	_ [40]byte = [unsafe.Offsetof(LossParams{}.N)]byte{}
+	_ [48]byte = [unsafe.Offsetof(LossParams{}.Beta)]byte{}
+	_ [56]byte = [unsafe.Offsetof(LossParams{}.Alpha)]byte{}
+	_ [64]byte = [unsafe.Offsetof(LossParams{}.Gamma)]byte{}
+	_ [72]byte = [unsafe.Offsetof(LossParams{}.Grad)]byte{}
+	_ [80]byte = [unsafe.Offsetof(LossParams{}.C)]byte{}
+)
+
+// LossSumParams mirrors struct LossSumParams of kernels/losses.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// loss_sum: out = the sum of partial[0, blocks), as T.
+type LossSumParams struct {
+	Partial backend.DevicePtr // double [blocks]
+	Out     backend.DevicePtr // T, a scalar
+	Blocks  int32
+	_       int32
+}
+
+// LossSumParams's layout, as the generator computed it for both sides.
+var (
+	_ [24]byte = [unsafe.Sizeof(LossSumParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(LossSumParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(LossSumParams{}.Partial)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(LossSumParams{}.Out)]byte{}
+	_ [16]byte = [unsafe.Offsetof(LossSumParams{}.Blocks)]byte{}
+)
+
+// LossAddParams mirrors struct LossAddParams of kernels/losses.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// loss_add: out = a + b, scalars of T (SumLosses, losses summed on the
+// device).
+type LossAddParams struct {
+	A   backend.DevicePtr
+	B   backend.DevicePtr
+	Out backend.DevicePtr
+}
+
+// LossAddParams's layout, as the generator computed it for both sides.
+var (
+	_ [24]byte = [unsafe.Sizeof(LossAddParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(LossAddParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(LossAddParams{}.A)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(LossAddParams{}.B)]byte{}
+	_ [16]byte = [unsafe.Offsetof(LossAddParams{}.Out)]byte{}
+)
+
+// BoxParams mirrors struct BoxParams of kernels/losses.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// box kernels: out [n, 4] from in [n, 4].
+type BoxParams struct {
+	In  backend.DevicePtr
+	Out backend.DevicePtr
+	N   int64 // boxes
+}
+
+// BoxParams's layout, as the generator computed it for both sides.
+var (
+	_ [24]byte = [unsafe.Sizeof(BoxParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(BoxParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(BoxParams{}.In)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(BoxParams{}.Out)]byte{}
+	_ [16]byte = [unsafe.Offsetof(BoxParams{}.N)]byte{}
+)
+
 // MaxPool2dParams mirrors struct MaxPool2dParams of kernels/maxpool.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
@@ -1299,6 +1394,82 @@ const (
 	LayoutGatherScatterF64 Kernel[GatherParams] = "layout.layout_gather_scatter_f64"
 )
 
+// The kernels of kernels/losses.cu (module losses).
+const (
+	// LossFwdBCEF32 is loss_fwd_bce_f32, __launch_bounds__(256).
+	LossFwdBCEF32 Kernel[LossParams] = "losses.loss_fwd_bce_f32"
+	// LossFwdBCEF64 is loss_fwd_bce_f64, __launch_bounds__(256).
+	LossFwdBCEF64 Kernel[LossParams] = "losses.loss_fwd_bce_f64"
+	// LossFwdSmoothL1F32 is loss_fwd_smoothl1_f32, __launch_bounds__(256).
+	LossFwdSmoothL1F32 Kernel[LossParams] = "losses.loss_fwd_smoothl1_f32"
+	// LossFwdSmoothL1F64 is loss_fwd_smoothl1_f64, __launch_bounds__(256).
+	LossFwdSmoothL1F64 Kernel[LossParams] = "losses.loss_fwd_smoothl1_f64"
+	// LossFwdL1F32 is loss_fwd_l1_f32, __launch_bounds__(256).
+	LossFwdL1F32 Kernel[LossParams] = "losses.loss_fwd_l1_f32"
+	// LossFwdL1F64 is loss_fwd_l1_f64, __launch_bounds__(256).
+	LossFwdL1F64 Kernel[LossParams] = "losses.loss_fwd_l1_f64"
+	// LossFwdFocalF32 is loss_fwd_focal_f32, __launch_bounds__(256).
+	LossFwdFocalF32 Kernel[LossParams] = "losses.loss_fwd_focal_f32"
+	// LossFwdFocalF64 is loss_fwd_focal_f64, __launch_bounds__(256).
+	LossFwdFocalF64 Kernel[LossParams] = "losses.loss_fwd_focal_f64"
+	// LossFwdCEF32 is loss_fwd_ce_f32, __launch_bounds__(256).
+	LossFwdCEF32 Kernel[LossParams] = "losses.loss_fwd_ce_f32"
+	// LossFwdCEF64 is loss_fwd_ce_f64, __launch_bounds__(256).
+	LossFwdCEF64 Kernel[LossParams] = "losses.loss_fwd_ce_f64"
+	// LossFwdGIoUF32 is loss_fwd_giou_f32, __launch_bounds__(256).
+	LossFwdGIoUF32 Kernel[LossParams] = "losses.loss_fwd_giou_f32"
+	// LossFwdGIoUF64 is loss_fwd_giou_f64, __launch_bounds__(256).
+	LossFwdGIoUF64 Kernel[LossParams] = "losses.loss_fwd_giou_f64"
+	// LossBwdBCEF32 is loss_bwd_bce_f32, __launch_bounds__(256).
+	LossBwdBCEF32 Kernel[LossParams] = "losses.loss_bwd_bce_f32"
+	// LossBwdBCEF64 is loss_bwd_bce_f64, __launch_bounds__(256).
+	LossBwdBCEF64 Kernel[LossParams] = "losses.loss_bwd_bce_f64"
+	// LossBwdSmoothL1F32 is loss_bwd_smoothl1_f32, __launch_bounds__(256).
+	LossBwdSmoothL1F32 Kernel[LossParams] = "losses.loss_bwd_smoothl1_f32"
+	// LossBwdSmoothL1F64 is loss_bwd_smoothl1_f64, __launch_bounds__(256).
+	LossBwdSmoothL1F64 Kernel[LossParams] = "losses.loss_bwd_smoothl1_f64"
+	// LossBwdL1F32 is loss_bwd_l1_f32, __launch_bounds__(256).
+	LossBwdL1F32 Kernel[LossParams] = "losses.loss_bwd_l1_f32"
+	// LossBwdL1F64 is loss_bwd_l1_f64, __launch_bounds__(256).
+	LossBwdL1F64 Kernel[LossParams] = "losses.loss_bwd_l1_f64"
+	// LossBwdFocalF32 is loss_bwd_focal_f32, __launch_bounds__(256).
+	LossBwdFocalF32 Kernel[LossParams] = "losses.loss_bwd_focal_f32"
+	// LossBwdFocalF64 is loss_bwd_focal_f64, __launch_bounds__(256).
+	LossBwdFocalF64 Kernel[LossParams] = "losses.loss_bwd_focal_f64"
+	// LossBwdCEF32 is loss_bwd_ce_f32, __launch_bounds__(256).
+	LossBwdCEF32 Kernel[LossParams] = "losses.loss_bwd_ce_f32"
+	// LossBwdCEF64 is loss_bwd_ce_f64, __launch_bounds__(256).
+	LossBwdCEF64 Kernel[LossParams] = "losses.loss_bwd_ce_f64"
+	// LossBwdGIoUF32 is loss_bwd_giou_f32, __launch_bounds__(256).
+	LossBwdGIoUF32 Kernel[LossParams] = "losses.loss_bwd_giou_f32"
+	// LossBwdGIoUF64 is loss_bwd_giou_f64, __launch_bounds__(256).
+	LossBwdGIoUF64 Kernel[LossParams] = "losses.loss_bwd_giou_f64"
+	// LossSumF32 is loss_sum_f32, __launch_bounds__(256).
+	LossSumF32 Kernel[LossSumParams] = "losses.loss_sum_f32"
+	// LossSumF64 is loss_sum_f64, __launch_bounds__(256).
+	LossSumF64 Kernel[LossSumParams] = "losses.loss_sum_f64"
+	// LossAddF32 is loss_add_f32, __launch_bounds__(32).
+	LossAddF32 Kernel[LossAddParams] = "losses.loss_add_f32"
+	// LossAddF64 is loss_add_f64, __launch_bounds__(32).
+	LossAddF64 Kernel[LossAddParams] = "losses.loss_add_f64"
+	// BoxCxCyWHToXYXYF32 is box_cxcywh_to_xyxy_f32, __launch_bounds__(256).
+	BoxCxCyWHToXYXYF32 Kernel[BoxParams] = "losses.box_cxcywh_to_xyxy_f32"
+	// BoxCxCyWHToXYXYF64 is box_cxcywh_to_xyxy_f64, __launch_bounds__(256).
+	BoxCxCyWHToXYXYF64 Kernel[BoxParams] = "losses.box_cxcywh_to_xyxy_f64"
+	// BoxCxCyWHToXYXYBwdF32 is box_cxcywh_to_xyxy_bwd_f32, __launch_bounds__(256).
+	BoxCxCyWHToXYXYBwdF32 Kernel[BoxParams] = "losses.box_cxcywh_to_xyxy_bwd_f32"
+	// BoxCxCyWHToXYXYBwdF64 is box_cxcywh_to_xyxy_bwd_f64, __launch_bounds__(256).
+	BoxCxCyWHToXYXYBwdF64 Kernel[BoxParams] = "losses.box_cxcywh_to_xyxy_bwd_f64"
+	// BoxXYXYToCxCyWHF32 is box_xyxy_to_cxcywh_f32, __launch_bounds__(256).
+	BoxXYXYToCxCyWHF32 Kernel[BoxParams] = "losses.box_xyxy_to_cxcywh_f32"
+	// BoxXYXYToCxCyWHF64 is box_xyxy_to_cxcywh_f64, __launch_bounds__(256).
+	BoxXYXYToCxCyWHF64 Kernel[BoxParams] = "losses.box_xyxy_to_cxcywh_f64"
+	// BoxXYXYToCxCyWHBwdF32 is box_xyxy_to_cxcywh_bwd_f32, __launch_bounds__(256).
+	BoxXYXYToCxCyWHBwdF32 Kernel[BoxParams] = "losses.box_xyxy_to_cxcywh_bwd_f32"
+	// BoxXYXYToCxCyWHBwdF64 is box_xyxy_to_cxcywh_bwd_f64, __launch_bounds__(256).
+	BoxXYXYToCxCyWHBwdF64 Kernel[BoxParams] = "losses.box_xyxy_to_cxcywh_bwd_f64"
+)
+
 // The kernels of kernels/maxpool.cu (module maxpool).
 const (
 	// MaxPoolFwdF32 is maxpool_fwd_f32, __launch_bounds__(256).
@@ -1831,6 +2002,96 @@ func LayoutGatherScatter(dt tensor.Dtype) (Kernel[GatherParams], error) {
 	return byDtype(dt, "layout_gather_scatter", LayoutGatherScatterF32, LayoutGatherScatterF64)
 }
 
+// LossFwdBCE returns LossFwdBCEF32 for float32 and LossFwdBCEF64 for float64.
+func LossFwdBCE(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_fwd_bce", LossFwdBCEF32, LossFwdBCEF64)
+}
+
+// LossFwdSmoothL1 returns LossFwdSmoothL1F32 for float32 and LossFwdSmoothL1F64 for float64.
+func LossFwdSmoothL1(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_fwd_smoothl1", LossFwdSmoothL1F32, LossFwdSmoothL1F64)
+}
+
+// LossFwdL1 returns LossFwdL1F32 for float32 and LossFwdL1F64 for float64.
+func LossFwdL1(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_fwd_l1", LossFwdL1F32, LossFwdL1F64)
+}
+
+// LossFwdFocal returns LossFwdFocalF32 for float32 and LossFwdFocalF64 for float64.
+func LossFwdFocal(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_fwd_focal", LossFwdFocalF32, LossFwdFocalF64)
+}
+
+// LossFwdCE returns LossFwdCEF32 for float32 and LossFwdCEF64 for float64.
+func LossFwdCE(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_fwd_ce", LossFwdCEF32, LossFwdCEF64)
+}
+
+// LossFwdGIoU returns LossFwdGIoUF32 for float32 and LossFwdGIoUF64 for float64.
+func LossFwdGIoU(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_fwd_giou", LossFwdGIoUF32, LossFwdGIoUF64)
+}
+
+// LossBwdBCE returns LossBwdBCEF32 for float32 and LossBwdBCEF64 for float64.
+func LossBwdBCE(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_bwd_bce", LossBwdBCEF32, LossBwdBCEF64)
+}
+
+// LossBwdSmoothL1 returns LossBwdSmoothL1F32 for float32 and LossBwdSmoothL1F64 for float64.
+func LossBwdSmoothL1(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_bwd_smoothl1", LossBwdSmoothL1F32, LossBwdSmoothL1F64)
+}
+
+// LossBwdL1 returns LossBwdL1F32 for float32 and LossBwdL1F64 for float64.
+func LossBwdL1(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_bwd_l1", LossBwdL1F32, LossBwdL1F64)
+}
+
+// LossBwdFocal returns LossBwdFocalF32 for float32 and LossBwdFocalF64 for float64.
+func LossBwdFocal(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_bwd_focal", LossBwdFocalF32, LossBwdFocalF64)
+}
+
+// LossBwdCE returns LossBwdCEF32 for float32 and LossBwdCEF64 for float64.
+func LossBwdCE(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_bwd_ce", LossBwdCEF32, LossBwdCEF64)
+}
+
+// LossBwdGIoU returns LossBwdGIoUF32 for float32 and LossBwdGIoUF64 for float64.
+func LossBwdGIoU(dt tensor.Dtype) (Kernel[LossParams], error) {
+	return byDtype(dt, "loss_bwd_giou", LossBwdGIoUF32, LossBwdGIoUF64)
+}
+
+// LossSum returns LossSumF32 for float32 and LossSumF64 for float64.
+func LossSum(dt tensor.Dtype) (Kernel[LossSumParams], error) {
+	return byDtype(dt, "loss_sum", LossSumF32, LossSumF64)
+}
+
+// LossAdd returns LossAddF32 for float32 and LossAddF64 for float64.
+func LossAdd(dt tensor.Dtype) (Kernel[LossAddParams], error) {
+	return byDtype(dt, "loss_add", LossAddF32, LossAddF64)
+}
+
+// BoxCxCyWHToXYXY returns BoxCxCyWHToXYXYF32 for float32 and BoxCxCyWHToXYXYF64 for float64.
+func BoxCxCyWHToXYXY(dt tensor.Dtype) (Kernel[BoxParams], error) {
+	return byDtype(dt, "box_cxcywh_to_xyxy", BoxCxCyWHToXYXYF32, BoxCxCyWHToXYXYF64)
+}
+
+// BoxCxCyWHToXYXYBwd returns BoxCxCyWHToXYXYBwdF32 for float32 and BoxCxCyWHToXYXYBwdF64 for float64.
+func BoxCxCyWHToXYXYBwd(dt tensor.Dtype) (Kernel[BoxParams], error) {
+	return byDtype(dt, "box_cxcywh_to_xyxy_bwd", BoxCxCyWHToXYXYBwdF32, BoxCxCyWHToXYXYBwdF64)
+}
+
+// BoxXYXYToCxCyWH returns BoxXYXYToCxCyWHF32 for float32 and BoxXYXYToCxCyWHF64 for float64.
+func BoxXYXYToCxCyWH(dt tensor.Dtype) (Kernel[BoxParams], error) {
+	return byDtype(dt, "box_xyxy_to_cxcywh", BoxXYXYToCxCyWHF32, BoxXYXYToCxCyWHF64)
+}
+
+// BoxXYXYToCxCyWHBwd returns BoxXYXYToCxCyWHBwdF32 for float32 and BoxXYXYToCxCyWHBwdF64 for float64.
+func BoxXYXYToCxCyWHBwd(dt tensor.Dtype) (Kernel[BoxParams], error) {
+	return byDtype(dt, "box_xyxy_to_cxcywh_bwd", BoxXYXYToCxCyWHBwdF32, BoxXYXYToCxCyWHBwdF64)
+}
+
 // MaxPoolFwd returns MaxPoolFwdF32 for float32 and MaxPoolFwdF64 for float64.
 func MaxPoolFwd(dt tensor.Dtype) (Kernel[MaxPool2dParams], error) {
 	return byDtype(dt, "maxpool_fwd", MaxPoolFwdF32, MaxPoolFwdF64)
@@ -2275,6 +2536,14 @@ const (
 	// The status word's code for a gather index outside [0, n) (the codes of
 	// bilinear.cuh's Status are smaller).
 	LayoutStatusBadIndex = 16
+	// LossThreads is kLossThreads in kernels/losses.cu.
+	//
+	// Threads a block of every loss and box kernel.
+	LossThreads = 256
+	// LossBlocks is kLossBlocks in kernels/losses.cu.
+	//
+	// The most blocks of a forward kernel, and so the most partial sums.
+	LossBlocks = 1024
 	// MaxPool2dThreads is kMaxPoolThreads in kernels/maxpool.cu.
 	//
 	// The threads of a block of every kernel.
@@ -2551,6 +2820,42 @@ var kernelTable = [...]KernelInfo{
 	{Module: "layout", Name: "layout_gather_link", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layout", Name: "layout_gather_scatter_f32", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "layout", Name: "layout_gather_scatter_f64", Params: "GatherParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_bce_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_bce_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_smoothl1_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_smoothl1_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_l1_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_l1_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_focal_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_focal_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_ce_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_ce_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_giou_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_fwd_giou_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_bce_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_bce_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_smoothl1_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_smoothl1_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_l1_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_l1_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_focal_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_focal_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_ce_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_ce_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_giou_f32", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_bwd_giou_f64", Params: "LossParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_sum_f32", Params: "LossSumParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_sum_f64", Params: "LossSumParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_add_f32", Params: "LossAddParams", ParamsSize: 24, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "loss_add_f64", Params: "LossAddParams", ParamsSize: 24, MaxThreads: 32, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "box_cxcywh_to_xyxy_f32", Params: "BoxParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "box_cxcywh_to_xyxy_f64", Params: "BoxParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "box_cxcywh_to_xyxy_bwd_f32", Params: "BoxParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "box_cxcywh_to_xyxy_bwd_f64", Params: "BoxParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "box_xyxy_to_cxcywh_f32", Params: "BoxParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "box_xyxy_to_cxcywh_f64", Params: "BoxParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "box_xyxy_to_cxcywh_bwd_f32", Params: "BoxParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "losses", Name: "box_xyxy_to_cxcywh_bwd_f64", Params: "BoxParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_fwd_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_fwd_f64", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "maxpool", Name: "maxpool_bwd_tiled_f32", Params: "MaxPool2dParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},

@@ -10,13 +10,17 @@ import (
 var words = map[string]string{
 	"adamw":      "AdamW",
 	"bc2":        "BC2",
+	"bce":        "BCE",
 	"bn":         "BN",
 	"bx":         "BX",
+	"ce":         "CE",
 	"cm":         "CM",
 	"cmajor":     "CMajor",
 	"colsum":     "ColSum",
+	"cxcywh":     "CxCyWH",
 	"dx":         "DX",
 	"dy":         "DY",
+	"giou":       "GIoU",
 	"groupnorm":  "GroupNorm",
 	"hw":         "HW",
 	"id":         "ID",
@@ -37,11 +41,13 @@ var words = map[string]string{
 	"roialign":   "RoIAlign",
 	"rois":       "RoIs",
 	"sharedtaps": "SharedTaps",
+	"smoothl1":   "SmoothL1",
 	"splitk":     "SplitK",
 	"tf32":       "TF32",
 	"u64":        "U64",
 	"ws":         "WS",
 	"wt":         "WT",
+	"xyxy":       "XYXY",
 }
 
 // goName turns a C++ snake_case name into a Go exported name:
