@@ -153,7 +153,7 @@ func placeOf(n *G.Node, in []*G.Node, places map[*G.Node]place) (place, error) {
 		return dev, nil
 	}
 	return place{}, fmt.Errorf("ops: %s takes device values from %s, but gorgonia's %q runs on the host only; %s",
-		nodeName(n), nodeName(devArg), opName(n.Op()), deviceAdvice(n.Op()))
+		nodeName(n), nodeName(devArg), opName(n.Op()), deviceAdvice(n, in))
 }
 
 // opName is a gorgonia op's String without the flag its elementwise ops
@@ -178,15 +178,16 @@ func (op *specOp) placeMoved(in []*G.Node, places map[*G.Node]place) place {
 
 // takesDeviceValues says whether n, a gorgonia op fed by a device value
 // and no host tensor, is one of the two that run on device values:
-// Reshape, and + between tensors of one shape or with a scalar.
+// Reshape, and + between tensors of one shape or of a tensor and a scalar.
 func takesDeviceValues(n *G.Node, in []*G.Node) bool {
 	s := n.Op().String()
 	switch {
 	case strings.HasPrefix(s, "Reshape"):
 		return true
 	case strings.HasPrefix(s, "+ ") && len(in) == 2:
+		// Two scalars take gorgonia's scalar op, which reads host values.
 		a, b := in[0], in[1]
-		return a.IsScalar() || b.IsScalar() || a.Shape().Eq(b.Shape())
+		return a.IsScalar() != b.IsScalar() || !a.IsScalar() && a.Shape().Eq(b.Shape())
 	}
 	return false
 }
@@ -214,9 +215,13 @@ var deviceAdviceByOp = []struct{ prefix, use string }{
 	{"MaxPool", "use ops.MaxPool2d"},
 }
 
-// deviceAdvice says what to use instead of gorgonia's op on device values.
-func deviceAdvice(op G.Op) string {
-	s := op.String()
+// deviceAdvice says what to use instead of n, a gorgonia op, on device
+// values.
+func deviceAdvice(n *G.Node, in []*G.Node) string {
+	s := n.Op().String()
+	if strings.HasPrefix(s, "+ ") && len(in) == 2 && in[0].IsScalar() && in[1].IsScalar() {
+		return "add losses with ops.SumLosses, or move the input to the host with ops.ToHost"
+	}
 	for _, a := range deviceAdviceByOp {
 		if strings.HasPrefix(s, a.prefix) {
 			return a.use + ", or move the input to the host with ops.ToHost"

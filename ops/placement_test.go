@@ -1,6 +1,11 @@
 package ops
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -64,6 +69,13 @@ func TestCheckPlacement(t *testing.T) {
 				G.WithValue(tensor.New(tensor.WithShape(8), tensor.WithBacking(make([]float32, 8)))))
 			must(G.BroadcastAdd(must(ToDevice(x, devA)), b, nil, []byte{0}))
 		}, []string{`use ops.Add (it broadcasts)`}},
+		{"two device losses added by gorgonia", func(g *G.ExprGraph, x *G.Node) {
+			d := must(ToDevice(x, devA))
+			w := must(ToDevice(G.NewMatrix(g, tensor.Float32, G.WithShape(4, 8), G.WithName("w")), devA))
+			a := must(L1Loss(d, w, w))
+			b := must(SmoothL1(d, w, w, 1))
+			must(G.Add(a, b))
+		}, []string{`gorgonia's "+" runs on the host only; add losses with ops.SumLosses`}},
 		{"an op of this package without device kernels", func(g *G.ExprGraph, x *G.Node) {
 			hostOnly(must(ToDevice(x, devA)))
 		}, []string{`but HostOnly has no GPU kernel yet; move its inputs to the host with ops.ToHost`}},
@@ -134,5 +146,34 @@ func TestNewTapeMachine(t *testing.T) {
 	}
 	if err := CheckPlacement(nil); err == nil || !strings.Contains(err.Error(), "graph is nil") {
 		t.Errorf("CheckPlacement(nil) = %v", err)
+	}
+}
+
+// Every op CheckPlacement's advice names exists in this package.
+func TestDeviceAdviceNamesOps(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	funcs := map[string]bool{}
+	for _, f := range pkgs["ops"].Files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil {
+				funcs[fd.Name.Name] = true
+			}
+		}
+	}
+	named := regexp.MustCompile(`ops\.(\w+)`)
+	advice := []string{"add losses with ops.SumLosses", "move the input to the host with ops.ToHost"}
+	for _, a := range deviceAdviceByOp {
+		advice = append(advice, a.use)
+	}
+	for _, a := range advice {
+		for _, m := range named.FindAllStringSubmatch(a, -1) {
+			if !funcs[m[1]] {
+				t.Errorf("advice %q names ops.%s, which does not exist", a, m[1])
+			}
+		}
 	}
 }
