@@ -24,6 +24,8 @@ import re
 import torch
 import torch.nn.functional as F
 
+from timing import median_ms
+
 DEV = "cuda"
 GROUPS = 32
 # name: x's shape, as BenchmarkGPUGroupNorm's cases.
@@ -33,22 +35,6 @@ CASES = {
     "fpn_p5_2x256x25x25": (2, 256, 25, 25),
     "map_2x512x64x64": (2, 512, 64, 64),
 }
-
-
-def median_ms(fn, warmup=5, reps=30):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return times[len(times) // 2]
 
 
 def time_case(shape):

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs stheno's GPU test binaries (built here by `make gpu-bins`) on a GPU
 # machine, from the repository root. Logs go to $OUT (default ./out).
-#   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors|profile|stalls]...
+#   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors|core|profile|stalls]...
 #
 # The anchors step also times Deformable-DETR's own CUDA kernels (the
 # MSDeformAttn targets' anchor) on the suite's inputs when a copy of
@@ -18,6 +18,13 @@ OUT=$(cd "$OUT" && pwd)
 root=$(pwd)
 what=${*:-tests sanitize bench anchors}
 DD_DIR=${DD_DIR:-gpucarry/deformable_detr_msda}
+# The GPU parity tests compute-sanitizer runs (a regexp of test names
+# after TestGPU).
+SANITIZED='RoIAlignParity|MSDeformAttnParity|MSDeformAttn(Backward|Forward)Variants|MSDeformAttnSortedParity|MSDeformAttnQueryOrder|RoIAlignRunTimeErrors|ConvParity|ConvGradParity|ConvFpropVariants|ConvBackwardVariants|BatchNormOpsParity|ReLUMaskEdges'
+SANITIZED="$SANITIZED|LinearParity|SoftmaxParity|LayerNormParity|GroupNormParity|PointwiseParity|ReduceParity|LayoutParity|GatherRowsBadIndex|MultiHeadAttentionParity|MaxPool2dParity|DropoutParity|LossesParity|BoxConvertParity|AdamWParity"
+# The general ops' benchmarks (the core step), and their anchors scripts.
+CORE_BENCH='GPU(Softmax|LayerNorm|GroupNorm|Pointwise|Reduce|Layout|MultiHeadAttention|MaxPool2d|Dropout|Losses|AdamW)$'
+CORE_ANCHORS='softmax layernorm groupnorm pointwise layout attention maxpool dropout losses adamw'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ddpid=
 case " $what " in
@@ -63,7 +70,7 @@ for step in $what; do
 		for tool in memcheck racecheck; do
 			echo "== compute-sanitizer $tool"
 			(cd ops && compute-sanitizer --tool $tool --error-exitcode 9 "$root/bin/ops.test" \
-				-test.run 'GPU(RoIAlignParity|MSDeformAttnParity|MSDeformAttn(Backward|Forward)Variants|MSDeformAttnSortedParity|MSDeformAttnQueryOrder|RoIAlignRunTimeErrors|ConvParity|ConvGradParity|ConvFpropVariants|ConvBackwardVariants|BatchNormOpsParity|ReLUMaskEdges|LayerNormParity)' >"$OUT/sanitizer-$tool.log" 2>&1
+				-test.run "GPU($SANITIZED)" >"$OUT/sanitizer-$tool.log" 2>&1
 			echo "exit $?" >>"$OUT/sanitizer-$tool.log")
 			tail -n 4 "$OUT/sanitizer-$tool.log"
 		done
@@ -109,6 +116,24 @@ for step in $what; do
 		# shellcheck disable=SC2086 # $dd is empty or two words
 		python3 kernels/bench/anchors.py --inputs /tmp/stheno-inputs --stheno "$OUT/bench.log" $dd 2>&1 | tee "$OUT/anchors.log"
 		python3 kernels/bench/anchors_conv.py --stheno "$OUT/bench.log" 2>&1 | tee "$OUT/anchors-conv.log"
+		;;
+	core)
+		# The general ops (softmax, norms, elementwise, layout, attention,
+		# pooling, dropout, losses, AdamW) and cuBLAS's GEMM against
+		# PyTorch eager, each anchor right after the benchmarks, then the
+		# copy bandwidth their GB/s are read against.
+		echo "== general ops: benchmarks (CUDA events, median of 30), then their PyTorch anchors"
+		(cd ops && "$root/bin/ops.test" -test.run '^$' -test.bench "$CORE_BENCH" -test.benchtime 30x >"$OUT/core-bench.log" 2>&1)
+		grep -cE "^Benchmark" "$OUT/core-bench.log" | sed 's/^/benchmarks: /'
+		grep -E "^(FAIL|panic)" "$OUT/core-bench.log"
+		if [ -x bin/backend.test ]; then
+			(cd backend && "$root/bin/backend.test" -test.run '^$' -test.bench GPUGemm -test.benchtime 30x >"$OUT/gemm-bench.log" 2>&1)
+			python3 kernels/bench/anchors_gemm.py --stheno "$OUT/gemm-bench.log" 2>&1 | tee "$OUT/anchors-gemm.log"
+		fi
+		for a in $CORE_ANCHORS; do
+			python3 "kernels/bench/anchors_$a.py" --stheno "$OUT/core-bench.log" 2>&1 | tee "$OUT/anchors-$a.log"
+		done
+		python3 kernels/bench/timing.py 2>&1 | tee "$OUT/copy.log"
 		;;
 	esac
 done
