@@ -103,7 +103,8 @@
 //     run on the CPU engine); BindDualValues (gorgonia keeps gradients in
 //     host memory it clones from the values).
 //   - Crashes: gorgonia's solvers (they call Zero and read Data) and its
-//     NaN/Inf watchers; update parameters with Axpy instead. A TapeMachine
-//     built without G.WithEngine(dev.Engine()) hands device values
-//     gorgonia's StandardEngine, some of whose methods read them on the host.
+//     NaN/Inf watchers; update parameters with ops.AdamW or Axpy instead.
+//     A TapeMachine built without G.WithEngine(dev.Engine()) hands device
+//     values gorgonia's StandardEngine, some of whose methods read them on
+//     the host.
 package backend
