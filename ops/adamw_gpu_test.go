@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -309,26 +308,7 @@ func BenchmarkGPUAdamW(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer opt.Free()
-				step := func() error { return opt.Step(model) }
-				for range 5 {
-					if err := step(); err != nil {
-						b.Fatal(err)
-					}
-				}
-				copyGBs := measuredCopyGBs(b, dev)
-				times := make([]time.Duration, 0, b.N)
-				b.ResetTimer()
-				for range b.N {
-					t, err := timeGPU(dev, step)
-					if err != nil {
-						b.Fatal(err)
-					}
-					times = append(times, t)
-				}
-				b.StopTimer()
-				if err := dev.Synchronize(); err != nil {
-					b.Fatal(err)
-				}
+				med := timeSteps(b, dev, func() error { return opt.Step(model) })
 				perElem := 28.0
 				if zero {
 					perElem += 4
@@ -336,11 +316,7 @@ func BenchmarkGPUAdamW(b *testing.B) {
 				if clip {
 					perElem += 4
 				}
-				med := median(times)
-				gbs := perElem * float64(elems) / med.Seconds() / 1e9
-				b.ReportMetric(float64(med.Nanoseconds())/1e6, "ms")
-				b.ReportMetric(gbs, "GB/s")
-				b.ReportMetric(100*gbs/copyGBs, "%copy")
+				reportBandwidth(b, dev, med, perElem*float64(elems))
 			})
 		}
 	}

@@ -278,20 +278,30 @@ func runCase(b *testing.B, impl string, op G.Op, inputs []*tensor.Dense, bytes f
 	}()
 	var out G.Value
 	var err error
-	run := func() error {
+	med := timeSteps(b, dev, func() error {
 		out, err = pd.UsePreallocDo(out, vals...)
 		return err
+	})
+	if d, ok := out.(*tensor.Dense); ok {
+		dev.FreeDense(d)
 	}
+	reportBandwidth(b, dev, med, bytes)
+}
+
+// timeSteps returns the median GPU time of step, by CUDA events around each
+// of b.N calls after 5 untimed ones (the benchmark's timer runs over the
+// timed calls only), once the device is idle again.
+func timeSteps(b *testing.B, dev *backend.Device, step func() error) time.Duration {
 	for range 5 {
-		if err := run(); err != nil {
+		if err := step(); err != nil {
 			b.Fatal(err)
 		}
 	}
-	copyGBs := measuredCopyGBs(b, dev)
+	measuredCopyGBs(b, dev) // measured once per process, never inside the timer
 	times := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for range b.N {
-		t, err := timeGPU(dev, run)
+		t, err := timeGPU(dev, step)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -301,14 +311,16 @@ func runCase(b *testing.B, impl string, op G.Op, inputs []*tensor.Dense, bytes f
 	if err := dev.Synchronize(); err != nil {
 		b.Fatal(err)
 	}
-	if d, ok := out.(*tensor.Dense); ok {
-		dev.FreeDense(d)
-	}
-	med := median(times)
+	return median(times)
+}
+
+// reportBandwidth reports a median time med of an op that must move bytes
+// at the least: ms, GB/s and its share of the copy bandwidth (%copy).
+func reportBandwidth(b *testing.B, dev *backend.Device, med time.Duration, bytes float64) {
 	gbs := bytes / med.Seconds() / 1e9
 	b.ReportMetric(float64(med.Nanoseconds())/1e6, "ms")
 	b.ReportMetric(gbs, "GB/s")
-	b.ReportMetric(100*gbs/copyGBs, "%copy")
+	b.ReportMetric(100*gbs/measuredCopyGBs(b, dev), "%copy")
 }
 
 // dumpInputs writes tensors as raw little-endian float32 files with a JSON

@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -74,22 +73,7 @@ func runConvSteps(b *testing.B, dev *backend.Device, flops float64, step func() 
 		b.ReportMetric(flops/sec/1e12, "TFLOP/s")
 		return
 	}
-	for range 5 {
-		if err := step(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	times := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t, err := timeGPU(dev, step)
-		if err != nil {
-			b.Fatal(err)
-		}
-		times = append(times, t)
-	}
-	b.StopTimer()
-	sec := median(times).Seconds()
+	sec := timeSteps(b, dev, step).Seconds()
 	b.ReportMetric(sec*1e3, "ms")
 	b.ReportMetric(flops/sec/1e12, "TFLOP/s")
 	if peak := tensorPeakTFLOPs(dev); peak > 0 {

@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -389,40 +388,17 @@ func runLossCase(b *testing.B, op *specOp, inputs []*tensor.Dense, grad G.Value,
 	}
 	var out G.Value
 	var err error
-	run := func() error {
+	med := timeSteps(b, dev, func() error {
 		out, err = op.UsePreallocDo(out, vals...)
 		return err
-	}
-	for range 5 {
-		if err := run(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	copyGBs := measuredCopyGBs(b, dev)
-	times := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		t, err := timeGPU(dev, run)
-		if err != nil {
-			b.Fatal(err)
-		}
-		times = append(times, t)
-	}
-	b.StopTimer()
-	if err := dev.Synchronize(); err != nil {
-		b.Fatal(err)
-	}
+	})
 	if grad != nil {
 		vals = vals[:len(vals)-1]
 	}
 	if d, ok := out.(*tensor.Dense); ok {
 		dev.FreeDense(d)
 	}
-	med := median(times)
-	gbs := bytes / med.Seconds() / 1e9
-	b.ReportMetric(float64(med.Nanoseconds())/1e6, "ms")
-	b.ReportMetric(gbs, "GB/s")
-	b.ReportMetric(100*gbs/copyGBs, "%copy")
+	reportBandwidth(b, dev, med, bytes)
 }
 
 // Gradient checks of the losses and box conversions on the GPU, float64:
