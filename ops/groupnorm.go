@@ -174,21 +174,8 @@ func groupNormOp(s groupNormShape) *specOp {
 	})
 }
 
-// groupNormAffine returns gamma and beta (nil where absent) from a twin's
-// inputs, which hold them from in[first] on, gamma first.
-func groupNormAffine[T kernels.Float](s groupNormShape, in [][]T, first int) (gamma, beta []T) {
-	i := first
-	if s.gamma {
-		gamma, i = in[i], i+1
-	}
-	if s.beta {
-		beta = in[i]
-	}
-	return gamma, beta
-}
-
 func groupNormForward[T kernels.Float](s groupNormShape, in [][]T, y []T) error {
-	gamma, beta := groupNormAffine(s, in, 1)
+	gamma, beta := affine(s.gamma, s.beta, in, 1)
 	kernels.GroupNormForward(s.params(), in[0], gamma, beta, y)
 	return nil
 }

@@ -153,21 +153,8 @@ func layerNormOp(s layerNormShape) *specOp {
 	})
 }
 
-// layerNormAffine returns gamma and beta (nil where absent) from a twin's
-// inputs, which hold them from in[first] on, gamma first.
-func layerNormAffine[T kernels.Float](s layerNormShape, in [][]T, first int) (gamma, beta []T) {
-	i := first
-	if s.gamma {
-		gamma, i = in[i], i+1
-	}
-	if s.beta {
-		beta = in[i]
-	}
-	return gamma, beta
-}
-
 func layerNormForward[T kernels.Float](s layerNormShape, in [][]T, y []T) error {
-	gamma, beta := layerNormAffine(s, in, 1)
+	gamma, beta := affine(s.gamma, s.beta, in, 1)
 	kernels.LayerNormForward(s.params(), in[0], gamma, beta, y)
 	return nil
 }

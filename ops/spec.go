@@ -289,6 +289,19 @@ func floatsOf[T kernels.Float](in []*tensor.Dense) [][]T {
 
 // optional returns in[i], an input a twin may lack (a bias, a residual),
 // or nil when the op has fewer inputs.
+// affine returns a norm's gamma and beta (nil where absent) from a twin's
+// inputs, which hold those present from in[first] on, gamma first.
+func affine[T any](hasGamma, hasBeta bool, in [][]T, first int) (gamma, beta []T) {
+	i := first
+	if hasGamma {
+		gamma, i = in[i], i+1
+	}
+	if hasBeta {
+		beta = in[i]
+	}
+	return gamma, beta
+}
+
 func optional[T any](in [][]T, i int) []T {
 	if i < len(in) {
 		return in[i]
