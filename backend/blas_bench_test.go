@@ -9,7 +9,7 @@ import (
 	"gorgonia.org/tensor"
 )
 
-// gemmBenchCases are the detector's GEMMs (issue 26): a Linear layer over
+// gemmBenchCases are the detector's GEMMs: a Linear layer over
 // 20000 tokens of 256 channels (forward, and the two products of its
 // backward), and attention's two batched products for 8 heads of 300
 // queries and 32 channels.

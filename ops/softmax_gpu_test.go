@@ -123,7 +123,7 @@ func TestGPUSoftmaxGradCheck(t *testing.T) {
 	}
 }
 
-// softmaxBenchCases are the shapes BenchmarkGPUSoftmax times (issue 26):
+// softmaxBenchCases are the shapes BenchmarkGPUSoftmax times:
 // attention's scores, 8 heads of 300 queries over 300 keys for 2 images,
 // as rows; and Deformable-DETR's attention weights, softmax over the 16
 // (level, point) pairs of each of 8 heads of 22,223 encoder queries for 2
