@@ -267,8 +267,8 @@ func TestPermutePlan(t *testing.T) {
 
 // BenchmarkGPULayout times the layout ops on the GPU at DETR's shapes,
 // float32 (layoutBenchPermutes; the four levels' tokens [2, L, 256]
-// concatenated; 300 of 20,000 rows of 256 gathered, and the gather's
-// backward): the median of b.N runs after 5 untimed ones (runCase), with
+// concatenated, and the first level sliced back out and its gradient; 300
+// of 20,000 rows of 256 gathered, and the gather's backward): the median of b.N runs after 5 untimed ones (runCase), with
 // the compulsory bytes (each element read once and written once; the
 // backward also writes the zeros of dx) over it as GB/s.
 func BenchmarkGPULayout(b *testing.B) {
@@ -298,6 +298,22 @@ func BenchmarkGPULayout(b *testing.B) {
 	}
 	b.Run("impl=cuda/case=levels_2x17821x256/op=concat", func(b *testing.B) {
 		runCase(b, "cuda", concatOp(cs), xs, float64(8*total))
+	})
+	// The first level back out of the tokens, and its gradient: the level
+	// written into zeros of all the tokens.
+	tokens := total / (2 * 256)
+	ss, err := sliceShapeOf(G.NewTensor(g, tensor.Float32, 3, G.WithShape(2, tokens, 256)), 1, 0, layoutBenchLevels[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	level := 2 * layoutBenchLevels[0] * 256
+	all := randTensor(rng, tensor.Float32, -4, 4, 2, tokens, 256)
+	dLevel := randTensor(rng, tensor.Float32, -1, 1, 2, layoutBenchLevels[0], 256)
+	b.Run("impl=cuda/case=level0_of_2x17821x256/op=slice/pass=fwd", func(b *testing.B) {
+		runCase(b, "cuda", sliceOp(ss), []*tensor.Dense{all}, float64(8*level))
+	})
+	b.Run("impl=cuda/case=level0_of_2x17821x256/op=slice/pass=bwd", func(b *testing.B) {
+		runCase(b, "cuda", sliceGradOp(ss), []*tensor.Dense{dLevel}, float64(4*level+4*total))
 	})
 	const n, k, d = 20000, 300, 256
 	var idx []int

@@ -289,8 +289,9 @@ func TestGPUPointwiseGradCheck(t *testing.T) {
 }
 
 // BenchmarkGPUPointwise times the elementwise ops at DETR's shapes,
-// float32: the encoder's tokens [2, 20000, 256] (a same-shape add, a bias
-// [256] broadcast over them, ReLU, Sigmoid, the ReLU backward) and
+// float32: the encoder's tokens [2, 20000, 256] (same-shape Add, Sub and
+// Div, a bias [256] broadcast over them, Scale, ReLU, Sigmoid,
+// InverseSigmoid, Log, Sqrt, Square, the ReLU backward) and
 // attention's scores [2, 8, 300, 300] (Exp, and a mask [2, 1, 300, 300]
 // broadcast over the heads). CUDA events around each call, the median of
 // b.N (run with -test.benchtime 30x), GB/s of the compulsory bytes (each
@@ -301,7 +302,7 @@ func BenchmarkGPUPointwise(b *testing.B) {
 	dt := tensor.Float32
 	for _, c := range pointwiseBenchCases {
 		rng := rand.New(rand.NewPCG(1, 1))
-		op := pointwiseTestOp(b, c.op, c.a, c.b, 0.5, dt)
+		op := pointwiseTestOp(b, c.op, c.a, c.b, c.alpha, dt)
 		in := pointwiseOperands(rng, c.op, c.a, c.b, dt, false)
 		bytes := 0.0
 		for _, d := range in {
@@ -317,32 +318,41 @@ func BenchmarkGPUPointwise(b *testing.B) {
 // pointwiseBenchCases are BenchmarkGPUPointwise's cases (and
 // anchors_pointwise.py's).
 var pointwiseBenchCases = []struct {
-	name string
-	op   kernels.PointwiseOp
-	a, b []int
+	name  string
+	op    kernels.PointwiseOp
+	a, b  []int
+	alpha float64 // Scale's factor, InverseSigmoid's eps
 }{
-	{"add_2x20000x256", kernels.PointwiseAdd, []int{2, 20000, 256}, []int{2, 20000, 256}},
-	{"add_bias_2x20000x256+256", kernels.PointwiseAdd, []int{2, 20000, 256}, []int{256}},
-	{"relu_2x20000x256", kernels.PointwiseReLU, []int{2, 20000, 256}, nil},
-	{"sigmoid_2x20000x256", kernels.PointwiseSigmoid, []int{2, 20000, 256}, nil},
-	{"relu_bwd_2x20000x256", kernels.PointwiseReLUGrad, []int{2, 20000, 256}, []int{2, 20000, 256}},
-	{"exp_2x8x300x300", kernels.PointwiseExp, []int{2, 8, 300, 300}, nil},
-	{"mul_2x8x300x300", kernels.PointwiseMul, []int{2, 8, 300, 300}, []int{2, 8, 300, 300}},
-	{"add_mask_2x8x300x300+2x1x300x300", kernels.PointwiseAdd, []int{2, 8, 300, 300}, []int{2, 1, 300, 300}},
+	{"add_2x20000x256", kernels.PointwiseAdd, []int{2, 20000, 256}, []int{2, 20000, 256}, 0},
+	{"add_bias_2x20000x256+256", kernels.PointwiseAdd, []int{2, 20000, 256}, []int{256}, 0},
+	{"sub_2x20000x256", kernels.PointwiseSub, []int{2, 20000, 256}, []int{2, 20000, 256}, 0},
+	{"div_2x20000x256", kernels.PointwiseDiv, []int{2, 20000, 256}, []int{2, 20000, 256}, 0},
+	{"scale_2x20000x256", kernels.PointwiseScale, []int{2, 20000, 256}, nil, 0.5},
+	{"relu_2x20000x256", kernels.PointwiseReLU, []int{2, 20000, 256}, nil, 0},
+	{"sigmoid_2x20000x256", kernels.PointwiseSigmoid, []int{2, 20000, 256}, nil, 0},
+	{"inverse_sigmoid_2x20000x256", kernels.PointwiseInverseSigmoid, []int{2, 20000, 256}, nil, 1e-5},
+	{"log_2x20000x256", kernels.PointwiseLog, []int{2, 20000, 256}, nil, 0},
+	{"sqrt_2x20000x256", kernels.PointwiseSqrt, []int{2, 20000, 256}, nil, 0},
+	{"square_2x20000x256", kernels.PointwiseSquare, []int{2, 20000, 256}, nil, 0},
+	{"relu_bwd_2x20000x256", kernels.PointwiseReLUGrad, []int{2, 20000, 256}, []int{2, 20000, 256}, 0},
+	{"exp_2x8x300x300", kernels.PointwiseExp, []int{2, 8, 300, 300}, nil, 0},
+	{"mul_2x8x300x300", kernels.PointwiseMul, []int{2, 8, 300, 300}, []int{2, 8, 300, 300}, 0},
+	{"add_mask_2x8x300x300+2x1x300x300", kernels.PointwiseAdd, []int{2, 8, 300, 300}, []int{2, 1, 300, 300}, 0},
 }
 
 // BenchmarkGPUReduce times the sums at detector shapes, float32: DETR's
 // bias gradient (the column sums of [2, 20000, 256] over its 40,000 rows),
 // attention's row sums (the last axis of [2, 8, 300, 300]), everything of
 // the tokens to a scalar, and the channel sums of an FPN map [2, 256, 100,
-// 152] over N, H and W (BatchNorm's). GB/s of x read once and the sums
-// written; the timing as BenchmarkGPUPointwise's. anchors_pointwise.py
-// times torch.sum on the same.
+// 152] over N, H and W (BatchNorm's), and the mean of the tokens over
+// each image (Mean). GB/s of x read once and the sums written; the timing
+// as BenchmarkGPUPointwise's. anchors_pointwise.py times torch.sum and
+// torch.mean on the same.
 func BenchmarkGPUReduce(b *testing.B) {
 	dt := tensor.Float32
 	for _, c := range reduceBenchCases {
 		rng := rand.New(rand.NewPCG(1, 2))
-		op := reduceTestOp(b, c.shape, c.axes, false, false, dt)
+		op := reduceTestOp(b, c.shape, c.axes, false, c.mean, dt)
 		x := randTensor(rng, dt, -1, 1, c.shape...)
 		bytes := float64(4 * (tensor.Shape(c.shape).TotalSize() + op.out.TotalSize()))
 		b.Run(fmt.Sprintf("impl=cuda/dtype=%v/case=%s", dt, c.name), func(b *testing.B) {
@@ -357,9 +367,11 @@ var reduceBenchCases = []struct {
 	name  string
 	shape []int
 	axes  []int
+	mean  bool
 }{
-	{"bias_grad_2x20000x256", []int{2, 20000, 256}, []int{0, 1}},
-	{"rows_2x8x300x300", []int{2, 8, 300, 300}, []int{-1}},
-	{"all_2x20000x256", []int{2, 20000, 256}, nil},
-	{"channels_2x256x100x152", []int{2, 256, 100, 152}, []int{0, 2, 3}},
+	{"bias_grad_2x20000x256", []int{2, 20000, 256}, []int{0, 1}, false},
+	{"rows_2x8x300x300", []int{2, 8, 300, 300}, []int{-1}, false},
+	{"all_2x20000x256", []int{2, 20000, 256}, nil, false},
+	{"channels_2x256x100x152", []int{2, 256, 100, 152}, []int{0, 2, 3}, false},
+	{"mean_tokens_2x20000x256", []int{2, 20000, 256}, []int{1}, true},
 }

@@ -41,6 +41,17 @@ def cases():
         out.append((name, lambda x=x, perm=perm: x.permute(perm).contiguous(), 8 * x.numel()))
     levels = [torch.rand((2, n, 256), device=DEV, generator=gen) for n in LEVELS]
     out.append(("case=levels_2x17821x256/op=concat", lambda: torch.cat(levels, 1), 8 * sum(t.numel() for t in levels)))
+    tokens = torch.cat(levels, 1)
+    d_level = torch.rand_like(levels[0])
+
+    def slice_backward():
+        dx = torch.zeros_like(tokens)
+        dx.narrow(1, 0, LEVELS[0]).copy_(d_level)
+        return dx
+
+    out.append(("case=level0_of_2x17821x256/op=slice/pass=fwd",
+                lambda: tokens.narrow(1, 0, LEVELS[0]).contiguous(), 8 * levels[0].numel()))
+    out.append(("case=level0_of_2x17821x256/op=slice/pass=bwd", slice_backward, 4 * levels[0].numel() + 4 * tokens.numel()))
     n, k, d = 20000, 300, 256
     x = torch.rand((n, d), device=DEV, generator=gen)
     idx = torch.randint(0, n, (k,), device=DEV, generator=gen)

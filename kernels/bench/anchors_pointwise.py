@@ -28,12 +28,28 @@ def relu_backward(y, dy):
     return torch.ops.aten.threshold_backward(dy, y, 0)
 
 
+def inverse_sigmoid(x, eps=1e-5):
+    """Deformable-DETR's util/misc.py inverse_sigmoid, as its models call it."""
+    x = x.clamp(min=0, max=1)
+    x1 = x.clamp(min=eps)
+    x2 = (1 - x).clamp(min=eps)
+    return torch.log(x1 / x2)
+
+
+T = (2, 20000, 256)
 # name: (torch function, operand shapes), as pointwiseBenchCases.
 POINTWISE = {
-    "add_2x20000x256": (torch.add, [(2, 20000, 256), (2, 20000, 256)]),
-    "add_bias_2x20000x256+256": (torch.add, [(2, 20000, 256), (256,)]),
-    "relu_2x20000x256": (torch.relu, [(2, 20000, 256)]),
-    "sigmoid_2x20000x256": (torch.sigmoid, [(2, 20000, 256)]),
+    "add_2x20000x256": (torch.add, [T, T]),
+    "add_bias_2x20000x256+256": (torch.add, [T, (256,)]),
+    "sub_2x20000x256": (torch.sub, [T, T]),
+    "div_2x20000x256": (torch.div, [T, T]),
+    "scale_2x20000x256": (lambda x: x * 0.5, [T]),
+    "relu_2x20000x256": (torch.relu, [T]),
+    "sigmoid_2x20000x256": (torch.sigmoid, [T]),
+    "inverse_sigmoid_2x20000x256": (inverse_sigmoid, [T]),
+    "log_2x20000x256": (torch.log, [T]),
+    "sqrt_2x20000x256": (torch.sqrt, [T]),
+    "square_2x20000x256": (torch.square, [T]),
     "relu_bwd_2x20000x256": (relu_backward, [(2, 20000, 256), (2, 20000, 256)]),
     "exp_2x8x300x300": (torch.exp, [(2, 8, 300, 300)]),
     "mul_2x8x300x300": (torch.mul, [(2, 8, 300, 300), (2, 8, 300, 300)]),
@@ -46,6 +62,7 @@ REDUCE = {
     "rows_2x8x300x300": ((2, 8, 300, 300), (-1,)),
     "all_2x20000x256": ((2, 20000, 256), None),
     "channels_2x256x100x152": ((2, 256, 100, 152), (0, 2, 3)),
+    "mean_tokens_2x20000x256": ((2, 20000, 256), (1,)),
 }
 
 
@@ -98,7 +115,8 @@ def main():
     print(head)
     for name, (shape, dims) in REDUCE.items():
         x = torch.rand(shape, device=DEV, generator=gen) * 2 - 1
-        f = (lambda: torch.sum(x)) if dims is None else (lambda: torch.sum(x, dims))
+        op = torch.mean if name.startswith("mean") else torch.sum
+        f = (lambda: op(x)) if dims is None else (lambda: op(x, dims))
         y = f()
         t = median_ms(f)
         nbytes = 4 * (x.numel() + y.numel())
