@@ -60,13 +60,13 @@ vet:
 ## and as early as the PTX allows; the msdeform one also runs its default
 ## kernels, and the softmax one all of its, under AddressSanitizer, built
 ## at -O0 (every access checked, and a quarter of -O1 -g's compile time for
-## a run of seconds). A harness is
-## rebuilt when emu.h, the Makefile or a file it includes changes (g++ -MMD
+## a run of seconds). A harness is rebuilt when emu.h, harness.h (what the
+## harnesses share), the Makefile or a file it includes changes (g++ -MMD
 ## lists those in a .d file beside it).
 EMU_CXX   ?= g++
 EMU_FLAGS := -std=c++20 -O1 -pthread -Wall -Wno-unknown-pragmas -Wno-maybe-uninitialized -DSTHENO_KERNEL_VARIANTS=1
 EMU_DIR   := kernels/build/emu
-EMU_DEPS  := kernels/emu/emu.h Makefile
+EMU_DEPS  := kernels/emu/emu.h kernels/emu/harness.h Makefile
 # Harnesses run as they are, one per line; conv's and the AddressSanitizer
 # builds have runs of their own below.
 EMU_HARNESSES := \

@@ -13,7 +13,8 @@ type Tolerance struct {
 
 // The tolerance table. Every test in the project takes its bounds from here;
 // none is ever loosened to make a test pass. The comment on each says where
-// the remaining error comes from.
+// the remaining error comes from. The emulator's harnesses take a copy of it
+// from kernels/emu/harness.h, which TestEmuHarnessTolerances keeps equal to it.
 var (
 	// TolForward64 compares a float64 kernel with a float64 reference that does
 	// the same arithmetic in another order (hand-worked values, or the

@@ -11,6 +11,7 @@
 // parameter NaN (torch's clip_grad_norm_ with error_if_nonfinite=False).
 // Exits non-zero on a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../adamw.cu"
 // clang-format on
@@ -23,46 +24,7 @@ using stheno::adamw::kChunkElems;
 using stheno::adamw::kTensorWords;
 using stheno::adamw::kThreads;
 
-static int failures = 0, checks = 0;
-static void expect(const std::string& what, bool ok, const std::string& detail = "") {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    printf("  FAIL %s %s\n", what.c_str(), detail.c_str());
-  }
-}
-
-// autograd's TolForward32 and TolForward64.
-struct Tol {
-  double abs, rel;
-};
-template <class T>
-constexpr Tol kTol = sizeof(T) == 4 ? Tol{1e-6, 1e-5} : Tol{1e-12, 1e-10};
-
-template <class T>
-std::string compare(const T* got, const std::vector<double>& want, Tol tol) {
-  int worst = -1;
-  double excess = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double g = got[i], w = want[i];
-    if (std::isnan(g) || std::isnan(w)) {
-      if (std::isnan(g) != std::isnan(w)) {
-        char b[128];
-        snprintf(b, sizeof b, "element %zu: got %.17g, want %.17g", i, g, w);
-        return b;
-      }
-      continue;
-    }
-    const double e = std::fabs(g - w) - (tol.abs + tol.rel * std::fabs(w));
-    if (!(e <= 0) && (worst < 0 || e > excess)) worst = int(i), excess = e;
-  }
-  if (worst < 0) return "";
-  char b[128];
-  snprintf(b, sizeof b, "element %d: got %.17g, want %.17g", worst, double(got[worst]), want[worst]);
-  return b;
-}
-
-static uint64_t addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+using namespace harness;
 
 struct Group {
   double lr, wd;
@@ -218,17 +180,17 @@ void test_case(const char* name, const std::vector<int>& sizes, const Config& cf
     const auto norm2 = run_step(aligned, groups, cfg, step);
     const std::string what = std::string(tag) + " step " + std::to_string(step);
     if (cfg.max_norm > 0) {
-      const std::string e = compare(&norm[0], {ref.norm}, kTol<double>);
+      const std::string e = compare(&norm[0], {ref.norm}, TolForward<double>);
       expect(what + ": norm", e == "", e);
       const double coef = std::min(cfg.max_norm / (ref.norm + 1e-6), 1.0);
-      expect(what + ": coef", compare(&norm[1], {coef}, kTol<double>) == "", compare(&norm[1], {coef}, kTol<double>));
+      expect(what + ": coef", compare(&norm[1], {coef}, TolForward<double>) == "", compare(&norm[1], {coef}, TolForward<double>));
       expect(what + ": norm bit for bit aligned and not", memcmp(&norm, &norm2, sizeof norm) == 0);
     }
     for (size_t i = 0; i < ts.size(); ++i) {
       const std::string t = what + " tensor " + std::to_string(i) + " (n=" + std::to_string(ts[i].n) + ")";
       for (auto [nm, got, want] : {std::tuple{"p", ts[i].P(), &ref.p[i]}, std::tuple{"m", ts[i].M(), &ref.m[i]},
                                    std::tuple{"v", ts[i].V(), &ref.v[i]}}) {
-        const std::string e = compare(got, *want, kTol<T>);
+        const std::string e = compare(got, *want, TolForward<T>);
         expect(t + ": " + nm, e == "", e);
       }
       bool zeroed = true, kept = true;
@@ -287,6 +249,5 @@ void test_all(const char* name) {
 int main() {
   test_all<float>("adamw f32");
   test_all<double>("adamw f64");
-  printf("adamw_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
-  return failures != 0;
+  return finish("adamw_emu_test");
 }

@@ -5,6 +5,7 @@
 // poison value with a guard zone past their end. Tolerances as
 // autograd.TolForward32/64. Exits non-zero on a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../attention.cu"
 // clang-format on
@@ -14,30 +15,25 @@
 
 using namespace stheno::attn;
 
-static std::mt19937_64 rng(26);
-static int failures = 0, checks = 0;
+using namespace harness;
 
+static Rng rng(26);
+
+// got: want's values within TolForward<T>, then a guard zone of 16
+// elements that still hold the poison -7.
 template <class T>
-static void check(const std::string& what, const std::vector<double>& want, const std::vector<T>& got) {
-  const double abs = sizeof(T) == 4 ? 1e-6 : 1e-12, rel = sizeof(T) == 4 ? 1e-5 : 1e-10;
-  bool ok = got.size() == want.size() + 16;
-  for (size_t i = 0; ok && i < want.size(); ++i) {
-    if (want[i] == double(got[i])) continue;  // equal infinities too
-    ok = std::fabs(double(got[i]) - want[i]) <= abs + rel * std::fabs(want[i]);
-  }
+static void check_guarded(const std::string& what, const std::vector<double>& want, const std::vector<T>& got) {
+  bool ok = got.size() == want.size() + 16 && measure(got.data(), want.data(), want.size(), TolForward<T>).ok();
   for (size_t i = want.size(); ok && i < got.size(); ++i) ok = got[i] == T(-7);
-  ++checks;
-  printf("  %-60s %s\n", what.c_str(), ok ? "ok" : "FAIL");
-  if (!ok) ++failures;
+  expect_line(what, ok);
 }
 
 template <class T>
 void run(int n, int h, int l, int s) {
-  std::uniform_real_distribution<double> U(-3, 3);
   const int64_t total = int64_t(n) * h * l * s, ls = int64_t(l) * s;
   std::vector<T> x(total), mask(n * s), dy(n * ls);
-  for (auto& v : x) v = T(U(rng));
-  for (auto& v : dy) v = T(U(rng));
+  for (auto& v : x) v = T(rng.U(-3, 3));
+  for (auto& v : dy) v = T(rng.U(-3, 3));
   for (int i = 0; i < n * s; ++i) mask[i] = i % 3 == 1 ? -INFINITY : T(0);
   const std::string label = std::to_string(n) + "x" + std::to_string(h) + "x" + std::to_string(l) + "x" +
                             std::to_string(s) + (sizeof(T) == 4 ? " f32" : " f64");
@@ -53,7 +49,7 @@ void run(int n, int h, int l, int s) {
     ScaleMaskParams p{reinterpret_cast<uint64_t>(x.data()), masked ? reinterpret_cast<uint64_t>(mask.data()) : 0,
                       reinterpret_cast<uint64_t>(out.data()), total, ls, s, h, scale};
     emu::launch(sm, dim3(2), dim3(kThreads), 0, p);
-    check(label + (masked ? " scale_mask, masked" : " scale_mask"), want, out);
+    check_guarded(label + (masked ? " scale_mask, masked" : " scale_mask"), want, out);
   }
   std::vector<double> mean(n * ls), back(total);
   for (int64_t i = 0; i < n * ls; ++i) {
@@ -66,17 +62,17 @@ void run(int n, int h, int l, int s) {
   auto* hb = sizeof(T) == 4 ? (void (*)(HeadMeanParams))attention_head_mean_bwd_f32 : attention_head_mean_bwd_f64;
   std::vector<T> y(n * ls + 16, T(-7)), dx(total + 16, T(-7));
   emu::launch(hm, dim3(1), dim3(kThreads), 0, HeadMeanParams{reinterpret_cast<uint64_t>(x.data()), reinterpret_cast<uint64_t>(y.data()), n * ls, ls, h});
-  check(label + " head_mean", mean, y);
+  check_guarded(label + " head_mean", mean, y);
   emu::launch(hb, dim3(1), dim3(kThreads), 0, HeadMeanParams{reinterpret_cast<uint64_t>(dy.data()), reinterpret_cast<uint64_t>(dx.data()), total, ls, h});
-  check(label + " head_mean_bwd", back, dx);
+  check_guarded(label + " head_mean_bwd", back, dx);
 }
 
 int main() {
+  width = 60;
   run<float>(2, 3, 5, 7);
   run<float>(1, 1, 1, 1);
   run<float>(2, 8, 30, 11);
   run<double>(2, 3, 5, 7);
   run<double>(3, 2, 4, 40);
-  printf("attention_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
-  return failures != 0;
+  return finish("attention_emu_test");
 }

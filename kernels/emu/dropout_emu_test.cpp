@@ -9,6 +9,7 @@
 // keep rate of 2^20 elements within 6 standard deviations of 1-p. Exits
 // non-zero on a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../dropout.cu"
 // clang-format on
@@ -20,16 +21,7 @@ using stheno::DropoutParams;
 using stheno::kDropoutThreads;
 using stheno::Philox4;
 
-static int failures = 0, checks = 0;
-static void expect(const std::string& what, bool ok, const std::string& detail = "") {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    printf("  FAIL %s %s\n", what.c_str(), detail.c_str());
-  }
-}
-
-static uint64_t addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+using namespace harness;
 
 void test_kat() {
   printf("philox4x32_10\n");
@@ -143,6 +135,5 @@ int main() {
   test_kat();
   test_dropout<float>("dropout f32");
   test_dropout<double>("dropout f64");
-  printf("dropout_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
-  return failures != 0;
+  return finish("dropout_emu_test");
 }

@@ -4,28 +4,23 @@
 // grid-stride loops take several turns and end mid-block. Exits non-zero on
 // a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../elementwise.cu"
 // clang-format on
 #include <random>
 
-static int failures = 0, checks = 0;
-static void expect(const char* what, bool ok) {
-  ++checks;
-  printf("  %-44s %s\n", what, ok ? "ok" : "FAIL");
-  if (!ok) ++failures;
-}
+using namespace harness;
 
 static const dim3 kGrid(3), kBlock(64);  // 192 threads over n = 1000: several turns
 
 template <class T>
 void test_add_axpy(const char* name) {
   printf("%s\n", name);
-  std::mt19937_64 rng(5);
-  std::uniform_real_distribution<double> u(-1, 1);
+  Rng rng(5);
   const int n = 1000;
   std::vector<T> a(n), b(n), out0(n);
-  for (int i = 0; i < n; ++i) a[i] = T(u(rng)), b[i] = T(u(rng)), out0[i] = T(u(rng));
+  for (int i = 0; i < n; ++i) a[i] = T(rng.U(-1, 1)), b[i] = T(rng.U(-1, 1)), out0[i] = T(rng.U(-1, 1));
   const bool f = sizeof(T) == 4;
   using K = void (*)(AddParams);
   const K add_k = f ? (K)add_f32 : (K)add_f64, acc_k = f ? (K)add_acc_f32 : (K)add_acc_f64;
@@ -43,7 +38,7 @@ void test_add_axpy(const char* name) {
       char what[64];
       snprintf(what, sizeof what, "add%s, %s", acc ? " accumulate" : "",
                mode == 0 ? "elementwise" : mode == 1 ? "broadcast" : "scalar");
-      expect(what, out == want);
+      expect_line(what, out == want);
     }
   {
     // In place: out aliases a.
@@ -51,7 +46,7 @@ void test_add_axpy(const char* name) {
     for (int i = 0; i < n; ++i) want[i] = a[i] + b[i];
     AddParams p{x.data(), x.data(), b.data(), n, 1, 0};
     emu::launch(add_k, kGrid, kBlock, 0, p);
-    expect("add in place (out == a)", x == want);
+    expect_line("add in place (out == a)", x == want);
   }
   {
     std::vector<T> y = out0, want(n);
@@ -59,20 +54,20 @@ void test_add_axpy(const char* name) {
     for (int i = 0; i < n; ++i) want[i] = out0[i] + alpha * a[i];
     AxpyParams p{y.data(), a.data(), n, double(alpha)};
     emu::launch(f ? (void (*)(AxpyParams))axpy_f32 : axpy_f64, kGrid, kBlock, 0, p);
-    expect("axpy", y == want);
+    expect_line("axpy", y == want);
   }
 }
 
 int main() {
+  width = 44;
   printf("fill_u64\n");
   std::vector<uint64_t> v(1000, 0);
   FillParams fp{v.data(), 999, 0x3ff8000000000000ull};
   emu::launch(fill_u64, kGrid, kBlock, 0, fp);
   bool ok = v[999] == 0;
   for (int i = 0; i < 999; ++i) ok = ok && v[i] == fp.value;
-  expect("fill_u64 fills n elements, no more", ok);
+  expect_line("fill_u64 fills n elements, no more", ok);
   test_add_axpy<float>("add, axpy f32");
   test_add_axpy<double>("add, axpy f64");
-  printf("elementwise_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
-  return failures != 0;
+  return finish("elementwise_emu_test");
 }

@@ -11,6 +11,7 @@
 // (read element by element) give the aligned tensors' results. Exits
 // non-zero on a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../groupnorm.cu"
 // clang-format on
@@ -22,52 +23,7 @@ using stheno::gn::kRowStats;
 using stheno::gn::kThreads;
 using stheno::gn::kTile;
 
-static int failures = 0, checks = 0;
-static void expect(const std::string& what, bool ok, const std::string& detail = "") {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    printf("  FAIL %s %s\n", what.c_str(), detail.c_str());
-  }
-}
-
-// autograd's TolForward32 and TolForward64.
-struct Tol {
-  double abs, rel;
-};
-template <class T>
-constexpr Tol kTol = sizeof(T) == 4 ? Tol{1e-6, 1e-5} : Tol{1e-12, 1e-10};
-
-// Compares got with want element by element (NaN only where want has NaN);
-// returns "" or the worst element.
-template <class T>
-std::string compare(const std::vector<T>& got, const std::vector<double>& want, Tol tol) {
-  if (got.size() != want.size()) return "sizes differ";
-  int worst = -1;
-  double excess = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double g = got[i], w = want[i];
-    if (std::isnan(g) || std::isnan(w)) {
-      if (std::isnan(g) != std::isnan(w)) {
-        char b[128];
-        snprintf(b, sizeof b, "element %zu: got %.17g, want %.17g", i, g, w);
-        return b;
-      }
-      continue;
-    }
-    const double e = std::fabs(g - w) - (tol.abs + tol.rel * std::fabs(w));
-    if (!(e <= 0) && (worst < 0 || e > excess)) worst = int(i), excess = e;
-  }
-  if (worst < 0) return "";
-  char b[128];
-  snprintf(b, sizeof b, "element %d: got %.17g, want %.17g", worst, double(got[worst]), want[worst]);
-  return b;
-}
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
+using namespace harness;
 
 struct Shape {
   int n, c, groups;
@@ -154,8 +110,6 @@ template <class T>
 Kernel<T> params_kernel() {
   return sizeof(T) == 4 ? (Kernel<T>)groupnorm_bwd_params_f32 : (Kernel<T>)groupnorm_bwd_params_f64;
 }
-
-static uint64_t addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
 
 template <class T>
 struct Outputs {
@@ -249,18 +203,10 @@ void test_shape(const Shape& s, bool nan_row, std::mt19937_64& rng) {
                (long long)s.hw, gm != nullptr, bt != nullptr, nan_row ? " nan" : "");
       const int before = failures;
       const Outputs<T> o = run(d, s, eps, x, gm, bt, dy, 0, int(s.n * s.groups), 0);
-      std::string e = compare(o.y, ref.y, kTol<T>);
-      expect(std::string(tag) + ": y", e == "", e);
-      e = compare(o.dx, ref.dx, kTol<T>);
-      expect(std::string(tag) + ": dx", e == "", e);
-      if (gm) {
-        e = compare(o.dgamma, ref.dgamma, kTol<T>);
-        expect(std::string(tag) + ": dgamma", e == "", e);
-      }
-      if (bt) {
-        e = compare(o.dbeta, ref.dbeta, kTol<T>);
-        expect(std::string(tag) + ": dbeta", e == "", e);
-      }
+      expect_within(std::string(tag) + ": y", o.y, ref.y, TolForward<T>);
+      expect_within(std::string(tag) + ": dx", o.dx, ref.dx, TolForward<T>);
+      if (gm) expect_within(std::string(tag) + ": dgamma", o.dgamma, ref.dgamma, TolForward<T>);
+      if (bt) expect_within(std::string(tag) + ": dbeta", o.dbeta, ref.dbeta, TolForward<T>);
       // Fewer blocks than tiles (the grid-stride loops), one block for
       // bwd_finalize, and unaligned tensors: the same bits.
       const Outputs<T> small = run(d, s, eps, x, gm, bt, dy, 3, 1, 0);
@@ -298,6 +244,5 @@ void test_all(const char* name) {
 int main() {
   test_all<float>("groupnorm f32");
   test_all<double>("groupnorm f64");
-  printf("groupnorm_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
-  return failures != 0;
+  return finish("groupnorm_emu_test");
 }

@@ -10,6 +10,7 @@
 // same order, and rows that are not 16-byte aligned (read element by
 // element) give the aligned rows' results. Exits non-zero on a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../layernorm.cu"
 // clang-format on
@@ -21,51 +22,7 @@ using stheno::ln::kColSumWarps;
 using stheno::ln::kWarps;
 using stheno::ln::LayerNormParams;
 
-static int failures = 0, checks = 0;
-static void expect(const std::string& what, bool ok, const std::string& detail = "") {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    printf("  FAIL %s %s\n", what.c_str(), detail.c_str());
-  }
-}
-
-// autograd's TolForward32 and TolForward64.
-struct Tol {
-  double abs, rel;
-};
-template <class T>
-constexpr Tol kTol = sizeof(T) == 4 ? Tol{1e-6, 1e-5} : Tol{1e-12, 1e-10};
-
-// Compares got with want element by element (NaN only where want has NaN);
-// returns "" or the worst element.
-template <class T>
-std::string compare(const T* got, const std::vector<double>& want, Tol tol) {
-  int worst = -1;
-  double excess = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double g = got[i], w = want[i];
-    if (std::isnan(g) || std::isnan(w)) {
-      if (std::isnan(g) != std::isnan(w)) {
-        char b[128];
-        snprintf(b, sizeof b, "element %zu: got %.17g, want %.17g", i, g, w);
-        return b;
-      }
-      continue;
-    }
-    const double e = std::fabs(g - w) - (tol.abs + tol.rel * std::fabs(w));
-    if (!(e <= 0) && (worst < 0 || e > excess)) worst = int(i), excess = e;
-  }
-  if (worst < 0) return "";
-  char b[128];
-  snprintf(b, sizeof b, "element %d: got %.17g, want %.17g", worst, double(got[worst]), want[worst]);
-  return b;
-}
-
-template <class T>
-bool same_bits(const T* a, const T* b, size_t n) {
-  return memcmp(a, b, n * sizeof(T)) == 0;
-}
+using namespace harness;
 
 // The double-precision reference of a case.
 struct Ref {
@@ -144,8 +101,6 @@ void (*colsum_kernel())(ColSumParams) {
   return sizeof(T) == 4 ? (void (*)(ColSumParams))layernorm_colsum_f32 : (void (*)(ColSumParams))layernorm_colsum_f64;
 }
 
-static uint64_t addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
-
 // A launch of a design: its grid for the row kernels (rows per block) and
 // the block's threads.
 struct Launch {
@@ -198,12 +153,8 @@ Outputs<T> run(const Design<T>& d, const Launch& l, int rows, int c, double eps,
 
 template <class T>
 bool same(const Outputs<T>& a, const Outputs<T>& b, bool params) {
-  bool ok = a.y.size() == b.y.size() && same_bits(a.y.data(), b.y.data(), a.y.size()) &&
-            same_bits(a.dx.data(), b.dx.data(), a.dx.size());
-  if (params) {
-    ok = ok && a.dgamma.size() == b.dgamma.size() && same_bits(a.dgamma.data(), b.dgamma.data(), a.dgamma.size()) &&
-         a.dbeta.size() == b.dbeta.size() && same_bits(a.dbeta.data(), b.dbeta.data(), a.dbeta.size());
-  }
+  bool ok = same_bits(a.y, b.y) && same_bits(a.dx, b.dx);
+  if (params) ok = ok && same_bits(a.dgamma, b.dgamma) && same_bits(a.dbeta, b.dbeta);
   return ok;
 }
 
@@ -238,7 +189,7 @@ void test_shape(int rows, int c, bool nan_row, std::mt19937_64& rng) {
   for (auto& v : beta) v = T(u(rng));
   if (nan_row) x[size_t(2) * c + c / 2] = T(NAN);
   constexpr int kN = 16 / sizeof(T);
-  const Tol tol = kTol<T>;
+  const Tol tol = TolForward<T>;
   Outputs<T> first_vec;  // the first vec design's outputs (gamma and beta), for the bit-for-bit checks
   bool have_vec = false;
   for (const Design<T>& d : designs<T>()) {
@@ -267,17 +218,10 @@ void test_shape(int rows, int c, bool nan_row, std::mt19937_64& rng) {
         char what[160];
         snprintf(what, sizeof what, "%s gamma=%d beta=%d threads=%d grid=%d blocks=%d", tag, g != nullptr,
                  b != nullptr, d.warp ? 32 : l.threads, l.grid, l.blocks);
-        expect(std::string(what) + ": y", compare(o.y.data(), ref.y, tol) == "", compare(o.y.data(), ref.y, tol));
-        expect(std::string(what) + ": dx", compare(o.dx.data(), ref.dx, tol) == "",
-               compare(o.dx.data(), ref.dx, tol));
-        if (g) {
-          const std::string e = compare(o.dgamma.data(), ref.dgamma, tol);
-          expect(std::string(what) + ": dgamma", e == "", e);
-        }
-        if (b) {
-          const std::string e = compare(o.dbeta.data(), ref.dbeta, tol);
-          expect(std::string(what) + ": dbeta", e == "", e);
-        }
+        expect_within(std::string(what) + ": y", o.y.data(), ref.y, tol);
+        expect_within(std::string(what) + ": dx", o.dx.data(), ref.dx, tol);
+        if (g) expect_within(std::string(what) + ": dgamma", o.dgamma.data(), ref.dgamma, tol);
+        if (b) expect_within(std::string(what) + ": dbeta", o.dbeta.data(), ref.dbeta, tol);
         if (li == 0) {
           base = o;
         } else if (d.warp || l.threads == launches[0].threads) {
@@ -339,8 +283,7 @@ void test_colsum(const char* name) {
       emu::launch(colsum_kernel<T>(), dim3((cols + 31) / 32), dim3(kColSumWarps * 32), 0, p);
       char what[64];
       snprintf(what, sizeof what, "colsum rows=%d cols=%d", rows, cols);
-      const std::string e = compare(out.data(), want, kTol<T>);
-      expect(what, e == "", e);
+      expect_within(what, out.data(), want, TolForward<T>);
     }
   }
   printf("  colsum %s\n", failures == before ? "ok" : "FAIL");
@@ -351,6 +294,5 @@ int main() {
   test_all<double>("layernorm f64");
   test_colsum<float>("colsum f32");
   test_colsum<double>("colsum f64");
-  printf("layernorm_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
-  return failures != 0;
+  return finish("layernorm_emu_test");
 }

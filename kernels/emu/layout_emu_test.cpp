@@ -12,6 +12,7 @@
 // poison value with a guard zone past their end. Exits non-zero on a
 // failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../layout.cu"
 // clang-format on
@@ -24,14 +25,10 @@
 
 using namespace stheno::layout;
 
-static std::mt19937_64 rng(26);
-static int failures = 0, checks = 0;
+using namespace harness;
 
-static void expect(const std::string& what, bool ok) {
-  ++checks;
-  printf("  %-70s %s\n", what.c_str(), ok ? "ok" : "FAIL");
-  if (!ok) ++failures;
-}
+static Rng rng(26);
+
 
 // The canonical permutation (kernels.NewPermuteParams).
 struct Canon {
@@ -130,7 +127,7 @@ void permute_case(const std::vector<int64_t>& shape, const std::vector<int>& per
     q.in = reinterpret_cast<uint64_t>(in.data());
     q.out = reinterpret_cast<uint64_t>(out.data());
     emu::launch(k, grid, block, 0, q);
-    expect(label + " " + name, same(want, out));
+    expect_line(label + " " + name, same(want, out));
   };
   PermuteParams p{};
   p.rank = int(c.dims.size());
@@ -207,7 +204,7 @@ static void concat_case(int64_t outer, const std::vector<int64_t>& widths) {
       emu::launch(u == 4 ? layout_copy_rows_b4 : layout_copy_rows_b16, rows_launch(p.cols, outer), rows_block(p.cols), 0, p);
       off += widths[i];
     }
-    expect("concat " + std::to_string(outer) + " rows of " + std::to_string(widths.size()) + " pieces, copy_rows_b" + std::to_string(u),
+    expect_line("concat " + std::to_string(outer) + " rows of " + std::to_string(widths.size()) + " pieces, copy_rows_b" + std::to_string(u),
            same(want, out));
   }
 }
@@ -238,13 +235,12 @@ void gather_case(int64_t n, int64_t d, const std::vector<int64_t>& idx) {
     p.n = n, p.k = k, p.d = d * elem / u;
     auto kern = u == 4 ? layout_gather_rows_b4 : u == 8 ? layout_gather_rows_b8 : layout_gather_rows_b16;
     emu::launch(kern, rows_launch(p.d, k), rows_block(p.d), 0, p);
-    expect(label + " gather_rows_b" + std::to_string(u), same(want, out));
-    expect(label + " gather_rows_b" + std::to_string(u) + " status", status == (bad ? kStatusBadIndex : 0));
+    expect_line(label + " gather_rows_b" + std::to_string(u), same(want, out));
+    expect_line(label + " gather_rows_b" + std::to_string(u) + " status", status == (bad ? kStatusBadIndex : 0));
   }
   // Backward: dy's rows summed onto dx's rows idx[i], in increasing i.
-  std::uniform_real_distribution<double> U(-1, 1);
   std::vector<T> dy(k * d);
-  for (auto& v : dy) v = T(U(rng));
+  for (auto& v : dy) v = T(rng.U(-1, 1));
   std::vector<T> dx_want(n * d, T(0));
   std::vector<bool> touched(n, false);
   for (int64_t i = 0; i < k; ++i) {
@@ -264,7 +260,7 @@ void gather_case(int64_t n, int64_t d, const std::vector<int64_t>& idx) {
   p.n = n, p.k = k, p.d = d;
   emu::launch(layout_gather_link, dim3(unsigned((k + kThreads - 1) / kThreads)), dim3(kThreads), 0, p);
   emu::launch(sizeof(T) == 4 ? layout_gather_scatter_f32 : layout_gather_scatter_f64, rows_launch(d, k), rows_block(d), 0, p);
-  expect(label + " gather_link + gather_scatter, bit for bit", same(dx_want, dx));
+  expect_line(label + " gather_link + gather_scatter, bit for bit", same(dx_want, dx));
 }
 
 template <class T>
@@ -286,11 +282,11 @@ void cases() {
 }
 
 int main() {
+  width = 70;
   cases<float>();
   cases<double>();
   concat_case(3, {5, 2, 9});
   concat_case(4, {8, 4, 12, 4});
   concat_case(1, {1000, 24});
-  printf("layout_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
-  return failures != 0;
+  return finish("layout_emu_test");
 }

@@ -12,6 +12,7 @@
 // gradient), float32's against float64's kernel (TolParity32); the box
 // maps exactly. Exits non-zero on a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../losses.cu"
 // clang-format on
@@ -21,42 +22,9 @@
 
 using namespace stheno::loss;
 
-static std::mt19937_64 rng(26);
-static double U(double a, double b) { return std::uniform_real_distribution<double>(a, b)(rng); }
-static int failures = 0, checks = 0;
+using namespace harness;
 
-struct Tol {
-  double abs, rel;
-};
-// autograd/tolerance.go
-constexpr Tol kTolForward32{1e-6, 1e-5}, kTolForward64{1e-12, 1e-10}, kTolParity32{1e-5, 1e-4}, kTolGrad{1e-8, 1e-6};
-
-static void check(const std::string& what, const std::vector<double>& want, const std::vector<double>& got, Tol tol,
-                  double scale = -1) {
-  double e = 0, worst = 0;
-  bool ok = want.size() == got.size();
-  size_t bad = 0;
-  for (size_t i = 0; ok && i < want.size(); ++i) {
-    const double w = want[i], g = got[i];
-    if (std::isnan(w) || std::isnan(g)) {
-      if (std::isnan(w) != std::isnan(g)) ok = false, bad = i;
-      continue;
-    }
-    if (w == g) continue;
-    const double d = fabs(g - w), r = d / (tol.abs + tol.rel * (scale >= 0 ? scale : fabs(w)));
-    if (!(r <= 1)) ok = false, bad = i;
-    e = std::max(e, d);
-    worst = std::max(worst, r);
-  }
-  ++checks;
-  printf("  %-58s max|err| %.3g (worst/tol %.3f) %s\n", what.c_str(), e, worst, ok ? "ok" : "FAIL");
-  if (!ok) {
-    ++failures;
-    if (bad < want.size()) printf("    element %zu: got %.17g, want %.17g\n", bad, got[bad], want[bad]);
-  }
-}
-
-static uint64_t addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+static Rng rng(26);
 
 // A loss case: n items (elements; rows of c logits; boxes), parameters.
 struct Case {
@@ -205,22 +173,22 @@ static Case make_case(const std::string& name, int kind, int n, int c = 0, doubl
   k.t.resize(kind == kCE ? n : size_t(n) * m);
   k.w.resize(n);
   for (int i = 0; i < n; ++i) {
-    k.w[i] = i % 5 == 0 ? 0 : U(0, 2);
+    k.w[i] = i % 5 == 0 ? 0 : rng.U(0, 2);
     if (kind == kGIoU) {
       // boxes in general position: corners of thirds apart, no ties
       for (double* b : {&k.x[4 * i], &k.t[4 * i]}) {
-        b[0] = U(0, 4), b[1] = U(0, 4);
-        b[2] = b[0] + U(0.5, 3), b[3] = b[1] + U(0.5, 3);
+        b[0] = rng.U(0, 4), b[1] = rng.U(0, 4);
+        b[2] = b[0] + rng.U(0.5, 3), b[3] = b[1] + rng.U(0.5, 3);
       }
       continue;
     }
-    for (int j = 0; j < m; ++j) k.x[size_t(i) * m + j] = U(-4, 4);
+    for (int j = 0; j < m; ++j) k.x[size_t(i) * m + j] = rng.U(-4, 4);
     if (kind == kCE) {
-      k.t[i] = double(int(U(0, c)) % c);
+      k.t[i] = double(int(rng.U(0, c)) % c);
     } else if (kind == kFocal && i % 2) {
-      k.t[i] = U(0, 1) < 0.5 ? 0 : 1;
+      k.t[i] = rng.U(0, 1) < 0.5 ? 0 : 1;
     } else {
-      k.t[i] = kind == kBCE || kind == kFocal ? U(0, 1) : U(-4, 4);
+      k.t[i] = kind == kBCE || kind == kFocal ? rng.U(0, 1) : rng.U(-4, 4);
     }
   }
   return k;
@@ -233,14 +201,14 @@ static void test_case(const Case& k) {
   auto [l64, dx64] = run<double>(k, g, blocks);
   auto [l32, dx32] = run<float>(k, g, blocks);
   const double want = ref_loss(k, k.x);
-  check("f64 loss vs the definition", {want}, {l64}, kTolForward64);
-  check("f32 loss vs the definition", {want}, {l32}, kTolForward32);
+  check("f64 loss vs the definition", {want}, {l64}, TolForward64);
+  check("f32 loss vs the definition", {want}, {l32}, TolForward32);
   std::vector<double> fd = ref_grad(k);
   double scale = 0;
   for (double& v : fd) v *= g, scale = std::max(scale, fabs(v));
-  check("f64 dx vs central differences", fd, dx64, kTolGrad, scale);
-  check("f32 dx vs f64's", dx64, dx32, kTolParity32);
-  check("f64 dx, the gradient through dgrad", dx64, run<double>(k, g, blocks, true).second, Tol{0, 0});
+  check("f64 dx vs central differences", fd, dx64, TolGrad, scale);
+  check("f32 dx vs f64's", dx64, dx32, TolParity32);
+  check("f64 dx, the gradient through dgrad", dx64, run<double>(k, g, blocks, true).second, kExact);
 }
 
 // Boxes: each map and its backward, exactly as the arithmetic says.
@@ -249,7 +217,7 @@ void test_boxes(const char* name) {
   printf("%s\n", name);
   const int n = 700;
   std::vector<T> in(4 * n);
-  for (auto& v : in) v = T(std::round(U(-64, 64)) / 16);
+  for (auto& v : in) v = T(std::round(rng.U(-64, 64)) / 16);
   constexpr bool f = sizeof(T) == 4;
   using K = void (*)(BoxParams);
   const K ks[4] = {f ? (K)box_cxcywh_to_xyxy_f32 : (K)box_cxcywh_to_xyxy_f64,
@@ -273,11 +241,8 @@ void test_boxes(const char* name) {
       }
       for (int e = 0; e < 4; ++e) got[4 * i + e] = out[4 * i + e];
     }
-    check(std::string(names[mode]) + " (exact: sixteenths)", want, got, Tol{0, 0});
-    ++checks;
-    const bool guard = std::isnan(double(out[4 * n]));
-    printf("  %-58s %s\n", "nothing written past the end", guard ? "ok" : "FAIL");
-    if (!guard) ++failures;
+    check(std::string(names[mode]) + " (exact: sixteenths)", want, got, kExact);
+    expect_line("nothing written past the end", std::isnan(double(out[4 * n])));
   }
 }
 
@@ -287,10 +252,11 @@ void test_add(const char* name) {
   T a = T(1.25), b = T(-0.5), out = T(NAN);
   LossAddParams p{addr(&a), addr(&b), addr(&out)};
   emu::launch(sizeof(T) == 4 ? (void (*)(LossAddParams))loss_add_f32 : loss_add_f64, dim3(1), dim3(32), 0, p);
-  check("loss_add", {0.75}, {double(out)}, Tol{0, 0});
+  check("loss_add", {0.75}, {double(out)}, kExact);
 }
 
 int main() {
+  width = 58;
   for (int n : {7, 2000}) {
     test_case(make_case("bce", kBCE, n));
     test_case(make_case("smoothl1 beta=1/9", kSmoothL1, n, 0, 1.0 / 9));
@@ -307,6 +273,5 @@ int main() {
   test_boxes<double>("boxes f64");
   test_add<float>("loss_add f32");
   test_add<double>("loss_add f64");
-  printf("losses_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
-  return failures != 0;
+  return finish("losses_emu_test");
 }

@@ -13,6 +13,7 @@
 // a full grid and on one block of one warp, which the grid-stride loops
 // must make no different. Exits non-zero on a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../maxpool.cu"
 // clang-format on
@@ -27,28 +28,7 @@ using stheno::kTileW;
 using stheno::kTileWindows;
 using stheno::MaxPool2dParams;
 
-static int failures = 0, checks = 0;
-static void expect(const std::string& what, bool ok, const std::string& detail = "") {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    printf("  FAIL %s %s\n", what.c_str(), detail.c_str());
-  }
-}
-
-static uint64_t addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
-
-template <class T>
-std::string exact(const std::vector<T>& got, const std::vector<double>& want) {
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double g = got[i], w = want[i];
-    if (g == w || (std::isnan(g) && std::isnan(w))) continue;
-    char b[128];
-    snprintf(b, sizeof b, "element %zu: got %.17g, want %.17g", i, g, w);
-    return b;
-  }
-  return "";
-}
+using namespace harness;
 
 struct Case {
   int planes, h, w, kh, kw, sh, sw, ph, pw;
@@ -110,20 +90,17 @@ void run_case(const Case& c, bool special, std::mt19937_64& rng) {
     emu::launch(fwd, dim3(small ? 1 : unsigned((ny + threads - 1) / threads)), dim3(threads), 0, p);
     p.dy = addr(dy.data()), p.out = addr(dx.data());
     emu::launch(bwd, dim3(small ? 1 : unsigned((nx + threads - 1) / threads)), dim3(threads), 0, p);
-    const std::string e1 = exact(y, y_ref), e2 = exact(dx, dx_ref);
-    expect(std::string(what) + (small ? " one warp" : "") + " y", e1 == "", e1);
-    expect(std::string(what) + (small ? " one warp" : "") + " dx", e2 == "", e2);
+    expect_within(std::string(what) + (small ? " one warp" : "") + " y", y, y_ref, kExact);
+    expect_within(std::string(what) + (small ? " one warp" : "") + " dx", dx, dx_ref, kExact);
     if (fits) {
       // One block of one warp goes through every tile in turn.
       p.out = addr(dxt.data());
       emu::launch(tiled, dim3(small ? 1 : unsigned(tiles)), dim3(threads), 0, p);
-      const std::string e3 = exact(dxt, dx_ref);
-      expect(std::string(what) + (small ? " one warp" : "") + " dx tiled", e3 == "", e3);
+      expect_within(std::string(what) + (small ? " one warp" : "") + " dx tiled", dxt, dx_ref, kExact);
       if (c.kh == 3 && c.kw == 3) {
         std::fill(dxt.begin(), dxt.end(), T(NAN));
         emu::launch(tiled3, dim3(small ? 1 : unsigned(tiles)), dim3(threads), 0, p);
-        const std::string e4 = exact(dxt, dx_ref);
-        expect(std::string(what) + (small ? " one warp" : "") + " dx tiled k3", e4 == "", e4);
+        expect_within(std::string(what) + (small ? " one warp" : "") + " dx tiled k3", dxt, dx_ref, kExact);
       }
     }
   }
@@ -150,6 +127,5 @@ void test_all(const char* name) {
 int main() {
   test_all<float>("maxpool f32");
   test_all<double>("maxpool f64");
-  printf("maxpool_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
-  return failures != 0;
+  return finish("maxpool_emu_test");
 }

@@ -10,6 +10,7 @@
 // `msdeform_emu_test NAME...` runs the kernels whose name contains a NAME.
 // Exits non-zero on a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../msdeform.cu"
 #include "../msdeform_sm90a.cu"
@@ -30,13 +31,9 @@ struct Case {
   bool nan_loc;
 };
 
-static std::mt19937_64 rng(11);
-static std::vector<double> randv(size_t n, double lo, double hi) {
-  std::uniform_real_distribution<double> u(lo, hi);
-  std::vector<double> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using namespace harness;
+
+static Rng rng(11);
 
 // The pixel coordinate loc*size - 0.5 as a kernel computing in T does: the
 // product rounded to T, then the difference (pixel_coord in bilinear.cuh,
@@ -134,30 +131,6 @@ static void reference_forward(const Case& c, int s, const std::vector<int>& star
           }
 }
 
-// Largest error relative to the tolerance Abs + Rel*|want| (autograd's
-// TolParity32/64 form): <= 1 passes. Also returns the largest absolute error.
-struct Err {
-  double worst = 0, abs = 0;
-  long bad = 0;
-};
-template <class T>
-static Err compare(const std::vector<T>& got, const std::vector<double>& want, double tabs, double trel) {
-  Err e;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double g = got[i], w = want[i];
-    if (std::isnan(w) || std::isnan(g)) {
-      if (std::isnan(w) != std::isnan(g)) ++e.bad, e.worst = INFINITY;
-      continue;
-    }
-    const double d = std::fabs(g - w);
-    e.abs = std::max(e.abs, d);
-    const double r = d / (tabs + trel * std::fabs(w));
-    if (r > 1) ++e.bad;
-    e.worst = std::max(e.worst, r);
-  }
-  return e;
-}
-
 // With ordered (the forward's _sorted kernels), the launch takes each image's
 // queries in a shuffled order (p.order): every output must still land where
 // its query's belongs. Then, so that a kernel that ignores p.order cannot
@@ -172,10 +145,10 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
   for (auto& lv : c.levels) start.push_back(s), s += lv.first * lv.second;
   const size_t nv = (size_t)c.n * s * c.m * c.d, nw = (size_t)c.n * c.lq * c.m * L * c.p,
                no = (size_t)c.n * c.lq * c.m * c.d;
-  std::mt19937_64 saved = rng;
+  Rng saved = rng;
   rng.seed(std::hash<std::string>{}(c.name));
-  std::vector<double> value = randv(nv, -1, 1), loc = randv(2 * nw, c.lo, c.hi), wgt = randv(nw, 0, 1),
-                      gout = randv(no, -1, 1);
+  std::vector<double> value = rng.uniform(nv, -1, 1), loc = rng.uniform(2 * nw, c.lo, c.hi),
+                      wgt = rng.uniform(nw, 0, 1), gout = rng.uniform(no, -1, 1);
   rng = saved;
   if (c.nan_loc)
     for (size_t j = 0; j < loc.size(); j += 7) loc[j] = NAN;
@@ -227,9 +200,8 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
   emu::launch(k, dim3(blocks), dim3(stheno::kBlock), 0, p);
   bool ok;
   if (forward) {
-    const double tabs = sizeof(T) == 4 ? 1e-6 : 1e-12, trel = sizeof(T) == 4 ? 1e-5 : 1e-10;  // TolForward32/64
-    const Err eo = compare(of, fo, tabs, trel);
-    ok = eo.bad == 0;
+    const Err eo = measure(of, fo, TolForward<T>);
+    ok = eo.ok();
     if (ordered) {
       std::fill(order.begin(), order.end(), 0);
       std::fill(of.begin(), of.end(), T(NAN));
@@ -244,7 +216,6 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
     printf("%-4s %-28s %-47s maxabs out %.2e | worst/tol %.3f%s\n", ok ? "ok" : "FAIL", c.name.c_str(), kname.c_str(),
            eo.abs, eo.worst, ordered ? " (shuffled query order; all positions on query 0)" : "");
   } else {
-    const double tabs = sizeof(T) == 4 ? 1e-5 : 1e-12, trel = sizeof(T) == 4 ? 1e-4 : 1e-10;  // TolParity32/64
     // Location gradients in pixel units (autograd's TolParity32 says why):
     // each is its level's width or height times a sum of terms of order 1.
     std::vector<double> olp(ol.begin(), ol.end()), glp = gl;
@@ -253,8 +224,9 @@ static bool run(const Case& c, const std::string& kname, void (*k)(MSDeformParam
       olp[j] /= lv.second, glp[j] /= lv.second;
       olp[j + 1] /= lv.first, glp[j + 1] /= lv.first;
     }
-    const Err ev = compare(ov, gv, tabs, trel), el = compare(olp, glp, tabs, trel), ew = compare(ow, gw, tabs, trel);
-    ok = ev.bad + el.bad + ew.bad == 0;
+    const Tol tol = TolParity<T>;
+    const Err ev = measure(ov, gv, tol), el = measure(olp, glp, tol), ew = measure(ow, gw, tol);
+    ok = ev.ok() && el.ok() && ew.ok();
     printf("%-4s %-28s %-47s maxabs value %.2e loc %.2e weight %.2e | worst/tol %.3f %.3f %.3f%s\n",
            ok ? "ok" : "FAIL", c.name.c_str(), kname.c_str(), ev.abs, el.abs, ew.abs, ev.worst, el.worst, ew.worst,
            ordered ? " (shuffled query order)" : "");
@@ -385,7 +357,6 @@ int main(int argc, char** argv) {
 #undef Q
   // Arguments: run only the kernels whose name contains one of them.
   const std::vector<std::string> only(argv + 1, argv + argc);
-  int runs = 0, failed = 0;
   if (only.empty() || std::any_of(only.begin(), only.end(), [](const std::string& o) {
         return std::string("msdeform_sort_cells msdeform_sort_scan msdeform_sort_place").find(o) != std::string::npos;
       })) {
@@ -394,7 +365,7 @@ int main(int argc, char** argv) {
     const bool oks[] = {run_order<float>(1, 1, 2, 3, 4),      run_order<float>(2, 700, 4, 5, 7),
                         run_order<float>(2, 9000, 2, 23, 160), run_order<double>(1, 3000, 6, 64, 128),
                         run_order<double>(1, 2000, 2, 1, 1)};
-    for (bool ok : oks) ++runs, failed += !ok;
+    for (bool ok : oks) count(ok);
   }
   for (auto& c : cases) {
     for (const auto* set : {&f32, &f64})
@@ -410,15 +381,8 @@ int main(int argc, char** argv) {
         while (group < pieces && group < 32) group *= 2;
         const bool ok = set == &f32 ? run<float>(c, kv.name, kv.k, group, kv.fwd, kv.ordered)
                                     : run<double>(c, kv.name, kv.k, group, kv.fwd, kv.ordered);
-        ++runs;
-        failed += !ok;
+        count(ok);
       }
   }
-#ifdef __SANITIZE_ADDRESS__
-  const char* asan = " (AddressSanitizer)";
-#else
-  const char* asan = "";
-#endif
-  printf("msdeform_emu_test%s: %d runs, %d failures: %s\n", asan, runs, failed, failed || runs == 0 ? "FAIL" : "ok");
-  return failed || runs == 0 ? 1 : 0;
+  return finish("msdeform_emu_test");
 }

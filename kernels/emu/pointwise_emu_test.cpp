@@ -11,6 +11,7 @@
 // additions), and a launch of fewer blocks than work (the grid-stride
 // loops) the same as of enough. Exits non-zero on a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../pointwise.cu"
 // clang-format on
@@ -21,51 +22,7 @@ using stheno::pw::PointwiseParams;
 using stheno::pw::ReduceParams;
 namespace pw = stheno::pw;
 
-static int failures = 0, checks = 0;
-static void expect(const std::string& what, bool ok, const std::string& detail = "") {
-  ++checks;
-  if (!ok) {
-    ++failures;
-    printf("  FAIL %s %s\n", what.c_str(), detail.c_str());
-  }
-}
-
-struct Tol {
-  double abs, rel;
-};
-template <class T>
-constexpr Tol kTol = sizeof(T) == 4 ? Tol{1e-6, 1e-5} : Tol{1e-12, 1e-10};
-
-template <class T>
-std::string compare(const std::vector<T>& got, const std::vector<double>& want, Tol tol) {
-  int worst = -1;
-  double excess = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double g = got[i], w = want[i];
-    if (std::isnan(g) || std::isnan(w)) {
-      if (std::isnan(g) != std::isnan(w)) {
-        char b[128];
-        snprintf(b, sizeof b, "element %zu: got %.17g, want %.17g", i, g, w);
-        return b;
-      }
-      continue;
-    }
-    if (g == w) continue;
-    const double e = std::fabs(g - w) - (tol.abs + tol.rel * std::fabs(w));
-    if (!(e <= 0) && (worst < 0 || e > excess)) worst = int(i), excess = e;
-  }
-  if (worst < 0) return "";
-  char b[128];
-  snprintf(b, sizeof b, "element %d: got %.17g, want %.17g", worst, double(got[worst]), want[worst]);
-  return b;
-}
-
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
-static uint64_t addr(const void* p) { return reinterpret_cast<uint64_t>(p); }
+using namespace harness;
 
 static const char* kNames[] = {"scale", "relu", "sigmoid", "inverse_sigmoid", "exp", "log", "sqrt", "square",
                                "fill", "add", "sub", "mul", "div", "neg_div", "relu_grad", "sigmoid_grad",
@@ -152,7 +109,7 @@ void check_map(int op, int n) {
       emu::launch(map_kernel<T>(vec), dim3(std::min(grid, std::max(1, (work + 63) / 64))), dim3(64), 0, p);
       char what[96];
       snprintf(what, sizeof what, "map%s %s %s n=%d grid=%d", vec ? "_v16b" : "", kNames[op], tn, n, grid);
-      expect(what, compare(out, want, kTol<T>) == "", compare(out, want, kTol<T>));
+      expect_within(what, out, want, TolForward<T>);
       if (first.empty()) {
         first = out;
       } else {
@@ -222,7 +179,7 @@ void check_bcast(int op, const Bcast& c) {
     std::string what = std::string("bcast") + (vec ? "_v16b " : " ") + kNames[op] + " " + tn + " out=[";
     for (int d : c.out) what += std::to_string(d) + ",";
     what += "]";
-    expect(what, compare(out, want, kTol<T>) == "", compare(out, want, kTol<T>));
+    expect_within(what, out, want, TolForward<T>);
     if (first.empty()) {
       first = out;
     } else {
@@ -285,7 +242,7 @@ void check_rows(int outer, int r, int chunk) {
     emu::launch(rows_warp<T>(), dim3((outer * g + pw::kReduceThreads - 1) / pw::kReduceThreads),
                 dim3(pw::kReduceThreads), 0, p);
     snprintf(what, sizeof what, "rows_warp %s [%d %d] lanes=%d", tn, outer, r, g);
-    expect(what, compare(out, want, kTol<T>) == "", compare(out, want, kTol<T>));
+    expect_within(what, out, want, TolForward<T>);
     return;
   }
   const int parts = (r + chunk - 1) / chunk;
@@ -303,7 +260,7 @@ void check_rows(int outer, int r, int chunk) {
     }
     snprintf(what, sizeof what, "rows_block%s %s [%d %d] chunk=%d parts=%d", vec ? "_v16b" : "", tn, outer, r, chunk,
              parts);
-    expect(what, compare(out, want, kTol<T>) == "", compare(out, want, kTol<T>));
+    expect_within(what, out, want, TolForward<T>);
     if (first.empty()) {
       first = out;
     } else {
@@ -336,7 +293,7 @@ void check_cols(int outer, int r, int inner, int chunk) {
   }
   char what[96];
   snprintf(what, sizeof what, "cols %s [%d %d %d] bx=%d chunk=%d parts=%d", tn, outer, r, inner, bx, chunk, parts);
-  expect(what, compare(out, want, kTol<T>) == "", compare(out, want, kTol<T>));
+  expect_within(what, out, want, TolForward<T>);
 }
 
 template <class T>
@@ -365,6 +322,5 @@ void run_all() {
 int main() {
   run_all<float>();
   run_all<double>();
-  printf("pointwise emu: %d checks, %d failures\n", checks, failures);
-  return failures ? 1 : 0;
+  return finish("pointwise_emu_test");
 }

@@ -20,6 +20,7 @@
 // compute the sample positions in float32, as the CPU twin does);
 // TolForward64 for float64 against it. Exits non-zero on a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../roialign.cu"
 #include "../roialign_sm90a.cu"
@@ -28,39 +29,9 @@
 #include <string>
 #include <tuple>
 
-static std::mt19937_64 rng(11);
-static double U(double a, double b) { return std::uniform_real_distribution<double>(a, b)(rng); }
-static int failures = 0, checks = 0;
+using namespace harness;
 
-struct Tol {
-  double abs, rel;
-};
-constexpr Tol kTolParity32{1e-5, 1e-4}, kTolParity64{1e-12, 1e-10}, kTolForward64{1e-12, 1e-10};
-
-template <class T, class R>
-void check(const char* what, const std::vector<R>& want, const std::vector<T>& got, Tol tol) {
-  double e = 0, s = 0, worst = 0;
-  bool ok = want.size() == got.size();
-  for (size_t i = 0; ok && i < want.size(); ++i) {
-    const double w = want[i], g = got[i];
-    if (std::isnan(w) || std::isnan(g)) {
-      ok = std::isnan(w) == std::isnan(g);
-      continue;
-    }
-    e = std::max(e, fabs(g - w));
-    s = std::max(s, fabs(w));
-    worst = std::max(worst, fabs(g - w) / (tol.abs + tol.rel * fabs(w)));
-  }
-  ok = ok && worst <= 1;
-  ++checks;
-  printf("  %-40s max|err| %.3g (scale %.3g, worst/tol %.3f) %s\n", what, e, s, worst, ok ? "ok" : "FAIL");
-  if (!ok) ++failures;
-}
-static void expect(const char* what, bool ok) {
-  ++checks;
-  printf("  %-40s %s\n", what, ok ? "ok" : "FAIL");
-  if (!ok) ++failures;
-}
+static Rng rng(11);
 
 // torchvision's roi_align in double from the T-valued inputs (x NCHW),
 // forward (out [K,C,PH,PW]) and its adjoint (gx += d out/d x * gy).
@@ -126,7 +97,7 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
               bool f32_vs_ref = true) {
   const bool f = sizeof(T) == 4;
   printf("%s %s\n", name, f ? "f32" : "f64");
-  const Tol parity = f ? kTolParity32 : kTolParity64, vs_ref = f ? kTolParity32 : kTolForward64;
+  const Tol parity = f ? TolParity32 : TolParity64, vs_ref = f ? TolParity32 : TolForward64;
   // Against the double reference; float32 kernels only where their float32
   // sample positions are within TolParity32 of it (not at coordinates of
   // hundreds of pixels: there they are checked against each other).
@@ -138,10 +109,10 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
     check(what, want, got, vs_ref);
   };
   std::vector<T> x(size_t(n) * c * h * w), rois(k * 5);
-  for (auto& v : x) v = U(-1, 1);
+  for (auto& v : x) v = rng.U(-1, 1);
   for (int i = 0; i < k; ++i) {
-    double x1 = U(-0.1 * img, img), y1 = U(-0.1 * img, img);
-    double s = exp(U(log(min_side), log(img))), a = exp(U(-0.7, 0.7));
+    double x1 = rng.U(-0.1 * img, img), y1 = rng.U(-0.1 * img, img);
+    double s = exp(rng.U(log(min_side), log(img))), a = exp(rng.U(-0.7, 0.7));
     rois[i * 5] = T(i % n), rois[i * 5 + 1] = x1, rois[i * 5 + 2] = y1;
     rois[i * 5 + 3] = x1 + s * a, rois[i * 5 + 4] = y1 + s / a;
     if (i % 5 == 4) std::swap(rois[i * 5 + 1], rois[i * 5 + 3]);  // a negative width (aligned keeps it)
@@ -154,11 +125,11 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
     for (int ch = 0; ch < c; ++ch)
       for (int q = 0; q < h * w; ++q) xt_host[(size_t(i) * h * w + q) * c + ch] = x[(size_t(i) * c + ch) * h * w + q];
   transpose(xt, back, n, h * w, c);
-  expect("transpose to NHWC and back, exact", xt == xt_host && back == x);
+  expect_line("transpose to NHWC and back, exact", xt == xt_host && back == x);
 
   const size_t outn = size_t(k) * c * ph * pw;
   std::vector<T> gy(outn);
-  for (auto& v : gy) v = U(-gscale, gscale);
+  for (auto& v : gy) v = rng.U(-gscale, gscale);
   std::vector<double> ref, gref;
   reference(x, rois, n, c, h, w, k, ph, pw, scale, sampling, aligned, gy, ref, gref);
   std::vector<double> gref_t(gref.size());  // NHWC, as the channels-last backward leaves it
@@ -206,7 +177,7 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
   if constexpr (sizeof(T) == 4) {
     std::vector<T> n4u(outn, T(NAN));
     forward_nchw(roialign_fwd_nchw_bin_c4_f32, 4, n4u);
-    expect("forward bin c4 (registers uncapped) == c4 occ4", n4u == n4);
+    expect_line("forward bin c4 (registers uncapped) == c4 occ4", n4u == n4);
   }
   if (sampling > 0 && sampling <= stheno::kColsMaxS && pw * sampling <= 32) {
     // roialign_fwd_nchw_cols: lanes on sample columns; the channels in 1, 2,
@@ -229,7 +200,7 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
       std::vector<T> q(outn, T(NAN));
       p.feat = (uint64_t)x.data(), p.pooled = (uint64_t)q.data();
       emu::launch(by_ratio[f ? 0 : 1][sampling % 4], dim3(k, 1), dim3(64), 0, p);
-      expect("forward cols for another ratio writes nothing",
+      expect_line("forward cols for another ratio writes nothing",
              std::all_of(q.begin(), q.end(), [](T v) { return std::isnan(v); }));
     }
     for (const auto& [name, kern] : kerns) {
@@ -313,13 +284,13 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
   bool perm = true;
   for (int i = 0; i < k; ++i)
     if (order[i] < 0 || order[i] >= k || seen[order[i]]++) perm = false;
-  expect("sort_rois is a permutation", perm);
+  expect_line("sort_rois is a permutation", perm);
   bool by_image = perm;
   for (int i = 0; perm && i + 1 < k; ++i) {
     auto img_of = [&](int r) { return std::min(255.0, std::max(0.0, double(rois[r * 5]))); };
     if (int(img_of(order[i])) > int(img_of(order[i + 1]))) by_image = false;
   }
-  expect("sort_rois sorts by image", by_image);
+  expect_line("sort_rois sorts by image", by_image);
   // The same launch with 3 more blocks that zero 247 of 250 int4s.
   {
     std::vector<int> order2(k, -1);
@@ -328,7 +299,7 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
     emu::launch(f ? (void (*)(stheno::RoIOrderParams))roialign_sort_rois_f32 : roialign_sort_rois_f64, dim3(4), dim3(stheno::kOrderThreads), 0, oz);
     bool zeroed = true;
     for (int i = 0; i < 250; ++i) zeroed = zeroed && (z[i].x == 0) == (i < 247) && (z[i].w == 0) == (i < 247);
-    expect("sort_rois zeroing: same order, exactly its range zeroed", order2 == order && zeroed);
+    expect_line("sort_rois zeroing: same order, exactly its range zeroed", order2 == order && zeroed);
   }
   if (perm) {
     p.order = (uint64_t)order.data();
@@ -343,12 +314,12 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
     emu::launch(bwd, cl_grid, cl_block, 0, p);
     p.feat = (uint64_t)g4.data();
     emu::launch(bwd_sep, cl_grid, cl_block, 0, p);
-    expect("ordered forward taps, sep == unordered", o1 == taps && o2 == sep);
+    expect_line("ordered forward taps, sep == unordered", o1 == taps && o2 == sep);
     check("ordered backward taps vs taps", g1, g3, parity);
     check("ordered backward sep vs taps", g1, g4, parity);
     p.order = 0;
   }
-  expect(bad_roi ? "status: bad batch index" : "status: ok", status == (bad_roi ? stheno::kStatusBadBatchIndex : 0));
+  expect_line(bad_roi ? "status: bad batch index" : "status: ok", status == (bad_roi ? stheno::kStatusBadBatchIndex : 0));
 }
 
 template <class T>
@@ -379,8 +350,8 @@ void cases() {
 }
 
 int main() {
+  width = 40;
   cases<float>();
   cases<double>();
-  printf("roialign_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
-  return failures != 0;
+  return finish("roialign_emu_test");
 }

@@ -18,50 +18,16 @@
 // TolForward64 for float64 against the reference; a NaN must be where the
 // reference has one. Exits non-zero on a failure.
 #include "emu.h"
+#include "harness.h"
 // clang-format off
 #include "../softmax.cu"
 // clang-format on
 #include <random>
 #include <string>
 
-static std::mt19937_64 rng(26);
-static double U(double a, double b) { return std::uniform_real_distribution<double>(a, b)(rng); }
-static int failures = 0, checks = 0;
+using namespace harness;
 
-// autograd.Tolerance: |got - want| <= Abs + Rel*|want|, element by element.
-struct Tol {
-  double abs, rel;
-};
-constexpr Tol kTolForward32{1e-6, 1e-5}, kTolForward64{1e-12, 1e-10};
-
-static void check(const std::string& what, const std::vector<double>& want, const double* got, size_t n, Tol tol) {
-  double e = 0, worst = 0;
-  bool ok = true;
-  size_t bad = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double w = want[i], g = got[i];
-    if (std::isnan(w) || std::isnan(g)) {
-      if (std::isnan(w) != std::isnan(g) && ok) ok = false, bad = i;
-      continue;
-    }
-    if (w == g) continue;  // equal infinities too
-    const double d = fabs(g - w), r = d / (tol.abs + tol.rel * fabs(w));
-    if (!(r <= 1) && ok) ok = false, bad = i;
-    e = std::max(e, d);
-    worst = std::max(worst, r);
-  }
-  ++checks;
-  printf("  %-58s max|err| %.3g (worst/tol %.3f) %s\n", what.c_str(), e, worst, ok ? "ok" : "FAIL");
-  if (!ok) {
-    ++failures;
-    printf("    first bad element %zu: got %.17g, want %.17g\n", bad, got[bad], want[bad]);
-  }
-}
-static void expect(const std::string& what, bool ok) {
-  ++checks;
-  printf("  %-58s %s\n", what.c_str(), ok ? "ok" : "FAIL");
-  if (!ok) ++failures;
-}
+static Rng rng(26);
 
 static int next_pow2(int64_t v) {
   int p = 1;
@@ -202,20 +168,13 @@ std::vector<double> run(const Launch& l, const std::string& label, bool backward
   p.rows = rows, p.inner = inner, p.n = n, p.log = log ? 1 : 0, p.lanes = l.lanes;
   emu::launch(l.k, l.grid, l.block, l.smem, p);
   std::vector<double> got(out.begin(), out.begin() + total);
-  check(label + " " + l.name, want, got.data(), total, sizeof(T) == 4 ? kTolForward32 : kTolForward64);
+  check(label + " " + l.name, want, got, TolForward<T>);
   bool guard = true;
   for (size_t i = total; i < out.size(); ++i) guard = guard && out[i] == T(12345);
-  if (!guard) expect(label + " " + l.name + ": nothing written past the end", false);
+  if (!guard) expect_line(label + " " + l.name + ": nothing written past the end", false);
   return got;
 }
 
-// Whether a and b hold the same values, NaN where the other has NaN.
-static bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (!(a[i] == b[i] || (a[i] != a[i] && b[i] != b[i]))) return false;
-  return true;
-}
 
 // Special values in some lines: line 0 gets a -inf, line 1 a NaN, line 2
 // only -inf, line 3 a +inf and a -inf (where the lines exist and have
@@ -240,8 +199,8 @@ void run_case(int64_t rows, int n, int64_t inner, bool special) {
          special ? ", with -inf, NaN, +inf" : "");
   const size_t total = size_t(rows) * n * inner;
   std::vector<double> x(total), dy(total);
-  for (auto& e : x) e = U(-6, 6);
-  for (auto& e : dy) e = U(-1, 1);
+  for (auto& e : x) e = rng.U(-6, 6);
+  for (auto& e : dy) e = rng.U(-1, 1);
   if (special) specials(x, rows, n, inner);
   x = rounded<T>(x), dy = rounded<T>(dy);
   // Which kernels can run the shape: warp and block on rows (inner == 1;
@@ -276,12 +235,14 @@ void run_case(int64_t rows, int n, int64_t inner, bool special) {
           got32 = run<T>(launch_of<T>(d, vec, backward, rows, n, inner, 32), op, backward, a, dy, want, rows, n,
                          inner, log);
         }
-        // The lane kernels promise the warp kernels' bits.
+        // The lane kernels promise the warp kernels' bits: the same values,
+        // NaN where the other has NaN.
         const int key = vec * 2 + backward;
         if (d == kWarp) warp_out[key] = {got, got32};
         if (d == kLane) {
-          expect(op + " " + l.name + ": the warp kernel's bits", same_bits(got, warp_out[key].first));
-          expect(op + " " + l.name + " lanes=32: the warp kernel's bits", same_bits(got32, warp_out[key].second));
+          const auto& [warp, warp32] = warp_out[key];
+          expect_line(op + " " + l.name + ": the warp kernel's bits", measure(got, warp, kExact).ok());
+          expect_line(op + " " + l.name + " lanes=32: the warp kernel's bits", measure(got32, warp32, kExact).ok());
         }
       }
     }
@@ -306,8 +267,8 @@ void cases() {
 }
 
 int main() {
+  width = 58;
   cases<float>();
   cases<double>();
-  printf("softmax_emu_test: %d checks, %d failures: %s\n", checks, failures, failures ? "FAIL" : "ok");
-  return failures != 0;
+  return finish("softmax_emu_test");
 }
