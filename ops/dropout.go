@@ -79,15 +79,8 @@ func Dropout(x *G.Node, p float64, rng *DropoutRNG) (*G.Node, error) {
 	if !(p >= 0 && p < 1) {
 		return nil, fmt.Errorf("ops: %s: p must be in [0, 1), got %v", op, p)
 	}
-	if x == nil {
-		return nil, fmt.Errorf("ops: %s: x is nil", op)
-	}
-	dt, err := floatDtype(op, "x", x)
+	xs, dt, err := floatTensor(op, x)
 	if err != nil {
-		return nil, err
-	}
-	xs := x.Shape()
-	if err := positiveSizes(op, "x", xs); err != nil {
 		return nil, err
 	}
 	if n := xs.TotalSize(); n > kernels.DropoutMaxElements {

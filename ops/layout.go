@@ -39,8 +39,8 @@ func Transpose(x *G.Node, a, b int) (*G.Node, error) {
 	}
 	r := x.Shape().Dims()
 	for _, v := range []int{a, b} {
-		if v < -r || v >= r {
-			return nil, fmt.Errorf("ops: Transpose: axis %d is out of range for x of shape %v: want %d to %d", v, x.Shape(), -r, r-1)
+		if _, err := axisOf("Transpose", "", v, x.Shape()); err != nil {
+			return nil, err
 		}
 	}
 	perm := make([]int, r)
@@ -83,31 +83,21 @@ func (s permuteShape) inverse() permuteShape {
 // permuteShapeOf checks Permute's operand and permutation.
 func permuteShapeOf(op string, x *G.Node, perm []int) (permuteShape, error) {
 	var none permuteShape
-	if x == nil {
-		return none, fmt.Errorf("ops: %s: x is nil", op)
-	}
-	xs := x.Shape()
-	r := xs.Dims()
-	if r < 1 {
-		return none, fmt.Errorf("ops: %s: x must have one dimension or more, got a scalar", op)
-	}
-	dt, err := floatDtype(op, "x", x)
+	xs, dt, err := floatTensor(op, x)
 	if err != nil {
 		return none, err
 	}
-	if err := positiveSizes(op, "x", xs); err != nil {
-		return none, err
-	}
+	r := xs.Dims()
 	if len(perm) != r {
 		return none, fmt.Errorf("ops: %s: perm %v must have one entry per axis of x %v (%d)", op, perm, xs, r)
 	}
 	p := make([]int, r)
 	seen := make([]bool, r)
 	for k, a := range perm {
-		if a < -r || a >= r {
-			return none, fmt.Errorf("ops: %s: perm %v: axis %d is out of range for x of shape %v: want %d to %d", op, perm, a, xs, -r, r-1)
+		a, err := axisOf(op, fmt.Sprintf("perm %v: ", perm), a, xs)
+		if err != nil {
+			return none, err
 		}
-		a = (a + r) % r
 		if seen[a] {
 			return none, fmt.Errorf("ops: %s: perm %v names axis %d twice: want a permutation of 0..%d", op, perm, a, r-1)
 		}
@@ -288,11 +278,10 @@ func Split(x *G.Node, axis int, sizes ...int) (G.Nodes, error) {
 	if x == nil {
 		return nil, fmt.Errorf("ops: Split: x is nil")
 	}
-	r := x.Shape().Dims()
-	if axis < -r || axis >= r {
-		return nil, fmt.Errorf("ops: Split: axis %d is out of range for x of shape %v: want %d to %d", axis, x.Shape(), -r, r-1)
+	axis, err := axisOf("Split", "", axis, x.Shape())
+	if err != nil {
+		return nil, err
 	}
-	axis = (axis + r) % r
 	total := 0
 	for _, n := range sizes {
 		if n <= 0 {
@@ -344,25 +333,13 @@ func (s sliceShape) rows() (outer, xCols, cols, first int) {
 func sliceShapeOf(x *G.Node, axis, start, end int) (sliceShape, error) {
 	const op = "Slice"
 	var none sliceShape
-	if x == nil {
-		return none, fmt.Errorf("ops: %s: x is nil", op)
-	}
-	xs := x.Shape()
-	r := xs.Dims()
-	if r < 1 {
-		return none, fmt.Errorf("ops: %s: x must have one dimension or more, got a scalar", op)
-	}
-	dt, err := floatDtype(op, "x", x)
+	xs, dt, err := floatTensor(op, x)
 	if err != nil {
 		return none, err
 	}
-	if err := positiveSizes(op, "x", xs); err != nil {
+	if axis, err = axisOf(op, "", axis, xs); err != nil {
 		return none, err
 	}
-	if axis < -r || axis >= r {
-		return none, fmt.Errorf("ops: %s: axis %d is out of range for x of shape %v: want %d to %d", op, axis, xs, -r, r-1)
-	}
-	axis = (axis + r) % r
 	if !(0 <= start && start < end && end <= xs[axis]) {
 		return none, fmt.Errorf("ops: %s: range %d:%d of axis %d of x %v: want 0 <= start < end <= %d", op, start, end, axis, xs, xs[axis])
 	}
@@ -444,18 +421,8 @@ func (s reshapeShape) String() string { return fmt.Sprintf("x=%v,out=%v,%v", s.x
 func reshapeShapeOf(x *G.Node, shape []int) (reshapeShape, error) {
 	const op = "Reshape"
 	var none reshapeShape
-	if x == nil {
-		return none, fmt.Errorf("ops: %s: x is nil", op)
-	}
-	xs := x.Shape()
-	if xs.Dims() < 1 {
-		return none, fmt.Errorf("ops: %s: x must have one dimension or more, got a scalar", op)
-	}
-	dt, err := floatDtype(op, "x", x)
+	xs, dt, err := floatTensor(op, x)
 	if err != nil {
-		return none, err
-	}
-	if err := positiveSizes(op, "x", xs); err != nil {
 		return none, err
 	}
 	if len(shape) == 0 {
@@ -511,18 +478,8 @@ func reshapeOp(s reshapeShape) *specOp {
 // Reshape's, that G.Grad treats as a constant.
 func Detach(x *G.Node) (*G.Node, error) {
 	const op = "Detach"
-	if x == nil {
-		return nil, fmt.Errorf("ops: %s: x is nil", op)
-	}
-	xs := x.Shape()
-	if xs.Dims() < 1 {
-		return nil, fmt.Errorf("ops: %s: x must have one dimension or more, got a scalar", op)
-	}
-	dt, err := floatDtype(op, "x", x)
+	xs, dt, err := floatTensor(op, x)
 	if err != nil {
-		return nil, err
-	}
-	if err := positiveSizes(op, "x", xs); err != nil {
 		return nil, err
 	}
 	s := reshapeShape{x: xs.Clone(), out: xs.Clone(), dt: dt}

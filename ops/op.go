@@ -194,6 +194,37 @@ func noSecondDerivative(op string) func(G.Nodes, *G.Node, *G.Node) (G.Nodes, err
 	return func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) { return nil, errNoSecondDerivative(op) }
 }
 
+// floatTensor checks the tensor operand of an op that takes one of any
+// rank: not nil, one dimension or more, float32 or float64, no empty
+// dimension. It returns its shape and dtype.
+func floatTensor(op string, x *G.Node) (xs tensor.Shape, dt tensor.Dtype, err error) {
+	if x == nil {
+		return nil, dt, fmt.Errorf("ops: %s: x is nil", op)
+	}
+	xs = x.Shape()
+	if xs.Dims() < 1 {
+		return nil, dt, fmt.Errorf("ops: %s: x must have one dimension or more, got a scalar", op)
+	}
+	if dt, err = floatDtype(op, "x", x); err != nil {
+		return nil, dt, err
+	}
+	if err := positiveSizes(op, "x", xs); err != nil {
+		return nil, dt, err
+	}
+	return xs, dt, nil
+}
+
+// axisOf returns axis of x's shape xs in [0, rank), negative axes counting
+// from the end as PyTorch counts them, or an error naming op (after what,
+// a prefix such as "perm [1 0]: ") and the axes allowed.
+func axisOf(op, what string, axis int, xs tensor.Shape) (int, error) {
+	r := xs.Dims()
+	if axis < -r || axis >= r {
+		return 0, fmt.Errorf("ops: %s: %saxis %d is out of range for x of shape %v: want %d to %d", op, what, axis, xs, -r, r-1)
+	}
+	return (axis + r) % r, nil
+}
+
 // positiveSizes returns an error naming op and arg unless every dimension
 // of shape is at least 1 (the tape machine cannot allocate empty tensors).
 func positiveSizes(op, arg string, shape tensor.Shape) error {

@@ -54,11 +54,9 @@ func reduceOver(op string, x *G.Node, axes []int, keepDims, mean bool) (*G.Node,
 		}
 	}
 	for _, a := range axes {
-		if a < -r || a >= r {
-			return nil, fmt.Errorf("ops: %s: axis %d is out of range for x of shape %v: want %d to %d", op, a, xs, -r, r-1)
-		}
-		if a < 0 {
-			a += r
+		a, err := axisOf(op, "", a, xs)
+		if err != nil {
+			return nil, err
 		}
 		if summed[a] {
 			return nil, fmt.Errorf("ops: %s: axis %d appears twice in %v", op, a, axes)

@@ -54,26 +54,12 @@ func softmax(op string, x *G.Node, axis int, log bool) (*G.Node, error) {
 // softmaxShapeOf checks Softmax's or LogSoftmax's operand and axis.
 func softmaxShapeOf(op string, x *G.Node, axis int, log bool) (softmaxShape, error) {
 	var none softmaxShape
-	if x == nil {
-		return none, fmt.Errorf("ops: %s: x is nil", op)
-	}
-	xs := x.Shape()
-	r := xs.Dims()
-	if r < 1 {
-		return none, fmt.Errorf("ops: %s: x must have one dimension or more, got a scalar", op)
-	}
-	dt, err := floatDtype(op, "x", x)
+	xs, dt, err := floatTensor(op, x)
 	if err != nil {
 		return none, err
 	}
-	if err := positiveSizes(op, "x", xs); err != nil {
+	if axis, err = axisOf(op, "", axis, xs); err != nil {
 		return none, err
-	}
-	if axis < -r || axis >= r {
-		return none, fmt.Errorf("ops: %s: axis %d is out of range for x of shape %v: want %d to %d", op, axis, xs, -r, r-1)
-	}
-	if axis < 0 {
-		axis += r
 	}
 	return softmaxShape{op: op, x: xs.Clone(), axis: axis, log: log, dt: dt}, nil
 }
