@@ -53,6 +53,27 @@ func gpuOrNil(t testing.TB) (*backend.Device, error) {
 	return testDevice.dev, nil
 }
 
+// opsParity runs, for each dtype in dts, the ops checks gives (op i on
+// inputs[i]) on dev and compares each with its CPU twin to tol(dt), in
+// subtests named dtype/name/op.
+func opsParity(t *testing.T, dev *backend.Device, name string, dts []tensor.Dtype, tol func(tensor.Dtype) autograd.Tolerance,
+	checks func(t *testing.T, dt tensor.Dtype) ([]*specOp, [][]*tensor.Dense)) {
+	for _, dt := range dts {
+		t.Run(dt.String()+"/"+name, func(t *testing.T) {
+			ops, inputs := checks(t, dt)
+			for i, op := range ops {
+				t.Run(op.kindName(), func(t *testing.T) {
+					parityBy(t, dev, op, []segment{{tol: tol(dt)}}, inputs[i]...)
+				})
+			}
+		})
+	}
+}
+
+// exactTol is the zero tolerance of the kernels that promise their CPU
+// twins' bits (NaN where the twin has NaN).
+func exactTol(tensor.Dtype) autograd.Tolerance { return autograd.Tolerance{} }
+
 func toDev(t testing.TB, dev *backend.Device, d *tensor.Dense) *tensor.Dense {
 	t.Helper()
 	out, err := dev.ToDevice(d)

@@ -9,7 +9,6 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
-	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
 )
 
@@ -126,16 +125,9 @@ func TestGPUGroupNormParity(t *testing.T) {
 	dev := gpu(t)
 	rng := rand.New(rand.NewPCG(26, 40))
 	for _, c := range groupNormGPUCases {
-		for _, dt := range c.dtypes() {
-			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
-				ops, inputs := groupNormGPUChecks(t, rng, c, dt)
-				for i, op := range ops {
-					t.Run(op.kindName(), func(t *testing.T) {
-						parityBy(t, dev, op, []segment{{tol: parityTol(dt)}}, inputs[i]...)
-					})
-				}
-			})
-		}
+		opsParity(t, dev, c.String(), c.dtypes(), parityTol, func(t *testing.T, dt tensor.Dtype) ([]*specOp, [][]*tensor.Dense) {
+			return groupNormGPUChecks(t, rng, c, dt)
+		})
 	}
 }
 
@@ -154,16 +146,9 @@ func TestGPUGroupNormBitForBit(t *testing.T) {
 		{x: []int{2, 64, 13, 13}, groups: 32, gamma: true, beta: true, nanGroup: true},
 		{x: []int{1, 129, 4100}, groups: 1, gamma: true, beta: true},
 	} {
-		for _, dt := range c.dtypes() {
-			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
-				ops, inputs := groupNormGPUChecks(t, rng, c, dt)
-				for i, op := range ops {
-					t.Run(op.kindName(), func(t *testing.T) {
-						parityBy(t, dev, op, []segment{{tol: autograd.Tolerance{}}}, inputs[i]...)
-					})
-				}
-			})
-		}
+		opsParity(t, dev, c.String(), c.dtypes(), exactTol, func(t *testing.T, dt tensor.Dtype) ([]*specOp, [][]*tensor.Dense) {
+			return groupNormGPUChecks(t, rng, c, dt)
+		})
 	}
 }
 

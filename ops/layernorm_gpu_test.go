@@ -9,7 +9,6 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
-	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
 )
 
@@ -103,16 +102,9 @@ func TestGPULayerNormParity(t *testing.T) {
 	dev := gpu(t)
 	rng := rand.New(rand.NewPCG(26, 20))
 	for _, c := range layerNormGPUCases {
-		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
-			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
-				ops, inputs := layerNormGPUChecks(t, rng, c, dt)
-				for i, op := range ops {
-					t.Run(op.kindName(), func(t *testing.T) {
-						parityBy(t, dev, op, []segment{{tol: parityTol(dt)}}, inputs[i]...)
-					})
-				}
-			})
-		}
+		opsParity(t, dev, c.String(), []tensor.Dtype{tensor.Float32, tensor.Float64}, parityTol, func(t *testing.T, dt tensor.Dtype) ([]*specOp, [][]*tensor.Dense) {
+			return layerNormGPUChecks(t, rng, c, dt)
+		})
 	}
 }
 
@@ -130,16 +122,9 @@ func TestGPULayerNormBitForBit(t *testing.T) {
 		{x: []int{3, 1030}, gamma: true, beta: true},
 		{x: []int{5, 1030}, gamma: true, beta: true, nanRow: true},
 	} {
-		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
-			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
-				ops, inputs := layerNormGPUChecks(t, rng, c, dt)
-				for i, op := range ops {
-					t.Run(op.kindName(), func(t *testing.T) {
-						parityBy(t, dev, op, []segment{{tol: autograd.Tolerance{}}}, inputs[i]...)
-					})
-				}
-			})
-		}
+		opsParity(t, dev, c.String(), []tensor.Dtype{tensor.Float32, tensor.Float64}, exactTol, func(t *testing.T, dt tensor.Dtype) ([]*specOp, [][]*tensor.Dense) {
+			return layerNormGPUChecks(t, rng, c, dt)
+		})
 	}
 }
 

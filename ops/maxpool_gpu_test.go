@@ -8,8 +8,6 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
-
-	"github.com/stheno-ml/stheno/autograd"
 )
 
 // maxPoolGPUCase is a MaxPool2d's x shape, config and inputs' character.
@@ -84,16 +82,9 @@ func TestGPUMaxPool2dParity(t *testing.T) {
 	dev := gpu(t)
 	rng := rand.New(rand.NewPCG(26, 60))
 	for _, c := range maxPoolGPUCases {
-		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
-			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
-				ops, inputs := maxPoolGPUChecks(t, rng, c, dt)
-				for i, op := range ops {
-					t.Run(op.kindName(), func(t *testing.T) {
-						parityBy(t, dev, op, []segment{{tol: parityTol(dt)}}, inputs[i]...)
-					})
-				}
-			})
-		}
+		opsParity(t, dev, c.String(), []tensor.Dtype{tensor.Float32, tensor.Float64}, parityTol, func(t *testing.T, dt tensor.Dtype) ([]*specOp, [][]*tensor.Dense) {
+			return maxPoolGPUChecks(t, rng, c, dt)
+		})
 	}
 }
 
@@ -104,16 +95,9 @@ func TestGPUMaxPool2dBitForBit(t *testing.T) {
 	dev := gpu(t)
 	rng := rand.New(rand.NewPCG(26, 61))
 	for _, c := range maxPoolGPUCases {
-		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
-			t.Run(dt.String()+"/"+c.String(), func(t *testing.T) {
-				ops, inputs := maxPoolGPUChecks(t, rng, c, dt)
-				for i, op := range ops {
-					t.Run(op.kindName(), func(t *testing.T) {
-						parityBy(t, dev, op, []segment{{tol: autograd.Tolerance{}}}, inputs[i]...)
-					})
-				}
-			})
-		}
+		opsParity(t, dev, c.String(), []tensor.Dtype{tensor.Float32, tensor.Float64}, exactTol, func(t *testing.T, dt tensor.Dtype) ([]*specOp, [][]*tensor.Dense) {
+			return maxPoolGPUChecks(t, rng, c, dt)
+		})
 	}
 }
 
