@@ -7,7 +7,6 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
-	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/kernels"
 )
 
@@ -185,14 +184,7 @@ func (s layerNormShape) backward(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ops: %s: %w", name, err)
 	}
-	if s.sums() == 1 {
-		return append(grads, packed), nil
-	}
-	parts, err := autograd.Unpack(packed, tensor.Shape{s.c}, tensor.Shape{s.c})
-	if err != nil {
-		return nil, fmt.Errorf("ops: %s: %w", name, err)
-	}
-	return append(grads, parts...), nil
+	return appendAffineGrads(name, grads, packed, s.sums(), s.c)
 }
 
 // layerNormGradXOp is (x[, gamma], dy) -> dx: one read of x and dy, the

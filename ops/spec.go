@@ -8,6 +8,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/kernels"
 )
@@ -300,6 +301,20 @@ func affine[T any](hasGamma, hasBeta bool, in [][]T, first int) (gamma, beta []T
 		beta = in[i]
 	}
 	return gamma, beta
+}
+
+// appendAffineGrads appends to grads a norm's gradients of gamma and beta
+// (n of them, each of c elements) from the op that gives them packed: as
+// they are for one, unpacked for two.
+func appendAffineGrads(op string, grads G.Nodes, packed *G.Node, n, c int) (G.Nodes, error) {
+	if n == 1 {
+		return append(grads, packed), nil
+	}
+	parts, err := autograd.Unpack(packed, tensor.Shape{c}, tensor.Shape{c})
+	if err != nil {
+		return nil, fmt.Errorf("ops: %s: %w", op, err)
+	}
+	return append(grads, parts...), nil
 }
 
 func optional[T any](in [][]T, i int) []T {
