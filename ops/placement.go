@@ -153,7 +153,7 @@ func placeOf(n *G.Node, in []*G.Node, places map[*G.Node]place) (place, error) {
 		return dev, nil
 	}
 	return place{}, fmt.Errorf("ops: %s takes device values from %s, but gorgonia's %q runs on the host only; %s",
-		nodeName(n), nodeName(devArg), opName(n.Op()), deviceAdvice(n, in))
+		nodeName(n), nodeName(devArg), opName(n.Op()), deviceAdvice(n, in, devArg))
 }
 
 // opName is a gorgonia op's String without the flag its elementwise ops
@@ -216,12 +216,13 @@ var deviceAdviceByOp = []struct{ prefix, use string }{
 }
 
 // deviceAdvice says what to use instead of n, a gorgonia op, on device
-// values.
-func deviceAdvice(n *G.Node, in []*G.Node) string {
-	s := n.Op().String()
-	if strings.HasPrefix(s, "+ ") && len(in) == 2 && in[0].IsScalar() && in[1].IsScalar() {
-		return "add losses with ops.SumLosses, or move the input to the host with ops.ToHost"
+// values; devArg is its first device input.
+func deviceAdvice(n *G.Node, in []*G.Node, devArg *G.Node) string {
+	if devArg.IsScalar() {
+		// A loss: this package's ops take tensors, and ToHost too.
+		return "add losses with ops.SumLosses and weigh them through their weights, or read one on the host with G.Reshape to [1] and ops.ToHost"
 	}
+	s := n.Op().String()
 	for _, a := range deviceAdviceByOp {
 		if strings.HasPrefix(s, a.prefix) {
 			return a.use + ", or move the input to the host with ops.ToHost"
