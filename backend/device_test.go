@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"testing"
@@ -394,7 +395,12 @@ func openSameKind(tb testing.TB, d *Device) *Device {
 
 // TestConcurrentLaunches: goroutines that are not locked to a thread (as
 // the TapeMachine's are not) allocate, copy, launch and read back at once.
+// The collector runs every few allocations meanwhile: a slice whose array
+// the collector cannot see (tensor's Dense.Data, which HostData guards)
+// is then freed and handed out again within the run, so that such a bug
+// fails most runs instead of one in hundreds.
 func TestConcurrentLaunches(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(10))
 	forEachDevice(t, func(t *testing.T, d *Device) {
 		e := d.Engine()
 		const workers, iters, n = 16, 50, 10007
