@@ -141,11 +141,12 @@ func (d *Device) Gemm(g Gemm) error {
 		call.a, call.lda, call.strideA = DevicePtr(z), int32(g.N), 0
 		call.b, call.ldb, call.strideB = DevicePtr(z), 1, 0
 	}
+	d.counts.gemms.Add(1)
 	if err := b.gemm(call); err != nil {
 		return d.errorf("Gemm (%v): %w", g, err)
 	}
 	if d.syncLaunches {
-		if err := d.drv.synchronize(); err != nil {
+		if err := d.drvSynchronize(); err != nil {
 			return d.errorf("Gemm (%v) failed: %w", g, err)
 		}
 	}

@@ -119,6 +119,11 @@ func (c *cache) alloc(n uint64) (uint64, error) {
 func (c *cache) free(base uint64) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.freeLocked(base)
+}
+
+// freeLocked is free with c.mu held.
+func (c *cache) freeLocked(base uint64) error {
 	size, ok := c.live[base]
 	if !ok {
 		if b, ok := c.find(base); ok {
@@ -227,6 +232,19 @@ func (c *cache) untag(base uint64) error {
 	}
 	delete(c.tags, base)
 	return nil
+}
+
+// freeTagged frees the block starting at base if it is handed out and
+// tagged with scope id, and reports whether it did. An address that is not
+// the start of a live block, or a block of another scope or of none, is
+// left alone.
+func (c *cache) freeTagged(base, id uint64) (bool, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id == 0 || c.tags[base] != id {
+		return false, nil
+	}
+	return true, c.freeLocked(base)
 }
 
 // endScope closes scope id and frees every block still tagged with it,

@@ -302,7 +302,7 @@ func (d *Device) ToDevice(t *tensor.Dense) (*tensor.Dense, error) {
 		return nil, d.errorf("ToDevice: %v tensor of %v holds %d bytes, want %d", src.Shape(), src.Dtype(), len(src.Raw), len(out.Raw))
 	}
 	if len(src.Raw) > 0 {
-		if err := d.drv.copyHtoD(rawAddr(out.Raw), src.Raw); err != nil {
+		if err := d.drvCopyHtoD(rawAddr(out.Raw), src.Raw); err != nil {
 			d.freeDense(out)
 			return nil, d.errorf("copying %d bytes to the device: %w", len(src.Raw), err)
 		}
@@ -356,7 +356,7 @@ func (d *Device) ToHost(t *tensor.Dense) (*tensor.Dense, error) {
 	if len(t.Raw) == 0 {
 		return out, d.sync("copying to the host")
 	}
-	if err := d.asyncError("copying to the host", d.drv.copyDtoH(out.Raw, rawAddr(t.Raw))); err != nil {
+	if err := d.asyncError("copying to the host", d.drvCopyDtoH(out.Raw, rawAddr(t.Raw))); err != nil {
 		return nil, err
 	}
 	return out, nil

@@ -64,6 +64,8 @@ type Device struct {
 	blasMu   sync.Mutex
 	blas     blasDriver
 	gemmMath gemmMathSetting
+
+	counts counters // Counters
 }
 
 // Open opens GPU ordinal (0 is the first) and creates the Device's stream.
@@ -175,7 +177,7 @@ func (d *Device) Synchronize() error {
 }
 
 func (d *Device) sync(what string) error {
-	return d.asyncError(what, d.drv.synchronize())
+	return d.asyncError(what, d.drvSynchronize())
 }
 
 // asyncError turns the result of a call that waited for the stream into
@@ -265,7 +267,7 @@ func (d *Device) alloc(bytes int64) (uint64, error) {
 	if err != nil && isOutOfMemory(err) {
 		// The cache may hold what is missing: give it back and try once
 		// more. Queued kernels may still use cached blocks, so wait first.
-		if serr := d.drv.synchronize(); serr != nil {
+		if serr := d.drvSynchronize(); serr != nil {
 			return 0, d.asyncError("allocating", errors.Join(err, serr))
 		}
 		if rerr := d.mem.releaseCached(); rerr != nil {
@@ -310,7 +312,7 @@ func (d *Device) Close() error {
 	}
 	d.closed = true
 	var errs []error
-	if err := d.drv.synchronize(); err != nil {
+	if err := d.drvSynchronize(); err != nil {
 		errs = append(errs, err)
 	}
 	// cuBLAS's handle goes before the memory: its workspace is among it.

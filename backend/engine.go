@@ -215,9 +215,9 @@ func (e *Engine) Memcpy(dst, src tensor.Memory) error {
 	case dr.onDevice && sr.onDevice:
 		err = d.drv.copyDtoD(dr.addr, sr.addr, n)
 	case dr.onDevice:
-		err = d.drv.copyHtoD(dr.addr, hostBytes(src, n))
+		err = d.drvCopyHtoD(dr.addr, hostBytes(src, n))
 	default:
-		return d.asyncError("copying to the host", d.drv.copyDtoH(hostBytes(dst, n), sr.addr))
+		return d.asyncError("copying to the host", d.drvCopyDtoH(hostBytes(dst, n), sr.addr))
 	}
 	if err != nil {
 		return d.errorf("copying %d bytes: %w", n, err)

@@ -33,6 +33,7 @@ func (d *Device) Elapsed(start, end *Event) (time.Duration, error) {
 		return 0, err
 	}
 	defer d.exit()
+	d.counts.waits.Add(1)
 	ms, err := d.drv.eventElapsed(start.ev, end.ev)
 	if err != nil {
 		return 0, d.asyncError("timing events", err)

@@ -256,3 +256,99 @@ func TestScope(t *testing.T) {
 		}
 	})
 }
+
+// Release frees tensors of the open scope early, empties them, and leaves
+// alone what the scope does not hold.
+func TestScopeRelease(t *testing.T) {
+	forEachDevice(t, func(t *testing.T, d *Device) {
+		if d.OpenScope() != nil {
+			t.Fatal("a new device has an open scope")
+		}
+		before := toDevice(t, d, hostTensor(tensor.Float32, []int{10}, 1))
+		s, err := d.BeginScope()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.End()
+		if d.OpenScope() != s {
+			t.Fatal("OpenScope is not the scope just opened")
+		}
+		a := toDevice(t, d, hostTensor(tensor.Float32, []int{10}, 2))
+		b, _ := d.NewDense(tensor.Float32, 20)
+		kept, _ := d.NewDense(tensor.Float32, 30)
+		if err := s.Keep(kept); err != nil {
+			t.Fatal(err)
+		}
+		view, err := b.Slice(tensor.S(0, 5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		host := hostTensor(tensor.Float32, []int{4}, 3)
+		inUse := d.MemStats().InUseBlocks
+		n, err := s.Release(nil, before, kept, view.(*tensor.Dense), host, a, a)
+		if err != nil || n != 1 {
+			t.Fatalf("Release = %d, %v; want 1 (a only)", n, err)
+		}
+		if a.Raw != nil || d.Owns(a) {
+			t.Error("a released tensor still holds its memory")
+		}
+		if got := d.MemStats().InUseBlocks; got != inUse-1 {
+			t.Errorf("blocks in use %d -> %d, want one fewer", inUse, got)
+		}
+		for _, v := range []*tensor.Dense{before, kept, b} {
+			if !d.Owns(v) {
+				t.Errorf("%v tensor that the scope does not hold, or a view's owner, was released", v.Shape())
+			}
+		}
+		if floats(host)[0] != floats(hostTensor(tensor.Float32, []int{4}, 3))[0] {
+			t.Error("a host tensor changed")
+		}
+		// The block goes to the next request of its size class.
+		c, err := d.NewDense(tensor.Float32, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := d.MemStats(); st.DriverAllocs != int64(st.InUseBlocks+st.CachedBlocks) {
+			t.Errorf("%+v: a request after a release went to the driver", st)
+		}
+		if n, err := s.Release(c); n != 1 || err != nil {
+			t.Errorf("Release(c) = %d, %v", n, err)
+		}
+	})
+}
+
+// The counters count launches, cuBLAS calls, waits for the stream and
+// copies from the host, each once.
+func TestCounters(t *testing.T) {
+	forEachDevice(t, func(t *testing.T, d *Device) {
+		start := d.Counters()
+		x := toDevice(t, d, hostTensor(tensor.Float32, []int{6}, 1))
+		y, err := d.Engine().Add(x, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := toDevice(t, d, hostTensor(tensor.Float32, []int{4}, 0))
+		px, err := d.Ptr(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc, err := d.Ptr(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Gemm(Gemm{M: 2, N: 2, K: 3, Alpha: 1, A: px, B: px, C: pc, Dtype: tensor.Float32}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.ToHost(y.(*tensor.Dense)); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		got := d.Counters().Sub(start)
+		want := Counters{Launches: 1, Gemms: 1, Waits: 2, CopiesToDevice: 2}
+		if got != want {
+			t.Errorf("counted %+v, want %+v", got, want)
+		}
+	})
+}

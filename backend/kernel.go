@@ -155,11 +155,12 @@ func (d *Device) launch(k *Kernel, cfg LaunchConfig, params unsafe.Pointer, size
 		return d.errorf("kernel %v: %v has %d threads per block; this GPU allows 1 to %d",
 			k, cfg, threads, d.info.maxThreadsPerBlock)
 	}
+	d.counts.launches.Add(1)
 	if err := d.drv.launch(k.fn, cfg, params, size); err != nil {
 		return d.errorf("launching kernel %v with %v: %w", k, cfg, err)
 	}
 	if d.syncLaunches {
-		if err := d.drv.synchronize(); err != nil {
+		if err := d.drvSynchronize(); err != nil {
 			return d.errorf("kernel %v (%v) failed: %w", k, cfg, err)
 		}
 		if err := d.checkStatus(); err != nil {

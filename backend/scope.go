@@ -86,6 +86,55 @@ func (s *Scope) Keep(ts ...*tensor.Dense) error {
 	return nil
 }
 
+// Release gives the memory of tensors made in the scope back to the
+// cache before the scope ends, once nothing queued after this call reads
+// them: a step frees each intermediate after its last reader, so that the
+// step's peak holds only what is live at once (ops.NewTapeMachine does
+// this for device graphs). A block released here may be handed to work
+// queued later, which is safe because all of a Device's work runs on its
+// one stream, in order. Each released tensor is emptied, as End empties
+// them, so that a later use fails instead of reading memory handed out
+// again; views of it must not be used either.
+//
+// Only tensors that own their memory and were made while the scope is
+// open, not kept and not yet released, are released; others (parameters
+// made before it opened, host tensors, views, tensors of another Device)
+// are left alone. Release returns how many it released.
+func (s *Scope) Release(ts ...*tensor.Dense) (int, error) {
+	d := s.d
+	if err := d.enter(); err != nil {
+		return 0, err
+	}
+	defer d.exit()
+	released := 0
+	for _, t := range ts {
+		if t == nil || t.IsView() || t.IsNativelyAccessible() || len(t.Raw) == 0 {
+			continue
+		}
+		base := rawAddr(t.Raw)
+		ok, err := d.mem.freeTagged(base, s.id)
+		if err != nil {
+			return released, d.errorf("Scope.Release: %v tensor: %w", t.Shape(), err)
+		}
+		if !ok {
+			continue
+		}
+		s.mu.Lock()
+		delete(s.denses, base)
+		s.mu.Unlock()
+		t.Raw = nil
+		released++
+	}
+	return released, nil
+}
+
+// OpenScope returns the Scope open on d, or nil.
+func (d *Device) OpenScope() *Scope {
+	d.smu.Lock()
+	defer d.smu.Unlock()
+	return d.scope
+}
+
 // End closes the scope and gives every device allocation made in it and
 // not kept back to the cache. The tensors made in it are emptied, like
 // FreeDense empties them, so that a later use fails instead of reading

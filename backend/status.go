@@ -62,6 +62,7 @@ func (d *Device) checkStatus() error {
 		return nil
 	}
 	var buf [4]byte
+	// The stream is done already: not a wait the counters count.
 	if err := d.drv.copyDtoH(buf[:], addr); err != nil {
 		return d.errorf("reading the status word: %w", err)
 	}
