@@ -118,6 +118,10 @@ func (op unpackOp) UsePreallocDo(prealloc G.Value, vals ...G.Value) (G.Value, er
 	return dst, nil
 }
 
+// RunsOnDevice tells ops.CheckPlacement that Unpack takes device values:
+// part copies on the device, into a tensor of its own.
+func (op unpackOp) RunsOnDevice() bool { return true }
+
 func (op unpackOp) ReturnsPtr() bool     { return false }
 func (op unpackOp) CallsExtern() bool    { return false }
 func (op unpackOp) OverwritesInput() int { return -1 }

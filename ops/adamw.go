@@ -491,3 +491,59 @@ func stepHostOf[T kernels.Float](a *AdamW, ps []adamwStepParam) {
 
 // errAdamWFreed is the error of a device state a Scope has freed.
 var errAdamWFreed = errors.New("its device state was freed by a backend.Scope's End: make the optimiser before BeginScope")
+
+// ParamsWithGrads pairs each parameter node with its gradient node, in the
+// order G.Grad(loss, params...) returns them, as the gorgonia.ValueGrad
+// values AdamW's groups and Step take. It is how a graph whose parameters
+// live on a device meets its optimiser: gorgonia's BindDualValues keeps
+// gradients in host memory and refuses device parameters, so there the
+// gradient a step reads is the gradient node's value after the run. Every
+// run computes those gradients afresh, so AdamWConfig.KeepGrads spares the
+// step zeroing them.
+//
+//	grads, _ := G.Grad(loss, params...)
+//	pg, _ := ops.ParamsWithGrads(params, grads)
+//	cfg := ops.DefaultAdamWConfig()
+//	cfg.KeepGrads = true
+//	opt, _ := ops.NewAdamW([]ops.ParamGroup{{Params: pg, LR: 1e-4}}, cfg)
+//	// per step: m.RunAll(); opt.Step(pg); m.Reset()
+func ParamsWithGrads(params, grads G.Nodes) ([]G.ValueGrad, error) {
+	const op = "ParamsWithGrads"
+	if len(params) != len(grads) {
+		return nil, fmt.Errorf("ops: %s: %d parameters and %d gradients: pass G.Grad's result for these parameters", op, len(params), len(grads))
+	}
+	out := make([]G.ValueGrad, len(params))
+	for i, p := range params {
+		g := grads[i]
+		switch {
+		case p == nil || g == nil:
+			return nil, fmt.Errorf("ops: %s: parameter %d or its gradient is nil", op, i)
+		case !p.IsVar():
+			return nil, fmt.Errorf("ops: %s: %s is not an input node (a parameter is made with G.NewTensor or G.NodeFromAny)", op, nodeName(p))
+		case !p.Shape().Eq(g.Shape()) || !p.Dtype().Eq(g.Dtype()):
+			return nil, fmt.Errorf("ops: %s: %s is %v %v but its gradient %s is %v %v: is it G.Grad's gradient of this parameter?",
+				op, nodeName(p), p.Dtype(), p.Shape(), nodeName(g), g.Dtype(), g.Shape())
+		}
+		out[i] = paramWithGrad{p, g}
+	}
+	return out, nil
+}
+
+// paramWithGrad is a parameter node and its gradient node. It is
+// comparable, so that AdamW can tell parameters apart by it.
+type paramWithGrad struct{ param, grad *G.Node }
+
+// Name is the parameter's name, which AdamW's errors use.
+func (p paramWithGrad) Name() string { return p.param.Name() }
+
+// Value is the parameter's value.
+func (p paramWithGrad) Value() G.Value { return p.param.Value() }
+
+// Grad is the gradient node's value from the last run.
+func (p paramWithGrad) Grad() (G.Value, error) {
+	v := p.grad.Value()
+	if v == nil {
+		return nil, fmt.Errorf("ops: the gradient of %s has no value: run the machine before the step", p.param.Name())
+	}
+	return v, nil
+}

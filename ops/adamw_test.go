@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -409,5 +410,84 @@ func TestAdamWBadInputs(t *testing.T) {
 	}
 	if err := opt.Step(valueGrads(p)); err == nil || !strings.Contains(err.Error(), "Step after Free") {
 		t.Errorf("Step after Free: %v", err)
+	}
+}
+
+// ParamsWithGrads hands AdamW the gradient nodes' values, without
+// BindDualValues: a small regression trains, and the pairing refuses what
+// cannot be a parameter and its gradient.
+func TestParamsWithGrads(t *testing.T) {
+	g := G.NewGraph()
+	rng := rand.New(rand.NewPCG(5, 6))
+	w := G.NodeFromAny(g, randTensor(rng, tensor.Float64, -1, 1, 2, 3), G.WithName("w"))
+	b := G.NodeFromAny(g, randTensor(rng, tensor.Float64, -1, 1, 2), G.WithName("b"))
+	x := G.NodeFromAny(g, randTensor(rng, tensor.Float64, -1, 1, 5, 3), G.WithName("x"))
+	target := G.NodeFromAny(g, randTensor(rng, tensor.Float64, -1, 1, 5, 2), G.WithName("target"))
+	y, err := Linear(x, w, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := Sub(y, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sq, err := Square(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loss, err := Mean(sq, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grads, err := G.Grad(loss, w, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name          string
+		params, grads G.Nodes
+		want          string
+	}{
+		{"counts differ", G.Nodes{w, b}, grads[:1], "2 parameters and 1 gradients"},
+		{"not an input", G.Nodes{y, b}, grads, `is not an input node`},
+		{"swapped", G.Nodes{w, b}, G.Nodes{grads[1], grads[0]}, `is float64 (2, 3) but its gradient`},
+		{"nil", G.Nodes{w, nil}, grads, "parameter 1 or its gradient is nil"},
+	} {
+		if _, err := ParamsWithGrads(c.params, c.grads); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+	pg, err := ParamsWithGrads(G.Nodes{w, b}, grads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg[0].Grad(); err == nil || !strings.Contains(err.Error(), "run the machine before the step") {
+		t.Errorf("Grad before a run: %v", err)
+	}
+	opt, err := NewAdamW([]ParamGroup{{Params: pg, LR: 0.05}}, DefaultAdamWConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewTapeMachine(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var first, last float64
+	for step := range 60 {
+		if err := m.RunAll(); err != nil {
+			t.Fatal(err)
+		}
+		last = toFloat64s(t, loss.Value())[0]
+		if step == 0 {
+			first = last
+		}
+		if err := opt.Step(pg); err != nil {
+			t.Fatal(err)
+		}
+		m.Reset()
+	}
+	if !(last < first/2) {
+		t.Errorf("loss %v -> %v after 60 steps: it should at least halve", first, last)
 	}
 }

@@ -3,6 +3,7 @@ package ops
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	G "gorgonia.org/gorgonia"
@@ -25,45 +26,50 @@ import (
 // Reshape, which changes only metadata, and the elementwise + that G.Grad
 // inserts to sum the gradients of a node used twice (between tensors of
 // one shape, or a tensor and a scalar), which backend's Engine runs; and
-// SizeOf reads only a device value's shape.
+// SizeOf reads only a device value's shape. An op of another package that
+// runs on device values says so by implementing DeviceOp (autograd's
+// Unpack does).
 //
 // Call it on the finished graph, after G.Grad; NewTapeMachine does.
 func CheckPlacement(g *G.ExprGraph) error {
+	_, _, err := placements(g)
+	return err
+}
+
+// DeviceOp is implemented by gorgonia ops of other packages that run on
+// device values, as this package's ops do: RunsOnDevice reports true when
+// the op takes its inputs on one device (scalars on the host) and writes
+// its output, in memory of its own, on that device. CheckPlacement then
+// lets the op take device values, and NewTapeMachine frees its inputs
+// after it like those of this package's ops. autograd's Unpack is one.
+type DeviceOp interface {
+	G.Op
+	RunsOnDevice() bool
+}
+
+// placements works out where every node's values live (CheckPlacement),
+// and returns the nodes in the order the tape machine runs them.
+func placements(g *G.ExprGraph) (G.Nodes, map[*G.Node]place, error) {
 	if g == nil {
-		return errors.New("ops: CheckPlacement: the graph is nil")
+		return nil, nil, errors.New("ops: CheckPlacement: the graph is nil")
 	}
 	order, err := G.Sort(g)
 	if err != nil {
-		return fmt.Errorf("ops: CheckPlacement: %w", err)
+		return nil, nil, fmt.Errorf("ops: CheckPlacement: %w", err)
 	}
+	// G.Sort puts the roots first; the tape machine, as the walk here,
+	// starts from the leaves.
+	slices.Reverse(order)
 	places := make(map[*G.Node]place, len(order))
 	var problems []error
-	// G.Sort puts the roots first: walk from the leaves.
-	for i := len(order) - 1; i >= 0; i-- {
-		n := order[i]
+	for _, n := range order {
 		p, err := placeOf(n, children(g, n), places)
 		if err != nil {
 			problems = append(problems, err)
 		}
 		places[n] = p
 	}
-	return errors.Join(problems...)
-}
-
-// NewTapeMachine is gorgonia.NewTapeMachine after CheckPlacement: a graph
-// that would hand a device value to an op that cannot take it is refused
-// here, with the node named, instead of in the middle of a run. A compile
-// error, which gorgonia reports by panicking, is returned as an error.
-func NewTapeMachine(g *G.ExprGraph, opts ...G.VMOpt) (m G.VM, err error) {
-	if err := CheckPlacement(g); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			m, err = nil, fmt.Errorf("ops: NewTapeMachine: gorgonia could not compile the graph: %v", r)
-		}
-	}()
-	return G.NewTapeMachine(g, opts...), nil
+	return order, places, errors.Join(problems...)
 }
 
 // placeKind is where a node's values live, as far as the graph tells.
@@ -129,6 +135,8 @@ func placeOf(n *G.Node, in []*G.Node, places map[*G.Node]place) (place, error) {
 		}
 	}
 	op, ours := n.Op().(*specOp)
+	foreign, isForeign := n.Op().(DeviceOp)
+	onDevice := isForeign && !ours && foreign.RunsOnDevice()
 	if !ours && strings.HasPrefix(n.Op().String(), "SizeOf") {
 		// A length, read from the shape: a host scalar.
 		return place{kind: placeHost}, nil
@@ -146,10 +154,10 @@ func placeOf(n *G.Node, in []*G.Node, places map[*G.Node]place) (place, error) {
 	case ours && op.device == nil:
 		return place{}, fmt.Errorf("ops: %s takes device values from %s, but %s has no GPU kernel yet; move its inputs to the host with ops.ToHost",
 			nodeName(n), nodeName(devArg), op.name)
-	case ours && hostArg != nil:
+	case (ours || onDevice) && hostArg != nil:
 		return place{}, fmt.Errorf("ops: %s takes %s from the host and %s from %v; move it with ops.ToDevice",
 			nodeName(n), nodeName(hostArg), nodeName(devArg), dev.dev)
-	case ours, hostArg == nil && takesDeviceValues(n, in):
+	case ours, onDevice, hostArg == nil && takesDeviceValues(n, in):
 		return dev, nil
 	}
 	return place{}, fmt.Errorf("ops: %s takes device values from %s, but gorgonia's %q runs on the host only; %s",

@@ -99,9 +99,14 @@ func (a *deviceArgs) output() (*tensor.Dense, backend.DevicePtr, error) {
 }
 
 // specOp is the Gorgonia op an opSpec describes.
-type specOp struct{ *opSpec }
+type specOp struct {
+	*opSpec
+	// releases are the nodes whose values are dead once this op has run,
+	// as NewTapeMachine planned (planReleases).
+	releases []*G.Node
+}
 
-func newOp(s *opSpec) *specOp { return &specOp{s} }
+func newOp(s *opSpec) *specOp { return &specOp{opSpec: s} }
 
 func (op *specOp) Arity() int { return len(op.inputs) }
 
@@ -154,6 +159,16 @@ func (op *specOp) Do(in ...G.Value) (G.Value, error) { return op.UsePreallocDo(n
 // UsePreallocDo runs the op where its inputs live: on their device, or on
 // the host with the CPU twin, reusing prealloc when it fits.
 func (op *specOp) UsePreallocDo(prealloc G.Value, in ...G.Value) (G.Value, error) {
+	out, err := op.do(prealloc, in)
+	if err == nil && len(op.releases) > 0 {
+		err = op.release()
+	}
+	return out, err
+}
+
+// do runs the op: its run override, else on the device of its inputs, else
+// on the host with the CPU twin.
+func (op *specOp) do(prealloc G.Value, in []G.Value) (G.Value, error) {
 	if op.run != nil {
 		if err := op.checkArity(in); err != nil {
 			return nil, err
