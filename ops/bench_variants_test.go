@@ -85,7 +85,7 @@ func BenchmarkGPURoIAlignVariants(b *testing.B) {
 								b.Skip(why)
 							}
 						}
-						skipUnbuiltVariant(b, dev, kv.k.Module(), kv.k.Name())
+						skipUnbuiltVariant(b, kv.k.Module(), kv.k.Name())
 						withRoIAlignKernel(dev, backward, kv, func() { runCase(b, "cuda", op, in, bytes) })
 					})
 				}

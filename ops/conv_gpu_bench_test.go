@@ -341,7 +341,7 @@ func BenchmarkGPUConvFpropVariants(b *testing.B) {
 				if err := convWgmmaError(dev); convWgmma(k.kernel) && err != nil {
 					b.Skipf("%s: %v", k.kernel.Name(), err)
 				}
-				skipUnbuiltVariant(b, dev, k.kernel.Module(), k.kernel.Name())
+				skipUnbuiltVariant(b, k.kernel.Module(), k.kernel.Name())
 				setConvKernel(dev, convFprop, k.kernel)
 				defer setConvKernel(dev, convFprop, "")
 				runConvSteps(b, dev, flops, func() error {
@@ -418,7 +418,7 @@ func BenchmarkGPUConvBackwardVariants(b *testing.B) {
 				if err := convWgmmaError(dev); convWgmma(k.kernel) && err != nil {
 					b.Skipf("%s: %v", k.kernel.Name(), err)
 				}
-				skipUnbuiltVariant(b, dev, k.kernel.Module(), k.kernel.Name())
+				skipUnbuiltVariant(b, k.kernel.Module(), k.kernel.Name())
 				setConvKernel(dev, k.mode, k.kernel)
 				defer setConvKernel(dev, convWgrad, "")
 				defer setConvKernel(dev, convDgrad, "")

@@ -638,7 +638,7 @@ func TestGPUConvFpropVariants(t *testing.T) {
 				}{{true, true}, {false, false}} {
 					name := fmt.Sprintf("%s/%s/bias=%t/relu=%t/exact=%t", kernel.Name(), c.name, variant.bias, variant.relu, exact)
 					t.Run(name, func(t *testing.T) {
-						skipUnbuiltVariant(t, dev, kernel.Module(), kernel.Name())
+						skipUnbuiltVariant(t, kernel.Module(), kernel.Name())
 						setConvKernel(dev, convFprop, kernel)
 						rng := rand.New(rand.NewPCG(uint64(ci), 8))
 						s := c.shape(t, dt, variant.bias, variant.relu)
@@ -710,7 +710,7 @@ func TestGPUConvFpropVariants(t *testing.T) {
 			for _, kc := range kernels[1:] {
 				kernel := kc.kernel
 				t.Run(convDesign(kernel), func(t *testing.T) {
-					skipUnbuiltVariant(t, dev, kernel.Module(), kernel.Name())
+					skipUnbuiltVariant(t, kernel.Module(), kernel.Name())
 					y, stats := run(t, kernel)
 					for _, o := range []struct {
 						what   string
@@ -787,7 +787,7 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 					}{{true, true}, {false, false}} {
 						name := fmt.Sprintf("%s/%s/bias=%t/relu=%t/exact=%t", kernel.Name(), c.name, variant.bias, variant.relu, exact)
 						t.Run(name, func(t *testing.T) {
-							skipUnbuiltVariant(t, dev, kernel.Module(), kernel.Name())
+							skipUnbuiltVariant(t, kernel.Module(), kernel.Name())
 							s := c.shape(t, dt, variant.bias, variant.relu)
 							if fits, why := convBackwardPipeFits(mode, s.gemmArgs()); kernel != kernels[0] && !fits {
 								t.Skipf("%s does not apply: %s", kernel.Name(), why)

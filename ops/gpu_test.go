@@ -493,16 +493,13 @@ func TestGPUTrainingStepsDoNotLeak(t *testing.T) {
 }
 
 // skipUnbuiltVariant skips tb when module.name is a kernel variant
-// (kernels/cuda's table says so) that dev's modules do not hold: the
-// shipped modules leave the variants out, and `make kernels VARIANTS=1`
-// builds them in.
-func skipUnbuiltVariant(tb testing.TB, dev *backend.Device, module, name string) {
+// (kernels/cuda's table says so) that the embedded modules do not hold
+// (KernelInfo.Built): the shipped modules leave the variants out, and
+// `make kernels VARIANTS=1` builds them in. It does not ask the driver,
+// whose not-found answer compute-sanitizer would report as an error.
+func skipUnbuiltVariant(tb testing.TB, module, name string) {
 	tb.Helper()
-	info, ok := cuda.Lookup(module + "." + name)
-	if !ok || !info.Variant {
-		return
-	}
-	if _, err := dev.Kernel(module, name); err != nil {
-		tb.Skipf("kernel variant %s.%s is not in this build (make kernels VARIANTS=1): %v", module, name, err)
+	if info, ok := cuda.Lookup(module + "." + name); ok && !info.Built() {
+		tb.Skipf("kernel variant %s.%s is not in this build (make kernels VARIANTS=1)", module, name)
 	}
 }

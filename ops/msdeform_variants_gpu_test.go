@@ -65,7 +65,7 @@ func skipUnrunnableMSDeform(tb testing.TB, dev *backend.Device, k msDeformKernel
 			tb.Skipf("%s does not run here: %v", k.k.Name(), err)
 		}
 	}
-	skipUnbuiltVariant(tb, dev, k.k.Module(), k.k.Name())
+	skipUnbuiltVariant(tb, k.k.Module(), k.k.Name())
 }
 
 func TestGPUMSDeformAttnBackwardVariants(t *testing.T) {

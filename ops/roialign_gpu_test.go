@@ -83,13 +83,13 @@ func TestGPURoIAlignParity(t *testing.T) {
 				// this build has them).
 				for _, kv := range roiAlignVariants(false, dt) {
 					t.Run(kv.String(), func(t *testing.T) {
-						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
+						skipUnbuiltVariant(t, kv.k.Module(), kv.k.Name())
 						withRoIAlignKernel(dev, false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
 				for _, kv := range roiAlignVariants(true, dt) {
 					t.Run(kv.String(), func(t *testing.T) {
-						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
+						skipUnbuiltVariant(t, kv.k.Module(), kv.k.Name())
 						withRoIAlignKernel(dev, true, kv, func() { parity(t, dev, roiAlignGradOp(s), dt, rois, gy) })
 					})
 				}
@@ -100,7 +100,7 @@ func TestGPURoIAlignParity(t *testing.T) {
 				}
 				for _, kv := range roiAlignColsVariants(s) {
 					t.Run(kv.String(), func(t *testing.T) {
-						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
+						skipUnbuiltVariant(t, kv.k.Module(), kv.k.Name())
 						withRoIAlignKernel(dev, false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
@@ -109,7 +109,7 @@ func TestGPURoIAlignParity(t *testing.T) {
 						if dt != tensor.Float32 || c.c%4 != 0 {
 							t.Skip("float32 with C % 4 == 0 only")
 						}
-						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
+						skipUnbuiltVariant(t, kv.k.Module(), kv.k.Name())
 						withRoIAlignKernel(dev, false, kv, func() { parity(t, dev, roiAlignOp(s), dt, x, rois) })
 					})
 				}
@@ -118,7 +118,7 @@ func TestGPURoIAlignParity(t *testing.T) {
 						if why := roiAlignRed4Skip(dev, s); why != "" {
 							t.Skip(why)
 						}
-						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
+						skipUnbuiltVariant(t, kv.k.Module(), kv.k.Name())
 						withRoIAlignKernel(dev, true, kv, func() { parity(t, dev, roiAlignGradOp(s), dt, rois, gy) })
 					})
 				}
@@ -229,7 +229,7 @@ func TestGPURoIAlignRunTimeErrors(t *testing.T) {
 			for _, backward := range []bool{false, true} {
 				for _, kv := range roiAlignVariants(backward, dt) {
 					t.Run(fmt.Sprintf("%v/case=%d/%s", dt, i, kv), func(t *testing.T) {
-						skipUnbuiltVariant(t, dev, kv.k.Module(), kv.k.Name())
+						skipUnbuiltVariant(t, kv.k.Module(), kv.k.Name())
 						var err error
 						withRoIAlignKernel(dev, backward, kv, func() {
 							if backward {

@@ -2,6 +2,7 @@
 # Runs stheno's GPU test binaries (built here by `make gpu-bins`) on a GPU
 # machine, from the repository root. Logs go to $OUT (default ./out).
 #   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors|core|profile|stalls]...
+# The sanitize step reads SAN_TOOLS, SAN_GROUPS and SAN_TIMEOUT (below).
 #
 # The anchors step also times Deformable-DETR's own CUDA kernels (the
 # MSDeformAttn targets' anchor) on the suite's inputs when a copy of
@@ -18,10 +19,42 @@ OUT=$(cd "$OUT" && pwd)
 root=$(pwd)
 what=${*:-tests sanitize bench anchors}
 DD_DIR=${DD_DIR:-gpucarry/deformable_detr_msda}
-# The GPU parity tests compute-sanitizer runs (a regexp of test names
-# after TestGPU).
-SANITIZED='RoIAlignParity|MSDeformAttnParity|MSDeformAttn(Backward|Forward)Variants|MSDeformAttnSortedParity|MSDeformAttnQueryOrder|RoIAlignRunTimeErrors|ConvParity|ConvGradParity|ConvFpropVariants|ConvBackwardVariants|BatchNormOpsParity|ReLUMaskEdges'
-SANITIZED="$SANITIZED|LinearParity|SoftmaxParity|LayerNormParity|GroupNormParity|PointwiseParity|ReduceParity|LayoutParity|GatherRowsBadIndex|MultiHeadAttentionParity|MaxPool2dParity|DropoutParity|LossesParity|BoxConvertParity|AdamWParity"
+# The sanitize step runs compute-sanitizer's tools (SAN_TOOLS) over groups
+# of ops' GPU tests (SAN_GROUPS), one run and one log per tool and group
+# ($OUT/sanitize-<tool>-<group>.log), each under a limit of SAN_TIMEOUT
+# seconds so that a slow run cannot take the others' logs with it, then
+# prints a table ($OUT/sanitize-summary.txt): tool, group, exit code (9:
+# the tool reported errors; 124 or 137: out of time; else the tests'
+# own), seconds, tests passed, failed and skipped, and the tool's summary
+# line. Select tools and groups to split the work over several calls, e.g.
+#   SAN_TOOLS=racecheck SAN_GROUPS="conv conv-fprop-variants" sh kernels/bench/gpu-check.sh sanitize
+SAN_TOOLS=${SAN_TOOLS:-memcheck racecheck synccheck initcheck}
+SAN_ALL_GROUPS='roialign msdeform msdeform-variants conv conv-fprop-variants conv-backward-variants batchnorm rows elementwise attention pooling losses adamw'
+SAN_GROUPS=${SAN_GROUPS:-$SAN_ALL_GROUPS}
+SAN_TIMEOUT=${SAN_TIMEOUT:-540}
+# san_tests prints group $1's tests: a regexp of the names after TestGPU.
+# The groups follow the op families, the largest (convolutions,
+# MSDeformAttn) split further, so that a tool runs one group at a time
+# within SAN_TIMEOUT, racecheck (the slowest) included; the summary's
+# seconds say how close each comes.
+san_tests() {
+	case $1 in
+	roialign) echo 'RoIAlignParity|RoIAlignRunTimeErrors' ;;
+	msdeform) echo 'MSDeformAttnParity|MSDeformAttnSortedParity|MSDeformAttnCellBoundary|MSDeformAttnQueryOrder' ;;
+	msdeform-variants) echo 'MSDeformAttnForwardVariants|MSDeformAttnBackwardVariants' ;;
+	conv) echo 'ConvParity|ConvGradParity|ConvEpilogueFoldsBatchNorm' ;;
+	conv-fprop-variants) echo 'ConvFpropVariants' ;;
+	conv-backward-variants) echo 'ConvBackwardVariants' ;;
+	batchnorm) echo 'BatchNormOpsParity|ReLUMaskEdges' ;;
+	rows) echo 'SoftmaxParity|LayerNormParity|GroupNormParity' ;;
+	elementwise) echo 'PointwiseParity|ReduceParity|LayoutParity|GatherRowsBadIndex|BoxConvertParity' ;;
+	attention) echo 'LinearParity|MultiHeadAttentionParity' ;;
+	pooling) echo 'MaxPool2dParity|DropoutParity' ;;
+	losses) echo 'LossesParity|SoftmaxCrossEntropyBadLabelIsNaN' ;;
+	adamw) echo 'AdamWParity' ;;
+	*) return 1 ;;
+	esac
+}
 # The general ops' benchmarks (the core step), and their anchors scripts.
 CORE_BENCH='GPU(Softmax|LayerNorm|GroupNorm|Pointwise|Reduce|Layout|MultiHeadAttention|MaxPool2d|Dropout|Losses|AdamW)$'
 CORE_ANCHORS='softmax layernorm groupnorm pointwise layout attention maxpool dropout losses adamw'
@@ -67,13 +100,58 @@ for step in $what; do
 		grep -E "^(--- |FAIL|ok|PASS|exit)|    gpu_test" "$OUT/ops-gpu.log" | grep -v "^    --- PASS" | head -60
 		;;
 	sanitize)
-		for tool in memcheck racecheck; do
-			echo "== compute-sanitizer $tool"
-			(cd ops && compute-sanitizer --tool $tool --error-exitcode 9 "$root/bin/ops.test" \
-				-test.run "GPU($SANITIZED)" >"$OUT/sanitizer-$tool.log" 2>&1
-			echo "exit $?" >>"$OUT/sanitizer-$tool.log")
-			tail -n 4 "$OUT/sanitizer-$tool.log"
+		# Device backtraces only (host ones are mostly Go runtime frames:
+		# the test's own -test.v lines, in the same log, say which case
+		# ran), and at most 100 reports a log. racecheck's analysis mode
+		# (its default) reports each race once, not every hazard of it.
+		# The test binary's own timeout comes first, so that a run out of
+		# time names its test.
+		tools=
+		for tool in $SAN_TOOLS; do
+			case $tool in
+			memcheck | racecheck | synccheck | initcheck) tools="$tools $tool" ;;
+			*) echo "== sanitize: no tool $tool (memcheck racecheck synccheck initcheck)" ;;
+			esac
 		done
+		groups=
+		for group in $SAN_GROUPS; do
+			if san_tests "$group" >/dev/null; then
+				groups="$groups $group"
+			else
+				echo "== sanitize: no group $group ($SAN_ALL_GROUPS)"
+			fi
+		done
+		summary=$OUT/sanitize-summary.txt
+		printf '%-9s %-22s %4s %5s %-16s %s\n' tool group exit secs pass/fail/skip summary >"$summary"
+		for tool in $tools; do
+			flags=
+			[ "$tool" = racecheck ] && flags='--racecheck-report analysis'
+			for group in $groups; do
+				tests=$(san_tests "$group")
+				log=$OUT/sanitize-$tool-$group.log
+				echo "== compute-sanitizer $tool, $group ($log)"
+				start=$(date +%s)
+				# shellcheck disable=SC2086 # $flags is empty or two words
+				(cd ops && timeout -k 30 "$SAN_TIMEOUT" compute-sanitizer --tool "$tool" $flags \
+					--error-exitcode 9 --print-limit 100 --show-backtrace device \
+					"$root/bin/ops.test" -test.v -test.run "^TestGPU($tests)\$" \
+					-test.timeout "$((SAN_TIMEOUT * 9 / 10))s" >"$log" 2>&1)
+				rc=$?
+				secs=$(($(date +%s) - start))
+				echo "exit $rc" >>"$log"
+				line=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -n 1 | sed 's/^=* *//')
+				if [ -z "$line" ]; then
+					case $rc in
+					124 | 137) line="no summary: out of time after ${SAN_TIMEOUT}s" ;;
+					*) line='no summary' ;;
+					esac
+				fi
+				counts=$(grep -c -- '--- PASS' "$log")/$(grep -c -- '--- FAIL' "$log")/$(grep -c -- '--- SKIP' "$log")
+				printf '%-9s %-22s %4s %5s %-16s %s\n' "$tool" "$group" "$rc" "$secs" "$counts" "$line" | tee -a "$summary"
+			done
+		done
+		echo "== sanitize summary ($summary)"
+		cat "$summary"
 		;;
 	bench)
 		wait_dd

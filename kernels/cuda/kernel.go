@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels"
 )
 
 // Kernel names an extern "C" __global__ function of kernels/<module>.cu
@@ -28,9 +30,24 @@ func (k Kernel[P]) Name() string {
 	return n
 }
 
+// ErrVariantNotBuilt is the error Load and Launch wrap for a kernel variant
+// that the embedded modules leave out (KernelInfo.Built).
+var ErrVariantNotBuilt = errors.New("a kernel variant, which this build's modules leave out (make kernels VARIANTS=1)")
+
 // Load returns the kernel on d (its module loaded the first time), for
-// what Launch does not do itself: Kernel.SetMaxDynamicSharedMemory.
+// what Launch does not do itself: Kernel.SetMaxDynamicSharedMemory. A
+// variant the build leaves out is refused without asking the driver.
 func (k Kernel[P]) Load(d *backend.Device) (*backend.Kernel, error) {
+	info, _ := Lookup(string(k))
+	return k.load(d, info)
+}
+
+// load is Load with k's table entry (zero for a kernel not in the table,
+// which the driver then answers for).
+func (k Kernel[P]) load(d *backend.Device, info KernelInfo) (*backend.Kernel, error) {
+	if !info.Built() {
+		return nil, fmt.Errorf("cuda: kernel %s: %w", string(k), ErrVariantNotBuilt)
+	}
 	return d.Kernel(k.Module(), k.Name())
 }
 
@@ -38,13 +55,14 @@ func (k Kernel[P]) Load(d *backend.Device) (*backend.Kernel, error) {
 // backend.Launch). A block larger than the kernel's __launch_bounds__ is
 // refused here, naming the bound, rather than by the driver.
 func (k Kernel[P]) Launch(d *backend.Device, cfg backend.LaunchConfig, p P) error {
-	if info, ok := Lookup(string(k)); ok && info.MaxThreads > 0 {
+	info, _ := Lookup(string(k))
+	if info.MaxThreads > 0 {
 		b := cfg.Block
 		if threads := int64(b.X) * int64(b.Y) * int64(b.Z); threads > int64(info.MaxThreads) {
 			return fmt.Errorf("cuda: kernel %s: %d threads per block; its __launch_bounds__ allow %d", string(k), threads, info.MaxThreads)
 		}
 	}
-	kk, err := k.Load(d)
+	kk, err := k.load(d, info)
 	if err != nil {
 		return err
 	}
@@ -64,6 +82,12 @@ type KernelInfo struct {
 	// out; `make kernels VARIANTS=1` builds it in.
 	Variant bool
 }
+
+// Built reports whether the embedded modules hold the kernel: every kernel
+// but the variants, and those too when kernels.VariantsBuilt. Callers that
+// would try a variant ask this first rather than the driver, whose
+// not-found answer compute-sanitizer reports as an error.
+func (k KernelInfo) Built() bool { return !k.Variant || kernels.VariantsBuilt() }
 
 // Kernels returns every kernel of every module, module by module, in
 // source order.
