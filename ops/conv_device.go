@@ -591,7 +591,11 @@ func (s convShape) dgrad(op string, dev *backend.Device, w, y, dy, dx backend.De
 	}
 	args := s.gemm(convDgrad)
 	args.A, args.B, args.Mask, args.Out = wt, dy, y, dx
-	if choice, err := convKernel(s.dt, convDgrad, args, convGPUOf(dev)); err == nil && y != 0 && convUnmasked(choice.kernel) {
+	choice, err := convKernel(s.dt, convDgrad, args, convGPUOf(dev))
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	if y != 0 && convUnmasked(choice.kernel) {
 		masked, free, err := s.maskedGrad(op, dev, y, dy)
 		if err != nil {
 			return err
@@ -667,38 +671,33 @@ func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backen
 	args.A, args.B, args.Mask = dy, x, y
 	elem := int64(s.dt.Size())
 	nw := int64(p.Cout) * int64(args.Ncols)
-	// conv_gemm's tile, unless the kernel chosen has another.
-	bm := convKernels[convWgrad].fmaM64I64.bm
-	if s.dt == tensor.Float32 {
-		bm = convKernels[convWgrad].mmaM128I64.bm
-	}
-	slots := dev.SMCount()
 	gpu := convGPUOf(dev)
-	gemmDB := db // the bias gradient the GEMM sums, if any
-	if choice, err := convKernel(s.dt, convWgrad, args, gpu); err == nil {
-		bm = choice.bm
-		slots *= convBlocksPerSM(choice, gpu.optIn)
-		switch {
-		case convWgmma(choice.kernel) && s.gradReady:
-			// dy came masked and rounded from the layer's one pass over
-			// it (convGradOp, bnGradApplyOp); the bias gradient came with it.
-		case convWgmma(choice.kernel):
-			masked, free, err := s.maskedGradTF32(op, dev, y, dy, db)
-			if err != nil {
-				return err
-			}
-			defer free()
-			args.A, args.Mask, gemmDB = masked, 0, 0
-		case y != 0 && convUnmasked(choice.kernel):
-			masked, free, err := s.maskedGrad(op, dev, y, dy)
-			if err != nil {
-				return err
-			}
-			defer free()
-			args.A, args.Mask = masked, 0
-		}
+	choice, err := convKernel(s.dt, convWgrad, args, gpu)
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	tiles := ceilDiv(p.Cout, bm) * ceilDiv(int(args.Ncols), convTileN(s.dt))
+	slots := dev.SMCount() * convBlocksPerSM(choice, gpu.optIn)
+	gemmDB := db // the bias gradient the GEMM sums, if any
+	switch {
+	case convWgmma(choice.kernel) && s.gradReady:
+		// dy came masked and rounded from the layer's one pass over it
+		// (convGradOp, bnGradApplyOp); the bias gradient came with it.
+	case convWgmma(choice.kernel):
+		masked, free, err := s.maskedGradTF32(op, dev, y, dy, db)
+		if err != nil {
+			return err
+		}
+		defer free()
+		args.A, args.Mask, gemmDB = masked, 0, 0
+	case y != 0 && convUnmasked(choice.kernel):
+		masked, free, err := s.maskedGrad(op, dev, y, dy)
+		if err != nil {
+			return err
+		}
+		defer free()
+		args.A, args.Mask = masked, 0
+	}
+	tiles := ceilDiv(p.Cout, choice.bm) * ceilDiv(int(args.Ncols), convTileN(s.dt))
 	splits := wgradSplits(tiles, ceilDiv(int(args.K), convTileK(s.dt)), slots, int(nw*elem))
 	if splits == 1 {
 		args.Out, args.BiasGrad = dw, gemmDB

@@ -495,6 +495,22 @@ func TestConvKernelSharedMemory(t *testing.T) {
 	}
 }
 
+// convFitting returns the kernels of cs whose shared memory dev gives a
+// block, and logs the others as not tested.
+func convFitting(t *testing.T, dev *backend.Device, cs ...convKernelChoice) []convKernelChoice {
+	t.Helper()
+	gpu := convGPUOf(dev)
+	var fit []convKernelChoice
+	for _, c := range cs {
+		if !gpu.fits(c) {
+			t.Logf("%s needs %d bytes of shared memory per block, this GPU allows %d: not tested", c.kernel.Name(), c.smem, gpu.optIn)
+			continue
+		}
+		fit = append(fit, c)
+	}
+	return fit
+}
+
 // convGPUCase is a convolution of the GPU tests.
 type convGPUCase struct {
 	name   string
@@ -771,17 +787,13 @@ func TestGPUConvFpropVariants(t *testing.T) {
 	defer setConvKernel(dev, convFprop, "")
 	dt := tensor.Float32
 	fk := &convKernels[convFprop]
-	kernels := []convKernelChoice{fk.mmaM128I64, fk.mmaM128S3, fk.mmaM128S3T128, fk.mmaM256S4}
-	if _, optIn := dev.MaxSharedMemory(); optIn < fk.mmaM256S4.smem {
-		t.Logf("%s needs %d bytes of shared memory per block, this GPU allows %d: not tested", fk.mmaM256S4.kernel.Name(), fk.mmaM256S4.smem, optIn)
-		kernels = kernels[:3]
-	}
+	kernels := convFitting(t, dev, fk.mmaM128I64, fk.mmaM128S3, fk.mmaM128S3T128, fk.mmaM256S4)
 	// conv_sm90a.cu's wgmma kernels sum each k-step of 8 inside the MMA, in
 	// an order of their own: they are compared with the CPU, not bit for
 	// bit.
 	parityKernels := kernels
 	if err := convWgmmaError(dev); err == nil {
-		parityKernels = append(parityKernels[:len(kernels):len(kernels)], fk.wgmmaM128S3, fk.wgmmaM256S4, fk.wgmmaM128S4)
+		parityKernels = append(parityKernels[:len(kernels):len(kernels)], convFitting(t, dev, fk.wgmmaM128S3, fk.wgmmaM256S4, fk.wgmmaM128S4)...)
 	} else if major, minor := dev.ComputeCapability(); major == 9 && minor == 0 {
 		t.Errorf("%s does not load on this compute capability 9.0 GPU: %v", fk.wgmmaM128S3.kernel.Name(), err)
 	} else {
@@ -927,15 +939,19 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
 		for _, mode := range []int{convDgrad, convWgrad} {
 			ks := &convKernels[mode]
-			kernels := []convGemmKernel{ks.mmaM128I64.kernel, ks.mmaM128S3.kernel}
-			wgmma := []convGemmKernel{ks.wgmmaM128S3.kernel, ks.wgmmaM256S4.kernel}
+			choices := []convKernelChoice{ks.mmaM128I64, ks.mmaM128S3}
+			wgmma := []convKernelChoice{ks.wgmmaM128S3, ks.wgmmaM256S4}
 			if mode == convDgrad {
-				wgmma = append(wgmma, ks.wgmmaM128S4.kernel)
+				wgmma = append(wgmma, ks.wgmmaM128S4)
 			}
 			if err := convWgmmaError(dev); err == nil {
-				kernels = append(kernels, wgmma...)
+				choices = append(choices, wgmma...)
 			} else if ci == 0 {
-				t.Logf("%v: not tested: %v", wgmma, err)
+				t.Logf("%s's wgmma kernels: not tested: %v", convModeNames[mode], err)
+			}
+			var kernels []convGemmKernel
+			for _, c := range convFitting(t, dev, choices...) {
+				kernels = append(kernels, c.kernel)
 			}
 			for _, kernel := range kernels {
 				for _, exact := range []bool{false, true} {
