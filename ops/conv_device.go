@@ -211,13 +211,14 @@ func convPipeFits(mode int, args cuda.ConvGemmParams) (bool, string) {
 // conv_sm90a.cu's where they run (convWgmmaFits, and conv_pipe's
 // conditions, convPipeFits; which one by convWgmmaPick), then mma_m128_s3
 // where its conditions hold, then mma_m128_i64, which runs every GEMM in
-// the least shared memory (70 KiB: sm_86 and sm_89 give a block 99 KiB,
-// less than m128_s3's 107). The other tiles of conv_pipe, mma_m256_s4
-// (fewer fragment loads per MMA, half the blocks) and mma_m128_s3_t128
-// (m256_s4's warps on the m128 tile), do not beat mma_m128_s3 on
-// TARGETS.md's cases (BenchmarkGPUConvFpropVariants times them): they run
-// only when forced. A kernel forced on the device (setConvKernel) is taken
-// instead, or the error that says why it cannot run the GEMM.
+// the least shared memory (70 KiB, wgrad 74: sm_86 and sm_89 give a block
+// 99 KiB, less than m128_s3's 107). The other tiles of conv_pipe,
+// mma_m256_s4 (fewer fragment loads per MMA, half the blocks) and
+// mma_m128_s3_t128 (m256_s4's warps on the m128 tile), do not beat
+// mma_m128_s3 on TARGETS.md's cases (BenchmarkGPUConvFpropVariants times
+// them): they run only when forced. A kernel forced on the device
+// (setConvKernel) is taken instead, or the error that says why it cannot
+// run the GEMM.
 func convKernel(dt tensor.Dtype, mode int, args cuda.ConvGemmParams, gpu convGPU) (convKernelChoice, error) {
 	ks := &convKernels[mode]
 	if dt != tensor.Float32 {
@@ -278,7 +279,7 @@ func convGPUOf(dev *backend.Device) convGPU {
 
 // fits reports whether gpu gives a block of c its dynamic shared memory
 // (launchConvGemm opts in beyond the default 48 KiB). The kernels have no
-// static shared memory (kernels/cuda's TestKernelsCompiled checks), so
+// static shared memory (kernels/cuda's TestKernelsSharedMemory checks), so
 // that is all they take.
 func (gpu convGPU) fits(c convKernelChoice) bool { return c.smem <= gpu.optIn }
 
