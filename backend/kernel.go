@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -15,6 +16,9 @@ type Kernel struct {
 	module string
 	name   string
 	fn     any
+	// maxShared is the dynamic shared memory a block of k may ask for:
+	// the GPU's default until SetMaxDynamicSharedMemory sets it.
+	maxShared atomic.Int64
 }
 
 // String returns "module.function".
@@ -62,6 +66,7 @@ func (d *Device) kernel(module, name string) (*Kernel, error) {
 		return nil, d.errorf("kernel %s: %w", key, err)
 	}
 	k := &Kernel{dev: d, module: module, name: name, fn: fn}
+	k.maxShared.Store(int64(d.info.maxSharedPerBlock))
 	d.kernels[key] = k
 	return k, nil
 }
@@ -82,6 +87,7 @@ func (k *Kernel) SetMaxDynamicSharedMemory(bytes int) error {
 	if err := d.drv.setMaxDynamicShared(k.fn, bytes); err != nil {
 		return d.errorf("kernel %v: allowing %d bytes of dynamic shared memory: %w", k, bytes, err)
 	}
+	k.maxShared.Store(int64(bytes))
 	return nil
 }
 
@@ -130,9 +136,12 @@ func (d *Device) GridStride(n int64, block uint32) LaunchConfig {
 // returns. An empty grid (a zero dimension) launches nothing.
 //
 // Errors in the launch itself (a bad configuration, say) are returned
-// here. Errors while the kernel runs surface at the next call that waits
-// for the stream, unless the Device was opened with STHENO_CUDA_SYNC=1:
-// then Launch waits for the kernel and returns its error, naming it.
+// here; a block that asks for more dynamic shared memory than k may have
+// (48 KiB, or what SetMaxDynamicSharedMemory allowed) is refused before
+// the driver sees it, with the bytes and the limit. Errors while the
+// kernel runs surface at the next call that waits for the stream, unless
+// the Device was opened with STHENO_CUDA_SYNC=1: then Launch waits for the
+// kernel and returns its error, naming it.
 func Launch[P any](k *Kernel, cfg LaunchConfig, params P) error {
 	size, err := checkParams(reflect.TypeFor[P]())
 	if err != nil {
@@ -154,6 +163,13 @@ func (d *Device) launch(k *Kernel, cfg LaunchConfig, params unsafe.Pointer, size
 	if threads := uint64(b.X) * uint64(b.Y) * uint64(b.Z); threads == 0 || threads > uint64(d.info.maxThreadsPerBlock) {
 		return d.errorf("kernel %v: %v has %d threads per block; this GPU allows 1 to %d",
 			k, cfg, threads, d.info.maxThreadsPerBlock)
+	}
+	// The driver would answer only CUDA_ERROR_INVALID_VALUE. (Static
+	// shared memory counts against the same limit; kernels/cuda's tests
+	// check the modules' own.)
+	if limit := k.maxShared.Load(); int64(cfg.SharedMem) > limit {
+		return d.errorf("kernel %v: %v asks for %d bytes of dynamic shared memory per block; it may have %d (Kernel.SetMaxDynamicSharedMemory raises that up to %d)",
+			k, cfg, cfg.SharedMem, limit, d.info.maxSharedOptIn)
 	}
 	d.counts.launches.Add(1)
 	if err := d.drv.launch(k.fn, cfg, params, size); err != nil {

@@ -2,6 +2,7 @@ package backend
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -133,7 +134,7 @@ func TestLaunchConfigErrors(t *testing.T) {
 		}{
 			{"too many threads", LaunchConfig{Grid: Dim3{1, 1, 1}, Block: Dim3{2048, 1, 1}}, "2048 threads per block"},
 			{"zero block", LaunchConfig{Grid: Dim3{1, 1, 1}, Block: Dim3{0, 1, 1}}, "0 threads per block"},
-			{"too much shared memory", LaunchConfig{Grid: Dim3{1, 1, 1}, Block: Dim3{32, 1, 1}, SharedMem: 1 << 30}, "cuLaunchKernel"},
+			{"too much shared memory", LaunchConfig{Grid: Dim3{1, 1, 1}, Block: Dim3{32, 1, 1}, SharedMem: 1 << 30}, "1073741824 bytes of dynamic shared memory"},
 		} {
 			err := Launch(k, c.cfg, p)
 			if err == nil || !strings.Contains(err.Error(), "elementwise.fill_u64") || !strings.Contains(err.Error(), c.want) {
@@ -169,6 +170,67 @@ func TestLaunchConfigErrors(t *testing.T) {
 			t.Errorf("fill with bit pattern 1 gave %v, want the smallest denormal", got)
 		}
 	})
+}
+
+// TestLaunchSharedMemoryLimit: on a fake GPU with sm_86's limits (48 KiB
+// per block by default, 99 KiB opted in), Launch refuses a block that asks
+// for more dynamic shared memory than its kernel may have, before the
+// driver sees it (no DriverError), naming the kernel, the bytes and the
+// limit; SetMaxDynamicSharedMemory moves the limit up to the opt-in one.
+func TestLaunchSharedMemoryLimit(t *testing.T) {
+	const byDefault, optIn = 48 << 10, 99 << 10
+	drv := newFakeDriver(t)
+	drv.inf.maxSharedPerBlock, drv.inf.maxSharedOptIn = byDefault, optIn
+	d := newDevice(drv, fakeImages, false)
+	t.Cleanup(func() { _ = d.Close() })
+	k, err := d.Kernel("elementwise", "fill_u64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, err := d.NewDense(tensor.Float64, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := fillParams{Out: DevicePtr(rawAddr(x.Raw)), N: 4, Value: 1}
+	launch := func(bytes int) error {
+		return Launch(k, LaunchConfig{Grid: Dim3{1, 1, 1}, Block: Dim3{32, 1, 1}, SharedMem: uint32(bytes)}, p)
+	}
+	refused := func(bytes, limit int) {
+		t.Helper()
+		err := launch(bytes)
+		var de *DriverError
+		want := fmt.Sprintf("asks for %d bytes of dynamic shared memory per block; it may have %d", bytes, limit)
+		if err == nil || errors.As(err, &de) || !strings.Contains(err.Error(), "elementwise.fill_u64") || !strings.Contains(err.Error(), want) {
+			t.Errorf("Launch with %d bytes: %v, want a refusal before the driver naming the kernel and saying %q", bytes, err, want)
+		}
+	}
+	if err := launch(byDefault); err != nil {
+		t.Errorf("Launch with the default limit's %d bytes: %v", byDefault, err)
+	}
+	refused(byDefault+1, byDefault)
+	if err := k.SetMaxDynamicSharedMemory(optIn + 1); err == nil {
+		t.Errorf("SetMaxDynamicSharedMemory(%d) beyond the opt-in limit succeeded", optIn+1)
+	}
+	refused(byDefault+1, byDefault) // a refused opt-in changes nothing
+	if err := k.SetMaxDynamicSharedMemory(optIn); err != nil {
+		t.Fatal(err)
+	}
+	if err := launch(optIn); err != nil {
+		t.Errorf("Launch with %d bytes after opting in: %v", optIn, err)
+	}
+	refused(optIn+1, optIn)
+	// Another kernel of the module keeps its own, default limit.
+	k2, err := d.Kernel("elementwise", "add_f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Launch(k2, LaunchConfig{Grid: Dim3{1, 1, 1}, Block: Dim3{32, 1, 1}, SharedMem: byDefault + 1}, addParams{})
+	if err == nil || !strings.Contains(err.Error(), "elementwise.add_f32") {
+		t.Errorf("add_f32 with %d bytes: %v, want a refusal", byDefault+1, err)
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestBadLaunch: a kernel that faults is reported by the next wait on the

@@ -81,8 +81,8 @@ type convPassKernels struct {
 	// offsets, dy's ReLU mask applied as it is staged).
 	fmaM64I64, mmaM128I64 convKernelChoice
 	// conv_pipe: the cp.async ring of 3 stages, where its 32-bit offsets
-	// fit (convFpropPipeFits, convBackwardPipeFits); fprop's other tiles
-	// are variants, launched only when forced (setConvKernel).
+	// fit (convPipeFits); fprop's other tiles are variants, launched only
+	// when forced (setConvKernel).
 	mmaM128S3, mmaM256S4, mmaM128S3T128 convKernelChoice
 	// conv_sm90a.cu's, which convWgmmaPick chooses among (wgrad has no
 	// m128_s4).
@@ -177,20 +177,14 @@ func setConvKernel(dev *backend.Device, mode int, kernel convGemmKernel) {
 	dev.SetValue(convKernelKey(mode), kernel)
 }
 
-// convFpropPipeFits reports whether the pipelined kernels can run the
-// forward GEMM of args: they add their offsets into x in 32-bit ints,
-// whose sums, column part plus row part, stay below (N+1)*Cin*H*W.
-// wgrad's m128_s3 gathers x the same way.
-func convFpropPipeFits(args cuda.ConvGemmParams) bool {
-	return int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W) <= math.MaxInt32
-}
-
-// convBackwardPipeFits reports whether the m128_s3 kernel of a backward
-// GEMM can run args, and if not why. dgrad: stride 1, and its offsets into
-// dy, a column part (an image's offset plus (ih+PadH)*OutW + iw+PadW) plus
-// a row part (co*OutH*OutW - kh*DilH*OutW - kw*DilW), within 32 bits.
-// wgrad: fprop's offsets into x, and 16-byte copies of dy's rows.
-func convBackwardPipeFits(mode int, args cuda.ConvGemmParams) (bool, string) {
+// convPipeFits reports whether the m128_s3 kernel of mode (conv_pipe's)
+// can run args, and if not why. fprop and wgrad gather x adding their
+// offsets in 32-bit ints, whose sums, column part plus row part, stay
+// below (N+1)*Cin*H*W; wgrad also copies dy's rows 16 bytes at a time.
+// dgrad: stride 1, and its offsets into dy, a column part (an image's
+// offset plus (ih+PadH)*OutW + iw+PadW) plus a row part (co*OutH*OutW -
+// kh*DilH*OutW - kw*DilW), within 32 bits.
+func convPipeFits(mode int, args cuda.ConvGemmParams) (bool, string) {
 	if mode == convDgrad {
 		if args.StrideH != 1 || args.StrideW != 1 {
 			return false, "strided dgrad"
@@ -201,68 +195,69 @@ func convBackwardPipeFits(mode int, args cuda.ConvGemmParams) (bool, string) {
 		}
 		return true, ""
 	}
-	if !convFpropPipeFits(args) {
-		return false, "x exceeds its 32-bit offsets"
+	if x := int64(args.N+1) * int64(args.Cin) * int64(args.H) * int64(args.W); x > math.MaxInt32 {
+		return false, fmt.Sprintf("(N+1)*Cin*H*W = %d exceeds its 32-bit offsets into x", x)
 	}
-	if int64(args.OutH)*int64(args.OutW)%4 != 0 || args.A%16 != 0 {
+	if mode == convWgrad && (int64(args.OutH)*int64(args.OutW)%4 != 0 || args.A%16 != 0) {
 		return false, "OutH*OutW % 4 != 0 or dy not 16-byte aligned"
 	}
 	return true, ""
 }
 
-// convKernel chooses the kernel of a GEMM on gpu: for float64,
-// fma_m64_i64; for float32 forward GEMMs, conv_sm90a.cu's where they run
-// (convWgmmaFits; which one by convWgmmaPick), else mma_m128_s3, and
-// mma_m128_i64 only where mma_m128_s3's offsets do not fit. The other
-// tiles of conv_pipe, mma_m256_s4 (fewer fragment loads per MMA, half the
-// blocks) and mma_m128_s3_t128 (m256_s4's warps on the m128 tile), do not
-// beat mma_m128_s3 on TARGETS.md's cases (BenchmarkGPUConvFpropVariants
-// times them): they run only when forced. For float32 dgrad and wgrad,
-// convBackwardKernel.
+// convKernel chooses the kernel of a GEMM on gpu: the first of those that
+// can run it, in the order below, whose dynamic shared memory the GPU
+// gives a block (convGPU.fit); where none does, an error naming the GEMM,
+// its convolution and the bytes. float64: fma_m64_i64. float32:
+// conv_sm90a.cu's where they run (convWgmmaFits, and conv_pipe's
+// conditions, convPipeFits; which one by convWgmmaPick), then mma_m128_s3
+// where its conditions hold, then mma_m128_i64, which runs every GEMM in
+// the least shared memory (70 KiB, wgrad 74: sm_86 and sm_89 give a block
+// 99 KiB, less than m128_s3's 107). The other tiles of conv_pipe,
+// mma_m256_s4 (fewer fragment loads per MMA, half the blocks) and
+// mma_m128_s3_t128 (m256_s4's warps on the m128 tile), do not beat
+// mma_m128_s3 on TARGETS.md's cases (BenchmarkGPUConvFpropVariants times
+// them): they run only when forced. A kernel forced on the device
+// (setConvKernel) is taken instead, or the error that says why it cannot
+// run the GEMM.
 func convKernel(dt tensor.Dtype, mode int, args cuda.ConvGemmParams, gpu convGPU) (convKernelChoice, error) {
 	ks := &convKernels[mode]
 	if dt != tensor.Float32 {
-		return ks.fmaM64I64, nil
+		return gpu.fit(mode, args, ks.fmaM64I64)
 	}
-	if mode != convFprop {
-		return convBackwardKernel(mode, args, gpu)
+	fits, why := convPipeFits(mode, args)
+	wgmmaOK, wgmmaWhy := convWgmmaFits(mode, args, gpu.sm90a)
+	wgmmaOK = wgmmaOK && fits
+	if gpu.forced[mode] != "" {
+		return convForced(mode, args, gpu, fits, why, wgmmaOK, wgmmaWhy)
 	}
-	fits := convFpropPipeFits(args)
-	wgmmaOK, wgmmaWhy := convWgmmaFits(args, gpu.optIn, gpu.sm90a)
-	if gpu.forced[mode] == "" {
-		switch {
-		case !fits:
-			return ks.mmaM128I64, nil
-		case wgmmaOK:
-			c, _ := convWgmmaPick(mode, args, gpu)
+	if wgmmaOK {
+		if c, ok := convWgmmaPick(mode, args, gpu); ok {
 			return c, nil
 		}
-		return ks.mmaM128S3, nil
 	}
-	why := fmt.Sprintf("(N+1)*Cin*H*W = %d exceeds its 32-bit offsets", int64(args.N+1)*int64(args.Cin)*int64(args.H)*int64(args.W))
-	return convForced(mode, gpu, fits, why, wgmmaOK, wgmmaWhy)
+	if fits {
+		return gpu.fit(mode, args, ks.mmaM128S3, ks.mmaM128I64)
+	}
+	return gpu.fit(mode, args, ks.mmaM128I64)
 }
 
 // convForced returns the kernel forced for mode on gpu (setConvKernel), or
-// why it cannot run the GEMM: fits (why) says whether conv_pipe's offsets
-// fit, wgmmaOK (wgmmaWhy) whether conv_sm90a.cu's kernels run it.
-func convForced(mode int, gpu convGPU, fits bool, why string, wgmmaOK bool, wgmmaWhy string) (convKernelChoice, error) {
+// why it cannot run the GEMM args: fits (why) says whether conv_pipe's
+// conditions hold, wgmmaOK (wgmmaWhy) whether conv_sm90a.cu's kernels run
+// it.
+func convForced(mode int, args cuda.ConvGemmParams, gpu convGPU, fits bool, why string, wgmmaOK bool, wgmmaWhy string) (convKernelChoice, error) {
 	ks := &convKernels[mode]
 	forced := gpu.forced[mode]
 	c, ok := ks.find(forced)
 	switch {
 	case !ok:
 		return convKernelChoice{}, fmt.Errorf("no float32 %s kernel %q", convModeNames[mode], forced)
-	case c == ks.mmaM128I64:
-		return c, nil
-	case !fits:
+	case c != ks.mmaM128I64 && !fits:
 		return convKernelChoice{}, fmt.Errorf("%s: %s", forced.Name(), why)
 	case convWgmma(forced) && !wgmmaOK:
 		return convKernelChoice{}, fmt.Errorf("%s: %s", forced.Name(), wgmmaWhy)
-	case c.smem > gpu.optIn:
-		return convKernelChoice{}, fmt.Errorf("%s needs %d bytes of shared memory per block; this GPU allows %d", forced.Name(), c.smem, gpu.optIn)
 	}
-	return c, nil
+	return gpu.fit(mode, args, c)
 }
 
 // convGPU is what the choice of a conv kernel needs to know of the GPU.
@@ -282,84 +277,81 @@ func convGPUOf(dev *backend.Device) convGPU {
 	return gpu
 }
 
+// fits reports whether gpu gives a block of c its dynamic shared memory
+// (launchConvGemm opts in beyond the default 48 KiB). The kernels have no
+// static shared memory (kernels/cuda's TestKernelsSharedMemory checks), so
+// that is all they take.
+func (gpu convGPU) fits(c convKernelChoice) bool { return c.smem <= gpu.optIn }
+
+// fit returns the first of cs that fits gpu, or an error naming the GEMM
+// of mode, its convolution, the least shared memory among cs and what the
+// GPU allows.
+func (gpu convGPU) fit(mode int, args cuda.ConvGemmParams, cs ...convKernelChoice) (convKernelChoice, error) {
+	least := cs[0]
+	for _, c := range cs {
+		if gpu.fits(c) {
+			return c, nil
+		}
+		if c.smem < least.smem {
+			least = c
+		}
+	}
+	return convKernelChoice{}, fmt.Errorf("%s of x [%d %d %d %d] by w [%d %d %d %d] needs %d bytes of shared memory per block (%s); this GPU allows %d",
+		convModeNames[mode], args.N, args.Cin, args.H, args.W, args.Cout, args.Cin, args.KH, args.KW,
+		least.smem, least.kernel.Name(), gpu.optIn)
+}
+
 // convWgmmaPick chooses among conv_sm90a.cu's kernels for a GEMM that they
-// run (convWgmmaFits; wgrad: on an sm90a GPU), and reports whether one
-// fits the GPU's shared memory. Forward and dgrad: m256_s4 (256 channels a
-// tile: each gathered pixel feeds twice the MMAs; one block per SM) for
-// GEMMs of more than one 128-channel tile with at least four waves of its
-// tiles; m128_s4 (one block per SM, MMAs overlapping the next k-tile's
-// barrier and copies) when m128_s3's tiles fill at most one wave, where
-// two blocks per SM have nothing to hide behind each other; else m128_s3
-// (two blocks per SM). Wgrad: m256_s4 above 128 channels, else m128_s3.
-// BENCHMARKS.md ("The kernels") has the measurements behind the rule.
+// run (convWgmmaFits), and reports whether one fits the GPU's shared
+// memory. Forward and dgrad: m256_s4 (256 channels a tile: each gathered
+// pixel feeds twice the MMAs; one block per SM) for GEMMs of more than one
+// 128-channel tile with at least four waves of its tiles; m128_s4 (one
+// block per SM, MMAs overlapping the next k-tile's barrier and copies)
+// when m128_s3's tiles fill at most one wave, where two blocks per SM have
+// nothing to hide behind each other; else m128_s3 (two blocks per SM).
+// Wgrad: m256_s4 above 128 channels, else m128_s3. BENCHMARKS.md ("The
+// kernels") has the measurements behind the rule.
 func convWgmmaPick(mode int, args cuda.ConvGemmParams, gpu convGPU) (convKernelChoice, bool) {
 	ks := &convKernels[mode]
 	many := int(args.M) > cuda.ConvWgmmaM128S3TileM
 	if mode == convWgrad {
 		switch {
-		case many && ks.wgmmaM256S4.smem <= gpu.optIn:
+		case many && gpu.fits(ks.wgmmaM256S4):
 			return ks.wgmmaM256S4, true
-		case ks.wgmmaM128S3.smem <= gpu.optIn:
+		case gpu.fits(ks.wgmmaM128S3):
 			return ks.wgmmaM128S3, true
 		}
 		return convKernelChoice{}, false
 	}
 	tiles := func(bm int) int { return ceilDiv(int(args.M), bm) * ceilDiv(int(args.Ncols), cuda.ConvF32TileN) }
 	switch {
-	case many && tiles(ks.wgmmaM256S4.bm) >= 4*gpu.sms && ks.wgmmaM256S4.smem <= gpu.optIn:
+	case many && tiles(ks.wgmmaM256S4.bm) >= 4*gpu.sms && gpu.fits(ks.wgmmaM256S4):
 		return ks.wgmmaM256S4, true
-	case tiles(ks.wgmmaM128S4.bm) <= gpu.sms && ks.wgmmaM128S4.smem <= gpu.optIn:
+	case tiles(ks.wgmmaM128S4.bm) <= gpu.sms && gpu.fits(ks.wgmmaM128S4):
 		return ks.wgmmaM128S4, true
+	case gpu.fits(ks.wgmmaM128S3):
+		return ks.wgmmaM128S3, true
 	}
-	return ks.wgmmaM128S3, true
+	return convKernelChoice{}, false
 }
 
 // convNoSM90a is why a GPU runs none of conv_sm90a.cu's kernels.
 const convNoSM90a = "needs a compute capability 9.0 GPU whose driver compiles the sm_90a PTX"
 
-// convWgmmaFits reports whether conv_sm90a.cu's kernels can run a forward
-// or stride-1 dgrad GEMM (whose other conditions are m128_s3's), and if
-// not why.
-func convWgmmaFits(args cuda.ConvGemmParams, optIn int, sm90a bool) (bool, string) {
-	smem := convKernels[convFprop].wgmmaM128S3.smem
+// convWgmmaFits reports whether conv_sm90a.cu's kernels can run a GEMM of
+// mode on a GPU (sm90a: convSM90a) where conv_pipe's conditions hold, and
+// if not why; whether one fits the GPU's shared memory is convWgmmaPick's
+// to say. Forward and dgrad read the weights as they come: K % 4 == 0 and
+// 16-byte aligned. Wgrad's A is dy', a rounded copy in scratch memory
+// (aligned), with rows of OutH*OutW % 4 == 0 (convPipeFits).
+func convWgmmaFits(mode int, args cuda.ConvGemmParams, sm90a bool) (bool, string) {
 	switch {
 	case !sm90a:
 		return false, convNoSM90a
-	case args.K%4 != 0 || args.A%16 != 0:
+	case mode != convWgrad && (args.K%4 != 0 || args.A%16 != 0):
 		return false, fmt.Sprintf("K = %d must be a multiple of 4 and the weights 16-byte aligned", args.K)
-	case smem > optIn:
-		return false, fmt.Sprintf("needs %d bytes of shared memory per block; this GPU allows %d", smem, optIn)
 	}
 	return true, ""
-}
-
-// convBackwardKernel chooses the float32 dgrad or wgrad kernel: a
-// conv_sm90a.cu kernel where one runs (convWgmmaPick), then mma_m128_s3
-// where it applies (convBackwardPipeFits) and the GPU gives a block its
-// shared memory, else mma_m128_i64. A kernel forced on the device
-// (setConvKernel) is taken instead.
-func convBackwardKernel(mode int, args cuda.ConvGemmParams, gpu convGPU) (convKernelChoice, error) {
-	ks := &convKernels[mode]
-	fits, why := convBackwardPipeFits(mode, args)
-	wgmmaOK, wgmmaWhy := convWgmmaFits(args, gpu.optIn, gpu.sm90a)
-	if mode == convWgrad {
-		// wgrad's A is dy', a rounded copy in scratch memory (aligned),
-		// with rows of P = OutH*OutW % 4 == 0 (fits).
-		wgmmaOK, wgmmaWhy = gpu.sm90a, convNoSM90a
-	}
-	wgmmaOK = wgmmaOK && fits
-	if gpu.forced[mode] != "" {
-		return convForced(mode, gpu, fits, why, wgmmaOK, wgmmaWhy)
-	}
-	if wgmmaOK {
-		if c, ok := convWgmmaPick(mode, args, gpu); ok {
-			return c, nil
-		}
-	}
-	if !fits || ks.mmaM128S3.smem > gpu.optIn {
-		return ks.mmaM128I64, nil
-	}
-	return ks.mmaM128S3, nil
 }
 
 // convUnmasked reports whether a kernel leaves dy's ReLU mask to the
@@ -402,11 +394,12 @@ func (s convShape) maskedGrad(op string, dev *backend.Device, y, dy backend.Devi
 	return buf, free, nil
 }
 
-// gemmArgs fills the geometry of the convolution; the caller sets the
-// operands and the GEMM.
-func (s convShape) gemmArgs() cuda.ConvGemmParams {
+// gemm returns the GEMM of pass mode (convFprop, convDgrad or convWgrad):
+// the convolution's geometry, the GEMM's sizes and divisors, no operands;
+// the caller sets those.
+func (s convShape) gemm(mode int) cuda.ConvGemmParams {
 	p := s.p
-	return cuda.ConvGemmParams{
+	args := cuda.ConvGemmParams{
 		N: int32(p.N), Cin: int32(p.Cin), H: int32(p.H), W: int32(p.W),
 		Cout: int32(p.Cout), KH: int32(p.KH), KW: int32(p.KW),
 		StrideH: int32(p.StrideH), StrideW: int32(p.StrideW),
@@ -416,6 +409,18 @@ func (s convShape) gemmArgs() cuda.ConvGemmParams {
 		DivImg: fastDiv(1), DivRow: fastDiv(1), DivQ: fastDiv(1), DivQW: fastDiv(1),
 		DivSh: fastDiv(p.StrideH), DivSw: fastDiv(p.StrideW),
 	}
+	switch mode {
+	case convFprop:
+		args.M, args.Ncols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
+		args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
+	case convDgrad:
+		args.M, args.Ncols, args.K = int32(p.Cin), int32(p.N*p.H*p.W), int32(p.Cout*p.KH*p.KW)
+		args.DivImg, args.DivRow = fastDiv(p.H*p.W), fastDiv(p.W)
+	case convWgrad:
+		args.M, args.Ncols, args.K = int32(p.Cout), int32(p.Cin*p.KH*p.KW), int32(p.N*p.OutH*p.OutW)
+		args.DivQ, args.DivQW = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
+	}
+	return args
 }
 
 // checkDeviceSizes checks that the indices the kernels keep in 32-bit ints
@@ -510,12 +515,9 @@ func launchConvGemm(op string, dev *backend.Device, dt tensor.Dtype, mode int, a
 // ConvBN layer in training) the epilogue also writes the per-channel
 // statistics of y there, one record per column tile (convStatsOf).
 func (s convShape) forward(op string, dev *backend.Device, x, w, bias, y, stats backend.DevicePtr) error {
-	p := s.p
-	args := s.gemmArgs()
+	args := s.gemm(convFprop)
 	args.A, args.B, args.Out, args.Shift, args.Stats = w, x, y, bias, stats
-	args.ReLU = boolInt32(p.ReLU)
-	args.M, args.Ncols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
-	args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
+	args.ReLU = boolInt32(s.p.ReLU)
 	return launchConvGemm(op, dev, s.dt, convFprop, args, 1)
 }
 
@@ -588,11 +590,13 @@ func (s convShape) dgrad(op string, dev *backend.Device, w, y, dy, dx backend.De
 	if err := tk.Launch(dev, dev.GridStride(int64(nw), 256), targs); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	args := s.gemmArgs()
+	args := s.gemm(convDgrad)
 	args.A, args.B, args.Mask, args.Out = wt, dy, y, dx
-	args.M, args.Ncols, args.K = int32(p.Cin), int32(p.N*p.H*p.W), int32(p.Cout*kk)
-	args.DivImg, args.DivRow = fastDiv(p.H*p.W), fastDiv(p.W)
-	if choice, err := convKernel(s.dt, convDgrad, args, convGPUOf(dev)); err == nil && y != 0 && convUnmasked(choice.kernel) {
+	choice, err := convKernel(s.dt, convDgrad, args, convGPUOf(dev))
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	if y != 0 && convUnmasked(choice.kernel) {
 		masked, free, err := s.maskedGrad(op, dev, y, dy)
 		if err != nil {
 			return err
@@ -664,44 +668,37 @@ func wgradSplits(tiles, kTiles, slots, outBytes int) int {
 // else from a pass of their own (maskedGradTF32), which also sums db.
 func (s convShape) wgrad(op string, dev *backend.Device, x, y, dy, dw, db backend.DevicePtr) error {
 	p := s.p
-	args := s.gemmArgs()
+	args := s.gemm(convWgrad)
 	args.A, args.B, args.Mask = dy, x, y
-	args.M, args.Ncols, args.K = int32(p.Cout), int32(p.Cin*p.KH*p.KW), int32(p.N*p.OutH*p.OutW)
-	args.DivQ, args.DivQW = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
 	elem := int64(s.dt.Size())
 	nw := int64(p.Cout) * int64(args.Ncols)
-	// conv_gemm's tile, unless the kernel chosen has another.
-	bm := convKernels[convWgrad].fmaM64I64.bm
-	if s.dt == tensor.Float32 {
-		bm = convKernels[convWgrad].mmaM128I64.bm
-	}
-	slots := dev.SMCount()
 	gpu := convGPUOf(dev)
-	gemmDB := db // the bias gradient the GEMM sums, if any
-	if choice, err := convKernel(s.dt, convWgrad, args, gpu); err == nil {
-		bm = choice.bm
-		slots *= convBlocksPerSM(choice, gpu.optIn)
-		switch {
-		case convWgmma(choice.kernel) && s.gradReady:
-			// dy came masked and rounded from the layer's one pass over
-			// it (convGradOp, bnGradApplyOp); the bias gradient came with it.
-		case convWgmma(choice.kernel):
-			masked, free, err := s.maskedGradTF32(op, dev, y, dy, db)
-			if err != nil {
-				return err
-			}
-			defer free()
-			args.A, args.Mask, gemmDB = masked, 0, 0
-		case y != 0 && convUnmasked(choice.kernel):
-			masked, free, err := s.maskedGrad(op, dev, y, dy)
-			if err != nil {
-				return err
-			}
-			defer free()
-			args.A, args.Mask = masked, 0
-		}
+	choice, err := convKernel(s.dt, convWgrad, args, gpu)
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	tiles := ceilDiv(p.Cout, bm) * ceilDiv(int(args.Ncols), convTileN(s.dt))
+	slots := dev.SMCount() * convBlocksPerSM(choice, gpu.optIn)
+	gemmDB := db // the bias gradient the GEMM sums, if any
+	switch {
+	case convWgmma(choice.kernel) && s.gradReady:
+		// dy came masked and rounded from the layer's one pass over it
+		// (convGradOp, bnGradApplyOp); the bias gradient came with it.
+	case convWgmma(choice.kernel):
+		masked, free, err := s.maskedGradTF32(op, dev, y, dy, db)
+		if err != nil {
+			return err
+		}
+		defer free()
+		args.A, args.Mask, gemmDB = masked, 0, 0
+	case y != 0 && convUnmasked(choice.kernel):
+		masked, free, err := s.maskedGrad(op, dev, y, dy)
+		if err != nil {
+			return err
+		}
+		defer free()
+		args.A, args.Mask = masked, 0
+	}
+	tiles := ceilDiv(p.Cout, choice.bm) * ceilDiv(int(args.Ncols), convTileN(s.dt))
 	splits := wgradSplits(tiles, ceilDiv(int(args.K), convTileK(s.dt)), slots, int(nw*elem))
 	if splits == 1 {
 		args.Out, args.BiasGrad = dw, gemmDB

@@ -119,7 +119,8 @@ func TestConvKernelTable(t *testing.T) {
 }
 
 // convKernel chooses, for float32 forward GEMMs, mma_m128_s3, mma_m128_i64
-// only where its offsets do not fit; for float32 dgrad and wgrad,
+// only where its offsets or its shared memory do not fit; for float32
+// dgrad and wgrad,
 // mma_m128_s3 where it applies (stride 1; OutH*OutW % 4 == 0 and dy
 // aligned) and fits, else mma_m128_i64; unless the overrides say otherwise;
 // and conv_gemm's fma_m64_i64 kernels for float64.
@@ -275,7 +276,7 @@ func TestConvKernelChoiceSM90a(t *testing.T) {
 		{"", convFprop, fpn, false, hopper, s3},
 		{"", convFprop, stem, true, hopper, s3},
 		{"", convFprop, unaligned, true, hopper, s3},
-		{"", convFprop, fpn, true, 100000, s3},
+		{"", convFprop, fpn, true, 100000, fk.mmaM128I64}, // neither wgmma's nor m128_s3's fits
 		{"", convFprop, huge, true, hopper, fk.mmaM128I64},
 		{"", convDgrad, fpn, true, hopper, dm256s4},
 		{"", convDgrad, c3, true, hopper, dm128s3},
@@ -334,6 +335,180 @@ func TestConvBlocksPerSM(t *testing.T) {
 			t.Errorf("%s, opt-in %d: %d blocks per SM, want %d", c.choice.kernel, c.optIn, got, c.want)
 		}
 	}
+}
+
+// convTestGPUs are the GPUs the choice tests fake: CUDA's
+// MAX_SHARED_MEMORY_PER_BLOCK_OPTIN for their compute capability and an SM
+// count of one of them. sm_86 and sm_89 (RTX 30xx and 40xx, A10, A40, L4,
+// L40) give a block 99 KiB, less than mma_m128_s3's 107 KiB.
+var convTestGPUs = []struct {
+	name string
+	gpu  convGPU
+}{
+	{"sm_80", convGPU{optIn: 166912, sms: 108}}, // A100
+	{"sm_86", convGPU{optIn: 101376, sms: 84}},  // A40
+	{"sm_89", convGPU{optIn: 101376, sms: 142}}, // L40
+	{"sm_90", convGPU{optIn: 232448, sms: 132}}, // H100 without sm_90a's PTX (an old driver)
+	{"sm_90a", convGPU{optIn: 232448, sms: 132, sm90a: true}},
+}
+
+// convSmemCases are TARGETS.md's convolutions, the ResNet layers around
+// them (strided 3x3, the 7x7 stem, 1x1 of many channels) and the small
+// layers of examples/maskrcnn on 64x64 images, with the float32 kernels
+// each GEMM took on sm_80 and sm_90 and on sm_90a (fprop, dgrad, wgrad:
+// the kernels' names between conv_<pass>_ and _f32) before convKernel
+// checked shared memory: where everything fits, the checks change nothing.
+var convSmemCases = []struct {
+	convGPUCase
+	sm80, sm90a [3]string
+}{
+	{convGPUCase{"resnet_c3_3x3", []int{8, 128, 56, 56}, []int{128, 128, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+		[3]string{"mma_m128_s3", "mma_m128_s3", "mma_m128_s3"}, [3]string{"wgmma_m128_s3", "wgmma_m128_s3", "wgmma_m128_s3"}},
+	{convGPUCase{"fpn_p2_3x3", []int{2, 256, 200, 336}, []int{256, 256, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+		[3]string{"mma_m128_s3", "mma_m128_s3", "mma_m128_s3"}, [3]string{"wgmma_m256_s4", "wgmma_m256_s4", "wgmma_m256_s4"}},
+	{convGPUCase{"resnet_c4_1x1", []int{8, 1024, 28, 28}, []int{256, 1024, 1, 1}, ConvConfig{}},
+		[3]string{"mma_m128_s3", "mma_m128_s3", "mma_m128_s3"}, [3]string{"wgmma_m128_s4", "wgmma_m128_s3", "wgmma_m256_s4"}},
+	{convGPUCase{"3x3 stride 2", []int{8, 128, 56, 56}, []int{256, 128, 3, 3}, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{1, 1}}},
+		[3]string{"mma_m128_s3", "mma_m128_i64", "mma_m128_s3"}, [3]string{"wgmma_m128_s4", "mma_m128_i64", "wgmma_m256_s4"}},
+	{convGPUCase{"7x7 stem", []int{8, 3, 224, 224}, []int{64, 3, 7, 7}, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{3, 3}}},
+		[3]string{"mma_m128_s3", "mma_m128_i64", "mma_m128_s3"}, [3]string{"mma_m128_s3", "mma_m128_i64", "wgmma_m128_s3"}},
+	{convGPUCase{"1x1 of 3136 channels (box head)", []int{512, 3136, 1, 1}, []int{256, 3136, 1, 1}, ConvConfig{}},
+		[3]string{"mma_m128_s3", "mma_m128_s3", "mma_m128_i64"}, [3]string{"wgmma_m128_s4", "wgmma_m128_s4", "mma_m128_i64"}},
+	{convGPUCase{"resnet_c5_1x1", []int{8, 2048, 14, 14}, []int{512, 2048, 1, 1}, ConvConfig{}},
+		[3]string{"mma_m128_s3", "mma_m128_s3", "mma_m128_s3"}, [3]string{"wgmma_m128_s4", "wgmma_m128_s3", "wgmma_m256_s4"}},
+	{convGPUCase{"maskrcnn stem", []int{4, 3, 64, 64}, []int{16, 3, 3, 3}, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{1, 1}}},
+		[3]string{"mma_m128_s3", "mma_m128_i64", "mma_m128_s3"}, [3]string{"mma_m128_s3", "mma_m128_i64", "wgmma_m128_s3"}},
+	{convGPUCase{"maskrcnn stage", []int{4, 32, 16, 16}, []int{32, 32, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+		[3]string{"mma_m128_s3", "mma_m128_s3", "mma_m128_s3"}, [3]string{"wgmma_m128_s4", "wgmma_m128_s4", "wgmma_m128_s3"}},
+	{convGPUCase{"maskrcnn fpn output", []int{4, 64, 16, 16}, []int{64, 64, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+		[3]string{"mma_m128_s3", "mma_m128_s3", "mma_m128_s3"}, [3]string{"wgmma_m128_s4", "wgmma_m128_s4", "wgmma_m128_s3"}},
+	{convGPUCase{"maskrcnn rpn 1x1", []int{4, 64, 8, 8}, []int{12, 64, 1, 1}, ConvConfig{}},
+		[3]string{"mma_m128_s3", "mma_m128_s3", "mma_m128_s3"}, [3]string{"wgmma_m128_s4", "wgmma_m128_s4", "wgmma_m128_s3"}},
+	{convGPUCase{"maskrcnn mask head", []int{64, 64, 14, 14}, []int{32, 64, 3, 3}, ConvConfig{Pad: [2]int{1, 1}}},
+		[3]string{"mma_m128_s3", "mma_m128_s3", "mma_m128_s3"}, [3]string{"wgmma_m128_s4", "wgmma_m128_s4", "wgmma_m128_s3"}},
+}
+
+// TestConvKernelSharedMemory: on every GPU of convTestGPUs, each GEMM of
+// convSmemCases gets a kernel whose dynamic shared memory fits the GPU's
+// opt-in limit: on sm_86 and sm_89 mma_m128_i64 for every float32 GEMM
+// (fprop's m128_s3 does not fit), on sm_80 and sm_90 (with or without
+// sm_90a) what it got before the limit was checked, and float64's
+// fma_m64_i64 everywhere. A GPU of 64 KiB, where no float32 kernel fits,
+// gets an error naming the GEMM, the convolution's shape, the bytes needed
+// and the bytes allowed. And for every opt-in limit from 48 KiB to
+// Hopper's, the choice fits or, only where the least of the kernels that
+// run the GEMM does not, is that error.
+func TestConvKernelSharedMemory(t *testing.T) {
+	design := func(mode int, c convKernelChoice) string {
+		return strings.TrimSuffix(strings.TrimPrefix(c.kernel.Name(), "conv_"+convModeNames[mode]+"_"), "_f32")
+	}
+	for _, sc := range convSmemCases {
+		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+			s := sc.shape(t, dt, false, true)
+			for _, g := range convTestGPUs {
+				for mode := range convKernels {
+					what := fmt.Sprintf("%s, %v %s on %s", sc.name, dt, convModeNames[mode], g.name)
+					c, err := convKernel(dt, mode, s.gemm(mode), g.gpu)
+					if err != nil {
+						t.Errorf("%s: %v", what, err)
+						continue
+					}
+					if c.smem > g.gpu.optIn {
+						t.Errorf("%s: %s needs %d bytes of shared memory; the GPU allows %d", what, c.kernel.Name(), c.smem, g.gpu.optIn)
+					}
+					want := convKernels[mode].fmaM64I64.kernel.Name()
+					if dt == tensor.Float32 {
+						switch g.name {
+						case "sm_86", "sm_89":
+							want = "mma_m128_i64"
+						case "sm_90a":
+							want = sc.sm90a[mode]
+						default:
+							want = sc.sm80[mode]
+						}
+						if got := design(mode, c); got != want {
+							t.Errorf("%s: %s, want %s", what, got, want)
+						}
+					} else if c.kernel.Name() != want {
+						t.Errorf("%s: %s, want %s", what, c.kernel.Name(), want)
+					}
+				}
+			}
+		}
+	}
+
+	// Too little shared memory for any float32 kernel.
+	s := convSmemCases[0].shape(t, tensor.Float32, false, true)
+	small := convGPU{optIn: 64 << 10, sms: 132, sm90a: true}
+	for mode, need := range [3]int{71680, 71680, 75776} { // mma_m128_i64's
+		c, err := convKernel(tensor.Float32, mode, s.gemm(mode), small)
+		for _, want := range []string{
+			convModeNames[mode] + " of x [8 128 56 56] by w [128 128 3 3]",
+			fmt.Sprintf("needs %d bytes of shared memory per block", need),
+			"this GPU allows 65536",
+		} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s with 64 KiB per block: %+v, %v; want an error saying %q", convModeNames[mode], c, err, want)
+			}
+		}
+		if err != nil {
+			t.Log(err) // launchConvGemm prefixes "ops: Conv: " or "ops: Conv backward: "
+		}
+	}
+
+	// Every limit: a choice that fits, or the error where nothing can.
+	limits := []int{48 << 10, 64 << 10}
+	for _, ks := range convKernels {
+		for _, c := range []convKernelChoice{ks.fmaM64I64, ks.mmaM128I64, ks.mmaM128S3, ks.wgmmaM128S3, ks.wgmmaM256S4, ks.wgmmaM128S4} {
+			if c.kernel != "" {
+				limits = append(limits, c.smem-1, c.smem)
+			}
+		}
+	}
+	limits = append(limits, 101376, 166912, 232448)
+	for _, sc := range convSmemCases {
+		for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+			s := sc.shape(t, dt, false, true)
+			for _, sm90a := range []bool{false, true} {
+				for _, optIn := range limits {
+					gpu := convGPU{optIn: optIn, sms: 132, sm90a: sm90a}
+					for mode := range convKernels {
+						ks := &convKernels[mode]
+						least := ks.mmaM128I64.smem
+						if dt == tensor.Float64 {
+							least = ks.fmaM64I64.smem
+						}
+						c, err := convKernel(dt, mode, s.gemm(mode), gpu)
+						what := fmt.Sprintf("%s, %v %s, sm90a %v, opt-in %d", sc.name, dt, convModeNames[mode], sm90a, optIn)
+						switch {
+						case optIn < least && err == nil:
+							t.Errorf("%s: %s, want an error: no kernel fits", what, c.kernel.Name())
+						case optIn >= least && err != nil:
+							t.Errorf("%s: %v", what, err)
+						case err == nil && c.smem > optIn:
+							t.Errorf("%s: %s needs %d bytes", what, c.kernel.Name(), c.smem)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// convFitting returns the kernels of cs whose shared memory dev gives a
+// block, and logs the others as not tested.
+func convFitting(t *testing.T, dev *backend.Device, cs ...convKernelChoice) []convKernelChoice {
+	t.Helper()
+	gpu := convGPUOf(dev)
+	var fit []convKernelChoice
+	for _, c := range cs {
+		if !gpu.fits(c) {
+			t.Logf("%s needs %d bytes of shared memory per block, this GPU allows %d: not tested", c.kernel.Name(), c.smem, gpu.optIn)
+			continue
+		}
+		fit = append(fit, c)
+	}
+	return fit
 }
 
 // convGPUCase is a convolution of the GPU tests.
@@ -612,17 +787,13 @@ func TestGPUConvFpropVariants(t *testing.T) {
 	defer setConvKernel(dev, convFprop, "")
 	dt := tensor.Float32
 	fk := &convKernels[convFprop]
-	kernels := []convKernelChoice{fk.mmaM128I64, fk.mmaM128S3, fk.mmaM128S3T128, fk.mmaM256S4}
-	if _, optIn := dev.MaxSharedMemory(); optIn < fk.mmaM256S4.smem {
-		t.Logf("%s needs %d bytes of shared memory per block, this GPU allows %d: not tested", fk.mmaM256S4.kernel.Name(), fk.mmaM256S4.smem, optIn)
-		kernels = kernels[:3]
-	}
+	kernels := convFitting(t, dev, fk.mmaM128I64, fk.mmaM128S3, fk.mmaM128S3T128, fk.mmaM256S4)
 	// conv_sm90a.cu's wgmma kernels sum each k-step of 8 inside the MMA, in
 	// an order of their own: they are compared with the CPU, not bit for
 	// bit.
 	parityKernels := kernels
 	if err := convWgmmaError(dev); err == nil {
-		parityKernels = append(parityKernels[:len(kernels):len(kernels)], fk.wgmmaM128S3, fk.wgmmaM256S4, fk.wgmmaM128S4)
+		parityKernels = append(parityKernels[:len(kernels):len(kernels)], convFitting(t, dev, fk.wgmmaM128S3, fk.wgmmaM256S4, fk.wgmmaM128S4)...)
 	} else if major, minor := dev.ComputeCapability(); major == 9 && minor == 0 {
 		t.Errorf("%s does not load on this compute capability 9.0 GPU: %v", fk.wgmmaM128S3.kernel.Name(), err)
 	} else {
@@ -678,15 +849,13 @@ func TestGPUConvFpropVariants(t *testing.T) {
 				}
 				return pp
 			}
-			args := s.gemmArgs()
+			args := s.gemm(convFprop)
 			args.A = ptr(randTensor(rng, dt, -0.25, 0.25, s.wShape()...))
 			args.B = ptr(randTensor(rng, dt, -1, 1, s.xShape()...))
 			args.Scale = ptr(randTensor(rng, dt, 0.5, 1.5, p.Cout))
 			args.Shift = ptr(randTensor(rng, dt, -0.5, 0.5, p.Cout))
 			args.Residual = ptr(randTensor(rng, dt, -1, 1, s.yShape()...))
 			args.ReLU = 1
-			args.M, args.Ncols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
-			args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
 			slots := ceilDiv(int(args.Ncols), cuda.ConvF32TileN)
 			run := func(t *testing.T, kernel convGemmKernel) (y, stats []float64) {
 				t.Helper()
@@ -770,15 +939,19 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 		bigK := c.ws[1]*c.ws[2]*c.ws[3] >= 100
 		for _, mode := range []int{convDgrad, convWgrad} {
 			ks := &convKernels[mode]
-			kernels := []convGemmKernel{ks.mmaM128I64.kernel, ks.mmaM128S3.kernel}
-			wgmma := []convGemmKernel{ks.wgmmaM128S3.kernel, ks.wgmmaM256S4.kernel}
+			choices := []convKernelChoice{ks.mmaM128I64, ks.mmaM128S3}
+			wgmma := []convKernelChoice{ks.wgmmaM128S3, ks.wgmmaM256S4}
 			if mode == convDgrad {
-				wgmma = append(wgmma, ks.wgmmaM128S4.kernel)
+				wgmma = append(wgmma, ks.wgmmaM128S4)
 			}
 			if err := convWgmmaError(dev); err == nil {
-				kernels = append(kernels, wgmma...)
+				choices = append(choices, wgmma...)
 			} else if ci == 0 {
-				t.Logf("%v: not tested: %v", wgmma, err)
+				t.Logf("%s's wgmma kernels: not tested: %v", convModeNames[mode], err)
+			}
+			var kernels []convGemmKernel
+			for _, c := range convFitting(t, dev, choices...) {
+				kernels = append(kernels, c.kernel)
 			}
 			for _, kernel := range kernels {
 				for _, exact := range []bool{false, true} {
@@ -789,7 +962,7 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 						t.Run(name, func(t *testing.T) {
 							skipUnbuiltVariant(t, kernel.Module(), kernel.Name())
 							s := c.shape(t, dt, variant.bias, variant.relu)
-							if fits, why := convBackwardPipeFits(mode, s.gemmArgs()); kernel != kernels[0] && !fits {
+							if fits, why := convPipeFits(mode, s.gemm(mode)); kernel != kernels[0] && !fits {
 								t.Skipf("%s does not apply: %s", kernel.Name(), why)
 							}
 							if k := s.p.Cout * s.p.KH * s.p.KW; convWgmma(kernel) && mode == convDgrad && k%4 != 0 {
@@ -857,7 +1030,7 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 					t.Errorf("%s: %d of %d values differ between mma_m128_s3 and mma_m128_i64 (or are NaN)", what, bad, n)
 				}
 			}
-			if fits, why := convBackwardPipeFits(convDgrad, s.gemmArgs()); fits {
+			if fits, why := convPipeFits(convDgrad, s.gemm(convDgrad)); fits {
 				var dx [2][]float64
 				for i, kernel := range []convGemmKernel{dk.mmaM128I64.kernel, dk.mmaM128S3.kernel} {
 					setConvKernel(dev, convDgrad, kernel)
@@ -872,11 +1045,9 @@ func TestGPUConvBackwardVariants(t *testing.T) {
 			} else {
 				t.Logf("dgrad's mma_m128_s3 does not apply: %s", why)
 			}
-			args := s.gemmArgs()
+			args := s.gemm(convWgrad)
 			args.A, args.B = devPtr(t, dev, dy), devPtr(t, dev, x)
-			args.M, args.Ncols, args.K = int32(p.Cout), int32(p.Cin*p.KH*p.KW), int32(p.N*p.OutH*p.OutW)
-			args.DivQ, args.DivQW = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
-			if fits, why := convBackwardPipeFits(convWgrad, args); !fits {
+			if fits, why := convPipeFits(convWgrad, args); !fits {
 				t.Logf("wgrad's mma_m128_s3 does not apply: %s", why)
 				return
 			}
@@ -976,12 +1147,10 @@ func TestGPUConvEpilogueFoldsBatchNorm(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				args := s.gemmArgs()
+				args := s.gemm(convFprop)
 				args.A, args.B, args.Out = ptr(w), ptr(x), yPtr
 				args.Scale, args.Shift = ptr(fromFloat64s(dt, scale, p.Cout)), ptr(fromFloat64s(dt, shift, p.Cout))
 				args.Residual, args.ReLU = ptr(res), 1
-				args.M, args.Ncols, args.K = int32(p.Cout), int32(p.N*p.OutH*p.OutW), int32(p.Cin*p.KH*p.KW)
-				args.DivImg, args.DivRow = fastDiv(p.OutH*p.OutW), fastDiv(p.OutW)
 				if err := launchConvGemm("test", dev, dt, convFprop, args, 1); err != nil {
 					t.Fatal(err)
 				}

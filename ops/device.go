@@ -8,6 +8,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
 // Ops run where their inputs live: when every input is a device tensor
@@ -104,6 +105,22 @@ func boolInt32(b bool) int32 {
 
 // ceilDiv is a/b rounded up, for positive b: tiles, blocks and slices.
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// sharedPerBlock is the dynamic shared memory every GPU the kernels run on
+// (sm_80 and later) gives a block without opting in. Only the conv GEMMs
+// ask for more, opting in where the GPU allows it (convGPU.fits); every
+// other launch stays within this on every GPU, so none needs to ask the
+// device: bn_*'s and relu_mask_sum*'s fixed scratch, and softmax's, at
+// most one value per thread of a block of SoftmaxMaxThreads, its kernels'
+// __launch_bounds__ (TestSoftmaxPlanSharedMemory checks the plan). A
+// negative constant below would not compile.
+const sharedPerBlock = 48 << 10
+
+const (
+	_ uint = sharedPerBlock - cuda.BNScratchBytes
+	_ uint = sharedPerBlock - cuda.MaskSumScratchBytes
+	_ uint = sharedPerBlock - cuda.SoftmaxMaxThreads*8
+)
 
 // sm90aModule keys, on a Device (backend.Device.Value), what sm90aError
 // found for one of the *_sm90a.cu modules there.

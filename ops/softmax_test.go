@@ -12,6 +12,7 @@ import (
 
 	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/kernels"
+	"github.com/stheno-ml/stheno/kernels/cuda"
 )
 
 func softmaxBuild(axis int, log bool) func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
@@ -483,6 +484,46 @@ func TestSoftmaxPlan(t *testing.T) {
 			t.Errorf("%s: %v", c.name, err)
 		}
 	}
+}
+
+// Every softmax launch, whatever its shape, asks for at most one value of
+// shared memory per thread of its block, whose threads are within its
+// kernel's __launch_bounds__ (at most SoftmaxMaxThreads): within the 48 KiB
+// every GPU gives a block without opting in (sharedPerBlock), so no
+// launch needs to ask the device.
+func TestSoftmaxPlanSharedMemory(t *testing.T) {
+	sizes := []int{1, 2, 3, 16, 31, 33, 300, 1024, 1025, 4096, 1 << 20}
+	most := 0
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		elem := int(dt.Size())
+		for _, outer := range []int{1, 3, 1000, 1 << 20} {
+			for _, n := range sizes {
+				for _, inner := range []int{1, 2, 7, 64, 1000, 1 << 16} {
+					for _, aligned := range []bool{false, true} {
+						p := kernels.SoftmaxParams{Outer: outer, N: n, Inner: inner}
+						pl := softmaxPlanFor(p, elem, aligned)
+						k, err := pl.kernel(dt, false)
+						if err != nil {
+							t.Fatal(err)
+						}
+						info, _ := cuda.Lookup(string(k))
+						b := pl.cfg.Block
+						threads := int(b.X * b.Y * b.Z)
+						smem := int(pl.cfg.SharedMem)
+						what := fmt.Sprintf("%v %+v aligned %v: %s, block %dx%d, %d bytes of shared memory", dt, p, aligned, k.Name(), b.X, b.Y, smem)
+						if threads > info.MaxThreads {
+							t.Errorf("%s: beyond its __launch_bounds__(%d)", what, info.MaxThreads)
+						}
+						if smem > threads*elem || smem > sharedPerBlock {
+							t.Errorf("%s: more than a value per thread or %d bytes", what, sharedPerBlock)
+						}
+						most = max(most, smem)
+					}
+				}
+			}
+		}
+	}
+	t.Logf("at most %d bytes of shared memory per block", most)
 }
 
 // BenchmarkSoftmax times the CPU twin at the GPU benchmark's shapes

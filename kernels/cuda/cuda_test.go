@@ -26,7 +26,26 @@ import (
 type compiled struct {
 	paramBytes int // -1: not found
 	maxThreads int // 0: no __launch_bounds__ recorded
+	// shared is the bytes of static shared memory (__shared__ arrays) of
+	// a block, and reserved the part of them the image sets aside for the
+	// driver.
+	shared, reserved int
 }
+
+// image is the kernels of one compiled image of a module, for arch
+// ("sm_80", "sm_90", or "ptx").
+type image struct {
+	arch    string
+	kernels map[string]compiled
+}
+
+// sm90Reserved is the shared memory per block that CUDA reserves for the
+// system on sm_80 and later (CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK;
+// the opt-in limit is what is left of an SM's for one block). In sm_90
+// images, ptxas lays it out at the start of the .nv.shared section of
+// every kernel of a module that uses shared memory (a module that uses
+// none has no such sections); sm_80's leave it to the driver.
+const sm90Reserved = 1024
 
 // The .nv.info attributes the test reads (cuobjdump -elf names them).
 const (
@@ -40,10 +59,12 @@ const (
 )
 
 // cubinKernels reads the kernels of one sm_XX ELF image of a fatbin: every
-// .nv.info.<kernel> section and the parameter bytes it records.
-func cubinKernels(img []byte) (map[string]compiled, error) {
-	if len(img) < 0x18 {
-		return nil, &elf.FormatError{}
+// .nv.info.<kernel> section and the parameter bytes it records, and the
+// size of its .nv.shared.<kernel> section (NOBITS; absent: no static
+// shared memory).
+func cubinKernels(img []byte) (image, error) {
+	if len(img) < 0x34 {
+		return image{}, &elf.FormatError{}
 	}
 	// A cubin's e_version is the CUDA ABI's (0x76 for CUDA 11.8), which
 	// debug/elf refuses: read it as EV_CURRENT.
@@ -51,20 +72,28 @@ func cubinKernels(img []byte) (map[string]compiled, error) {
 	binary.LittleEndian.PutUint32(img[0x14:], uint32(elf.EV_CURRENT))
 	f, err := elf.NewFile(bytes.NewReader(img))
 	if err != nil {
-		return nil, err
+		return image{}, err
 	}
-	if f.Machine != elf.EM_CUDA {
-		return nil, &elf.FormatError{}
+	if f.Machine != elf.EM_CUDA || f.Class != elf.ELFCLASS64 {
+		return image{}, &elf.FormatError{}
 	}
+	// e_flags (which debug/elf does not keep) holds the SM version in its
+	// low byte: 0x50 for sm_80, 0x5a for sm_90.
+	sm := int(img[0x30])
 	out := map[string]compiled{}
+	shared := map[string]int{}
 	for _, s := range f.Sections {
+		if name, ok := strings.CutPrefix(s.Name, ".nv.shared."); ok {
+			shared[name] = int(s.Size)
+			continue
+		}
 		name, ok := strings.CutPrefix(s.Name, ".nv.info.")
 		if !ok {
 			continue
 		}
 		data, err := s.Data()
 		if err != nil {
-			return nil, err
+			return image{}, err
 		}
 		c := compiled{paramBytes: -1}
 		for len(data) >= 2 {
@@ -75,20 +104,20 @@ func cubinKernels(img []byte) (map[string]compiled, error) {
 				data = data[min(4, len(data)):]
 			case eifmtBVAL, eifmtHVAL:
 				if len(data) < 4 {
-					return nil, fmt.Errorf("%s: truncated attribute", s.Name)
+					return image{}, fmt.Errorf("%s: truncated attribute", s.Name)
 				}
 				val, data = data[2:4], data[4:]
 			case eifmtSVAL:
 				if len(data) < 4 {
-					return nil, fmt.Errorf("%s: truncated attribute", s.Name)
+					return image{}, fmt.Errorf("%s: truncated attribute", s.Name)
 				}
 				n := int(binary.LittleEndian.Uint16(data[2:4]))
 				if len(data) < 4+n {
-					return nil, fmt.Errorf("%s: truncated attribute", s.Name)
+					return image{}, fmt.Errorf("%s: truncated attribute", s.Name)
 				}
 				val, data = data[4:4+n], data[4+n:]
 			default:
-				return nil, fmt.Errorf("%s: attribute format %#x", s.Name, format)
+				return image{}, fmt.Errorf("%s: attribute format %#x", s.Name, format)
 			}
 			switch {
 			case attr == eiattrCbankParamSize && format == eifmtHVAL:
@@ -99,17 +128,32 @@ func cubinKernels(img []byte) (map[string]compiled, error) {
 		}
 		out[name] = c
 	}
-	return out, nil
+	for name, c := range out {
+		size, ok := shared[name]
+		c.shared = size
+		if ok && sm >= 90 {
+			c.reserved = sm90Reserved
+		}
+		out[name] = c
+	}
+	return image{arch: fmt.Sprintf("sm_%d", sm), kernels: out}, nil
 }
 
 var (
-	ptxEntry = regexp.MustCompile(`(?m)^\.(?:visible )?\.entry (\w+)\(`)
-	ptxParam = regexp.MustCompile(`\.param \.align \d+ \.b8 (\w+)_param_(\d+)\[(\d+)\]`)
-	ptxMaxnt = regexp.MustCompile(`(?m)^\.maxntid (\d+), (\d+), (\d+)`)
+	ptxEntry  = regexp.MustCompile(`(?m)^\.(?:visible )?\.entry (\w+)\(`)
+	ptxParam  = regexp.MustCompile(`\.param \.align \d+ \.b8 (\w+)_param_(\d+)\[(\d+)\]`)
+	ptxMaxnt  = regexp.MustCompile(`(?m)^\.maxntid (\d+), (\d+), (\d+)`)
+	ptxShared = regexp.MustCompile(`(?m)^\s*\.shared \.align \d+ \.b8 ([\w$]+)\[(\d+)\];`)
 )
 
-// ptxKernels reads the kernels of a PTX module.
+// ptxKernels reads the kernels of a PTX module. A kernel's static shared
+// memory is the .shared arrays (not .extern: the dynamic ones) its text
+// declares or names, whether declared in it or at module scope.
 func ptxKernels(src string) (map[string]compiled, error) {
+	arrays := map[string]int{}
+	for _, m := range ptxShared.FindAllStringSubmatch(src, -1) {
+		arrays[m[1]], _ = strconv.Atoi(m[2])
+	}
 	out := map[string]compiled{}
 	starts := ptxEntry.FindAllStringSubmatchIndex(src, -1)
 	for i, m := range starts {
@@ -133,6 +177,11 @@ func ptxKernels(src string) (map[string]compiled, error) {
 			z, _ := strconv.Atoi(mt[3])
 			c.maxThreads = x * y * z
 		}
+		for a, size := range arrays {
+			if strings.Contains(body, a) {
+				c.shared += size
+			}
+		}
 		out[name] = c
 	}
 	return out, nil
@@ -140,9 +189,9 @@ func ptxKernels(src string) (map[string]compiled, error) {
 
 // moduleImages returns the kernels of each module, per image in it (the
 // cubins of a fatbin, or the PTX).
-func moduleImages(t *testing.T) map[string][]map[string]compiled {
+func moduleImages(t *testing.T) map[string][]image {
 	t.Helper()
-	out := map[string][]map[string]compiled{}
+	out := map[string][]image{}
 	names, _ := fs.Glob(kernels.Modules, "build/*")
 	for _, p := range names {
 		data, err := kernels.Modules.ReadFile(p)
@@ -156,7 +205,8 @@ func moduleImages(t *testing.T) map[string][]map[string]compiled {
 			if err != nil {
 				t.Fatalf("%s: %v", p, err)
 			}
-			out[strings.TrimSuffix(base, ".ptx")] = append(out[strings.TrimSuffix(base, ".ptx")], ks)
+			module := strings.TrimSuffix(base, ".ptx")
+			out[module] = append(out[module], image{arch: "ptx", kernels: ks})
 		case strings.HasSuffix(base, ".fatbin"):
 			module := strings.TrimSuffix(base, ".fatbin")
 			// The fatbin holds an ELF image per sm_XX target (and
@@ -209,23 +259,23 @@ func TestKernelsCompiled(t *testing.T) {
 		if want[m] == nil {
 			t.Errorf("module %s (kernels/build) has no kernels in the table", m)
 		}
-		for i, img := range images[m] {
-			for name, c := range img {
+		for _, img := range images[m] {
+			for name, c := range img.kernels {
 				k, ok := want[m][name]
 				if !ok {
-					t.Errorf("module %s image %d: kernel %s is not in the table (run make kernels-go)", m, i, name)
+					t.Errorf("module %s %s: kernel %s is not in the table (run make kernels-go)", m, img.arch, name)
 					continue
 				}
 				if c.paramBytes != k.ParamsSize {
-					t.Errorf("%s.%s image %d: %d bytes of parameters, %s has %d", m, name, i, c.paramBytes, k.Params, k.ParamsSize)
+					t.Errorf("%s.%s %s: %d bytes of parameters, %s has %d", m, name, img.arch, c.paramBytes, k.Params, k.ParamsSize)
 				}
 				if c.maxThreads != 0 && c.maxThreads != k.MaxThreads {
-					t.Errorf("%s.%s image %d: compiled for at most %d threads, the table says %d", m, name, i, c.maxThreads, k.MaxThreads)
+					t.Errorf("%s.%s %s: compiled for at most %d threads, the table says %d", m, name, img.arch, c.maxThreads, k.MaxThreads)
 				}
 			}
 			for name, k := range want[m] {
-				if _, ok := img[name]; !ok && !k.Variant {
-					t.Errorf("module %s image %d has no kernel %s", m, i, name)
+				if _, ok := img.kernels[name]; !ok && !k.Variant {
+					t.Errorf("module %s %s has no kernel %s", m, img.arch, name)
 				}
 			}
 		}
@@ -233,7 +283,7 @@ func TestKernelsCompiled(t *testing.T) {
 	n, bounded := 0, 0
 	for _, imgs := range images {
 		for _, img := range imgs {
-			for _, c := range img {
+			for _, c := range img.kernels {
 				n++
 				if c.maxThreads > 0 {
 					bounded++
@@ -291,6 +341,85 @@ func TestVariantsBuilt(t *testing.T) {
 	if !errors.Is(err, ErrVariantNotBuilt) {
 		t.Errorf("launching %s: %v, want ErrVariantNotBuilt", string(ConvFpropMmaM256S4F32), err)
 	}
+}
+
+// sharedPerBlock is the shared memory every GPU the kernels run on (sm_80
+// and later) gives a block without opting in. ptxas refuses more static
+// shared memory than that.
+const sharedPerBlock = 48 << 10
+
+// dynamicShared is the most dynamic shared memory package ops asks for at
+// a launch of k without opting in to more: BatchNorm's and relu_mask_sum's
+// scratch, and softmax's one value per thread of its block, at most its
+// __launch_bounds__ (ops' TestSoftmaxPlanSharedMemory checks the plans).
+// The conv GEMMs (ConvGemmParams) are launched with their own constants
+// (ConvFpropMmaM128S3SmemBytes, ...), opting in where the GPU allows them
+// (ops' TestConvKernelSharedMemory); ops gives no other kernel any.
+func dynamicShared(k KernelInfo) int {
+	elem := 4
+	if strings.HasSuffix(k.Name, "_f64") {
+		elem = 8
+	}
+	switch k.Params {
+	case "BNParams":
+		return BNScratchBytes
+	case "MaskSumParams":
+		return MaskSumScratchBytes
+	case "SoftmaxParams":
+		return k.MaxThreads * elem
+	}
+	return 0
+}
+
+// TestKernelsSharedMemory reads every kernel's static shared memory from
+// the compiled modules: with the most dynamic shared memory ops asks for
+// at its launches (dynamicShared), it fits the 48 KiB every GPU gives a
+// block without opting in, counting what sm_90's images reserve for the
+// driver; and the conv GEMMs, whose dynamic shared memory ops holds to the
+// GPU's opt-in limit, declare none beyond that reservation, so the
+// constants ops launches them with are all they take. No GPU needed.
+func TestKernelsSharedMemory(t *testing.T) {
+	images := moduleImages(t)
+	type user struct {
+		kernel, arch string
+		bytes        int
+	}
+	var static, total user
+	// The larger, or of two alike the first by name: the same every run.
+	bigger := func(u *user, v user) {
+		if v.bytes > u.bytes || v.bytes == u.bytes && v.kernel+v.arch < u.kernel+u.arch {
+			*u = v
+		}
+	}
+	for m, imgs := range images {
+		for _, img := range imgs {
+			for name, c := range img.kernels {
+				k, ok := Lookup(m + "." + name)
+				if !ok {
+					continue // TestKernelsCompiled reports it
+				}
+				what := fmt.Sprintf("%s.%s (%s)", m, name, img.arch)
+				if c.shared < c.reserved {
+					t.Errorf("%s: %d bytes of static shared memory, less than the %d the image reserves", what, c.shared, c.reserved)
+				}
+				if k.Params == "ConvGemmParams" {
+					if own := c.shared - c.reserved; own != 0 {
+						t.Errorf("%s: %d bytes of static shared memory, which ops does not count", what, own)
+					}
+					continue
+				}
+				dyn := dynamicShared(k)
+				if c.shared+dyn > sharedPerBlock {
+					t.Errorf("%s: %d bytes of static shared memory and up to %d of dynamic exceed the %d a block has without opting in",
+						what, c.shared, dyn, sharedPerBlock)
+				}
+				bigger(&static, user{m + "." + name, img.arch, c.shared - c.reserved})
+				bigger(&total, user{m + "." + name, img.arch, c.shared + dyn})
+			}
+		}
+	}
+	t.Logf("largest static shared memory: %s (%s), %d bytes", static.kernel, static.arch, static.bytes)
+	t.Logf("largest static and dynamic shared memory without opting in: %s (%s), %d bytes", total.kernel, total.arch, total.bytes)
 }
 
 func TestKernelNames(t *testing.T) {
