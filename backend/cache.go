@@ -13,7 +13,7 @@ import (
 type MemStats struct {
 	InUse        int64 // in blocks handed out and not yet freed
 	Cached       int64 // in free blocks kept for reuse
-	PeakInUse    int64 // highest InUse since Open
+	PeakInUse    int64 // highest InUse since Open or ResetPeakMemory
 	InUseBlocks  int
 	CachedBlocks int
 	DriverAllocs int64 // cuMemAlloc calls that succeeded, since Open
@@ -269,6 +269,12 @@ func (c *cache) endScope(id uint64) ([]uint64, error) {
 		}
 	}
 	return bases, nil
+}
+
+func (c *cache) resetPeak() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.PeakInUse = c.stats.InUse
 }
 
 func (c *cache) snapshot() MemStats {

@@ -314,6 +314,11 @@ func TestScopeRelease(t *testing.T) {
 		if n, err := s.Release(c); n != 1 || err != nil {
 			t.Errorf("Release(c) = %d, %v", n, err)
 		}
+		peak := d.MemStats().PeakInUse
+		d.ResetPeakMemory()
+		if st := d.MemStats(); st.PeakInUse != st.InUse || st.PeakInUse >= peak {
+			t.Errorf("after ResetPeakMemory: %+v (peak before %d)", st, peak)
+		}
 	})
 }
 

@@ -1,6 +1,7 @@
 package ops
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -40,10 +41,15 @@ func (e *familyEnv) must(n *G.Node, err error) *G.Node {
 	return n
 }
 
-// data is a step's input: a host node holding v, moved to the device.
+// data is a step's input: a host node holding v, moved to the device
+// (kept on the host when the family trains on the host, dev nil).
 func (e *familyEnv) data(name string, v *tensor.Dense) *G.Node {
 	e.t.Helper()
-	return e.must(ToDevice(G.NodeFromAny(e.g, v, G.WithName(name)), e.dev))
+	n := G.NodeFromAny(e.g, v, G.WithName(name))
+	if e.dev == nil {
+		return n
+	}
+	return e.must(ToDevice(n, e.dev))
 }
 
 // uniform is data of the given shape with values in [lo, hi).
@@ -140,7 +146,10 @@ var trainingFamilies = []trainingFamily{
 		}
 		c := e.must(Concat(1, e.must(Transpose(parts[0], 1, 2)), e.must(Slice(e.must(Permute(parts[1], 0, 2, 1)), 1, 0, 3))))
 		idx := G.NodeFromAny(e.g, tensor.New(tensor.WithShape(5), tensor.WithBacking([]int{3, 0, 3, 1, 2})), G.WithName("idx"))
-		rows := e.must(GatherRows(c, e.must(ToDevice(idx, e.dev))))
+		if e.dev != nil {
+			idx = e.must(ToDevice(idx, e.dev))
+		}
+		rows := e.must(GatherRows(c, idx))
 		return e.meanSquare(e.must(Mul(rows, e.must(Detach(rows)))))
 	}},
 	{name: "pointwise", build: func(e *familyEnv) *G.Node {
@@ -149,8 +158,8 @@ var trainingFamilies = []trainingFamily{
 		b := e.param("b", 0.2, 5)
 		a := e.must(Add(e.must(Mul(x, w)), b))
 		s := e.must(Sub(e.must(Exp(e.must(Scale(a, 0.5)))), e.must(Sigmoid(a))))
-		r := e.must(Div(e.must(Sqrt(e.must(Add(e.must(Square(s)), b)))), e.must(Add(e.must(Exp(b)), b))))
-		lg := e.must(Log(e.must(Add(e.must(Exp(r)), e.must(InverseSigmoid(e.must(Sigmoid(w)), DefaultInverseSigmoidEps))))))
+		r := e.must(Div(e.must(Sqrt(e.must(Add(e.must(Square(s)), e.must(Exp(b)))))), e.must(Add(e.must(Exp(b)), b))))
+		lg := e.must(Log(e.must(Add(e.must(Exp(r)), e.must(Square(e.must(InverseSigmoid(e.must(Sigmoid(w)), DefaultInverseSigmoidEps))))))))
 		return e.must(Mean(e.must(Sum(lg, []int{1}, true)), nil, false))
 	}},
 	{name: "losses", build: func(e *familyEnv) *G.Node {
@@ -204,6 +213,60 @@ func TestTrainingGraphsPlace(t *testing.T) {
 			onDevice := func(n *G.Node) bool { return places[n].kind == placeDevice }
 			planReleases(e.g, order, onDevice)
 			checkReleasePlan(t, e.g, order, onDevice)
+		})
+	}
+}
+
+// TestTrainingGraphsTrain trains every family's graph on the host, as the
+// GPU test does on the device: NewTapeMachine, ParamsWithGrads, AdamW;
+// the loss stays a number and falls.
+func TestTrainingGraphsTrain(t *testing.T) {
+	for _, f := range trainingFamilies {
+		t.Run(f.name, func(t *testing.T) {
+			e := &familyEnv{g: G.NewGraph(), dt: tensor.Float32, rng: rand.New(rand.NewPCG(1, 2)), t: t}
+			e.param = func(name string, s float64, shape ...int) *G.Node {
+				p := G.NodeFromAny(e.g, randTensor(e.rng, e.dt, -s, s, shape...), G.WithName(name))
+				e.params = append(e.params, p)
+				return p
+			}
+			loss := f.build(e)
+			grads, err := G.Grad(loss, e.params...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := NewTapeMachine(e.g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			pg, err := ParamsWithGrads(e.params, grads)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := DefaultAdamWConfig()
+			cfg.MaxGradNorm, cfg.KeepGrads = 1, true
+			opt, err := NewAdamW([]ParamGroup{{Params: pg, LR: 1e-2, WeightDecay: 1e-4}}, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var losses []float64
+			for step := range 8 {
+				if err := m.RunAll(); err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+				l := toFloat64s(t, loss.Value())[0]
+				if math.IsNaN(l) || math.IsInf(l, 0) {
+					t.Fatalf("step %d: loss %v", step, l)
+				}
+				losses = append(losses, l)
+				if err := opt.Step(pg); err != nil {
+					t.Fatal(err)
+				}
+				m.Reset()
+			}
+			if !(losses[len(losses)-1] < losses[0]) {
+				t.Errorf("losses %v: the loss did not fall", losses)
+			}
 		})
 	}
 }
