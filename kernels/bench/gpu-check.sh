@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs stheno's GPU test binaries (built here by `make gpu-bins`) on a GPU
 # machine, from the repository root. Logs go to $OUT (default ./out).
-#   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors|core|profile|stalls]...
+#   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors|core|encoder|profile|stalls]...
 # The sanitize step reads SAN_TOOLS, SAN_GROUPS and SAN_TIMEOUT (below).
 #
 # The anchors step also times Deformable-DETR's own CUDA kernels (the
@@ -60,8 +60,11 @@ CORE_BENCH='GPU(Softmax|LayerNorm|GroupNorm|Pointwise|Reduce|Layout|MultiHeadAtt
 CORE_ANCHORS='softmax layernorm groupnorm pointwise layout attention maxpool dropout losses adamw'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ddpid=
+# The encoder step's PyTorch side: a copy of ../shared/anchors/encoder_stack
+# beside the copies of deformable_detr_msda and deformable_detr_model.
+ENC_DIR=${ENC_DIR:-gpucarry/encoder_stack}
 case " $what " in
-*" anchors "*)
+*" anchors "* | *" encoder "*)
 	if [ -f "$DD_DIR/build.py" ]; then
 		echo "== building Deformable-DETR's CUDA kernels in $DD_DIR (background, log $OUT/dd-build.log)"
 		(cd "$DD_DIR" && python3 build.py >"$OUT/dd-build.log" 2>&1; echo "exit $?" >>"$OUT/dd-build.log") &
@@ -194,6 +197,30 @@ for step in $what; do
 		# shellcheck disable=SC2086 # $dd is empty or two words
 		python3 kernels/bench/anchors.py --inputs /tmp/stheno-inputs --stheno "$OUT/bench.log" $dd 2>&1 | tee "$OUT/anchors.log"
 		python3 kernels/bench/anchors_conv.py --stheno "$OUT/bench.log" 2>&1 | tee "$OUT/anchors-conv.log"
+		;;
+	encoder)
+		# A whole training step: the Deformable-DETR-encoder-shaped stack,
+		# stheno's (ops' BenchmarkGPUEncoderStep, with NewTapeMachine and
+		# with gorgonia's own machine) and PyTorch's (the encoder_stack
+		# anchor, with Deformable-DETR's CUDA kernels) on the same
+		# configurations, then a CPU profile of stheno's host at one image
+		# and six layers, where the host's time per node shows.
+		wait_dd
+		echo "== encoder-shaped training step (log $OUT/encoder.log)"
+		(cd ops && "$root/bin/ops.test" -test.run '^$' -test.bench 'GPUEncoderStep' -test.benchtime 20x >"$OUT/encoder.log" 2>&1)
+		grep -E "^(Benchmark|FAIL|panic)|encoder_bench_test" "$OUT/encoder.log"
+		: >"$OUT/encoder-anchor.log"
+		if [ -f "$ENC_DIR/encoder_step.py" ] && ls "$DD_DIR"/msda_ext*.so >/dev/null 2>&1; then
+			for cfg in 1:1 1:6 1:12 2:6 8:6; do
+				PROBE_N=${cfg%:*} PROBE_LAYERS=${cfg#*:} PROBE_STEPS=20 python3 "$ENC_DIR/encoder_step.py" >>"$OUT/encoder-anchor.log" 2>&1
+			done
+		else
+			echo "== no $ENC_DIR or no built $DD_DIR: PyTorch's encoder step not measured"
+		fi
+		python3 kernels/bench/anchors_encoder.py --stheno "$OUT/encoder.log" --torch "$OUT/encoder-anchor.log" | tee "$OUT/anchors-encoder.log"
+		(cd ops && STHENO_ENCODER='n=1,layers=6' "$root/bin/ops.test" -test.run '^$' -test.bench 'GPUEncoderStep/.*/machine=stheno' \
+			-test.benchtime 300x -test.cpuprofile "$OUT/encoder-cpu.prof" >"$OUT/encoder-profile.log" 2>&1)
+		grep -E "^Benchmark" "$OUT/encoder-profile.log"
 		;;
 	core)
 		# The general ops (softmax, norms, elementwise, layout, attention,
