@@ -5,7 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,12 +46,10 @@ func BenchmarkGPUEncoderStep(b *testing.B) {
 	configs := [][2]int{{1, 1}, {1, 6}, {1, 12}, {2, 6}, {8, 6}}
 	if env := os.Getenv("STHENO_ENCODER"); env != "" {
 		configs = nil
-		_, kvs := benchKV(b, "STHENO_ENCODER")
-		for _, kv := range kvs {
-			n, err1 := strconv.Atoi(kv["n"])
-			l, err2 := strconv.Atoi(kv["layers"])
-			if err1 != nil || err2 != nil || n < 1 || l < 1 {
-				b.Fatalf("STHENO_ENCODER: want n=N,layers=L with positive integers, got %v", kv)
+		for _, item := range strings.Split(env, ";") {
+			var n, l int
+			if _, err := fmt.Sscanf(strings.TrimSpace(item), "n=%d,layers=%d", &n, &l); err != nil || n < 1 || l < 1 {
+				b.Fatalf("STHENO_ENCODER: %q: want n=N,layers=L with positive integers", item)
 			}
 			configs = append(configs, [2]int{n, l})
 		}

@@ -19,8 +19,10 @@ import (
 func familyOnDevice(t *testing.T, dev *backend.Device, f trainingFamily, seed uint64) (loss *G.Node, params, grads G.Nodes) {
 	t.Helper()
 	e := &familyEnv{g: G.NewGraph(), dt: tensor.Float32, rng: rand.New(rand.NewPCG(seed, 7)), dev: dev, t: t}
-	e.param = func(name string, s float64, shape ...int) *G.Node {
-		p := G.NodeFromAny(e.g, toDev(t, dev, randTensor(e.rng, e.dt, -s, s, shape...)), G.WithName(name))
+	e.adopt = func(p *G.Node) *G.Node {
+		if err := G.Let(p, toDev(t, dev, p.Value().(*tensor.Dense))); err != nil {
+			t.Fatal(err)
+		}
 		e.params = append(e.params, p)
 		return p
 	}
@@ -51,10 +53,7 @@ func TestGPUTrainingGraphs(t *testing.T) {
 			refLoss, _, refGrads := familyOnDevice(t, dev, f, 11)
 			ref := G.NewTapeMachine(refLoss.Graph(), G.WithEngine(dev.Engine()))
 			defer ref.Close()
-			scope, err := dev.BeginScope()
-			if err != nil {
-				t.Fatal(err)
-			}
+			scope := openScope(t, dev)
 			base := dev.MemStats().InUse
 			dev.ResetPeakMemory()
 			if err := ref.RunAll(); err != nil {
@@ -85,10 +84,7 @@ func TestGPUTrainingGraphs(t *testing.T) {
 			defer opt.Free()
 			var losses []float64
 			for step := range 4 {
-				scope, err := dev.BeginScope()
-				if err != nil {
-					t.Fatal(err)
-				}
+				scope := openScope(t, dev)
 				inUse := dev.MemStats().InUse
 				dev.ResetPeakMemory()
 				before := dev.Counters()
@@ -141,6 +137,22 @@ func TestGPUTrainingGraphs(t *testing.T) {
 			t.Logf("losses %v", losses)
 		})
 	}
+}
+
+// openScope opens a Scope on dev that the test's end closes if a failure
+// leaves it open, so that later tests can open theirs.
+func openScope(t *testing.T, dev *backend.Device) *backend.Scope {
+	t.Helper()
+	scope, err := dev.BeginScope()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if dev.OpenScope() == scope {
+			scope.End()
+		}
+	})
+	return scope
 }
 
 // devValues copies the nodes' device values to the host.

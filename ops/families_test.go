@@ -25,11 +25,18 @@ type familyEnv struct {
 	dt  tensor.Dtype
 	rng *rand.Rand
 	dev *backend.Device
-	// param makes a learnable of the given shape with values in [-s, s],
-	// as it lives on the device, and adds it to params.
-	param  func(name string, s float64, shape ...int) *G.Node
+	// adopt makes n, an input node holding a learnable's initial value on
+	// the host, a parameter (appended to params) and returns the node the
+	// graph reads it from: n itself, holding the value on the device on
+	// a GPU; a ToDevice of it where there is no GPU to hold it.
+	adopt  func(n *G.Node) *G.Node
 	params G.Nodes
 	t      testing.TB
+}
+
+// param makes a learnable of the given shape with values in [-s, s].
+func (e *familyEnv) param(name string, s float64, shape ...int) *G.Node {
+	return e.adopt(G.NodeFromAny(e.g, randTensor(e.rng, e.dt, -s, s, shape...), G.WithName(name)))
 }
 
 // must fails the test on a graph-building error.
@@ -68,8 +75,7 @@ func (e *familyEnv) batchNorm(name string, channels int) *BatchNorm {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	bn.Gamma = e.param(name+".gamma", 0, channels)
-	bn.Beta = e.param(name+".beta", 0, channels)
+	bn.Gamma, bn.Beta = e.adopt(bn.Gamma), e.adopt(bn.Beta)
 	return bn
 }
 
@@ -197,8 +203,7 @@ func TestTrainingGraphsPlace(t *testing.T) {
 	for _, f := range trainingFamilies {
 		t.Run(f.name, func(t *testing.T) {
 			e := &familyEnv{g: G.NewGraph(), dt: tensor.Float32, rng: rand.New(rand.NewPCG(1, 2)), dev: dev, t: t}
-			e.param = func(name string, s float64, shape ...int) *G.Node {
-				p := G.NodeFromAny(e.g, randTensor(e.rng, e.dt, -s, s, shape...), G.WithName(name))
+			e.adopt = func(p *G.Node) *G.Node {
 				e.params = append(e.params, p)
 				return e.must(ToDevice(p, dev))
 			}
@@ -224,8 +229,7 @@ func TestTrainingGraphsTrain(t *testing.T) {
 	for _, f := range trainingFamilies {
 		t.Run(f.name, func(t *testing.T) {
 			e := &familyEnv{g: G.NewGraph(), dt: tensor.Float32, rng: rand.New(rand.NewPCG(1, 2)), t: t}
-			e.param = func(name string, s float64, shape ...int) *G.Node {
-				p := G.NodeFromAny(e.g, randTensor(e.rng, e.dt, -s, s, shape...), G.WithName(name))
+			e.adopt = func(p *G.Node) *G.Node {
 				e.params = append(e.params, p)
 				return p
 			}
