@@ -240,15 +240,16 @@ func gate[T Float](dst, src, mask []T) {
 // and act a ReLU or the identity: the epilogue of the convolution (mu 0, sc
 // 1, sh the bias) and the elementwise pass of BatchNorm. The Go tail does the
 // operations of the vector bulk in the same order, without fused
-// multiply-adds, so every element rounds alike; like Go's max, the ReLU
-// passes NaN through.
+// multiply-adds (the conversion of the product forbids Go to fuse it with
+// the add, as it otherwise may), so every element rounds alike; like Go's
+// max, the ReLU passes NaN through.
 func affine[T Float](dst, src, res []T, mu, sc, sh T, relu bool) {
 	src = src[:len(dst)]
 	if res != nil {
 		res = res[:len(dst)]
 	}
 	for i := affineVec(dst, src, res, mu, sc, sh, relu); i < len(dst); i++ {
-		v := (src[i]-mu)*sc + sh
+		v := T((src[i]-mu)*sc) + sh
 		if res != nil {
 			v += res[i]
 		}

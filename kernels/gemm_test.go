@@ -96,7 +96,7 @@ func testGateAndAdd[T Float](t *testing.T) {
 				got := make([]T, n)
 				affine(got, g, r, mu, sc, sh, relu)
 				for i := range got {
-					want := (g[i]-mu)*sc + sh
+					want := T((g[i]-mu)*sc) + sh // rounded, then added: no fused multiply-add
 					if withRes {
 						want += r[i]
 					}
