@@ -239,7 +239,7 @@ const colBlock = 256
 // ConvForward computes y = act(conv(x, w) + bias); bias may be nil. x, w and
 // y are contiguous NCHW / OIHW tensors as ConvParams describes.
 func ConvForward[T Float](p ConvParams, x, w, bias, y []T) {
-	convForward(bestKernel[T](), p, x, w, bias, y)
+	convForward(chosenKernel[T](), p, x, w, bias, y)
 }
 
 func convForward[T Float](mk microKernel[T], p ConvParams, x, w, bias, y []T) {
@@ -303,7 +303,7 @@ func convForward[T Float](mk microKernel[T], p ConvParams, x, w, bias, y []T) {
 // to x, from dy (masked by y > 0 when p.ReLU; y is not read otherwise and may
 // be nil). dx is overwritten.
 func ConvBackwardData[T Float](p ConvParams, w, y, dy, dx []T) {
-	convBackwardData(bestKernel[T](), p, w, y, dy, dx)
+	convBackwardData(chosenKernel[T](), p, w, y, dy, dx)
 }
 
 func convBackwardData[T Float](mk microKernel[T], p ConvParams, w, y, dy, dx []T) {
@@ -418,7 +418,7 @@ func convBackwardData[T Float](mk microKernel[T], p ConvParams, w, y, dy, dx []T
 // nil), from x and dy (masked by y > 0 when p.ReLU; y is not read otherwise
 // and may be nil). dw and db are overwritten.
 func ConvBackwardFilter[T Float](p ConvParams, x, y, dy, dw, db []T) {
-	convBackwardFilter(bestKernel[T](), p, x, y, dy, dw, db)
+	convBackwardFilter(chosenKernel[T](), p, x, y, dy, dw, db)
 }
 
 func convBackwardFilter[T Float](mk microKernel[T], p ConvParams, x, y, dy, dw, db []T) {

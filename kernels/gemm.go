@@ -45,9 +45,13 @@ func depthBlocks(k int) (n, size int) {
 }
 
 // goKernel is the portable micro-kernel: a 4x4 tile keeps its sixteen
-// accumulators in registers on amd64 and arm64.
+// accumulators in registers on amd64 and arm64. Each element is the same
+// chain over p as in the assembly kernels, but c += a*b is what Go makes of
+// it: a multiply and an add, each rounded, on x86-64 (built for GOAMD64 v1
+// or v2), and one fused multiply-add, as the assembly does, where Go fuses
+// them (arm64, and x86-64 built for GOAMD64=v3 or later).
 func goKernel[T Float]() microKernel[T] {
-	return microKernel[T]{name: "go", mr: 4, nr: 4, fn: goKernel4x4[T]}
+	return microKernel[T]{name: "portable", mr: 4, nr: 4, fn: goKernel4x4[T]}
 }
 
 func goKernel4x4[T Float](k int, a, b, c []T, ldc int, load bool) {
@@ -113,10 +117,22 @@ func refKernel[T Float](mr, nr int) microKernel[T] {
 	}}
 }
 
+// The micro-kernels of every choice this CPU offers (CPUKernelsEnv), best
+// first, and the chosen one, for each element type.
 var (
-	kernels32 = append(platformKernels[float32](), goKernel[float32]())
-	kernels64 = append(platformKernels[float64](), goKernel[float64]())
+	kernels32 = offeredKernels[float32]()
+	kernels64 = offeredKernels[float64]()
+	chosen32  = kernelNamed[float32](cpuChoice)
+	chosen64  = kernelNamed[float64](cpuChoice)
 )
+
+func offeredKernels[T Float]() []microKernel[T] {
+	ks := make([]microKernel[T], len(cpuOffered))
+	for i, name := range cpuOffered {
+		ks[i] = kernelNamed[T](name)
+	}
+	return ks
+}
 
 // microKernels returns the micro-kernels this machine can run for T, fastest
 // first; the last is always the pure-Go one.
@@ -133,8 +149,18 @@ func microKernels[T Float]() []microKernel[T] {
 	return []microKernel[T]{goKernel[T]()}
 }
 
-// bestKernel is the micro-kernel the exported kernels use.
-func bestKernel[T Float]() microKernel[T] { return microKernels[T]()[0] }
+// chosenKernel is the micro-kernel the exported kernels use: the choice of
+// CPUKernelsEnv, by default the CPU's best.
+func chosenKernel[T Float]() microKernel[T] {
+	var z T
+	switch any(z).(type) {
+	case float32:
+		return any(chosen32).(microKernel[T])
+	case float64:
+		return any(chosen64).(microKernel[T])
+	}
+	return goKernel[T]()
+}
 
 // roundUp rounds n up to a multiple of m.
 func roundUp(n, m int) int { return (n + m - 1) / m * m }

@@ -90,13 +90,16 @@ func asmKernel[T Float, E float32 | float64](name string, mr, nr int, f func(k i
 	}}
 }
 
-var hasAVX2FMA, _ = cpuFeatures()
+// vectorHelpers is whether the AVX2 helpers below run: with the avx2 and
+// avx512 choices, whose CPUs have AVX2 and FMA, and not with portable,
+// which runs no assembly. They give the bits of their Go loops.
+var vectorHelpers = cpuChoice != "portable"
 
 // gateVec does as many leading elements of gate as the AVX2 helpers can and
 // returns how many it did.
 func gateVec[T Float](dst, src, gate []T) int {
 	n := len(dst)
-	if !hasAVX2FMA || n < 16 {
+	if !vectorHelpers || n < 16 {
 		return 0
 	}
 	_, _ = src[n-1], gate[n-1]
@@ -117,7 +120,7 @@ func gateVec[T Float](dst, src, gate []T) int {
 // and returns how many it did.
 func addVec[T Float](dst, src []T) int {
 	n := len(dst)
-	if !hasAVX2FMA || n < 16 {
+	if !vectorHelpers || n < 16 {
 		return 0
 	}
 	_ = src[n-1]
@@ -138,7 +141,7 @@ func addVec[T Float](dst, src []T) int {
 // can and returns how many it did.
 func affineVec[T Float](dst, src, res []T, mu, sc, sh T, relu bool) int {
 	n := len(dst)
-	if !hasAVX2FMA || n < 16 {
+	if !vectorHelpers || n < 16 {
 		return 0
 	}
 	_ = src[n-1]
@@ -169,26 +172,35 @@ func affineVec[T Float](dst, src, res []T, mu, sc, sh T, relu bool) int {
 	return n
 }
 
-// platformKernels returns the assembly micro-kernels this CPU can run, best
+// cpuOffers returns the choices of CPUKernelsEnv this CPU can run, best
 // first.
-func platformKernels[T Float]() []microKernel[T] {
+func cpuOffers() []string {
 	avx2FMA, avx512 := cpuFeatures()
-	var ks []microKernel[T]
-	var z T
-	if unsafe.Sizeof(z) == 4 {
-		if avx512 {
-			ks = append(ks, asmKernel[T]("avx512", 8, 32, gemmF32x8x32AVX512))
-		}
-		if avx2FMA {
-			ks = append(ks, asmKernel[T]("avx2", 6, 16, gemmF32x6x16AVX2))
-		}
-	} else {
-		if avx512 {
-			ks = append(ks, asmKernel[T]("avx512", 8, 16, gemmF64x8x16AVX512))
-		}
-		if avx2FMA {
-			ks = append(ks, asmKernel[T]("avx2", 6, 8, gemmF64x6x8AVX2))
-		}
+	var names []string
+	if avx512 {
+		names = append(names, "avx512")
 	}
-	return ks
+	if avx2FMA {
+		names = append(names, "avx2")
+	}
+	return append(names, "portable")
+}
+
+// kernelNamed returns the micro-kernel of the choice name (cpuOffers'):
+// 8x32 (float32) or 8x16 (float64) tiles for avx512, 6x16 or 6x8 for avx2,
+// the 4x4 Go kernel for portable.
+func kernelNamed[T Float](name string) microKernel[T] {
+	var z T
+	f32 := unsafe.Sizeof(z) == 4
+	switch {
+	case name == "avx512" && f32:
+		return asmKernel[T]("avx512", 8, 32, gemmF32x8x32AVX512)
+	case name == "avx512":
+		return asmKernel[T]("avx512", 8, 16, gemmF64x8x16AVX512)
+	case name == "avx2" && f32:
+		return asmKernel[T]("avx2", 6, 16, gemmF32x6x16AVX2)
+	case name == "avx2":
+		return asmKernel[T]("avx2", 6, 8, gemmF64x6x8AVX2)
+	}
+	return goKernel[T]()
 }

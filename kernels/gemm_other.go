@@ -2,9 +2,12 @@
 
 package kernels
 
-// platformKernels returns no assembly micro-kernel: other architectures use
-// the pure-Go one.
-func platformKernels[T Float]() []microKernel[T] { return nil }
+// cpuOffers returns the choices of CPUKernelsEnv: other architectures than
+// x86-64 run the pure-Go micro-kernel only.
+func cpuOffers() []string { return []string{"portable"} }
+
+// kernelNamed returns the pure-Go micro-kernel, the only one here.
+func kernelNamed[T Float](string) microKernel[T] { return goKernel[T]() }
 
 func gateVec[T Float](dst, src, gate []T) int { return 0 }
 func addVec[T Float](dst, src []T) int        { return 0 }

@@ -128,7 +128,7 @@ func Gemm[T Float](p GemmParams, a, b, c []T) error {
 	if err := p.Check(len(a), len(b), len(c)); err != nil {
 		return err
 	}
-	gemm(bestKernel[T](), p.normalized(), a, b, c)
+	gemm(chosenKernel[T](), p.normalized(), a, b, c)
 	return nil
 }
 

@@ -7,13 +7,16 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels"
 )
 
 // NewTapeMachine is gorgonia.NewTapeMachine for graphs that may hold
 // device values. Before compiling, it runs CheckPlacement: a graph that
 // would hand a device value to an op that cannot take it is refused here,
 // with the node named, instead of in the middle of a run. A compile error,
-// which gorgonia reports by panicking, is returned as an error.
+// which gorgonia reports by panicking, is returned as an error, and so is
+// kernels.CPUKernels' refusal of the environment's STHENO_CPU_KERNELS
+// (micro-kernels this CPU cannot run, or none).
 //
 // It also plans when each device intermediate dies: gorgonia keeps every
 // value of a run until the next one, and device memory has no collector,
@@ -30,6 +33,9 @@ import (
 // other device intermediate's Value is emptied once its readers have run. Values bound to input nodes (G.Let,
 // parameters) are never released.
 func NewTapeMachine(g *G.ExprGraph, opts ...G.VMOpt) (m G.VM, err error) {
+	if _, err := kernels.CPUKernels(); err != nil {
+		return nil, err
+	}
 	order, places, err := placements(g)
 	if err != nil {
 		return nil, err

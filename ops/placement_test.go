@@ -1,10 +1,13 @@
 package ops
 
 import (
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,6 +16,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels"
 )
 
 // CheckPlacement needs no GPU: it reads the graph. A Device that was never
@@ -175,6 +179,35 @@ func TestDeviceAdviceNamesOps(t *testing.T) {
 			if !funcs[m[1]] {
 				t.Errorf("advice %q names ops.%s, which does not exist", a, m[1])
 			}
+		}
+	}
+}
+
+// A value of STHENO_CPU_KERNELS the CPU cannot take makes NewTapeMachine
+// refuse to build a machine, naming the value; the choice is made when
+// the program starts, so the check runs in a process of its own.
+func TestNewTapeMachineRefusesCPUKernels(t *testing.T) {
+	const childEnv = "STHENO_TEST_NEWTAPEMACHINE_CHILD"
+	if os.Getenv(childEnv) == "1" {
+		g := G.NewGraph()
+		x := G.NewVector(g, tensor.Float32, G.WithShape(3), G.WithName("x"))
+		G.Must(G.Sum(x))
+		m, err := NewTapeMachine(g)
+		if m != nil {
+			m.Close()
+		}
+		fmt.Printf("error: %v\n", err)
+		return
+	}
+	for _, c := range []struct{ value, want string }{
+		{"avx", `kernels: STHENO_CPU_KERNELS="avx" names no micro-kernels`},
+		{"portable", "error: <nil>"},
+	} {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestNewTapeMachineRefusesCPUKernels$", "-test.count=1")
+		cmd.Env = append(os.Environ(), childEnv+"=1", kernels.CPUKernelsEnv+"="+c.value)
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("%s=%s: %v\n%s\nwant %q", kernels.CPUKernelsEnv, c.value, err, out, c.want)
 		}
 	}
 }

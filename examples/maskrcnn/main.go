@@ -53,6 +53,7 @@ import (
 	"syscall"
 
 	"github.com/stheno-ml/stheno/examples/maskrcnn/train"
+	"github.com/stheno-ml/stheno/kernels"
 )
 
 func main() {
@@ -166,6 +167,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected arguments %q", fs.Args())
+	}
+	// A value of STHENO_CPU_KERNELS this CPU cannot take stops the program
+	// before any work: it would run on other kernels than asked for.
+	if _, err := kernels.CPUKernels(); err != nil {
+		return err
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })

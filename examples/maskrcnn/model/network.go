@@ -10,6 +10,7 @@ import (
 
 	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/kernels"
 	"github.com/stheno-ml/stheno/ops"
 )
 
@@ -126,8 +127,13 @@ func Build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 	return n, nil
 }
 
-// newMachine wraps G.NewTapeMachine, which panics on compile errors.
+// newMachine wraps G.NewTapeMachine, which panics on compile errors. Like
+// ops.NewTapeMachine, it refuses to run on other CPU kernels than the
+// environment's STHENO_CPU_KERNELS asked for.
 func newMachine(g *G.ExprGraph) (m G.VM, err error) {
+	if _, err := kernels.CPUKernels(); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("model: compiling the graph: %v", r)
