@@ -76,19 +76,17 @@ func trainedBits(t *testing.T, o Options) ([]model.Losses, string) {
 	return losses, fmt.Sprintf("%x", h.Sum(nil))
 }
 
-// fusionProbe holds a*b + c with a = b = 1+2^-27 and c = -(1+2^-26): the
-// product rounded to float64 cancels c exactly, the exact product leaves
-// 2^-54.
-var fusionProbe = [3]float64{1 + 0x1p-27, 1 + 0x1p-27, -(1 + 0x1p-26)}
-
-// goFuses reports whether this build fuses a multiply and an add into one
-// rounding, as Go may (arm64; x86-64 built for GOAMD64=v3 or later).
+// mulAdd is a*b + c as this build compiles it: its operands arrive in
+// registers, where Go fuses a multiply and an add into one rounding if it
+// fuses any (arm64; x86-64 built for GOAMD64=v3 or later).
 //
 //go:noinline
-func goFuses() bool {
-	a, b, c := fusionProbe[0], fusionProbe[1], fusionProbe[2]
-	return a*b+c != 0
-}
+func mulAdd(a, b, c float64) float64 { return a*b + c }
+
+// goFuses reports whether this build fuses multiply-adds: with a = b =
+// 1+2^-27 and c = -(1+2^-26), the product rounded to float64 cancels c
+// exactly, the exact product leaves 2^-54.
+func goFuses() bool { return mulAdd(1+0x1p-27, 1+0x1p-27, -(1+0x1p-26)) != 0 }
 
 // otherBits says why this machine's training cannot give the pinned bits,
 // or "" when it can: they are those of x86-64 with the avx2 or avx512
