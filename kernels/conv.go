@@ -233,7 +233,8 @@ func packIm2colT[T Float](dst, xn []T, p *ConvParams, q0, q1, j0, j1, nr int, s 
 }
 
 // colBlock is the widest block of output pixels one GEMM job handles: a
-// packed B block of kcMax x colBlock stays in L2.
+// packed B block of kcMax x colBlock stays in L2. It is a multiple of every
+// micro-kernel's NR (4, 8, 16, 32).
 const colBlock = 256
 
 // ConvForward computes y = act(conv(x, w) + bias); bias may be nil. x, w and
@@ -312,7 +313,11 @@ func convBackwardData[T Float](mk microKernel[T], p ConvParams, w, y, dy, dx []T
 	mr, nr := mk.mr, mk.nr
 	nkb, kc := depthBlocks(p.Cout)
 	pPad := roundUp(P, nr)
-	cb := max(nr, colBlock/nr*nr) // pixel blocks start on panel boundaries
+	// Pixel blocks start on panel boundaries. colBlock is a multiple of
+	// every micro-kernel's NR, so the blocks, and with them the order in
+	// which col2im adds into each element of dx, are the same whatever the
+	// kernel (TestTileShapesAgree).
+	cb := max(nr, colBlock/nr*nr)
 	ySize, xSize, plane := p.Cout*P, p.Cin*p.H*p.W, p.H*p.W
 	if !p.ReLU {
 		y = nil

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -38,9 +39,37 @@ func TestChooseCPUKernels(t *testing.T) {
 	}
 }
 
-// fma32 is a*b + c rounded once to float32: the product is exact in
-// float64 and the sum exact in a big.Float, rounded to nearest even.
+// fma32 is a*b + c rounded once to float32, as VFMADD231PS computes it.
+// The product is exact in float64; the sum s is rounded to float64, with
+// error e (Knuth's TwoSum), and s rounded to float32 is the answer unless s
+// lies halfway between two float32s while e is not 0: then the exact sum
+// is on e's side. For finite operands whose sum does not overflow.
 func fma32(a, b, c float32) float32 {
+	p := float64(a) * float64(b)
+	s := p + float64(c)
+	v := s - p
+	e := (p - (s - v)) + (float64(c) - v)
+	r := float32(s)
+	if e == 0 || float64(r) == s {
+		return r
+	}
+	toward := float32(math.Inf(1))
+	if s < float64(r) {
+		toward = float32(math.Inf(-1))
+	}
+	n := math.Nextafter32(r, toward) // the other float32 around s
+	if float64(r)+float64(n) != 2*s {
+		return r // not a tie: the nearest float32 of s is that of s+e
+	}
+	if (e > 0) == (n > r) {
+		return n
+	}
+	return r
+}
+
+// fma32Big is fma32 the slow way: the sum exact in a big.Float, rounded to
+// the nearest float32 (ties to even).
+func fma32Big(a, b, c float32) float32 {
 	const prec = 1200 // past the exponent range of two float32 terms
 	x := new(big.Float).SetPrec(prec).SetFloat64(float64(a) * float64(b))
 	x.Add(x, new(big.Float).SetPrec(prec).SetFloat64(float64(c)))
@@ -48,23 +77,38 @@ func fma32(a, b, c float32) float32 {
 	return f
 }
 
-func fmaOf[T Float](a, b, c T) T {
-	if v, ok := any(a).(float32); ok {
-		return T(fma32(v, float32(b), float32(c)))
+func TestFMA32(t *testing.T) {
+	h := float32(1 + 0x1p-12) // h*h = 1 + 2^-11 + 2^-24: a float32 tie
+	cases := [][3]float32{
+		{h, h, 0x1p-80}, {h, h, -0x1p-80}, {h, h, 0}, {-h, h, 0x1p-80}, {-h, h, -0x1p-80},
+		{h, h, -(1 + 0x1p-11)}, {3, 1.0 / 3, -1}, {0x1p-70, 0x1p-70, 1},
 	}
-	return T(math.FMA(float64(a), float64(b), float64(c)))
+	rng := rand.New(rand.NewPCG(3, 5))
+	for range 200000 {
+		v := func() float32 { return float32(rng.NormFloat64() * math.Exp2(float64(rng.IntN(20)-10))) }
+		cases = append(cases, [3]float32{v(), v(), v()})
+	}
+	for _, c := range cases {
+		if got, want := fma32(c[0], c[1], c[2]), fma32Big(c[0], c[1], c[2]); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("fma32(%g, %g, %g) = %g, want %g", c[0], c[1], c[2], got, want)
+		}
+	}
 }
 
 // fmaKernel is the arithmetic of the assembly micro-kernels, element by
 // element: an accumulator from zero, one fused multiply-add (one rounding)
 // per step of p in order, then added to C when load.
 func fmaKernel[T Float](mr, nr int) microKernel[T] {
+	fma := func(a, b, c T) T { return T(math.FMA(float64(a), float64(b), float64(c))) }
+	if _, ok := any(T(0)).(float32); ok {
+		fma = func(a, b, c T) T { return T(fma32(float32(a), float32(b), float32(c))) }
+	}
 	return microKernel[T]{name: "fma", mr: mr, nr: nr, fn: func(k int, a, b, c []T, ldc int, load bool) {
 		for i := range mr {
 			for j := range nr {
 				var s T
 				for p := range k {
-					s = fmaOf(a[p*mr+i], b[p*nr+j], s)
+					s = fma(a[p*mr+i], b[p*nr+j], s)
 				}
 				if load {
 					c[i*ldc+j] += s
@@ -382,6 +426,87 @@ func TestCPUKernelsReproducible(t *testing.T) {
 			if !alike {
 				t.Logf("%s (fused multiply-adds: %t) and %s (%t) round differently; they differ in %d of %d cases: %s",
 					a, fa, b, fb, len(differ), len(reproCases()), strings.Join(differ, " "))
+			}
+		}
+	}
+}
+
+// tileOutputs runs Gemm and the convolutions with both gradients on the
+// micro-kernel mk: depths over kcMax, widths over colBlock, transposes, a
+// batch, alpha and beta, strides, pads, ReLU, both packings of the filter
+// gradient. Small, so that fmaKernel runs them quickly.
+func tileOutputs[T Float](mk microKernel[T]) map[string][]T {
+	out := map[string][]T{}
+	for i, p := range []GemmParams{
+		{M: 13, N: 300, K: 600, TransB: true, Alpha: 1, Beta: 1},
+		{M: 20, N: 70, K: 300, TransA: true, Batch: 2, StrideA: 6000, StrideB: 21000, StrideC: 1400, Alpha: 0.5},
+	} {
+		rng := rand.New(rand.NewPCG(uint64(i), 4))
+		q := p.normalized()
+		ar, ac := q.storedA()
+		br, bc := q.storedB()
+		a := randOf[T](rng, (q.Batch-1)*q.StrideA+footprint(ar, ac, q.LDA))
+		b := randOf[T](rng, (q.Batch-1)*q.StrideB+footprint(br, bc, q.LDB))
+		c := randOf[T](rng, (q.Batch-1)*q.StrideC+footprint(q.M, q.N, q.LDC))
+		gemm(mk, q, a, b, c)
+		out[fmt.Sprintf("gemm%d", i)] = c
+	}
+	for i, p := range []ConvParams{
+		convTestParams(2, 7, 17, 17, 11, 3, 3, 1, 1, 1, 1, 1, 1, true),
+		convTestParams(1, 30, 6, 7, 9, 3, 3, 2, 1, 1, 1, 1, 1, false),
+		convTestParams(2, 20, 8, 8, 5, 3, 3, 1, 1, 1, 1, 1, 1, true),
+	} {
+		rng := rand.New(rand.NewPCG(uint64(i), 5))
+		x := randOf[T](rng, p.N*p.Cin*p.H*p.W)
+		w := randOf[T](rng, p.Cout*p.Cin*p.KH*p.KW)
+		bias := randOf[T](rng, p.Cout)
+		dy := randOf[T](rng, p.N*p.Cout*p.OutH*p.OutW)
+		y, dx, dw, db := make([]T, len(dy)), make([]T, len(x)), make([]T, len(w)), make([]T, p.Cout)
+		convForward(mk, p, x, w, bias, y)
+		convBackwardData(mk, p, w, y, dy, dx)
+		convBackwardFilter(mk, p, x, y, dy, dw, db)
+		for name, v := range map[string][]T{"y": y, "dx": dx, "dw": dw, "db": db} {
+			out[fmt.Sprintf("conv%d/%s", i, name)] = v
+		}
+	}
+	return out
+}
+
+// The blocking around the micro-kernels does not depend on their tile:
+// fmaKernel in the tiles of every assembly kernel (avx512's 8x32 and 8x16,
+// avx2's 6x16 and 6x8) and in 4x4, at GOMAXPROCS 1 and 7, gives Gemm and
+// the convolutions the bits of the fused micro-kernel this CPU runs (of
+// fmaKernel in 6x16 where it runs none). With TestMicroKernelsRounding,
+// which holds each assembly kernel to fmaKernel in its own tile, this is
+// why avx512 and avx2 agree, checked on CPUs without AVX-512 too.
+func TestTileShapesAgree(t *testing.T) {
+	testTileShapesAgree[float32](t)
+	testTileShapesAgree[float64](t)
+}
+
+func testTileShapesAgree[T Float](t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	ref := fmaKernel[T](6, 16)
+	for _, name := range cpuOffered {
+		if fused(name) {
+			ref = kernelNamed[T](name)
+			break
+		}
+	}
+	runtime.GOMAXPROCS(1)
+	want := tileOutputs(ref)
+	for _, tile := range [][2]int{{8, 32}, {8, 16}, {6, 16}, {6, 8}, {4, 4}} {
+		for _, procs := range []int{1, 7} {
+			runtime.GOMAXPROCS(procs)
+			got := tileOutputs(fmaKernel[T](tile[0], tile[1]))
+			for name, w := range want {
+				for i := range w {
+					if bitsOf(got[name][i]) != bitsOf(w[i]) {
+						t.Errorf("%T %s, fmaKernel %dx%d, GOMAXPROCS=%d: element %d is %v, %s gives %v",
+							w[0], name, tile[0], tile[1], procs, i, got[name][i], ref.name, w[i])
+						break
+					}
+				}
 			}
 		}
 	}
