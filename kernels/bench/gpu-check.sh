@@ -218,7 +218,7 @@ for step in $what; do
 			echo "== no $ENC_DIR or no built $DD_DIR: PyTorch's encoder step not measured"
 		fi
 		python3 kernels/bench/anchors_encoder.py --stheno "$OUT/encoder.log" --torch "$OUT/encoder-anchor.log" | tee "$OUT/anchors-encoder.log"
-		(cd ops && STHENO_ENCODER='n=1,layers=6' "$root/bin/ops.test" -test.run '^$' -test.bench 'GPUEncoderStep/.*/machine=stheno' \
+		(cd ops && STHENO_ENCODER='n=1,layers=6' "$root/bin/ops.test" -test.run '^$' -test.bench 'GPUEncoderStep/.*/.*/machine=stheno' \
 			-test.benchtime 300x -test.cpuprofile "$OUT/encoder-cpu.prof" >"$OUT/encoder-profile.log" 2>&1)
 		grep -E "^Benchmark" "$OUT/encoder-profile.log"
 		;;
