@@ -363,7 +363,7 @@ func sumRowsOp(s rowsShape) *specOp {
 		name: s.op, config: "sum of rows," + s.String(),
 		inputs: []argSpec{{name: "grad", shape: s.full}}, out: tensor.Shape{s.cols}, dtype: s.dt,
 		cpu:     floatTwin(s, sumRows[float32], sumRows[float64]),
-		device:  s.sumDevice,
+		device:  s.sumShape().device,
 		diffWRT: []bool{true},
 		grad: func(_ G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 			d, err := G.ApplyOp(broadcastRowsOp(s), grad)
@@ -392,30 +392,6 @@ func broadcastRowsOp(s rowsShape) *specOp {
 			return G.Nodes{d}, nil
 		},
 	})
-}
-
-// The device has no kernel for a bias yet: it sums and spreads rows with
-// GEMMs whose other operand is a vector of ones (linear_device.go). These
-// are their parameters, which the tests hold to SumRows and BroadcastRows
-// on the CPU.
-
-// sumParams is db[1,cols] = ones[1,rows]·dy[rows,cols]: A the ones, B dy.
-func (s rowsShape) sumParams() kernels.GemmParams {
-	return kernels.GemmParams{
-		M: 1, N: s.cols, K: s.rows, LDA: s.rows, LDB: s.cols, LDC: s.cols,
-		Batch: 1, StrideA: s.rows, StrideB: s.rows * s.cols, StrideC: s.cols,
-		Alpha: 1,
-	}
-}
-
-// broadcastParams is c[rows,cols] = ones[rows,1]·v[1,cols]: A the ones, B
-// the vector v.
-func (s rowsShape) broadcastParams() kernels.GemmParams {
-	return kernels.GemmParams{
-		M: s.rows, N: s.cols, K: 1, LDA: 1, LDB: s.cols, LDC: s.cols,
-		Batch: 1, StrideA: s.rows, StrideB: s.cols, StrideC: s.rows * s.cols,
-		Alpha: 1,
-	}
 }
 
 func sumRows[T kernels.Float](s rowsShape, in [][]T, out []T) error {

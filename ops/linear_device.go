@@ -13,10 +13,9 @@ import (
 )
 
 // device runs gemmOp on a device: one batched GEMM, after the bias rows
-// when there is a bias. There is no kernel for a broadcast row add yet, so
-// the bias is spread over the rows by a GEMM too (ones·b, broadcast),
-// and the product is added onto it with Beta 1: c = op(a)·op(b) + bias, the
-// CPU twin's order of operations.
+// when there is a bias: the bias is copied into every row of c
+// (rowsShape.broadcast), and the product is added onto it with Beta 1: c =
+// op(a)·op(b) + bias, the CPU twin's order of operations.
 func (s gemmShape) device(a *deviceArgs) (*tensor.Dense, error) {
 	out, c, err := a.output()
 	if err != nil {
@@ -29,7 +28,7 @@ func (s gemmShape) device(a *deviceArgs) (*tensor.Dense, error) {
 		}
 		p.Beta = 1
 	}
-	if err := runGemm(s.op, a.dev, p, a.ptr[0], a.ptr[1], c, s.dt, false); err != nil {
+	if err := runGemm(s.op, a.dev, p, a.ptr[0], a.ptr[1], c, s.dt); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -57,36 +56,22 @@ func fitsGemm(op string, p kernels.GemmParams) error {
 	})
 }
 
-// runGemm queues p on dev; exact asks for full float32 math whatever the
-// Device's GemmMath (the broadcasts and sums of rowsShape).
-func runGemm(op string, dev *backend.Device, p kernels.GemmParams, a, b, c backend.DevicePtr, dt tensor.Dtype, exact bool) error {
+// runGemm queues p on dev.
+func runGemm(op string, dev *backend.Device, p kernels.GemmParams, a, b, c backend.DevicePtr, dt tensor.Dtype) error {
 	if err := fitsGemm(op, p); err != nil {
 		return err
 	}
-	g := deviceGemm(p, a, b, c, dt)
-	g.Exact = exact
-	if err := dev.Gemm(g); err != nil {
+	if err := dev.Gemm(deviceGemm(p, a, b, c, dt)); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
 	return nil
 }
 
-// sumDevice runs sumRowsOp on a device: the bias gradient, a GEMM of dy
-// with a ones vector (sumParams).
-func (s rowsShape) sumDevice(a *deviceArgs) (*tensor.Dense, error) {
-	out, db, err := a.output()
-	if err != nil {
-		return nil, err
-	}
-	ones, free, err := onesDevice(s.op, a.dev, s.dt, s.rows)
-	if err != nil {
-		return nil, err
-	}
-	defer free()
-	if err := runGemm(s.op, a.dev, s.sumParams(), ones, a.ptr[0], db, s.dt, true); err != nil {
-		return nil, err
-	}
-	return out, nil
+// sumShape is the sum of the rows of [rows, cols] as Sum computes it:
+// sumRowsOp's device launcher, the bias gradient, by Sum's kernels
+// (pointwise.cu) in Sum's fixed order.
+func (s rowsShape) sumShape() reduceShape {
+	return newReduceShape(s.op, tensor.Shape{s.rows, s.cols}, []bool{true, false}, tensor.Shape{s.cols}, 1, s.dt)
 }
 
 // broadcastDevice runs broadcastRowsOp on a device.
@@ -101,36 +86,23 @@ func (s rowsShape) broadcastDevice(a *deviceArgs) (*tensor.Dense, error) {
 	return out, nil
 }
 
-// broadcast queues c = v in every row, a GEMM of depth 1 with a ones
-// vector (broadcastParams). In exact float32 math each element is 1·v[j],
-// exactly v[j]; TF32 math would round v to TF32's 10 bits of mantissa
-// first (and dy likewise in sumDevice), so these GEMMs ask for exact
-// float32 (backend.Gemm.Exact).
+// broadcast queues c = v in every row: pointwise.cu's kernels scaling v
+// by 1, which is exact, read with a stride of 0 over the rows.
 func (s rowsShape) broadcast(dev *backend.Device, v, c backend.DevicePtr) error {
-	ones, free, err := onesDevice(s.op, dev, s.dt, s.rows)
+	ps, err := s.broadcastShape()
 	if err != nil {
 		return err
 	}
-	defer free()
-	return runGemm(s.op, dev, s.broadcastParams(), ones, v, c, s.dt, true)
+	if ps.same {
+		return launchMap(ps.name, dev, s.dt, ps.op, ps.alpha, v, 0, c, s.rows*s.cols)
+	}
+	return ps.launchBroadcast(dev, v, 0, c)
 }
 
-// onesDevice returns n ones of dtype dt in scratch memory on dev, and a func
-// that frees them; freeing right after the launches that read them are
-// queued is safe (backend.Device.Free).
-func onesDevice(op string, dev *backend.Device, dt tensor.Dtype, n int) (backend.DevicePtr, func(), error) {
-	size := int64(n) * int64(dt.Size())
-	p, err := dev.Alloc(size)
-	if err != nil {
-		return 0, nil, fmt.Errorf("ops: %s: ones: %w", op, err)
-	}
-	var one any = float32(1)
-	if dt == tensor.Float64 {
-		one = float64(1)
-	}
-	if err := dev.Engine().Memset(backend.Memory{Ptr: p, Size: size}, one); err != nil {
-		dev.Free(p)
-		return 0, nil, fmt.Errorf("ops: %s: ones: %w", op, err)
-	}
-	return p, func() { dev.Free(p) }, nil
+// broadcastShape is v [cols] spread over [rows, cols] as a pointwise op.
+func (s rowsShape) broadcastShape() (pointwiseShape, error) {
+	return newPointwiseShape(pointwiseShape{
+		name: s.op, op: kernels.PointwiseScale, argA: "bias", alpha: 1, dt: s.dt,
+		a: tensor.Shape{s.cols}, aView: tensor.Shape{1, s.cols}, out: tensor.Shape{s.rows, s.cols},
+	})
 }

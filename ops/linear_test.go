@@ -450,17 +450,14 @@ func TestLinearTrainsWithAdam(t *testing.T) {
 	}
 }
 
-// The GEMMs with a ones vector that the device runs for a bias
-// (linear_device.go) compute what the CPU twins of the bias ops do.
-func TestBiasGemmParams(t *testing.T) {
+// The device runs a bias as Sum's and the pointwise ops' kernels
+// (linear_device.go): their plans, run by those ops' CPU twins, compute
+// what the CPU twins of the bias ops do.
+func TestBiasDevicePlans(t *testing.T) {
 	rng := rand.New(rand.NewPCG(19, 20))
-	for _, rc := range [][2]int{{1, 1}, {7, 3}, {300, 5}, {4, 70}} {
+	for _, rc := range [][2]int{{1, 1}, {1, 6}, {7, 3}, {300, 5}, {4, 70}, {5000, 16}} {
 		rows, cols := rc[0], rc[1]
 		s := rowsShape{op: "test", rows: rows, cols: cols, full: tensor.Shape{rows, cols}, dt: tensor.Float64}
-		ones := make([]float64, rows)
-		for i := range ones {
-			ones[i] = 1
-		}
 		// Multiples of 1/8: every sum is exact, in any order.
 		dy := make([]float64, rows*cols)
 		for i := range dy {
@@ -468,19 +465,23 @@ func TestBiasGemmParams(t *testing.T) {
 		}
 		want, got := make([]float64, cols), make([]float64, cols)
 		kernels.SumRows(rows, cols, dy, want)
-		if err := kernels.Gemm(s.sumParams(), ones, dy, got); err != nil {
+		if err := reduceRun(s.sumShape(), [][]float64{dy}, got); err != nil {
 			t.Fatal(err)
 		}
 		if !equalFloats(got, want) {
-			t.Errorf("%dx%d: ones·dy = %v, SumRows %v", rows, cols, got, want)
+			t.Errorf("%dx%d: Sum's plan gives %v, SumRows %v", rows, cols, got, want)
+		}
+		ps, err := s.broadcastShape()
+		if err != nil {
+			t.Fatal(err)
 		}
 		wantRows, gotRows := make([]float64, rows*cols), make([]float64, rows*cols)
 		kernels.BroadcastRows(rows, cols, want, wantRows)
-		if err := kernels.Gemm(s.broadcastParams(), ones, want, gotRows); err != nil {
+		if err := pointwiseRun(ps, [][]float64{want}, gotRows); err != nil {
 			t.Fatal(err)
 		}
 		if !equalFloats(gotRows, wantRows) {
-			t.Errorf("%dx%d: ones·v differs from BroadcastRows", rows, cols)
+			t.Errorf("%dx%d: the pointwise copy differs from BroadcastRows", rows, cols)
 		}
 	}
 }
