@@ -3,6 +3,8 @@
 # machine, from the repository root. Logs go to $OUT (default ./out).
 #   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors|core|encoder|profile|stalls]...
 # The sanitize step reads SAN_TOOLS, SAN_GROUPS and SAN_TIMEOUT (below).
+# It exits 1 when a test binary failed or a sanitizer tool reported errors
+# (or ran out of time), else 0.
 #
 # The anchors step also times Deformable-DETR's own CUDA kernels (the
 # MSDeformAttn targets' anchor) on the suite's inputs when a copy of
@@ -79,6 +81,10 @@ wait_dd() {
 		tail -n 1 "$OUT/dd-build.log" | sed 's/^/== Deformable-DETR build: /'
 	fi
 }
+# The script's exit status: 1 when a test binary failed or a sanitizer
+# tool reported errors (or ran out of time), else 0.
+status=0
+note_rc() { [ "$1" = 0 ] || status=1; }
 for step in $what; do
 	case $step in
 	tests)
@@ -86,7 +92,10 @@ for step in $what; do
 		# tool's 64 MiB carry: a run may bring only ops.test.
 		if [ -x bin/backend.test ]; then
 			echo "== backend tests"
-			(cd backend && "$root/bin/backend.test" -test.v -test.timeout 5m >"$OUT/backend.log" 2>&1; echo "exit $?" >>"$OUT/backend.log")
+			(cd backend && "$root/bin/backend.test" -test.v -test.timeout 5m >"$OUT/backend.log" 2>&1)
+			rc=$?
+			echo "exit $rc" >>"$OUT/backend.log"
+			note_rc $rc
 			grep -E "^(--- FAIL|FAIL|ok|PASS|exit)" "$OUT/backend.log"; grep -c -- "--- SKIP" "$OUT/backend.log" | sed 's/^/skipped: /'
 		else
 			echo "== backend tests: no bin/backend.test, skipped"
@@ -95,11 +104,17 @@ for step in $what; do
 		# launch one through its typed launcher (a small binary: 32 MB).
 		if [ -x bin/kernels_cuda.test ]; then
 			echo "== kernels/cuda tests"
-			(cd kernels/cuda && "$root/bin/kernels_cuda.test" -test.v -test.timeout 5m >"$OUT/kernels-cuda.log" 2>&1; echo "exit $?" >>"$OUT/kernels-cuda.log")
+			(cd kernels/cuda && "$root/bin/kernels_cuda.test" -test.v -test.timeout 5m >"$OUT/kernels-cuda.log" 2>&1)
+			rc=$?
+			echo "exit $rc" >>"$OUT/kernels-cuda.log"
+			note_rc $rc
 			grep -E "^(--- |FAIL|ok|PASS|exit)|loaded" "$OUT/kernels-cuda.log"
 		fi
 		echo "== ops GPU tests"
-		(cd ops && "$root/bin/ops.test" -test.v -test.run GPU -test.timeout 5m >"$OUT/ops-gpu.log" 2>&1; echo "exit $?" >>"$OUT/ops-gpu.log")
+		(cd ops && "$root/bin/ops.test" -test.v -test.run GPU -test.timeout 5m >"$OUT/ops-gpu.log" 2>&1)
+		rc=$?
+		echo "exit $rc" >>"$OUT/ops-gpu.log"
+		note_rc $rc
 		grep -E "^(--- |FAIL|ok|PASS|exit)|    gpu_test" "$OUT/ops-gpu.log" | grep -v "^    --- PASS" | head -60
 		;;
 	sanitize)
@@ -142,6 +157,7 @@ for step in $what; do
 				rc=$?
 				secs=$(($(date +%s) - start))
 				echo "exit $rc" >>"$log"
+				note_rc $rc
 				line=$(grep -E '(ERROR|RACECHECK) SUMMARY' "$log" | tail -n 1 | sed 's/^=* *//')
 				if [ -z "$line" ]; then
 					case $rc in
@@ -247,3 +263,4 @@ for step in $what; do
 		;;
 	esac
 done
+exit $status
