@@ -75,12 +75,7 @@
 // /usr/local, or only what STHENO_CUBLAS names; if none opens, Gemm returns
 // a *LoadError listing every name tried and why, and everything else keeps
 // working. Each Device has one cuBLAS handle on its stream, with a
-// workspace from the caching allocator; Close destroys it. The products
-// run through the same release's cuBLASLt (libcublasLt.so.N beside
-// libcublas.so.N), which chooses an algorithm once per shape of product
-// and reuses it, where cublasGemmEx would choose again on every call;
-// without it (or with STHENO_CUBLASLT=0) they go through cublasGemmEx.
-// BLASLibrary says which.
+// workspace from the caching allocator; Close destroys it.
 //
 // # Device tensors and Gorgonia
 //

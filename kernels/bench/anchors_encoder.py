@@ -5,11 +5,7 @@ same run on the same GPU: ms per step, the ratio (PyTorch's time over
 stheno's: above 1 is faster), and peak memory with its ratio (stheno's over
 PyTorch's). gpu-check.sh's encoder step runs both and calls this.
 
-    python3 kernels/bench/anchors_encoder.py --stheno encoder.log --torch encoder-anchor.log \
-        [--extra gemmex=encoder-gemmex.log]
-
---extra LABEL=LOG adds the rows of another run of the benchmark (the same
-configurations under another setting) with LABEL as their machine.
+    python3 kernels/bench/anchors_encoder.py --stheno encoder.log --torch encoder-anchor.log
 """
 import argparse
 import re
@@ -47,13 +43,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--stheno", required=True)
     ap.add_argument("--torch", required=True)
-    ap.add_argument("--extra", action="append", default=[])
     a = ap.parse_args()
     st = stheno_rows(a.stheno)
-    for extra in a.extra:
-        label, path = extra.split("=", 1)
-        for (n, layers, _), m in stheno_rows(path).items():
-            st[(n, layers, label)] = m
     pt, gpu = torch_rows(a.torch)
     print(f"encoder-shaped training step, same run, GPU {gpu}")
     head = f"{'config':<16} {'machine':<9} {'ms':>7} {'torch ms':>8} {'speed':>6} {'host ms':>7} {'us/node':>7} {'gpu ms':>7} {'GiB':>6} {'torch GiB':>9} {'mem':>5} {'launch':>6} {'gemm':>5} {'wait':>4}"

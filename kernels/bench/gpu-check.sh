@@ -225,10 +225,6 @@ for step in $what; do
 		echo "== encoder-shaped training step (log $OUT/encoder.log)"
 		(cd ops && "$root/bin/ops.test" -test.run '^$' -test.bench 'GPUEncoderStep' -test.benchtime 20x >"$OUT/encoder.log" 2>&1)
 		grep -E "^(Benchmark|FAIL|panic)|encoder_bench_test" "$OUT/encoder.log"
-		# The same steps with every product through cublasGemmEx (backend's
-		# doc: STHENO_CUBLASLT), to show what cuBLASLt's plans save.
-		(cd ops && STHENO_CUBLASLT=0 "$root/bin/ops.test" -test.run '^$' -test.bench 'GPUEncoderStep/.*/.*/machine=stheno' \
-			-test.benchtime 20x >"$OUT/encoder-gemmex.log" 2>&1)
 		: >"$OUT/encoder-anchor.log"
 		if [ -f "$ENC_DIR/encoder_step.py" ] && ls "$DD_DIR"/msda_ext*.so >/dev/null 2>&1; then
 			for cfg in 1:1 1:6 1:12 2:6 8:6; do
@@ -237,8 +233,7 @@ for step in $what; do
 		else
 			echo "== no $ENC_DIR or no built $DD_DIR: PyTorch's encoder step not measured"
 		fi
-		python3 kernels/bench/anchors_encoder.py --stheno "$OUT/encoder.log" --torch "$OUT/encoder-anchor.log" \
-			--extra gemmex="$OUT/encoder-gemmex.log" | tee "$OUT/anchors-encoder.log"
+		python3 kernels/bench/anchors_encoder.py --stheno "$OUT/encoder.log" --torch "$OUT/encoder-anchor.log" | tee "$OUT/anchors-encoder.log"
 		(cd ops && STHENO_ENCODER='n=1,layers=6' "$root/bin/ops.test" -test.run '^$' -test.bench 'GPUEncoderStep/.*/.*/machine=stheno' \
 			-test.benchtime 300x -test.cpuprofile "$OUT/encoder-cpu.prof" >"$OUT/encoder-profile.log" 2>&1)
 		grep -E "^Benchmark" "$OUT/encoder-profile.log"
