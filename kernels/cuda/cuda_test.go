@@ -320,7 +320,7 @@ func TestVariantsBuilt(t *testing.T) {
 			t.Errorf("%s.%s: Built() = %t, kernels.VariantsBuilt() = %t", k.Module, k.Name, k.Built(), built)
 		}
 		for i, img := range images[k.Module] {
-			if _, ok := img[k.Name]; ok != built {
+			if _, ok := img.kernels[k.Name]; ok != built {
 				t.Errorf("variant %s.%s is in module image %d: %t; kernels.VariantsBuilt() (stamp %v): %t", k.Module, k.Name, i, ok, stamps, built)
 			}
 		}
