@@ -471,3 +471,12 @@
   static_assert(offsetof(SoftmaxParams, log) == 44 && std::is_same<decltype(SoftmaxParams::log), int32_t>::value, "SoftmaxParams::log: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(SoftmaxParams, lanes) == 48 && std::is_same<decltype(SoftmaxParams::lanes), int32_t>::value, "SoftmaxParams::lanes: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(SoftmaxParams, unused) == 52 && std::is_same<decltype(SoftmaxParams::unused), int32_t>::value, "SoftmaxParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/upsample.cu
+#define STHENO_PARAMS_UpsampleParams \
+  static_assert(sizeof(UpsampleParams) == 32 && alignof(UpsampleParams) == 8, "UpsampleParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(UpsampleParams, in) == 0 && std::is_same<decltype(UpsampleParams::in), uint64_t>::value, "UpsampleParams::in: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(UpsampleParams, out) == 8 && std::is_same<decltype(UpsampleParams::out), uint64_t>::value, "UpsampleParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(UpsampleParams, rows) == 16 && std::is_same<decltype(UpsampleParams::rows), int64_t>::value, "UpsampleParams::rows: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(UpsampleParams, w) == 24 && std::is_same<decltype(UpsampleParams::w), int32_t>::value, "UpsampleParams::w: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(UpsampleParams, factor) == 28 && std::is_same<decltype(UpsampleParams::factor), int32_t>::value, "UpsampleParams::factor: offset or type differs from kernels/cuda's: run make kernels-go")

@@ -100,6 +100,13 @@ var trainingFamilies = []trainingFamily{
 		p := e.must(RoIAlign(f, rois, RoIAlignConfig{PooledH: 3, PooledW: 3, SpatialScale: 0.5, SamplingRatio: 2, Aligned: true}))
 		return e.meanSquare(p)
 	}},
+	{name: "pyramid", build: func(e *familyEnv) *G.Node {
+		x := e.uniform("x", -1, 1, 2, 3, 8, 8)
+		p3 := e.must(Conv(x, e.param("w3", 0.3, 4, 3, 3, 3), nil, ConvConfig{Pad: [2]int{1, 1}, Act: ActReLU}))
+		p4 := e.must(Conv(p3, e.param("w4", 0.3, 4, 4, 3, 3), nil, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{1, 1}}))
+		top := e.must(Add(p3, e.must(UpsampleNearest(p4, 2))))
+		return e.meanSquare(top)
+	}},
 	{name: "msdeform", build: func(e *familyEnv) *G.Node {
 		levels := []Level{{6, 6}, {3, 3}}
 		const n, q, heads, d, l, pts = 2, 5, 2, 4, 2, 2

@@ -166,15 +166,18 @@ func TestGPUMixedPlacementIsAnError(t *testing.T) {
 	}
 }
 
-// An op without device kernels (UpsampleNearest) refuses device inputs and
-// says how to run it on the host.
+// An op without device kernels refuses device inputs and says how to run
+// it on the host.
 func TestGPUHostOnlyOpsAdvise(t *testing.T) {
 	dev := gpu(t)
 	dt := tensor.Float64
-	up := upsampleShape{x: tensor.Shape{1, 1, 1, 2}, factor: 2, dt: dt}
-	img := toDev(t, dev, fromFloat64s(dt, []float64{1, 2}, 1, 1, 1, 2))
-	_, err := upsampleOp(up).Do(img)
-	if want := "ops: UpsampleNearest: no GPU kernel yet; move its inputs to the host with ops.ToHost"; err == nil || err.Error() != want {
+	hostOnly := newOp(&opSpec{
+		name: "HostOnly", config: "x",
+		inputs: []argSpec{{name: "x", shape: tensor.Shape{2}}}, out: tensor.Shape{2}, dtype: dt,
+		cpu: func(in []*tensor.Dense, out *tensor.Dense) error { return nil },
+	})
+	_, err := hostOnly.Do(toDev(t, dev, fromFloat64s(dt, []float64{1, 2}, 2)))
+	if want := "ops: HostOnly: no GPU kernel yet; move its inputs to the host with ops.ToHost"; err == nil || err.Error() != want {
 		t.Errorf("got error %v, want %q", err, want)
 	}
 }

@@ -49,15 +49,15 @@ san_tests() {
 	rows) echo 'SoftmaxParity|LayerNormParity|GroupNormParity' ;;
 	elementwise) echo 'PointwiseParity|ReduceParity|LayoutParity|GatherRowsBadIndex|BoxConvertParity' ;;
 	attention) echo 'LinearParity|MultiHeadAttentionParity' ;;
-	pooling) echo 'MaxPool2dParity|DropoutParity' ;;
+	pooling) echo 'MaxPool2dParity|DropoutParity|UpsampleNearestParity|UpsampleNearestUnaligned' ;;
 	losses) echo 'LossesParity|SoftmaxCrossEntropyBadLabelIsNaN' ;;
 	adamw) echo 'AdamWParity' ;;
 	*) return 1 ;;
 	esac
 }
 # The general ops' benchmarks (the core step), and their anchors scripts.
-CORE_BENCH='GPU(Softmax|LayerNorm|GroupNorm|Pointwise|Reduce|Layout|MultiHeadAttention|MaxPool2d|Dropout|Losses|AdamW)$'
-CORE_ANCHORS='softmax layernorm groupnorm pointwise layout attention maxpool dropout losses adamw'
+CORE_BENCH='GPU(Softmax|LayerNorm|GroupNorm|Pointwise|Reduce|Layout|MultiHeadAttention|MaxPool2d|UpsampleNearest|Dropout|Losses|AdamW)$'
+CORE_ANCHORS='softmax layernorm groupnorm pointwise layout attention maxpool upsample dropout losses adamw'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ddpid=
 case " $what " in

@@ -1068,6 +1068,29 @@ var (
 	_ [48]byte = [unsafe.Offsetof(SoftmaxParams{}.Lanes)]byte{}
 )
 
+// UpsampleParams mirrors struct UpsampleParams of kernels/upsample.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The launch parameters of the upsampling kernels, passed by value.
+type UpsampleParams struct {
+	In     backend.DevicePtr // fwd: x [rows, w]; bwd: dy [rows*factor, w*factor]
+	Out    backend.DevicePtr // fwd: y [rows*factor, w*factor]; bwd: dx [rows, w]
+	Rows   int64             // N*C*H, the rows of x
+	W      int32             // a row of x
+	Factor int32
+}
+
+// UpsampleParams's layout, as the generator computed it for both sides.
+var (
+	_ [32]byte = [unsafe.Sizeof(UpsampleParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(UpsampleParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(UpsampleParams{}.In)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(UpsampleParams{}.Out)]byte{}
+	_ [16]byte = [unsafe.Offsetof(UpsampleParams{}.Rows)]byte{}
+	_ [24]byte = [unsafe.Offsetof(UpsampleParams{}.W)]byte{}
+	_ [28]byte = [unsafe.Offsetof(UpsampleParams{}.Factor)]byte{}
+)
+
 // The kernels of kernels/adamw.cu (module adamw).
 const (
 	// AdamWNormPartialF32 is adamw_norm_partial_f32, __launch_bounds__(256).
@@ -1787,6 +1810,26 @@ const (
 	SoftmaxBwdInnerF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_inner_f64"
 )
 
+// The kernels of kernels/upsample.cu (module upsample).
+const (
+	// UpsampleNearestFwdF32 is upsample_nearest_fwd_f32, __launch_bounds__(256).
+	UpsampleNearestFwdF32 Kernel[UpsampleParams] = "upsample.upsample_nearest_fwd_f32"
+	// UpsampleNearestFwdF64 is upsample_nearest_fwd_f64, __launch_bounds__(256).
+	UpsampleNearestFwdF64 Kernel[UpsampleParams] = "upsample.upsample_nearest_fwd_f64"
+	// UpsampleNearestFwdX2Vec2F32 is upsample_nearest_fwd_x2_vec2_f32, __launch_bounds__(256).
+	UpsampleNearestFwdX2Vec2F32 Kernel[UpsampleParams] = "upsample.upsample_nearest_fwd_x2_vec2_f32"
+	// UpsampleNearestFwdX2Vec2F64 is upsample_nearest_fwd_x2_vec2_f64, __launch_bounds__(256).
+	UpsampleNearestFwdX2Vec2F64 Kernel[UpsampleParams] = "upsample.upsample_nearest_fwd_x2_vec2_f64"
+	// UpsampleNearestBwdF32 is upsample_nearest_bwd_f32, __launch_bounds__(256).
+	UpsampleNearestBwdF32 Kernel[UpsampleParams] = "upsample.upsample_nearest_bwd_f32"
+	// UpsampleNearestBwdF64 is upsample_nearest_bwd_f64, __launch_bounds__(256).
+	UpsampleNearestBwdF64 Kernel[UpsampleParams] = "upsample.upsample_nearest_bwd_f64"
+	// UpsampleNearestBwdX2Vec2F32 is upsample_nearest_bwd_x2_vec2_f32, __launch_bounds__(256).
+	UpsampleNearestBwdX2Vec2F32 Kernel[UpsampleParams] = "upsample.upsample_nearest_bwd_x2_vec2_f32"
+	// UpsampleNearestBwdX2Vec2F64 is upsample_nearest_bwd_x2_vec2_f64, __launch_bounds__(256).
+	UpsampleNearestBwdX2Vec2F64 Kernel[UpsampleParams] = "upsample.upsample_nearest_bwd_x2_vec2_f64"
+)
+
 // AdamWNormPartial returns AdamWNormPartialF32 for float32 and AdamWNormPartialF64 for float64.
 func AdamWNormPartial(dt tensor.Dtype) (Kernel[AdamWNormParams], error) {
 	return byDtype(dt, "adamw_norm_partial", AdamWNormPartialF32, AdamWNormPartialF64)
@@ -2342,6 +2385,26 @@ func SoftmaxBwdInner(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 	return byDtype(dt, "softmax_bwd_inner", SoftmaxBwdInnerF32, SoftmaxBwdInnerF64)
 }
 
+// UpsampleNearestFwd returns UpsampleNearestFwdF32 for float32 and UpsampleNearestFwdF64 for float64.
+func UpsampleNearestFwd(dt tensor.Dtype) (Kernel[UpsampleParams], error) {
+	return byDtype(dt, "upsample_nearest_fwd", UpsampleNearestFwdF32, UpsampleNearestFwdF64)
+}
+
+// UpsampleNearestFwdX2Vec2 returns UpsampleNearestFwdX2Vec2F32 for float32 and UpsampleNearestFwdX2Vec2F64 for float64.
+func UpsampleNearestFwdX2Vec2(dt tensor.Dtype) (Kernel[UpsampleParams], error) {
+	return byDtype(dt, "upsample_nearest_fwd_x2_vec2", UpsampleNearestFwdX2Vec2F32, UpsampleNearestFwdX2Vec2F64)
+}
+
+// UpsampleNearestBwd returns UpsampleNearestBwdF32 for float32 and UpsampleNearestBwdF64 for float64.
+func UpsampleNearestBwd(dt tensor.Dtype) (Kernel[UpsampleParams], error) {
+	return byDtype(dt, "upsample_nearest_bwd", UpsampleNearestBwdF32, UpsampleNearestBwdF64)
+}
+
+// UpsampleNearestBwdX2Vec2 returns UpsampleNearestBwdX2Vec2F32 for float32 and UpsampleNearestBwdX2Vec2F64 for float64.
+func UpsampleNearestBwdX2Vec2(dt tensor.Dtype) (Kernel[UpsampleParams], error) {
+	return byDtype(dt, "upsample_nearest_bwd_x2_vec2", UpsampleNearestBwdX2Vec2F32, UpsampleNearestBwdX2Vec2F64)
+}
+
 // Constants the kernels define (stheno:const annotations).
 const (
 	// AdamWChunkElems is kChunkElems in kernels/adamw.cu.
@@ -2687,6 +2750,10 @@ const (
 	// The most threads of a block kernel's or an inner kernel's block (at 1024
 	// the float64 block kernels spill).
 	SoftmaxMaxThreads = 512
+	// UpsampleThreads is kThreads in kernels/upsample.cu.
+	//
+	// The threads of a block of every kernel.
+	UpsampleThreads = 256
 )
 
 // kernelTable lists every kernel, module by module, in source order.
@@ -2982,4 +3049,12 @@ var kernelTable = [...]KernelInfo{
 	{Module: "softmax", Name: "softmax_fwd_inner_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_bwd_inner_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_bwd_inner_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_fwd_f32", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_fwd_f64", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_fwd_x2_vec2_f32", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_fwd_x2_vec2_f64", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_bwd_f32", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_bwd_f64", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_bwd_x2_vec2_f32", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_bwd_x2_vec2_f64", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
 }

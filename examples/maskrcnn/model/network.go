@@ -42,8 +42,8 @@ type Losses [len(LossNames)]float64
 // # Devices
 //
 // Build takes the device to run on; only the host (nil) is supported now.
-// Conv, ConvBN and RoIAlign have device kernels already. What a GPU run
-// still needs: device kernels for ConvTranspose, UpsampleNearest,
+// Conv, ConvBN, RoIAlign and UpsampleNearest have device kernels already.
+// What a GPU run still needs: device kernels for ConvTranspose,
 // MultiLevelRoIAlign (whose pooling RoIAlign's CUDA kernels would do) and
 // the losses; ops.ToDevice after the image and target inputs and
 // ops.ToHost before the host ops (the RPN's outputs are small) and after
