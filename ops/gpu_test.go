@@ -357,6 +357,38 @@ func TestGPUGradCheck(t *testing.T) {
 				}
 			}
 		})
+		t.Run(fmt.Sprintf("MultiLevelRoIAlign/seed=%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 23))
+			for _, columns := range []bool{false, true} {
+				cfg := pyramidCfg
+				cfg.Columns = columns
+				var inputs []autograd.Input
+				for l, s := range cfg.Scales {
+					side := int(64 * s)
+					inputs = append(inputs, autograd.Input{Name: fmt.Sprintf("features[%d]", l),
+						Value: randTensor(rng, tensor.Float64, -1, 1, 2, 2, side, side)})
+				}
+				inputs = append(inputs, autograd.Input{Name: "rois", Value: randomPyramidRoIs(rng, 2, 12), NoGrad: true})
+				_, err := autograd.CheckGrad(func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
+					var d G.Nodes
+					for _, n := range in {
+						m, err := ToDevice(n, dev)
+						if err != nil {
+							return nil, err
+						}
+						d = append(d, m)
+					}
+					y, err := MultiLevelRoIAlign(d[:len(d)-1], d[len(d)-1], cfg)
+					if err != nil {
+						return nil, err
+					}
+					return ToHost(y)
+				}, inputs, seed, engine)
+				if err != nil {
+					t.Fatalf("columns=%t: %v", columns, err)
+				}
+			}
+		})
 		t.Run(fmt.Sprintf("MSDeformAttn/seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 22))
 			levels := []Level{{4, 5}, {2, 3}}

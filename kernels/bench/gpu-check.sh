@@ -39,7 +39,7 @@ SAN_TIMEOUT=${SAN_TIMEOUT:-540}
 # seconds say how close each comes.
 san_tests() {
 	case $1 in
-	roialign) echo 'RoIAlignParity|RoIAlignRunTimeErrors' ;;
+	roialign) echo 'RoIAlignParity|RoIAlignRunTimeErrors|MultiLevelRoIAlignParity|MultiLevelRoIAlignKernels|MultiLevelRoIAlignRunTimeErrors' ;;
 	msdeform) echo 'MSDeformAttnParity|MSDeformAttnSortedParity|MSDeformAttnCellBoundary|MSDeformAttnQueryOrder' ;;
 	msdeform-variants) echo 'MSDeformAttnForwardVariants|MSDeformAttnBackwardVariants' ;;
 	conv) echo 'ConvParity|ConvGradParity|ConvEpilogueFoldsBatchNorm' ;;
@@ -56,7 +56,7 @@ san_tests() {
 	esac
 }
 # The general ops' benchmarks (the core step), and their anchors scripts.
-CORE_BENCH='GPU(Softmax|LayerNorm|GroupNorm|Pointwise|Reduce|Layout|MultiHeadAttention|MaxPool2d|UpsampleNearest|Dropout|Losses|AdamW)$'
+CORE_BENCH='GPU(Softmax|LayerNorm|GroupNorm|Pointwise|Reduce|Layout|MultiHeadAttention|MaxPool2d|UpsampleNearest|MultiLevelRoIAlign|Dropout|Losses|AdamW)$'
 CORE_ANCHORS='softmax layernorm groupnorm pointwise layout attention maxpool upsample dropout losses adamw'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ddpid=

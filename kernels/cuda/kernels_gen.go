@@ -974,28 +974,39 @@ type RoIAlignParams struct {
 	SamplingRatio    int32 // <= 0: adaptive
 	Aligned          int32 // bool
 	MaxAdaptiveGrid  int32 // adaptive samples per bin side above which a RoI is an error
+
+	// MultiLevelRoIAlign: with level_filter set, the blocks work on the RoIs
+	// of one level of a feature pyramid only, those whose roi_level_size is
+	// in [level_lo, level_hi); the others' outputs are left as they are
+	// (another level's launch writes them) and they scatter nothing.
+	LevelLo, LevelHi float64
+	LevelFilter      int32 // bool
+	_                int32
 }
 
 // RoIAlignParams's layout, as the generator computed it for both sides.
 var (
-	_ [88]byte = [unsafe.Sizeof(RoIAlignParams{})]byte{}
-	_ [8]byte  = [unsafe.Alignof(RoIAlignParams{})]byte{}
-	_ [0]byte  = [unsafe.Offsetof(RoIAlignParams{}.Feat)]byte{}
-	_ [8]byte  = [unsafe.Offsetof(RoIAlignParams{}.RoIs)]byte{}
-	_ [16]byte = [unsafe.Offsetof(RoIAlignParams{}.Pooled)]byte{}
-	_ [24]byte = [unsafe.Offsetof(RoIAlignParams{}.Status)]byte{}
-	_ [32]byte = [unsafe.Offsetof(RoIAlignParams{}.Order)]byte{}
-	_ [40]byte = [unsafe.Offsetof(RoIAlignParams{}.SpatialScale)]byte{}
-	_ [48]byte = [unsafe.Offsetof(RoIAlignParams{}.N)]byte{}
-	_ [52]byte = [unsafe.Offsetof(RoIAlignParams{}.C)]byte{}
-	_ [56]byte = [unsafe.Offsetof(RoIAlignParams{}.H)]byte{}
-	_ [60]byte = [unsafe.Offsetof(RoIAlignParams{}.W)]byte{}
-	_ [64]byte = [unsafe.Offsetof(RoIAlignParams{}.K)]byte{}
-	_ [68]byte = [unsafe.Offsetof(RoIAlignParams{}.PooledH)]byte{}
-	_ [72]byte = [unsafe.Offsetof(RoIAlignParams{}.PooledW)]byte{}
-	_ [76]byte = [unsafe.Offsetof(RoIAlignParams{}.SamplingRatio)]byte{}
-	_ [80]byte = [unsafe.Offsetof(RoIAlignParams{}.Aligned)]byte{}
-	_ [84]byte = [unsafe.Offsetof(RoIAlignParams{}.MaxAdaptiveGrid)]byte{}
+	_ [112]byte = [unsafe.Sizeof(RoIAlignParams{})]byte{}
+	_ [8]byte   = [unsafe.Alignof(RoIAlignParams{})]byte{}
+	_ [0]byte   = [unsafe.Offsetof(RoIAlignParams{}.Feat)]byte{}
+	_ [8]byte   = [unsafe.Offsetof(RoIAlignParams{}.RoIs)]byte{}
+	_ [16]byte  = [unsafe.Offsetof(RoIAlignParams{}.Pooled)]byte{}
+	_ [24]byte  = [unsafe.Offsetof(RoIAlignParams{}.Status)]byte{}
+	_ [32]byte  = [unsafe.Offsetof(RoIAlignParams{}.Order)]byte{}
+	_ [40]byte  = [unsafe.Offsetof(RoIAlignParams{}.SpatialScale)]byte{}
+	_ [48]byte  = [unsafe.Offsetof(RoIAlignParams{}.N)]byte{}
+	_ [52]byte  = [unsafe.Offsetof(RoIAlignParams{}.C)]byte{}
+	_ [56]byte  = [unsafe.Offsetof(RoIAlignParams{}.H)]byte{}
+	_ [60]byte  = [unsafe.Offsetof(RoIAlignParams{}.W)]byte{}
+	_ [64]byte  = [unsafe.Offsetof(RoIAlignParams{}.K)]byte{}
+	_ [68]byte  = [unsafe.Offsetof(RoIAlignParams{}.PooledH)]byte{}
+	_ [72]byte  = [unsafe.Offsetof(RoIAlignParams{}.PooledW)]byte{}
+	_ [76]byte  = [unsafe.Offsetof(RoIAlignParams{}.SamplingRatio)]byte{}
+	_ [80]byte  = [unsafe.Offsetof(RoIAlignParams{}.Aligned)]byte{}
+	_ [84]byte  = [unsafe.Offsetof(RoIAlignParams{}.MaxAdaptiveGrid)]byte{}
+	_ [88]byte  = [unsafe.Offsetof(RoIAlignParams{}.LevelLo)]byte{}
+	_ [96]byte  = [unsafe.Offsetof(RoIAlignParams{}.LevelHi)]byte{}
+	_ [104]byte = [unsafe.Offsetof(RoIAlignParams{}.LevelFilter)]byte{}
 )
 
 // RoIOrderParams mirrors struct RoIOrderParams of kernels/roialign.cu field for field (STHENO_PARAMS
@@ -2984,43 +2995,43 @@ var kernelTable = [...]KernelInfo{
 	{Module: "pointwise", Name: "reduce_rows_block_v16b_f64", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "pointwise", Name: "reduce_cols_f32", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "pointwise", Name: "reduce_cols_f64", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_occ4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 4, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_vec4_occ4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 4, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_bwd_nhwc_taps_atomic_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_bwd_nhwc_taps_atomic_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_bwd_nhwc_sep_atomic_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_bwd_nhwc_sep_atomic_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_occ4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 4, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_vec4_occ4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 4, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_taps_atomic_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_taps_atomic_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_sep_atomic_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_sep_atomic_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "roialign_sort_rois_f32", Params: "RoIOrderParams", ParamsSize: 48, MaxThreads: 1024, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "roialign_sort_rois_f64", Params: "RoIOrderParams", ParamsSize: 48, MaxThreads: 1024, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "transpose_planes_f32", Params: "TransposeParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "transpose_planes_f64", Params: "TransposeParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_taps_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_taps_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_vec4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c8_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c8_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_sep_red4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_taps_red4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_taps_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_taps_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_vec4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c8_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c8_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_sep_red4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_taps_red4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
 	{Module: "softmax", Name: "softmax_fwd_warp_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_warp_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_warp_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
