@@ -72,7 +72,9 @@ type trainingFamily struct {
 	name  string
 	build func(e *familyEnv) *G.Node
 	// batchNorm: the family updates BatchNorm's running statistics, which
-	// a training step reads on the host (a wait per layer).
+	// NewBatchNorm leaves in host memory: a training step on a GPU waits
+	// once per layer for them unless BatchNorm.RunningStatsToDevice moves
+	// them there.
 	batchNorm bool
 }
 

@@ -45,7 +45,7 @@ san_tests() {
 	conv) echo 'ConvParity|ConvGradParity|ConvEpilogueFoldsBatchNorm' ;;
 	conv-fprop-variants) echo 'ConvFpropVariants' ;;
 	conv-backward-variants) echo 'ConvBackwardVariants' ;;
-	batchnorm) echo 'BatchNormOpsParity|ReLUMaskEdges' ;;
+	batchnorm) echo 'BatchNormOpsParity|ReLUMaskEdges|BatchNormRunningStatsSteps' ;;
 	rows) echo 'SoftmaxParity|LayerNormParity|GroupNormParity' ;;
 	elementwise) echo 'PointwiseParity|ReduceParity|LayoutParity|GatherRowsBadIndex|BoxConvertParity' ;;
 	attention) echo 'LinearParity|MultiHeadAttentionParity' ;;
