@@ -422,7 +422,7 @@
 
 // kernels/roialign.cu
 #define STHENO_PARAMS_RoIAlignParams \
-  static_assert(sizeof(RoIAlignParams) == 88 && alignof(RoIAlignParams) == 8, "RoIAlignParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(sizeof(RoIAlignParams) == 112 && alignof(RoIAlignParams) == 8, "RoIAlignParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(RoIAlignParams, feat) == 0 && std::is_same<decltype(RoIAlignParams::feat), uint64_t>::value, "RoIAlignParams::feat: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(RoIAlignParams, rois) == 8 && std::is_same<decltype(RoIAlignParams::rois), uint64_t>::value, "RoIAlignParams::rois: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(RoIAlignParams, pooled) == 16 && std::is_same<decltype(RoIAlignParams::pooled), uint64_t>::value, "RoIAlignParams::pooled: offset or type differs from kernels/cuda's: run make kernels-go"); \
@@ -438,7 +438,11 @@
   static_assert(offsetof(RoIAlignParams, pooled_w) == 72 && std::is_same<decltype(RoIAlignParams::pooled_w), int32_t>::value, "RoIAlignParams::pooled_w: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(RoIAlignParams, sampling_ratio) == 76 && std::is_same<decltype(RoIAlignParams::sampling_ratio), int32_t>::value, "RoIAlignParams::sampling_ratio: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(RoIAlignParams, aligned) == 80 && std::is_same<decltype(RoIAlignParams::aligned), int32_t>::value, "RoIAlignParams::aligned: offset or type differs from kernels/cuda's: run make kernels-go"); \
-  static_assert(offsetof(RoIAlignParams, max_adaptive_grid) == 84 && std::is_same<decltype(RoIAlignParams::max_adaptive_grid), int32_t>::value, "RoIAlignParams::max_adaptive_grid: offset or type differs from kernels/cuda's: run make kernels-go")
+  static_assert(offsetof(RoIAlignParams, max_adaptive_grid) == 84 && std::is_same<decltype(RoIAlignParams::max_adaptive_grid), int32_t>::value, "RoIAlignParams::max_adaptive_grid: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(RoIAlignParams, level_lo) == 88 && std::is_same<decltype(RoIAlignParams::level_lo), double>::value, "RoIAlignParams::level_lo: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(RoIAlignParams, level_hi) == 96 && std::is_same<decltype(RoIAlignParams::level_hi), double>::value, "RoIAlignParams::level_hi: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(RoIAlignParams, level_filter) == 104 && std::is_same<decltype(RoIAlignParams::level_filter), int32_t>::value, "RoIAlignParams::level_filter: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(RoIAlignParams, unused) == 108 && std::is_same<decltype(RoIAlignParams::unused), int32_t>::value, "RoIAlignParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
 
 // kernels/roialign.cu
 #define STHENO_PARAMS_RoIOrderParams \
@@ -471,3 +475,12 @@
   static_assert(offsetof(SoftmaxParams, log) == 44 && std::is_same<decltype(SoftmaxParams::log), int32_t>::value, "SoftmaxParams::log: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(SoftmaxParams, lanes) == 48 && std::is_same<decltype(SoftmaxParams::lanes), int32_t>::value, "SoftmaxParams::lanes: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(SoftmaxParams, unused) == 52 && std::is_same<decltype(SoftmaxParams::unused), int32_t>::value, "SoftmaxParams::unused: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/upsample.cu
+#define STHENO_PARAMS_UpsampleParams \
+  static_assert(sizeof(UpsampleParams) == 32 && alignof(UpsampleParams) == 8, "UpsampleParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(UpsampleParams, in) == 0 && std::is_same<decltype(UpsampleParams::in), uint64_t>::value, "UpsampleParams::in: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(UpsampleParams, out) == 8 && std::is_same<decltype(UpsampleParams::out), uint64_t>::value, "UpsampleParams::out: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(UpsampleParams, rows) == 16 && std::is_same<decltype(UpsampleParams::rows), int64_t>::value, "UpsampleParams::rows: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(UpsampleParams, w) == 24 && std::is_same<decltype(UpsampleParams::w), int32_t>::value, "UpsampleParams::w: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(UpsampleParams, factor) == 28 && std::is_same<decltype(UpsampleParams::factor), int32_t>::value, "UpsampleParams::factor: offset or type differs from kernels/cuda's: run make kernels-go")

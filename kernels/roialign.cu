@@ -45,6 +45,16 @@
 // (roialign_sort_rois) and split a RoI's bins over blocks; backward, also
 // its channels (grid z slices, so that the gradient being scattered into
 // at once fits L2 better).
+//
+// MultiLevelRoIAlign (torchvision's MultiScaleRoIAlign) runs these kernels
+// once per level of a feature pyramid on all of its RoIs, each launch with
+// its level's map and scale and level_filter set: a block whose RoI belongs
+// to another level (roi_in_level, from the RoI's box alone) returns at
+// once. Each RoI is then pooled from its level straight into its row of
+// the output, and scatters into its level's gradient only, with no count
+// of each level's RoIs on the host and no gather or scatter of RoIs.
+#include <limits>
+
 #include "atomics.cuh"
 #include "bilinear.cuh"
 #include "params_gen.cuh"
@@ -64,6 +74,13 @@ struct RoIAlignParams {
   int32_t sampling_ratio;     // <= 0: adaptive
   int32_t aligned;            // bool
   int32_t max_adaptive_grid;  // adaptive samples per bin side above which a RoI is an error
+  // MultiLevelRoIAlign: with level_filter set, the blocks work on the RoIs
+  // of one level of a feature pyramid only, those whose roi_level_size is
+  // in [level_lo, level_hi); the others' outputs are left as they are
+  // (another level's launch writes them) and they scatter nothing.
+  double level_lo, level_hi;
+  int32_t level_filter;  // bool
+  int32_t unused;
 };
 STHENO_PARAMS(RoIAlignParams);
 
@@ -84,6 +101,30 @@ static_assert(kStatusAdaptiveGridTooLarge == 2, "kernels/cuda exports the status
 
 __device__ __forceinline__ int64_t roi_of(const RoIAlignParams& p, unsigned block) {
   return p.order != 0 ? reinterpret_cast<const int*>(p.order)[block] : static_cast<int64_t>(block);
+}
+
+// The size by which MultiLevelRoIAlign gives a RoI its level, as
+// kernels.RoILevelSize: sqrt(w*h) of its box in image pixels, in double
+// from the T coordinates (each product and difference rounded once, as Go
+// rounds them: the CPU twin's value, bit for bit); -inf for an empty,
+// inverted or NaN box (the finest level), and at most the largest finite
+// double (an infinite box stays below +inf, the coarsest level's bound).
+template <typename T>
+__device__ __forceinline__ double roi_level_size(const T* __restrict__ roi) {
+  const double w = static_cast<double>(roi[3]) - static_cast<double>(roi[1]);
+  const double h = static_cast<double>(roi[4]) - static_cast<double>(roi[2]);
+  if (!(w > 0 && h > 0)) return -std::numeric_limits<double>::infinity();
+  return fmin(sqrt(w * h), std::numeric_limits<double>::max());
+}
+
+// Whether a block works on a RoI: every RoI, or with level_filter those of
+// its level. A RoI's level is a property of its box alone, so each RoI is
+// in exactly one of a pyramid's launches (sizes are never NaN).
+template <typename T>
+__device__ __forceinline__ bool roi_in_level(const RoIAlignParams& p, const T* __restrict__ roi) {
+  if (!p.level_filter) return true;
+  const double s = roi_level_size(roi);
+  return s >= p.level_lo && s < p.level_hi;
 }
 
 // RoIs in spatial order (roialign_sort_rois). Blocks start roughly in
@@ -553,6 +594,8 @@ __device__ void roialign(const RoIAlignParams& p, bool separable) {
   __shared__ Block<T> sh;
   constexpr int kTile = tile_bins<T>();
   const int64_t roi = roi_of(p, blockIdx.x);
+  // Another level's RoI (MultiLevelRoIAlign): that level's launch does it.
+  if (!roi_in_level(p, reinterpret_cast<const T*>(p.rois) + roi * 5)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int bins = p.pooled_h * p.pooled_w;
   const int64_t pix = p.c;  // elements between pixels, channels-last
@@ -756,6 +799,8 @@ __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
   __shared__ Block<float> sh;
   constexpr int kTile = tile_bins<float>();
   const int64_t roi = roi_of(p, blockIdx.x);
+  // Another level's RoI (MultiLevelRoIAlign): that level's launch does it.
+  if (!roi_in_level(p, reinterpret_cast<const float*>(p.rois) + roi * 5)) return;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int bins = p.pooled_h * p.pooled_w;
   float* out = reinterpret_cast<float*>(p.pooled) + roi * p.c * bins;
@@ -898,6 +943,8 @@ __device__ void roialign_forward_sep4(const RoIAlignParams& p) {
 template <typename T, int kCPT>
 __device__ void roialign_forward_nchw(const RoIAlignParams& p) {
   const int64_t roi = roi_of(p, blockIdx.x);
+  // Another level's RoI (MultiLevelRoIAlign): that level's launch does it.
+  if (!roi_in_level(p, reinterpret_cast<const T*>(p.rois) + roi * 5)) return;
   const int bins = p.pooled_h * p.pooled_w;
   const int phases = max(1, static_cast<int>(blockDim.x) / bins);
   const int c_begin = blockIdx.y * phases * kCPT;
@@ -994,6 +1041,8 @@ __device__ void roialign_forward_cols(const RoIAlignParams& p) {
   // elsewhere it would divide by zero below.
   if (p.sampling_ratio != kS || p.pooled_w * kS > 32 || (kCM && p.pooled_h * kS > kColsMaxRows)) return;
   const int64_t roi = blockIdx.x;
+  // Another level's RoI (MultiLevelRoIAlign): that level's launch does it.
+  if (!roi_in_level(p, reinterpret_cast<const T*>(p.rois) + roi * 5)) return;
   const int cols = p.pooled_w * kS, slots = 32 / cols;  // sample columns of a bin row; maps a warp reads at once
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int slot = lane / cols, sc = lane - slot * cols;

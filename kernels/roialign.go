@@ -15,6 +15,45 @@ type RoIAlignParams struct {
 	SpatialScale     float64
 	SamplingRatio    int  // <= 0: adaptive, ceil(roi_size/pooled_size) per bin side
 	Aligned          bool // subtract half a pixel after scaling, as torchvision's aligned=True
+	// Level, if not nil, restricts the call to the RoIs of one level of a
+	// feature pyramid (MultiLevelRoIAlign): the others are skipped, their
+	// rows of the output left as they are and nothing scattered for them.
+	Level *RoILevel
+}
+
+// RoILevel is one level of a feature pyramid as MultiLevelRoIAlign assigns
+// RoIs to levels: the RoIs whose RoILevelSize lies in [Lo, Hi). The CUDA
+// kernels take it as level_lo and level_hi.
+type RoILevel struct {
+	Lo, Hi float64
+}
+
+// Holds reports whether the RoI with corners (x1, y1) and (x2, y2) is of
+// the level.
+func (l *RoILevel) Holds(x1, y1, x2, y2 float64) bool {
+	s := RoILevelSize(x1, y1, x2, y2)
+	return s >= l.Lo && s < l.Hi
+}
+
+// RoILevelSize is the size by which MultiLevelRoIAlign gives a RoI with
+// corners (x1, y1) and (x2, y2) its level: sqrt(w*h), -Inf for an empty,
+// inverted or NaN box (the finest level), and at most math.MaxFloat64, so
+// that an infinite box stays below a bound of +Inf (the coarsest level).
+// roialign.cu's roi_level_size computes it the same way, bit for bit.
+func RoILevelSize(x1, y1, x2, y2 float64) float64 {
+	w, h := x2-x1, y2-y1
+	if !(w > 0 && h > 0) {
+		return math.Inf(-1)
+	}
+	return min(math.Sqrt(w*h), math.MaxFloat64)
+}
+
+// inLevel reports whether RoI row roi is one the call works on.
+func inLevel[T Float](p *RoIAlignParams, roi []T) bool {
+	if p.Level == nil {
+		return true
+	}
+	return p.Level.Holds(float64(roi[1]), float64(roi[2]), float64(roi[3]), float64(roi[4]))
 }
 
 // MaxAdaptiveGrid bounds the samples per bin side that adaptive sampling may
@@ -25,6 +64,7 @@ const MaxAdaptiveGrid = 1024
 
 // roiGeom is the geometry torchvision derives from one RoI row.
 type roiGeom[T Float] struct {
+	skip           bool // another level's RoI (RoIAlignParams.Level)
 	batch          int
 	startY, startX T
 	binH, binW     T
@@ -124,7 +164,8 @@ func planBins[T Float](p *RoIAlignParams, g *roiGeom[T], tp []taps[T]) {
 // RoIAlignForward computes out[k,c,ph,pw], the average of bilinear samples
 // of x over bin (ph,pw) of RoI k. The taps of each RoI are computed once and
 // shared by all channels. It returns an error, before writing anything, for a
-// RoI with a bad batch index or an excessive adaptive grid.
+// RoI with a bad batch index or an excessive adaptive grid. With p.Level it
+// writes the rows of that level's RoIs only, and checks only those.
 func RoIAlignForward[T Float](p RoIAlignParams, x, rois, out []T) error {
 	geoms, err := roiGeometries(&p, rois)
 	if err != nil {
@@ -136,6 +177,9 @@ func RoIAlignForward[T Float](p RoIAlignParams, x, rois, out []T) error {
 		var tp []taps[T]
 		for k := k0; k < k1; k++ {
 			g := &geoms[k]
+			if g.skip {
+				continue
+			}
 			samples := g.gridH * g.gridW
 			tp = grow(tp, bins*samples)
 			planBins(&p, g, tp)
@@ -160,6 +204,7 @@ func RoIAlignForward[T Float](p RoIAlignParams, x, rois, out []T) error {
 // of every sample of every bin. It is the CPU twin of the atomicAdd kernel:
 // here work is split by channel so that no two goroutines add to the same
 // element, and RoIs are visited in order, so the result is deterministic.
+// With p.Level only that level's RoIs scatter (and are checked).
 func RoIAlignBackward[T Float](p RoIAlignParams, rois, gradOut, gradX []T) error {
 	geoms, err := roiGeometries(&p, rois)
 	if err != nil {
@@ -177,6 +222,9 @@ func RoIAlignBackward[T Float](p RoIAlignParams, rois, gradOut, gradX []T) error
 		parallelFor(k1-k0, 1, func(lo, hi int) {
 			for i := lo; i < hi; i++ {
 				g := &geoms[k0+i]
+				if g.skip {
+					continue
+				}
 				plans[i] = grow(plans[i], bins*g.gridH*g.gridW)
 				planBins(&p, g, plans[i])
 			}
@@ -184,6 +232,9 @@ func RoIAlignBackward[T Float](p RoIAlignParams, rois, gradOut, gradX []T) error
 		parallelFor(p.C, 1, func(c0, c1 int) {
 			for k := k0; k < k1; k++ {
 				g := &geoms[k]
+				if g.skip {
+					continue
+				}
 				samples := g.gridH * g.gridW
 				tp := plans[k-k0]
 				for c := c0; c < c1; c++ {
@@ -210,6 +261,10 @@ func RoIAlignBackward[T Float](p RoIAlignParams, rois, gradOut, gradX []T) error
 func roiGeometries[T Float](p *RoIAlignParams, rois []T) ([]roiGeom[T], error) {
 	geoms := make([]roiGeom[T], p.K)
 	for k := range p.K {
+		if !inLevel(p, rois[k*5:k*5+5]) {
+			geoms[k].skip = true
+			continue
+		}
 		g, err := roiGeometry(p, k, rois[k*5:k*5+5])
 		if err != nil {
 			return nil, err

@@ -28,6 +28,11 @@ const (
 // batch's statistics and moves the running ones toward them,
 // running = (1-Momentum)*running + Momentum*batch (the unbiased batch
 // variance for RunningVar); in inference mode it uses the running statistics.
+//
+// The running statistics live in host memory (NewBatchNorm's) or on the GPU
+// that runs the layer: RunningStatsToDevice moves them there, where
+// training updates them without a wait, RunningStatsToHost moves them back,
+// and CopyRunningStats reads them wherever they are.
 type BatchNorm struct {
 	Gamma, Beta             *G.Node       // [Cout]
 	RunningMean, RunningVar *tensor.Dense // [Cout], updated in training mode

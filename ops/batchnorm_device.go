@@ -25,12 +25,145 @@ import (
 //
 // Running statistics. bn.RunningMean and bn.RunningVar may live in host
 // memory (NewBatchNorm makes them there) or on the GPU that runs the layer
-// (move them there with dev.ToDevice and store the device tensors back in
-// the BatchNorm). On the GPU, training updates them in place in a kernel
-// and nothing waits; in host memory, each training step copies the batch
-// mean and variance (2*C numbers) back, which waits for the GPU, and
-// updates them on the host with the CPU twin's expressions, and inference
-// uploads them for the kernels. Keep them on the GPU when training there.
+// (BatchNorm.RunningStatsToDevice moves them there). On the GPU, training
+// updates them in place in bn_finalize, from the batch statistics the
+// convolution's epilogue reduced, and no step waits for them; in host
+// memory, each training step copies the batch mean and variance (2*C
+// numbers) back, which waits for the GPU, and updates them on the host with
+// the CPU twin's expressions, and inference uploads them for the kernels.
+// Keep them on the GPU when training there, and read them with
+// BatchNorm.CopyRunningStats (a checkpoint) when needed.
+
+// RunningStatsToDevice moves the layer's running statistics to dev, the
+// GPU that runs it: training there then updates them in place, and a
+// training step waits for them no more (in host memory every step copies
+// the batch's statistics back, a wait per layer). The device copies outlive
+// the steps: a Scope open on dev keeps them, so this may be called inside
+// a step. Statistics already on dev stay as they are. The host tensors are
+// left as they were, no longer the layer's: read the statistics with
+// CopyRunningStats, and move them back with RunningStatsToHost.
+func (bn *BatchNorm) RunningStatsToDevice(dev *backend.Device) error {
+	const op = "BatchNorm.RunningStatsToDevice"
+	if dev == nil {
+		return fmt.Errorf("ops: %s: dev is nil", op)
+	}
+	if err := bn.checkRunningStats(op); err != nil {
+		return err
+	}
+	stats := [2]*tensor.Dense{bn.RunningMean, bn.RunningVar}
+	var moved [2]*tensor.Dense
+	fail := func(err error) error {
+		for i, m := range moved {
+			if m != nil && m != stats[i] {
+				_ = dev.FreeDense(m)
+			}
+		}
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	for i, t := range stats {
+		if backend.IsDevice(t) {
+			d, err := backend.DeviceOf(t)
+			if err != nil {
+				return fail(err)
+			}
+			if d != dev {
+				return fail(fmt.Errorf("bn.%s is on %v, not %v: move it to the host first (RunningStatsToHost)", runningStatNames[i], d, dev))
+			}
+			moved[i] = t
+			continue
+		}
+		m, err := dev.ToDevice(t)
+		if err != nil {
+			return fail(err)
+		}
+		moved[i] = m
+		if s := dev.OpenScope(); s != nil {
+			if err := s.Keep(m); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	bn.RunningMean, bn.RunningVar = moved[0], moved[1]
+	return nil
+}
+
+// RunningStatsToHost moves the layer's running statistics back to host
+// memory from the GPU and frees the device copies; statistics in host
+// memory stay as they are. It waits for the GPU (the last step's update
+// included).
+func (bn *BatchNorm) RunningStatsToHost() error {
+	const op = "BatchNorm.RunningStatsToHost"
+	mean, variance, err := bn.CopyRunningStats()
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	stats := [2]**tensor.Dense{&bn.RunningMean, &bn.RunningVar}
+	for i, host := range []*tensor.Dense{mean, variance} {
+		t := *stats[i]
+		if !backend.IsDevice(t) {
+			continue
+		}
+		d, err := backend.DeviceOf(t)
+		if err == nil {
+			err = d.FreeDense(t)
+		}
+		if err != nil {
+			return fmt.Errorf("ops: %s: bn.%s: %w", op, runningStatNames[i], err)
+		}
+		*stats[i] = host
+	}
+	return nil
+}
+
+// CopyRunningStats returns host copies of the layer's running mean and
+// variance, wherever they live: what a checkpoint saves. Copying them from
+// a GPU waits for the work queued there, the last step's update included.
+func (bn *BatchNorm) CopyRunningStats() (mean, variance *tensor.Dense, err error) {
+	const op = "BatchNorm.CopyRunningStats"
+	if err := bn.checkRunningStats(op); err != nil {
+		return nil, nil, err
+	}
+	var out [2]*tensor.Dense
+	for i, t := range []*tensor.Dense{bn.RunningMean, bn.RunningVar} {
+		if !backend.IsDevice(t) {
+			out[i] = t.Clone().(*tensor.Dense)
+			continue
+		}
+		d, err := backend.DeviceOf(t)
+		if err == nil {
+			out[i], err = d.ToHost(t)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("ops: %s: bn.%s: %w", op, runningStatNames[i], err)
+		}
+	}
+	return out[0], out[1], nil
+}
+
+var runningStatNames = [2]string{"RunningMean", "RunningVar"}
+
+// checkRunningStats checks that the layer has both running statistics,
+// [C] tensors of one dtype, contiguous.
+func (bn *BatchNorm) checkRunningStats(op string) error {
+	if bn == nil {
+		return fmt.Errorf("ops: %s: bn is nil", op)
+	}
+	for i, t := range []*tensor.Dense{bn.RunningMean, bn.RunningVar} {
+		switch {
+		case t == nil:
+			return fmt.Errorf("ops: %s: bn.%s is nil", op, runningStatNames[i])
+		case t.Dims() != 1:
+			return fmt.Errorf("ops: %s: bn.%s must have shape [C], got %v", op, runningStatNames[i], t.Shape())
+		case t.IsView() || !t.DataOrder().IsRowMajor():
+			return fmt.Errorf("ops: %s: bn.%s must be a contiguous tensor, not a view", op, runningStatNames[i])
+		}
+	}
+	if !bn.RunningMean.Shape().Eq(bn.RunningVar.Shape()) || bn.RunningMean.Dtype() != bn.RunningVar.Dtype() {
+		return fmt.Errorf("ops: %s: bn.RunningMean (%v %v) and bn.RunningVar (%v %v) differ", op,
+			bn.RunningMean.Shape(), bn.RunningMean.Dtype(), bn.RunningVar.Shape(), bn.RunningVar.Dtype())
+	}
+	return nil
+}
 
 const (
 	bnRecForward  = cuda.BNStatsRecord // float64s per statistics record: count, sum, M2

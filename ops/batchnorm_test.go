@@ -715,3 +715,51 @@ func TestConvBNStatisticsInTheGraph(t *testing.T) {
 		}
 	}
 }
+
+// The running statistics' methods on a layer whose statistics are in host
+// memory: CopyRunningStats gives copies, RunningStatsToHost leaves the
+// layer's own tensors in place; and the errors.
+func TestBatchNormRunningStatsMethods(t *testing.T) {
+	g := G.NewGraph()
+	bn, err := NewBatchNorm(g, tensor.Float64, 3, "bn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(bn.RunningMean.Float64s(), []float64{1, 2, 3})
+	rm, rv := bn.RunningMean, bn.RunningVar
+	mean, variance, err := bn.CopyRunningStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalFloats(mean.Float64s(), []float64{1, 2, 3}) || !equalFloats(variance.Float64s(), []float64{1, 1, 1}) {
+		t.Errorf("copies %v and %v, want [1 2 3] and [1 1 1]", mean.Data(), variance.Data())
+	}
+	mean.Float64s()[0] = 7
+	if rm.Float64s()[0] != 1 {
+		t.Error("CopyRunningStats returned the layer's own tensor")
+	}
+	if err := bn.RunningStatsToHost(); err != nil || bn.RunningMean != rm || bn.RunningVar != rv {
+		t.Errorf("RunningStatsToHost of host statistics: %v, same tensors %t", err, bn.RunningMean == rm && bn.RunningVar == rv)
+	}
+	if err := bn.RunningStatsToDevice(nil); err == nil || !strings.Contains(err.Error(), "ops: BatchNorm.RunningStatsToDevice: dev is nil") {
+		t.Errorf("RunningStatsToDevice(nil): %v", err)
+	}
+	view, err := tensor.New(tensor.WithShape(6), tensor.WithBacking(make([]float64, 6))).Slice(tensor.S(0, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		bn   *BatchNorm
+		want string
+	}{
+		{"nil layer", nil, "bn is nil"},
+		{"nil mean", &BatchNorm{RunningVar: rv}, "bn.RunningMean is nil"},
+		{"view", &BatchNorm{RunningMean: rm, RunningVar: view.(*tensor.Dense)}, "bn.RunningVar must be a contiguous tensor"},
+		{"dtypes", &BatchNorm{RunningMean: rm, RunningVar: tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(3))}, "differ"},
+	} {
+		if _, _, err := c.bn.CopyRunningStats(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: CopyRunningStats: %v, want an error containing %q", c.name, err, c.want)
+		}
+	}
+}

@@ -32,9 +32,8 @@
 // where their inputs live: host tensors take the Go CPU kernels; device
 // tensors (package backend, build tag stheno_cuda) take the CUDA kernels
 // and give device tensors, with no host round trip. Every op has both but
-// ConvTranspose, UpsampleNearest and MultiLevelRoIAlign, which run on the
-// host only and refuse device inputs with an error that says to move them
-// with ToHost. CheckPlacement (and NewTapeMachine, which runs it) finds a
+// ConvTranspose, which runs on the host only and refuses device inputs
+// with an error that says to move them with ToHost. CheckPlacement (and NewTapeMachine, which runs it) finds a
 // device value that would reach an op that cannot take it while the graph
 // is still being compiled. All ops accept float32 and float64.
 //

@@ -84,7 +84,9 @@ type trainingFamily struct {
 	name  string
 	build func(e *familyEnv) *G.Node
 	// batchNorm: the family updates BatchNorm's running statistics, which
-	// a training step reads on the host (a wait per layer).
+	// NewBatchNorm leaves in host memory: a training step on a GPU waits
+	// once per layer for them unless BatchNorm.RunningStatsToDevice moves
+	// them there.
 	batchNorm bool
 }
 
@@ -111,6 +113,17 @@ var trainingFamilies = []trainingFamily{
 		rois := e.data("rois", randomRoIs(e.rng, e.dt, 6, 2, 20, 20))
 		p := e.must(RoIAlign(f, rois, RoIAlignConfig{PooledH: 3, PooledW: 3, SpatialScale: 0.5, SamplingRatio: 2, Aligned: true}))
 		return e.meanSquare(p)
+	}},
+	{name: "pyramid", build: func(e *familyEnv) *G.Node {
+		x := e.uniform("x", -1, 1, 2, 3, 8, 8)
+		p3 := e.must(Conv(x, e.param("w3", 0.3, 4, 3, 3, 3), nil, ConvConfig{Pad: [2]int{1, 1}, Act: ActReLU}))
+		p4 := e.must(Conv(p3, e.param("w4", 0.3, 4, 4, 3, 3), nil, ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{1, 1}}))
+		top := e.must(Add(p3, e.must(UpsampleNearest(p4, 2))))
+		rois := e.data("rois", fromFloat64s(e.dt, []float64{0, 1, 1, 5, 6, 1, 0, 2, 30, 31, 1, 4, 4, 9, 8}, 3, 5))
+		cfg := MultiLevelRoIAlignConfig{PooledH: 2, PooledW: 2, SamplingRatio: 2, Aligned: true,
+			Scales: []float64{1, 0.5}, CanonicalSize: 8, CanonicalLevel: 0, Columns: true}
+		pooled := e.must(MultiLevelRoIAlign([]*G.Node{top, p4}, rois, cfg))
+		return e.must(SumLosses(e.meanSquare(top), e.meanSquare(pooled)))
 	}},
 	{name: "msdeform", build: func(e *familyEnv) *G.Node {
 		levels := []Level{{6, 6}, {3, 3}}

@@ -166,15 +166,18 @@ func TestGPUMixedPlacementIsAnError(t *testing.T) {
 	}
 }
 
-// An op without device kernels (UpsampleNearest) refuses device inputs and
-// says how to run it on the host.
+// An op without device kernels refuses device inputs and says how to run
+// it on the host.
 func TestGPUHostOnlyOpsAdvise(t *testing.T) {
 	dev := gpu(t)
 	dt := tensor.Float64
-	up := upsampleShape{x: tensor.Shape{1, 1, 1, 2}, factor: 2, dt: dt}
-	img := toDev(t, dev, fromFloat64s(dt, []float64{1, 2}, 1, 1, 1, 2))
-	_, err := upsampleOp(up).Do(img)
-	if want := "ops: UpsampleNearest: no GPU kernel yet; move its inputs to the host with ops.ToHost"; err == nil || err.Error() != want {
+	hostOnly := newOp(&opSpec{
+		name: "HostOnly", config: "x",
+		inputs: []argSpec{{name: "x", shape: tensor.Shape{2}}}, out: tensor.Shape{2}, dtype: dt,
+		cpu: func(in []*tensor.Dense, out *tensor.Dense) error { return nil },
+	})
+	_, err := hostOnly.Do(toDev(t, dev, fromFloat64s(dt, []float64{1, 2}, 2)))
+	if want := "ops: HostOnly: no GPU kernel yet; move its inputs to the host with ops.ToHost"; err == nil || err.Error() != want {
 		t.Errorf("got error %v, want %q", err, want)
 	}
 }
@@ -351,6 +354,38 @@ func TestGPUGradCheck(t *testing.T) {
 				}, inputs, seed, engine)
 				if err != nil {
 					t.Fatalf("%+v: %v", cfg, err)
+				}
+			}
+		})
+		t.Run(fmt.Sprintf("MultiLevelRoIAlign/seed=%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 23))
+			for _, columns := range []bool{false, true} {
+				cfg := pyramidCfg
+				cfg.Columns = columns
+				var inputs []autograd.Input
+				for l, s := range cfg.Scales {
+					side := int(64 * s)
+					inputs = append(inputs, autograd.Input{Name: fmt.Sprintf("features[%d]", l),
+						Value: randTensor(rng, tensor.Float64, -1, 1, 2, 2, side, side)})
+				}
+				inputs = append(inputs, autograd.Input{Name: "rois", Value: randomPyramidRoIs(rng, 2, 12), NoGrad: true})
+				_, err := autograd.CheckGrad(func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
+					var d G.Nodes
+					for _, n := range in {
+						m, err := ToDevice(n, dev)
+						if err != nil {
+							return nil, err
+						}
+						d = append(d, m)
+					}
+					y, err := MultiLevelRoIAlign(d[:len(d)-1], d[len(d)-1], cfg)
+					if err != nil {
+						return nil, err
+					}
+					return ToHost(y)
+				}, inputs, seed, engine)
+				if err != nil {
+					t.Fatalf("columns=%t: %v", columns, err)
 				}
 			}
 		})

@@ -32,27 +32,50 @@ type MultiLevelRoIAlignConfig struct {
 	// RoI, instead of [K, C, PooledH, PooledW]. A fully connected layer over
 	// the pooled features is then one GEMM with the RoIs as its pixels: a
 	// 1x1 convolution (ops.Conv) of the output reshaped to
-	// [1, C*PooledH*PooledW, K, 1], with no transpose in between.
+	// [1, C*PooledH*PooledW, K, 1]. The op pools into rows and transposes
+	// them (ops.Transpose), on the GPU too.
 	Columns bool
 }
 
 // Level returns the level a RoI with corners (x1, y1) and (x2, y2) is
 // pooled from. Empty, inverted and NaN boxes go to the finest level.
+//
+// The rule is FPN's k = floor(k0 + log2(s/CanonicalSize) + 1e-6) with s =
+// sqrt(w*h) (kernels.RoILevelSize), clamped to the levels there are, in
+// the form in which the GPU kernels apply it too: s compared with each
+// level's start, CanonicalSize * 2^(l - k0 - 1e-6), worked out once here,
+// so that a RoI gets the same level on the GPU as on the CPU, bit for bit,
+// which two log2 implementations would not promise. The epsilon keeps
+// exact powers of two on their own level despite rounding, as
+// torchvision's LevelMapper's does.
 func (c MultiLevelRoIAlignConfig) Level(x1, y1, x2, y2 float64) int {
-	w, h := x2-x1, y2-y1
-	if !(w > 0 && h > 0) {
-		return 0
+	s := kernels.RoILevelSize(x1, y1, x2, y2)
+	l := 0
+	for l+1 < len(c.Scales) && s >= c.levelStart(l+1) {
+		l++
 	}
-	// The epsilon keeps exact powers of two on their own level despite
-	// rounding in log2, as torchvision's LevelMapper does.
-	l := float64(c.CanonicalLevel) + math.Floor(math.Log2(math.Sqrt(w*h)/c.CanonicalSize)+1e-6)
-	switch {
-	case !(l >= 0):
-		return 0
-	case l > float64(len(c.Scales)-1):
-		return len(c.Scales) - 1
+	return l
+}
+
+// levelStart is the smallest size (kernels.RoILevelSize) of level l > 0's
+// RoIs: where k0 + log2(s/CanonicalSize) + 1e-6 reaches l. The starts
+// increase with l, so the levels' ranges partition the sizes.
+func (c MultiLevelRoIAlignConfig) levelStart(l int) float64 {
+	return c.CanonicalSize * math.Exp2(float64(l-c.CanonicalLevel)-1e-6)
+}
+
+// level is level l's range of sizes, [its start, the next level's start),
+// from -Inf for the finest level and to +Inf for the coarsest: the RoIs
+// for which Level returns l.
+func (c MultiLevelRoIAlignConfig) level(l int) *kernels.RoILevel {
+	r := &kernels.RoILevel{Lo: math.Inf(-1), Hi: math.Inf(1)}
+	if l > 0 {
+		r.Lo = c.levelStart(l)
 	}
-	return int(l)
+	if l+1 < len(c.Scales) {
+		r.Hi = c.levelStart(l + 1)
+	}
+	return r
 }
 
 func (c MultiLevelRoIAlignConfig) validate() error {
@@ -86,6 +109,13 @@ func (c MultiLevelRoIAlignConfig) validate() error {
 // with Columns). Differentiable with respect to every level's features
 // (rois are not); a level that no RoI is assigned to gets a zero gradient.
 // A RoI whose batch index is outside [0,N) makes the graph's run fail.
+//
+// On the GPU the level assignment costs nothing of its own: RoIAlign's
+// kernels run once per level over all K RoIs, and a RoI of another level
+// leaves its block at once (kernels/roialign.cu), so each RoI is pooled
+// into its row of the output, and its gradient scattered into its level's,
+// with no count of each level's RoIs on the host, no wait for the GPU and
+// no gather or scatter of RoIs. The CPU twins do the same, loop for loop.
 func MultiLevelRoIAlign(features []*G.Node, rois *G.Node, cfg MultiLevelRoIAlignConfig) (*G.Node, error) {
 	const op = "MultiLevelRoIAlign"
 	if err := cfg.validate(); err != nil {
@@ -101,6 +131,7 @@ func MultiLevelRoIAlign(features []*G.Node, rois *G.Node, cfg MultiLevelRoIAlign
 		return nil, fmt.Errorf("ops: %s: rois must have shape [K 5], got %v", op, s)
 	}
 	s := multiRoIShape{cfg: cfg, k: rois.Shape()[0]}
+	s.cfg.Scales = append([]float64(nil), cfg.Scales...)
 	var err error
 	for l, f := range features {
 		arg := fmt.Sprintf("features[%d]", l)
@@ -130,7 +161,13 @@ func MultiLevelRoIAlign(features []*G.Node, rois *G.Node, cfg MultiLevelRoIAlign
 		return nil, err
 	}
 	inputs := append(append(G.Nodes{}, features...), rois)
-	return G.ApplyOp(multiRoIOp(&s), inputs...)
+	y, err := G.ApplyOp(multiRoIOp(&s), inputs...)
+	if err != nil || !cfg.Columns {
+		return y, err
+	}
+	// Columns: the pooled rows [K, D] transposed, on the device too; the
+	// gradient comes back through the transpose as rows.
+	return Transpose(y, 0, 1)
 }
 
 // multiRoIShape is what the multi-level RoIAlign ops know at graph-build
@@ -151,22 +188,27 @@ func (s multiRoIShape) featShape(l int) tensor.Shape {
 
 func (s multiRoIShape) roiShape() tensor.Shape { return tensor.Shape{s.k, 5} }
 
-func (s multiRoIShape) outShape() tensor.Shape {
+// rowsShape is the shape of the ops' pooled rows (and their gradient):
+// [K, C, PooledH, PooledW], or [K, C*PooledH*PooledW] with Columns, which
+// MultiLevelRoIAlign then transposes.
+func (s multiRoIShape) rowsShape() tensor.Shape {
 	c := s.cfg
 	if c.Columns {
-		return tensor.Shape{s.c * c.PooledH * c.PooledW, s.k}
+		return tensor.Shape{s.k, s.c * c.PooledH * c.PooledW}
 	}
 	return tensor.Shape{s.k, s.c, c.PooledH, c.PooledW}
 }
 
-// params returns the kernels' description of level l for k RoIs.
-func (s multiRoIShape) params(l, k int) kernels.RoIAlignParams {
-	return kernels.RoIAlignParams{
-		N: s.n, C: s.c, H: s.hw[l][0], W: s.hw[l][1], K: k,
-		PooledH: s.cfg.PooledH, PooledW: s.cfg.PooledW,
-		SpatialScale:  s.cfg.Scales[l],
-		SamplingRatio: s.cfg.SamplingRatio,
-		Aligned:       s.cfg.Aligned,
+// roiAlign is RoIAlign's view of level l: its map and scale, all K RoIs,
+// and the range of sizes of the level's RoIs, to which the kernels keep.
+func (s multiRoIShape) roiAlign(l int) roiAlignShape {
+	return roiAlignShape{
+		cfg: RoIAlignConfig{
+			PooledH: s.cfg.PooledH, PooledW: s.cfg.PooledW, SpatialScale: s.cfg.Scales[l],
+			SamplingRatio: s.cfg.SamplingRatio, Aligned: s.cfg.Aligned,
+		},
+		n: s.n, c: s.c, h: s.hw[l][0], w: s.hw[l][1], k: s.k, dt: s.dt,
+		level: s.cfg.level(l), op: "MultiLevelRoIAlign",
 	}
 }
 
@@ -181,86 +223,16 @@ func (s multiRoIShape) String() string {
 		c.CanonicalSize, c.CanonicalLevel, c.Columns)
 }
 
-// assignLevels checks the RoIs' batch indices and returns, per level, the
-// rows of the RoIs it pools. The check is made here, over all rows, so that
-// errors name a RoI's row in rois rather than in its level's subset.
-func assignLevels[T kernels.Float](s *multiRoIShape, rois []T) ([][]int, error) {
-	rows := make([][]int, s.levels())
-	for k := range s.k {
-		r := rois[k*5 : k*5+5]
-		if b := r[0]; !(b > -1 && b < T(s.n)) { // as kernels.RoIAlign*: NaN fails
-			return nil, fmt.Errorf("roi %d has batch index %v, want a value in [0, %d)", k, b, s.n)
-		}
-		l := s.cfg.Level(float64(r[1]), float64(r[2]), float64(r[3]), float64(r[4]))
-		rows[l] = append(rows[l], k)
-	}
-	return rows, nil
-}
-
-// gatherLevelRoIs copies the listed rows of rois into a [len(rows), 5] array.
-func gatherLevelRoIs[T kernels.Float](rois []T, rows []int) []T {
-	sub := make([]T, 5*len(rows))
-	for i, k := range rows {
-		copy(sub[i*5:i*5+5], rois[k*5:k*5+5])
-	}
-	return sub
-}
-
-// multiRoIForward pools every level's RoIs with the RoIAlign kernel into a
-// compact buffer and scatters the results into out's rows (or columns).
-// in holds each level's features, then the RoIs.
+// multiRoIForward pools every level's RoIs with the RoIAlign kernel
+// straight into their rows of out, one call per level over all the RoIs
+// (each RoI is of one level), as the device launcher does. in holds each
+// level's features, then the RoIs.
 func multiRoIForward[T kernels.Float](s *multiRoIShape, in [][]T, out []T) error {
 	feats, rois := in[:s.levels()], in[s.levels()]
-	rows, err := assignLevels(s, rois)
-	if err != nil {
-		return err
-	}
-	d := s.c * s.cfg.PooledH * s.cfg.PooledW
-	for l, rs := range rows {
-		if len(rs) == 0 {
-			continue
-		}
-		buf := make([]T, len(rs)*d)
-		if err := kernels.RoIAlignForward(s.params(l, len(rs)), feats[l], gatherLevelRoIs(rois, rs), buf); err != nil {
+	for l := range s.levels() {
+		if err := kernels.RoIAlignForward(s.roiAlign(l).params(), feats[l], rois, out); err != nil {
 			return fmt.Errorf("level %d: %w", l, err)
 		}
-		for i, k := range rs {
-			src := buf[i*d : (i+1)*d]
-			if !s.cfg.Columns {
-				copy(out[k*d:(k+1)*d], src)
-				continue
-			}
-			for r, v := range src {
-				out[r*s.k+k] = v
-			}
-		}
-	}
-	return nil
-}
-
-// multiRoIBackward computes the gradient of level l's features: it gathers
-// the output gradient of the level's RoIs and scatters it with the RoIAlign
-// backward kernel (which zeroes gradX first).
-func multiRoIBackward[T kernels.Float](s *multiRoIShape, l int, rois, gradOut, gradX []T) error {
-	rows, err := assignLevels(s, rois)
-	if err != nil {
-		return err
-	}
-	rs := rows[l]
-	d := s.c * s.cfg.PooledH * s.cfg.PooledW
-	buf := make([]T, len(rs)*d)
-	for i, k := range rs {
-		dst := buf[i*d : (i+1)*d]
-		if !s.cfg.Columns {
-			copy(dst, gradOut[k*d:(k+1)*d])
-			continue
-		}
-		for r := range dst {
-			dst[r] = gradOut[r*s.k+k]
-		}
-	}
-	if err := kernels.RoIAlignBackward(s.params(l, len(rs)), gatherLevelRoIs(rois, rs), buf, gradX); err != nil {
-		return fmt.Errorf("level %d: %w", l, err)
 	}
 	return nil
 }
@@ -271,12 +243,17 @@ type multiRoILevel struct {
 	level int
 }
 
-// multiRoILevelBackward is multiRoIBackward for (rois, gradOut) = in.
+// multiRoILevelBackward computes the gradient of level l's features from
+// (rois, gradient of the rows) = in: the RoIAlign backward kernel over all
+// the RoIs, the level's scattering (it zeroes gradX first).
 func multiRoILevelBackward[T kernels.Float](p multiRoILevel, in [][]T, gradX []T) error {
-	return multiRoIBackward(p.multiRoIShape, p.level, in[0], in[1], gradX)
+	if err := kernels.RoIAlignBackward(p.roiAlign(p.level).params(), in[0], in[1], gradX); err != nil {
+		return fmt.Errorf("level %d: %w", p.level, err)
+	}
+	return nil
 }
 
-// multiRoIOp is the forward op: (features..., rois) -> pooled.
+// multiRoIOp is the forward op: (features..., rois) -> pooled rows.
 func multiRoIOp(s *multiRoIShape) *specOp {
 	inputs := make([]argSpec, 0, s.levels()+1)
 	diffWRT := make([]bool, 0, s.levels()+1)
@@ -288,8 +265,9 @@ func multiRoIOp(s *multiRoIShape) *specOp {
 	diffWRT = append(diffWRT, false)
 	return newOp(&opSpec{
 		name: "MultiLevelRoIAlign", config: s.String(),
-		inputs: inputs, out: s.outShape(), dtype: s.dt,
+		inputs: inputs, out: s.rowsShape(), dtype: s.dt,
 		cpu:     floatTwin(s, multiRoIForward[float32], multiRoIForward[float64]),
+		device:  s.forwardDevice,
 		diffWRT: diffWRT,
 		grad: func(in G.Nodes, _, grad *G.Node) (G.Nodes, error) {
 			rois := in[s.levels()]
@@ -306,19 +284,49 @@ func multiRoIOp(s *multiRoIShape) *specOp {
 	})
 }
 
-// multiRoIGradOp is the backward op of one level: (rois, gradOut) ->
-// gradient of that level's features. One op per level keeps each gradient
-// a plain tensor; each reads only the rows of its own RoIs.
+// multiRoIGradOp is the backward op of one level: (rois, gradient of the
+// rows) -> gradient of that level's features. One op per level keeps each
+// gradient a plain tensor; each scatters only its own level's RoIs.
 func multiRoIGradOp(s *multiRoIShape, level int) *specOp {
 	p := multiRoILevel{s, level}
 	return newOp(&opSpec{
 		name: "MultiLevelRoIAlign backward", config: fmt.Sprintf("level=%d,%v", level, s),
-		inputs: []argSpec{{name: "rois", shape: s.roiShape()}, {name: "grad", shape: s.outShape()}},
+		inputs: []argSpec{{name: "rois", shape: s.roiShape()}, {name: "grad", shape: s.rowsShape()}},
 		out:    s.featShape(level), dtype: s.dt,
 		cpu:     floatTwin(p, multiRoILevelBackward[float32], multiRoILevelBackward[float64]),
+		device:  p.backwardDevice,
 		diffWRT: []bool{false, true},
 		grad: func(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
 			return nil, errNoSecondDerivative("MultiLevelRoIAlign")
 		},
 	})
+}
+
+// forwardDevice is multiRoIOp's device launcher: RoIAlign's forward once
+// per level, each writing its own RoIs' rows of the one output.
+func (s *multiRoIShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
+	out, outPtr, err := a.output()
+	if err != nil {
+		return nil, err
+	}
+	rois := a.ptr[s.levels()]
+	for l := range s.levels() {
+		if err := s.roiAlign(l).forwardInto(a.dev, a.ptr[l], rois, outPtr); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// backwardDevice is multiRoIGradOp's device launcher: RoIAlign's backward
+// over the level's RoIs.
+func (p multiRoILevel) backwardDevice(a *deviceArgs) (*tensor.Dense, error) {
+	gx, gxPtr, err := a.output()
+	if err != nil {
+		return nil, err
+	}
+	if err := p.roiAlign(p.level).backwardInto(a.dev, a.ptr[0], a.ptr[1], gx, gxPtr); err != nil {
+		return nil, err
+	}
+	return gx, nil
 }

@@ -44,6 +44,66 @@ func TestMultiLevelRoIAlignLevel(t *testing.T) {
 	}
 }
 
+// Level against FPN's formula as torchvision writes it, floor(k0 +
+// log2(sqrt(wh)/s0) + 1e-6) clamped, on boxes of sizes from 1/100 to 100
+// times the canonical size and on exact powers of two of it; and each
+// level's range of sizes, which the kernels test, holds exactly the RoIs
+// Level gives it. The two forms of the rule round differently only within
+// about an ulp of a level's start, which the random boxes avoid (the
+// difference is reported with its margin).
+func TestMultiLevelRoIAlignLevelRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(32, 20))
+	for _, cfg := range []MultiLevelRoIAlignConfig{
+		pyramidCfg,
+		{Scales: []float64{1, 1, 1, 1, 1}, CanonicalSize: 224, CanonicalLevel: 4},
+		{Scales: []float64{1, 1, 1, 1}, CanonicalSize: 3.7, CanonicalLevel: 0},
+		{Scales: []float64{1}, CanonicalSize: 56, CanonicalLevel: 0},
+	} {
+		formula := func(w, h float64) int {
+			if !(w > 0 && h > 0) {
+				return 0
+			}
+			l := math.Floor(float64(cfg.CanonicalLevel) + math.Log2(math.Sqrt(w*h)/cfg.CanonicalSize) + 1e-6)
+			return int(max(0, min(l, float64(len(cfg.Scales)-1))))
+		}
+		check := func(x1, y1, w, h float64, exact bool) {
+			t.Helper()
+			got, want := cfg.Level(x1, y1, x1+w, y1+h), formula(w, h)
+			if got != want {
+				margin := math.Abs(math.Log2(math.Sqrt(w*h)/cfg.CanonicalSize) + 1e-6 - math.Round(math.Log2(math.Sqrt(w*h)/cfg.CanonicalSize)+1e-6))
+				if exact || margin > 1e-12 {
+					t.Errorf("%v: Level of %gx%g at (%g, %g) = %d, the formula says %d (%.3g from a level's start)", cfg.Scales, w, h, x1, y1, got, want, margin)
+				}
+			}
+			held := 0
+			for l := range cfg.Scales {
+				if cfg.level(l).Holds(x1, y1, x1+w, y1+h) {
+					held++
+					if l != got {
+						t.Errorf("%gx%g: level %d's range holds the RoI of level %d", w, h, l, got)
+					}
+				}
+			}
+			if held != 1 {
+				t.Errorf("%gx%g: %d levels' ranges hold it, want 1", w, h, held)
+			}
+		}
+		for range 20000 {
+			s := cfg.CanonicalSize * math.Exp(rng.Float64()*2*math.Log(100)-math.Log(100))
+			a := math.Exp(rng.Float64()*2 - 1)
+			check(rng.Float64()*100-50, rng.Float64()*100-50, s*a, s/a, false)
+		}
+		for e := -8; e <= 8; e++ {
+			s := cfg.CanonicalSize * math.Exp2(float64(e))
+			check(0, 0, s, s, true)
+			check(3, 5, 4*s, s/4, true)
+		}
+		for _, b := range [][2]float64{{0, 5}, {-3, 5}, {math.NaN(), 5}, {math.Inf(1), 5}, {1e300, 1e300}} {
+			check(0, 0, b[0], b[1], false)
+		}
+	}
+}
+
 // pyramid returns one [1,1,64/stride,64/stride] map per level holding the
 // x coordinate of each feature pixel plus 100 times the level: bilinear
 // sampling reproduces the sample's x exactly, so every bin's average is the
@@ -267,10 +327,9 @@ func TestMultiLevelRoIAlignZeroRoIs(t *testing.T) {
 	if err != nil || !shape.Eq(tensor.Shape{0, 1, 2, 2}) {
 		t.Fatalf("forward: shape %v, error %v", shape, err)
 	}
-	s := multiRoIShape{cfg: pyramidCfg, n: 1, c: 1, hw: [][2]int{{16, 16}, {8, 8}, {4, 4}}}
+	s := &multiRoIShape{cfg: pyramidCfg, n: 1, c: 1, hw: [][2]int{{16, 16}, {8, 8}, {1, 3}}, dt: tensor.Float64}
 	gx := []float64{1, 2, 3}
-	s.hw[2] = [2]int{1, 3}
-	if err := multiRoIBackward(&s, 2, nil, nil, gx); err != nil {
+	if err := multiRoILevelBackward(multiRoILevel{s, 2}, [][]float64{nil, nil}, gx); err != nil {
 		t.Fatal(err)
 	}
 	if !equalFloats(gx, []float64{0, 0, 0}) {

@@ -72,6 +72,22 @@ type roiAlignShape struct {
 	n, c, h, w int
 	k          int
 	dt         tensor.Dtype
+	// level, when set, restricts the kernels to one level's RoIs (one
+	// level of a MultiLevelRoIAlign, named by op in errors).
+	level *kernels.RoILevel
+	op    string
+}
+
+// opName names the forward (or backward) op in errors.
+func (s roiAlignShape) opName(backward bool) string {
+	name := "RoIAlign"
+	if s.op != "" {
+		name = s.op
+	}
+	if backward {
+		name += " backward"
+	}
+	return name
 }
 
 func (s roiAlignShape) params() kernels.RoIAlignParams {
@@ -81,6 +97,7 @@ func (s roiAlignShape) params() kernels.RoIAlignParams {
 		SpatialScale:  s.cfg.SpatialScale,
 		SamplingRatio: s.cfg.SamplingRatio,
 		Aligned:       s.cfg.Aligned,
+		Level:         s.level,
 	}
 }
 

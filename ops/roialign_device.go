@@ -265,10 +265,7 @@ func roiAlignQuad(dev *backend.Device) bool {
 // not nil, is zeroed first: by roialign_sort_rois' launch when it runs (its
 // other blocks zero while one sorts), else on its own.
 func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, backward bool, feat, rois, pooled backend.DevicePtr, zero *tensor.Dense) error {
-	name := "RoIAlign"
-	if backward {
-		name = "RoIAlign backward"
-	}
+	name := s.opName(backward)
 	p := s.params()
 	if err := fitsInt32(name, map[string]int{"N": p.N, "C": p.C, "K": p.K, "H*W": p.H * p.W, "H*W*C": p.H * p.W * p.C}); err != nil {
 		return err
@@ -293,6 +290,9 @@ func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, ba
 		PooledH: int32(p.PooledH), PooledW: int32(p.PooledW),
 		SamplingRatio: int32(p.SamplingRatio), Aligned: boolInt32(p.Aligned),
 		MaxAdaptiveGrid: kernels.MaxAdaptiveGrid,
+	}
+	if s.level != nil {
+		args.LevelFilter, args.LevelLo, args.LevelHi = 1, s.level.Lo, s.level.Hi
 	}
 	if !kv.nchw() && p.K >= roiOrderMin && p.K <= cuda.RoIAlignSortMax {
 		order, zeroed, err := s.roiOrder(name, dev, rois, zero)
@@ -447,65 +447,71 @@ func (s roiAlignShape) statusError(op string, code int32) error {
 
 // forwardDevice is RoIAlign's device launcher.
 func (op roiAlignShape) forwardDevice(a *deviceArgs) (*tensor.Dense, error) {
-	const name = "RoIAlign"
-	dev, x, rois := a.dev, a.ptr[0], a.ptr[1]
 	out, outPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
-	if op.k == 0 {
-		return out, nil
-	}
-	kv := roiAlignKernelOn(dev, false, op, false)
-	if kv.nchw() {
-		if err := op.launchRoIAlign(dev, kv, false, x, rois, outPtr, nil); err != nil {
-			return nil, err
-		}
-		return out, nil
-	}
-	xt, xtPtr, err := op.channelsLast(name, dev)
-	if err != nil {
-		return nil, err
-	}
-	// The stream orders this free after the kernels that read xt.
-	defer dev.FreeDense(xt)
-	if err := transposeLaunch(name, dev, op.dt, x, xtPtr, op.n, op.c, op.h*op.w); err != nil {
-		return nil, err
-	}
-	if err := op.launchRoIAlign(dev, kv, false, xtPtr, rois, outPtr, nil); err != nil {
+	if err := op.forwardInto(a.dev, a.ptr[0], a.ptr[1], outPtr); err != nil {
 		return nil, err
 	}
 	return out, nil
 }
 
+// forwardInto queues the forward of op from x and rois into out.
+func (op roiAlignShape) forwardInto(dev *backend.Device, x, rois, out backend.DevicePtr) error {
+	name := op.opName(false)
+	if op.k == 0 {
+		return nil
+	}
+	kv := roiAlignKernelOn(dev, false, op, false)
+	if kv.nchw() {
+		return op.launchRoIAlign(dev, kv, false, x, rois, out, nil)
+	}
+	xt, xtPtr, err := op.channelsLast(name, dev)
+	if err != nil {
+		return err
+	}
+	// The stream orders this free after the kernels that read xt.
+	defer dev.FreeDense(xt)
+	if err := transposeLaunch(name, dev, op.dt, x, xtPtr, op.n, op.c, op.h*op.w); err != nil {
+		return err
+	}
+	return op.launchRoIAlign(dev, kv, false, xtPtr, rois, out, nil)
+}
+
 // backwardDevice is RoIAlign backward's device launcher.
 func (op roiAlignShape) backwardDevice(a *deviceArgs) (*tensor.Dense, error) {
-	const name = "RoIAlign backward"
-	dev, rois, gy := a.dev, a.ptr[0], a.ptr[1]
 	gx, gxPtr, err := a.output()
 	if err != nil {
 		return nil, err
 	}
+	if err := op.backwardInto(a.dev, a.ptr[0], a.ptr[1], gx, gxPtr); err != nil {
+		return nil, err
+	}
+	return gx, nil
+}
+
+// backwardInto queues the backward of op from rois and gy into gx (at
+// gxPtr), which it zeroes first.
+func (op roiAlignShape) backwardInto(dev *backend.Device, rois, gy backend.DevicePtr, gx *tensor.Dense, gxPtr backend.DevicePtr) error {
+	name := op.opName(true)
 	if op.k == 0 {
 		// Nothing to scatter: the op still owes a zeroed gradient.
 		if err := dev.Zero(gx); err != nil {
-			return nil, fmt.Errorf("ops: %s: %w", name, err)
+			return fmt.Errorf("ops: %s: %w", name, err)
 		}
-		return gx, nil
+		return nil
 	}
 	// The kernel scatters with atomicAdd into a channels-last gradient the
 	// op zeroes itself (callers never pre-zero), then transposes it back.
 	gt, gtPtr, err := op.channelsLast(name, dev)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer dev.FreeDense(gt)
 	quad := op.dt == tensor.Float32 && op.c%4 == 0 && gtPtr%16 == 0 && roiAlignQuad(dev)
 	if err := op.launchRoIAlign(dev, roiAlignKernelOn(dev, true, op, quad), true, gtPtr, rois, gy, gt); err != nil {
-		return nil, err
+		return err
 	}
-	if err := transposeLaunch(name, dev, op.dt, gtPtr, gxPtr, op.n, op.h*op.w, op.c); err != nil {
-		return nil, err
-	}
-	return gx, nil
+	return transposeLaunch(name, dev, op.dt, gtPtr, gxPtr, op.n, op.h*op.w, op.c)
 }

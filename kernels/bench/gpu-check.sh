@@ -41,25 +41,25 @@ SAN_TIMEOUT=${SAN_TIMEOUT:-540}
 # seconds say how close each comes.
 san_tests() {
 	case $1 in
-	roialign) echo 'RoIAlignParity|RoIAlignRunTimeErrors' ;;
+	roialign) echo 'RoIAlignParity|RoIAlignRunTimeErrors|MultiLevelRoIAlignParity|MultiLevelRoIAlignKernels|MultiLevelRoIAlignRunTimeErrors' ;;
 	msdeform) echo 'MSDeformAttnParity|MSDeformAttnSortedParity|MSDeformAttnCellBoundary|MSDeformAttnQueryOrder' ;;
 	msdeform-variants) echo 'MSDeformAttnForwardVariants|MSDeformAttnBackwardVariants' ;;
 	conv) echo 'ConvParity|ConvGradParity|ConvEpilogueFoldsBatchNorm' ;;
 	conv-fprop-variants) echo 'ConvFpropVariants' ;;
 	conv-backward-variants) echo 'ConvBackwardVariants' ;;
-	batchnorm) echo 'BatchNormOpsParity|ReLUMaskEdges' ;;
+	batchnorm) echo 'BatchNormOpsParity|ReLUMaskEdges|BatchNormRunningStatsSteps' ;;
 	rows) echo 'SoftmaxParity|LayerNormParity|GroupNormParity' ;;
 	elementwise) echo 'PointwiseParity|ReduceParity|LayoutParity|GatherRowsBadIndex|BoxConvertParity' ;;
 	attention) echo 'LinearParity|MultiHeadAttentionParity' ;;
-	pooling) echo 'MaxPool2dParity|DropoutParity' ;;
+	pooling) echo 'MaxPool2dParity|DropoutParity|UpsampleNearestParity|UpsampleNearestUnaligned' ;;
 	losses) echo 'LossesParity|SoftmaxCrossEntropyBadLabelIsNaN' ;;
 	adamw) echo 'AdamWParity' ;;
 	*) return 1 ;;
 	esac
 }
 # The general ops' benchmarks (the core step), and their anchors scripts.
-CORE_BENCH='GPU(Softmax|LayerNorm|GroupNorm|Pointwise|Reduce|Layout|MultiHeadAttention|MaxPool2d|Dropout|Losses|AdamW)$'
-CORE_ANCHORS='softmax layernorm groupnorm pointwise layout attention maxpool dropout losses adamw'
+CORE_BENCH='GPU(Softmax|LayerNorm|GroupNorm|Pointwise|Reduce|Layout|MultiHeadAttention|MaxPool2d|UpsampleNearest|MultiLevelRoIAlign|Dropout|Losses|AdamW)$'
+CORE_ANCHORS='softmax layernorm groupnorm pointwise layout attention maxpool upsample dropout losses adamw'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ddpid=
 # The encoder step's PyTorch side: a copy of ../shared/anchors/encoder_stack

@@ -974,28 +974,39 @@ type RoIAlignParams struct {
 	SamplingRatio    int32 // <= 0: adaptive
 	Aligned          int32 // bool
 	MaxAdaptiveGrid  int32 // adaptive samples per bin side above which a RoI is an error
+
+	// MultiLevelRoIAlign: with level_filter set, the blocks work on the RoIs
+	// of one level of a feature pyramid only, those whose roi_level_size is
+	// in [level_lo, level_hi); the others' outputs are left as they are
+	// (another level's launch writes them) and they scatter nothing.
+	LevelLo, LevelHi float64
+	LevelFilter      int32 // bool
+	_                int32
 }
 
 // RoIAlignParams's layout, as the generator computed it for both sides.
 var (
-	_ [88]byte = [unsafe.Sizeof(RoIAlignParams{})]byte{}
-	_ [8]byte  = [unsafe.Alignof(RoIAlignParams{})]byte{}
-	_ [0]byte  = [unsafe.Offsetof(RoIAlignParams{}.Feat)]byte{}
-	_ [8]byte  = [unsafe.Offsetof(RoIAlignParams{}.RoIs)]byte{}
-	_ [16]byte = [unsafe.Offsetof(RoIAlignParams{}.Pooled)]byte{}
-	_ [24]byte = [unsafe.Offsetof(RoIAlignParams{}.Status)]byte{}
-	_ [32]byte = [unsafe.Offsetof(RoIAlignParams{}.Order)]byte{}
-	_ [40]byte = [unsafe.Offsetof(RoIAlignParams{}.SpatialScale)]byte{}
-	_ [48]byte = [unsafe.Offsetof(RoIAlignParams{}.N)]byte{}
-	_ [52]byte = [unsafe.Offsetof(RoIAlignParams{}.C)]byte{}
-	_ [56]byte = [unsafe.Offsetof(RoIAlignParams{}.H)]byte{}
-	_ [60]byte = [unsafe.Offsetof(RoIAlignParams{}.W)]byte{}
-	_ [64]byte = [unsafe.Offsetof(RoIAlignParams{}.K)]byte{}
-	_ [68]byte = [unsafe.Offsetof(RoIAlignParams{}.PooledH)]byte{}
-	_ [72]byte = [unsafe.Offsetof(RoIAlignParams{}.PooledW)]byte{}
-	_ [76]byte = [unsafe.Offsetof(RoIAlignParams{}.SamplingRatio)]byte{}
-	_ [80]byte = [unsafe.Offsetof(RoIAlignParams{}.Aligned)]byte{}
-	_ [84]byte = [unsafe.Offsetof(RoIAlignParams{}.MaxAdaptiveGrid)]byte{}
+	_ [112]byte = [unsafe.Sizeof(RoIAlignParams{})]byte{}
+	_ [8]byte   = [unsafe.Alignof(RoIAlignParams{})]byte{}
+	_ [0]byte   = [unsafe.Offsetof(RoIAlignParams{}.Feat)]byte{}
+	_ [8]byte   = [unsafe.Offsetof(RoIAlignParams{}.RoIs)]byte{}
+	_ [16]byte  = [unsafe.Offsetof(RoIAlignParams{}.Pooled)]byte{}
+	_ [24]byte  = [unsafe.Offsetof(RoIAlignParams{}.Status)]byte{}
+	_ [32]byte  = [unsafe.Offsetof(RoIAlignParams{}.Order)]byte{}
+	_ [40]byte  = [unsafe.Offsetof(RoIAlignParams{}.SpatialScale)]byte{}
+	_ [48]byte  = [unsafe.Offsetof(RoIAlignParams{}.N)]byte{}
+	_ [52]byte  = [unsafe.Offsetof(RoIAlignParams{}.C)]byte{}
+	_ [56]byte  = [unsafe.Offsetof(RoIAlignParams{}.H)]byte{}
+	_ [60]byte  = [unsafe.Offsetof(RoIAlignParams{}.W)]byte{}
+	_ [64]byte  = [unsafe.Offsetof(RoIAlignParams{}.K)]byte{}
+	_ [68]byte  = [unsafe.Offsetof(RoIAlignParams{}.PooledH)]byte{}
+	_ [72]byte  = [unsafe.Offsetof(RoIAlignParams{}.PooledW)]byte{}
+	_ [76]byte  = [unsafe.Offsetof(RoIAlignParams{}.SamplingRatio)]byte{}
+	_ [80]byte  = [unsafe.Offsetof(RoIAlignParams{}.Aligned)]byte{}
+	_ [84]byte  = [unsafe.Offsetof(RoIAlignParams{}.MaxAdaptiveGrid)]byte{}
+	_ [88]byte  = [unsafe.Offsetof(RoIAlignParams{}.LevelLo)]byte{}
+	_ [96]byte  = [unsafe.Offsetof(RoIAlignParams{}.LevelHi)]byte{}
+	_ [104]byte = [unsafe.Offsetof(RoIAlignParams{}.LevelFilter)]byte{}
 )
 
 // RoIOrderParams mirrors struct RoIOrderParams of kernels/roialign.cu field for field (STHENO_PARAMS
@@ -1066,6 +1077,29 @@ var (
 	_ [40]byte = [unsafe.Offsetof(SoftmaxParams{}.N)]byte{}
 	_ [44]byte = [unsafe.Offsetof(SoftmaxParams{}.Log)]byte{}
 	_ [48]byte = [unsafe.Offsetof(SoftmaxParams{}.Lanes)]byte{}
+)
+
+// UpsampleParams mirrors struct UpsampleParams of kernels/upsample.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// The launch parameters of the upsampling kernels, passed by value.
+type UpsampleParams struct {
+	In     backend.DevicePtr // fwd: x [rows, w]; bwd: dy [rows*factor, w*factor]
+	Out    backend.DevicePtr // fwd: y [rows*factor, w*factor]; bwd: dx [rows, w]
+	Rows   int64             // N*C*H, the rows of x
+	W      int32             // a row of x
+	Factor int32
+}
+
+// UpsampleParams's layout, as the generator computed it for both sides.
+var (
+	_ [32]byte = [unsafe.Sizeof(UpsampleParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(UpsampleParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(UpsampleParams{}.In)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(UpsampleParams{}.Out)]byte{}
+	_ [16]byte = [unsafe.Offsetof(UpsampleParams{}.Rows)]byte{}
+	_ [24]byte = [unsafe.Offsetof(UpsampleParams{}.W)]byte{}
+	_ [28]byte = [unsafe.Offsetof(UpsampleParams{}.Factor)]byte{}
 )
 
 // The kernels of kernels/adamw.cu (module adamw).
@@ -1787,6 +1821,26 @@ const (
 	SoftmaxBwdInnerF64 Kernel[SoftmaxParams] = "softmax.softmax_bwd_inner_f64"
 )
 
+// The kernels of kernels/upsample.cu (module upsample).
+const (
+	// UpsampleNearestFwdF32 is upsample_nearest_fwd_f32, __launch_bounds__(256).
+	UpsampleNearestFwdF32 Kernel[UpsampleParams] = "upsample.upsample_nearest_fwd_f32"
+	// UpsampleNearestFwdF64 is upsample_nearest_fwd_f64, __launch_bounds__(256).
+	UpsampleNearestFwdF64 Kernel[UpsampleParams] = "upsample.upsample_nearest_fwd_f64"
+	// UpsampleNearestFwdX2Vec2F32 is upsample_nearest_fwd_x2_vec2_f32, __launch_bounds__(256).
+	UpsampleNearestFwdX2Vec2F32 Kernel[UpsampleParams] = "upsample.upsample_nearest_fwd_x2_vec2_f32"
+	// UpsampleNearestFwdX2Vec2F64 is upsample_nearest_fwd_x2_vec2_f64, __launch_bounds__(256).
+	UpsampleNearestFwdX2Vec2F64 Kernel[UpsampleParams] = "upsample.upsample_nearest_fwd_x2_vec2_f64"
+	// UpsampleNearestBwdF32 is upsample_nearest_bwd_f32, __launch_bounds__(256).
+	UpsampleNearestBwdF32 Kernel[UpsampleParams] = "upsample.upsample_nearest_bwd_f32"
+	// UpsampleNearestBwdF64 is upsample_nearest_bwd_f64, __launch_bounds__(256).
+	UpsampleNearestBwdF64 Kernel[UpsampleParams] = "upsample.upsample_nearest_bwd_f64"
+	// UpsampleNearestBwdX2Vec2F32 is upsample_nearest_bwd_x2_vec2_f32, __launch_bounds__(256).
+	UpsampleNearestBwdX2Vec2F32 Kernel[UpsampleParams] = "upsample.upsample_nearest_bwd_x2_vec2_f32"
+	// UpsampleNearestBwdX2Vec2F64 is upsample_nearest_bwd_x2_vec2_f64, __launch_bounds__(256).
+	UpsampleNearestBwdX2Vec2F64 Kernel[UpsampleParams] = "upsample.upsample_nearest_bwd_x2_vec2_f64"
+)
+
 // AdamWNormPartial returns AdamWNormPartialF32 for float32 and AdamWNormPartialF64 for float64.
 func AdamWNormPartial(dt tensor.Dtype) (Kernel[AdamWNormParams], error) {
 	return byDtype(dt, "adamw_norm_partial", AdamWNormPartialF32, AdamWNormPartialF64)
@@ -2342,6 +2396,26 @@ func SoftmaxBwdInner(dt tensor.Dtype) (Kernel[SoftmaxParams], error) {
 	return byDtype(dt, "softmax_bwd_inner", SoftmaxBwdInnerF32, SoftmaxBwdInnerF64)
 }
 
+// UpsampleNearestFwd returns UpsampleNearestFwdF32 for float32 and UpsampleNearestFwdF64 for float64.
+func UpsampleNearestFwd(dt tensor.Dtype) (Kernel[UpsampleParams], error) {
+	return byDtype(dt, "upsample_nearest_fwd", UpsampleNearestFwdF32, UpsampleNearestFwdF64)
+}
+
+// UpsampleNearestFwdX2Vec2 returns UpsampleNearestFwdX2Vec2F32 for float32 and UpsampleNearestFwdX2Vec2F64 for float64.
+func UpsampleNearestFwdX2Vec2(dt tensor.Dtype) (Kernel[UpsampleParams], error) {
+	return byDtype(dt, "upsample_nearest_fwd_x2_vec2", UpsampleNearestFwdX2Vec2F32, UpsampleNearestFwdX2Vec2F64)
+}
+
+// UpsampleNearestBwd returns UpsampleNearestBwdF32 for float32 and UpsampleNearestBwdF64 for float64.
+func UpsampleNearestBwd(dt tensor.Dtype) (Kernel[UpsampleParams], error) {
+	return byDtype(dt, "upsample_nearest_bwd", UpsampleNearestBwdF32, UpsampleNearestBwdF64)
+}
+
+// UpsampleNearestBwdX2Vec2 returns UpsampleNearestBwdX2Vec2F32 for float32 and UpsampleNearestBwdX2Vec2F64 for float64.
+func UpsampleNearestBwdX2Vec2(dt tensor.Dtype) (Kernel[UpsampleParams], error) {
+	return byDtype(dt, "upsample_nearest_bwd_x2_vec2", UpsampleNearestBwdX2Vec2F32, UpsampleNearestBwdX2Vec2F64)
+}
+
 // Constants the kernels define (stheno:const annotations).
 const (
 	// AdamWChunkElems is kChunkElems in kernels/adamw.cu.
@@ -2687,6 +2761,10 @@ const (
 	// The most threads of a block kernel's or an inner kernel's block (at 1024
 	// the float64 block kernels spill).
 	SoftmaxMaxThreads = 512
+	// UpsampleThreads is kThreads in kernels/upsample.cu.
+	//
+	// The threads of a block of every kernel.
+	UpsampleThreads = 256
 )
 
 // kernelTable lists every kernel, module by module, in source order.
@@ -2917,43 +2995,43 @@ var kernelTable = [...]KernelInfo{
 	{Module: "pointwise", Name: "reduce_rows_block_v16b_f64", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "pointwise", Name: "reduce_cols_f32", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "pointwise", Name: "reduce_cols_f64", Params: "ReduceParams", ParamsSize: 72, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_occ4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 4, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_vec4_occ4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 4, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_bwd_nhwc_taps_atomic_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_bwd_nhwc_taps_atomic_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_bwd_nhwc_sep_atomic_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_bwd_nhwc_sep_atomic_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_cmajor_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_occ4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 4, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_vec4_occ4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 4, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_taps_atomic_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_taps_atomic_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_sep_atomic_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign", Name: "roialign_bwd_nhwc_sep_atomic_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "roialign_sort_rois_f32", Params: "RoIOrderParams", ParamsSize: 48, MaxThreads: 1024, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "roialign_sort_rois_f64", Params: "RoIOrderParams", ParamsSize: 48, MaxThreads: 1024, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "transpose_planes_f32", Params: "TransposeParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "roialign", Name: "transpose_planes_f64", Params: "TransposeParams", ParamsSize: 24, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_taps_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_taps_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_vec4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c8_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c8_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
-	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_sep_red4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: false},
-	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_taps_red4_f32", Params: "RoIAlignParams", ParamsSize: 88, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_taps_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_taps_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nhwc_sep_vec4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c8_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_bin_c8_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s1_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s2_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s3_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign", Name: "roialign_fwd_nchw_cols_s4_cmajor_f64", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
+	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_sep_red4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "roialign_sm90a", Name: "roialign_bwd_nhwc_taps_red4_f32", Params: "RoIAlignParams", ParamsSize: 112, MaxThreads: 256, MinBlocks: 0, Variant: true},
 	{Module: "softmax", Name: "softmax_fwd_warp_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_warp_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_fwd_warp_v16b_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 128, MinBlocks: 0, Variant: false},
@@ -2982,4 +3060,12 @@ var kernelTable = [...]KernelInfo{
 	{Module: "softmax", Name: "softmax_fwd_inner_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_bwd_inner_f32", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
 	{Module: "softmax", Name: "softmax_bwd_inner_f64", Params: "SoftmaxParams", ParamsSize: 56, MaxThreads: 512, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_fwd_f32", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_fwd_f64", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_fwd_x2_vec2_f32", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_fwd_x2_vec2_f64", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_bwd_f32", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_bwd_f64", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_bwd_x2_vec2_f32", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "upsample", Name: "upsample_nearest_bwd_x2_vec2_f64", Params: "UpsampleParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
 }

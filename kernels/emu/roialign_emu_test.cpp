@@ -14,7 +14,8 @@
 // - roialign_sort_rois (a permutation sorted by image; the blocks that zero
 //   the backward's gradient alongside) and the kernels that take the RoIs
 //   in its order; transpose_planes (NCHW <-> NHWC) exactly;
-// - the status word for a RoI with a bad batch index.
+// - the status word for a RoI with a bad batch index;
+// - the level filter of MultiLevelRoIAlign (level_case).
 // Tolerances (autograd/tolerance.go): TolParity32/64 between kernels and,
 // for float32 against the double reference, TolParity32 (the kernels
 // compute the sample positions in float32, as the CPU twin does);
@@ -322,6 +323,170 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
   expect_line(bad_roi ? "status: bad batch index" : "status: ok", status == (bad_roi ? stheno::kStatusBadBatchIndex : 0));
 }
 
+// The level filter (MultiLevelRoIAlign): every kernel launched with
+// level_filter on all the RoIs, for the finest, a middle and the coarsest
+// of three levels of sizes, against the reference of the level's RoIs
+// alone. Forward: the level's rows as the reference's, the others' left
+// as they were (NaN); backward: the reference's adjoint of the level's
+// rows of gy only. The three levels' launches together write every row
+// once, and their gradients add up to the unfiltered one. RoIs include an
+// empty, an inverted, a NaN and an infinite box (the finest, finest,
+// finest and coarsest levels) and a bad batch index, which raises the
+// status word in its level's launch only.
+template <class T>
+void level_case(const char* name, int n, int c, int h, int w, int k, int ph, int pw, double scale, int sampling,
+                double img) {
+  const bool f = sizeof(T) == 4;
+  printf("%s %s\n", name, f ? "f32" : "f64");
+  const Tol parity = f ? TolParity32 : TolParity64, vs_ref = f ? TolParity32 : TolForward64;
+  std::vector<T> x(size_t(n) * c * h * w), rois(k * 5);
+  for (auto& v : x) v = rng.U(-1, 1);
+  for (int i = 0; i < k; ++i) {
+    const double x1 = rng.U(-0.1 * img, img), y1 = rng.U(-0.1 * img, img);
+    const double side = exp(rng.U(log(1.0), log(img))), a = exp(rng.U(-0.7, 0.7));
+    rois[i * 5] = T(i % n), rois[i * 5 + 1] = x1, rois[i * 5 + 2] = y1;
+    rois[i * 5 + 3] = x1 + side * a, rois[i * 5 + 4] = y1 + side / a;
+  }
+  rois[1 * 5 + 3] = rois[1 * 5 + 1];                                                      // empty
+  std::swap(rois[2 * 5 + 2], rois[2 * 5 + 4]);                                            // inverted
+  rois[3 * 5 + 3] = T(NAN);                                                               // NaN
+  rois[4 * 5 + 1] = 0, rois[4 * 5 + 3] = std::numeric_limits<T>::infinity();              // infinite
+  const int bad = k - 2;
+  rois[bad * 5] = T(n);  // batch index out of range
+  // The sizes, as roi_level_size: sqrt(w*h), -inf for a box without area,
+  // at most the largest double; the levels' bounds at the 40th and 75th
+  // percentile of the finite ones.
+  std::vector<double> size(k), finite;
+  for (int i = 0; i < k; ++i) {
+    const double bw = double(rois[i * 5 + 3]) - double(rois[i * 5 + 1]);
+    const double bh = double(rois[i * 5 + 4]) - double(rois[i * 5 + 2]);
+    size[i] = !(bw > 0 && bh > 0) ? -INFINITY : std::min(std::sqrt(bw * bh), std::numeric_limits<double>::max());
+    if (std::isfinite(size[i])) finite.push_back(size[i]);
+  }
+  std::sort(finite.begin(), finite.end());
+  const double b1 = finite[finite.size() * 2 / 5], b2 = finite[finite.size() * 3 / 4];
+  const double bounds[3][2] = {{-INFINITY, b1}, {b1, b2}, {b2, INFINITY}};
+
+  std::vector<T> xt(x.size());
+  transpose(x, xt, n, c, h * w);
+  const size_t outn = size_t(k) * c * ph * pw, per = size_t(c) * ph * pw;
+  std::vector<T> gy(outn);
+  for (auto& v : gy) v = rng.U(-1, 1);
+  auto nhwc = [&](const std::vector<double>& g) {
+    std::vector<double> t(g.size());
+    for (int i = 0; i < n; ++i)
+      for (int ch = 0; ch < c; ++ch)
+        for (int q = 0; q < h * w; ++q) t[(size_t(i) * h * w + q) * c + ch] = g[(size_t(i) * c + ch) * h * w + q];
+    return t;
+  };
+  std::vector<double> ref_all, gref_all;
+  reference(x, rois, n, c, h, w, k, ph, pw, scale, sampling, true, gy, ref_all, gref_all);
+
+  using K = void (*)(stheno::RoIAlignParams);
+  const int bins = ph * pw, tile = stheno::tile_bins<T>();
+  const dim3 cl_grid(k, (bins + tile - 1) / tile), cl_block(stheno::kThreads);
+  struct Launch {
+    std::string name;
+    K kern;
+    bool nchw;  // reads NCHW x; else channels-last
+    dim3 grid, block;
+  };
+  const int phases = std::max(1, stheno::kThreads / bins),
+            nthreads = std::min((bins * phases + 31) / 32 * 32, stheno::kThreads);
+  std::vector<Launch> fwds = {
+      {"taps", f ? (K)roialign_fwd_nhwc_taps_f32 : (K)roialign_fwd_nhwc_taps_f64, false, cl_grid, cl_block},
+      {"sep", f ? (K)roialign_fwd_nhwc_sep_f32 : (K)roialign_fwd_nhwc_sep_f64, false, cl_grid, cl_block},
+      {"bin c4", f ? (K)roialign_fwd_nchw_bin_c4_occ4_f32 : (K)roialign_fwd_nchw_bin_c4_f64, true,
+       dim3(k, (c + phases * 4 - 1) / (phases * 4)), dim3(nthreads)},
+  };
+  if (sampling > 0 && sampling <= stheno::kColsMaxS && pw * sampling <= 32) {
+    const K cols[2][4] = {{roialign_fwd_nchw_cols_s1_f32, roialign_fwd_nchw_cols_s2_f32, roialign_fwd_nchw_cols_s3_f32,
+                           roialign_fwd_nchw_cols_s4_f32},
+                          {(K)roialign_fwd_nchw_cols_s1_f64, (K)roialign_fwd_nchw_cols_s2_f64,
+                           (K)roialign_fwd_nchw_cols_s3_f64, (K)roialign_fwd_nchw_cols_s4_f64}};
+    const K cols_cm[2][4] = {{roialign_fwd_nchw_cols_s1_cmajor_f32, roialign_fwd_nchw_cols_s2_cmajor_f32,
+                              roialign_fwd_nchw_cols_s3_cmajor_f32, roialign_fwd_nchw_cols_s4_cmajor_f32},
+                             {(K)roialign_fwd_nchw_cols_s1_cmajor_f64, (K)roialign_fwd_nchw_cols_s2_cmajor_f64,
+                              (K)roialign_fwd_nchw_cols_s3_cmajor_f64, (K)roialign_fwd_nchw_cols_s4_cmajor_f64}};
+    fwds.push_back({"cols", cols[f ? 0 : 1][sampling - 1], true, dim3(k, 2), dim3(256)});
+    fwds.push_back({"cols cmajor", cols_cm[f ? 0 : 1][sampling - 1], true, dim3(k, 2), dim3(256)});
+  }
+  std::vector<Launch> bwds = {
+      {"taps atomic", f ? (K)roialign_bwd_nhwc_taps_atomic_f32 : (K)roialign_bwd_nhwc_taps_atomic_f64, false, cl_grid,
+       cl_block},
+      {"sep atomic", f ? (K)roialign_bwd_nhwc_sep_atomic_f32 : (K)roialign_bwd_nhwc_sep_atomic_f64, false, cl_grid,
+       cl_block},
+  };
+  if constexpr (sizeof(T) == 4) {
+    if (c % 4 == 0) {
+      fwds.push_back({"sep vec4 occ4", roialign_fwd_nhwc_sep_vec4_occ4_f32, false, dim3(k, 3, 2), cl_block});
+      bwds.push_back({"taps red4", roialign_bwd_nhwc_taps_red4_f32, false, cl_grid, cl_block});
+      bwds.push_back({"sep red4", roialign_bwd_nhwc_sep_red4_f32, false, cl_grid, cl_block});
+    }
+  }
+  // The spatial order, for the channels-last kernels once more.
+  std::vector<int> order(k, -1);
+  stheno::RoIOrderParams op{(uint64_t)rois.data(), (uint64_t)order.data(), scale, k, 0};
+  emu::launch(f ? (void (*)(stheno::RoIOrderParams))roialign_sort_rois_f32 : roialign_sort_rois_f64, dim3(1),
+              dim3(stheno::kOrderThreads), 0, op);
+
+  int status = 0;
+  stheno::RoIAlignParams p{};
+  p.rois = (uint64_t)rois.data(), p.status = (uint64_t)&status, p.spatial_scale = scale;
+  p.n = n, p.c = c, p.h = h, p.w = w, p.k = k, p.pooled_h = ph, p.pooled_w = pw, p.sampling_ratio = sampling;
+  p.aligned = 1, p.max_adaptive_grid = 1024, p.level_filter = 1;
+  for (const Launch& l : fwds) {
+    for (bool ordered : {false, true}) {
+      if (ordered && l.nchw) continue;
+      p.order = ordered ? (uint64_t)order.data() : 0;
+      std::vector<T> all(outn, T(NAN));
+      for (int lv = 0; lv < 3; ++lv) {
+        p.level_lo = bounds[lv][0], p.level_hi = bounds[lv][1];
+        std::vector<T> out(outn, T(NAN));
+        std::vector<double> want(outn, NAN);
+        bool has_bad = false;
+        for (int i = 0; i < k; ++i) {
+          if (!(size[i] >= bounds[lv][0] && size[i] < bounds[lv][1])) continue;
+          std::copy(ref_all.begin() + i * per, ref_all.begin() + (i + 1) * per, want.begin() + i * per);
+          has_bad = has_bad || i == bad;
+        }
+        status = 0;
+        p.feat = l.nchw ? (uint64_t)x.data() : (uint64_t)xt.data();
+        p.pooled = (uint64_t)out.data();
+        emu::launch(l.kern, l.grid, l.block, 0, p);
+        const std::string what = "level " + std::to_string(lv) + " forward " + l.name + (ordered ? " ordered" : "");
+        check(what + " vs reference", want, out, vs_ref);
+        expect_line(what + " status", status == (has_bad ? stheno::kStatusBadBatchIndex : 0));
+        p.pooled = (uint64_t)all.data();
+        emu::launch(l.kern, l.grid, l.block, 0, p);
+      }
+      check(std::string("all levels forward ") + l.name + (ordered ? " ordered" : "") + " vs reference", ref_all, all,
+            vs_ref);
+    }
+  }
+  p.order = 0;
+  const std::vector<double> gref_t = nhwc(gref_all);
+  for (const Launch& l : bwds) {
+    std::vector<double> sum(x.size(), 0);
+    for (int lv = 0; lv < 3; ++lv) {
+      p.level_lo = bounds[lv][0], p.level_hi = bounds[lv][1];
+      std::vector<T> gmask(gy);
+      for (int i = 0; i < k; ++i)
+        if (!(size[i] >= bounds[lv][0] && size[i] < bounds[lv][1]))
+          std::fill(gmask.begin() + i * per, gmask.begin() + (i + 1) * per, T(0));
+      std::vector<double> unused, gref_lv;
+      reference(x, rois, n, c, h, w, k, ph, pw, scale, sampling, true, gmask, unused, gref_lv);
+      std::vector<T> g(x.size(), T(0));
+      p.feat = (uint64_t)g.data();
+      p.pooled = (uint64_t)gy.data();
+      emu::launch(l.kern, l.grid, l.block, 0, p);
+      check("level " + std::to_string(lv) + " backward " + l.name + " vs reference", nhwc(gref_lv), g, vs_ref);
+      for (size_t i = 0; i < g.size(); ++i) sum[i] += g[i];
+    }
+    check(std::string("all levels backward ") + l.name + " vs unfiltered reference", gref_t, sum, parity);
+  }
+}
+
 template <class T>
 void cases() {
   run_case<T>("sampling 2, 7x7, aligned", 2, 35, 20, 24, 12, 7, 7, 0.25, 2, true, 96);
@@ -347,6 +512,10 @@ void cases() {
   // by ~3e-5 pixels, about 4e-5 of a gradient: float32 is checked against
   // the float32 kernels, float64 against the reference.)
   run_case<T>("adaptive, 1x1, C 4, huge bins", 1, 4, 400, 400, 4, 1, 1, 1.0, 0, true, 500, false, 400, 1e5, false);
+  // The level filter, a fixed ratio (the NCHW kernels) and adaptive
+  // sampling (the separable ones), C % 4 == 0 (vec4, red4).
+  level_case<T>("level filter, sampling 2, 4x4, C 8", 2, 8, 16, 20, 24, 4, 4, 0.25, 2, 80);
+  level_case<T>("level filter, adaptive, 3x5, C 12", 2, 12, 15, 17, 20, 3, 5, 0.5, 0, 34);
 }
 
 int main() {

@@ -43,10 +43,11 @@ type Losses [len(LossNames)]float64
 // # Devices
 //
 // Build takes the device to run on; only the host (nil) is supported now.
-// Conv, ConvBN and RoIAlign have device kernels already. What a GPU run
-// still needs: device kernels for ConvTranspose, UpsampleNearest,
-// MultiLevelRoIAlign (whose pooling RoIAlign's CUDA kernels would do) and
-// the losses; ops.ToDevice after the image and target inputs and
+// Conv, ConvBN, UpsampleNearest and MultiLevelRoIAlign have device
+// kernels already. What a GPU run still needs: device kernels for
+// ConvTranspose and the losses; BatchNorm's running statistics moved to
+// the device (ops.BatchNorm.RunningStatsToDevice, and CopyRunningStats for
+// the checkpoint); ops.ToDevice after the image and target inputs and
 // ops.ToHost before the host ops (the RPN's outputs are small) and after
 // the box head's outputs; gorgonia's Add, Reshape and Transpose on device
 // values (the backend's engine does Add; the other two are views and a
