@@ -4,10 +4,11 @@
 // of the chosen costs is least.
 //
 // Assign takes the cost matrix row-major, rows the queries and columns the
-// targets, of any shape: DETR has more queries than targets (300 x 100 at
-// most in Deformable-DETR's COCO setting), so min(rows, cols) pairs are
-// matched and the other rows (or columns) stay unmatched. An image without
-// targets is a matrix with zero columns, and every query stays unmatched.
+// targets, of any shape: DETR has more queries than targets
+// (Deformable-DETR has 300 queries, a COCO image fewer than 100 objects),
+// so min(rows, cols) pairs are matched and the other rows (or columns) stay
+// unmatched. An image without targets is a matrix with zero columns, and
+// every query stays unmatched.
 //
 // # Algorithm
 //
@@ -27,9 +28,9 @@
 // NaN and -Inf costs are refused with an error naming the row and column.
 // +Inf marks a forbidden pair: Assign finds the cheapest matching of
 // min(rows, cols) pairs that avoids every forbidden pair, and returns an
-// error wrapping ErrInfeasible when there is none. Finite costs must be
-// small enough that sums of a few of them do not overflow (below about
-// 1e300 in magnitude); DETR's costs are of order 1.
+// error wrapping ErrInfeasible when there is none. Finite costs larger in
+// magnitude than MaxCost (1e150) are refused as well, so that the sums the
+// search forms never overflow; DETR's costs are of order 1.
 //
 // # Ties
 //
