@@ -71,16 +71,7 @@ func TestGPUTrainingGraphs(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			pg, err := ParamsWithGrads(params, grads)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := DefaultAdamWConfig()
-			cfg.MaxGradNorm, cfg.KeepGrads = 1, true
-			opt, err := NewAdamW([]ParamGroup{{Params: pg, LR: 1e-2, WeightDecay: 1e-4}}, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			pg, opt := familyOptimizer(t, params, grads)
 			defer opt.Free()
 			var losses []float64
 			for step := range 4 {

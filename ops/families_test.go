@@ -256,16 +256,7 @@ func TestTrainingGraphsTrain(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			pg, err := ParamsWithGrads(e.params, grads)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := DefaultAdamWConfig()
-			cfg.MaxGradNorm, cfg.KeepGrads = 1, true
-			opt, err := NewAdamW([]ParamGroup{{Params: pg, LR: 1e-2, WeightDecay: 1e-4}}, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			pg, opt := familyOptimizer(t, e.params, grads)
 			var losses []float64
 			for step := range 8 {
 				if err := m.RunAll(); err != nil {
@@ -286,6 +277,24 @@ func TestTrainingGraphsTrain(t *testing.T) {
 			}
 		})
 	}
+}
+
+// familyOptimizer pairs a family's parameters with their gradients and
+// makes the AdamW that trains them (clipped at 1, the gradients kept: each
+// run computes them afresh).
+func familyOptimizer(t *testing.T, params, grads G.Nodes) ([]G.ValueGrad, *AdamW) {
+	t.Helper()
+	pg, err := ParamsWithGrads(params, grads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultAdamWConfig()
+	cfg.MaxGradNorm, cfg.KeepGrads = 1, true
+	opt, err := NewAdamW([]ParamGroup{{Params: pg, LR: 1e-2, WeightDecay: 1e-4}}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pg, opt
 }
 
 // checkReleasePlan checks the plan planReleases recorded in g's ops.
