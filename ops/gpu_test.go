@@ -370,13 +370,9 @@ func TestGPUGradCheck(t *testing.T) {
 				}
 				inputs = append(inputs, autograd.Input{Name: "rois", Value: randomPyramidRoIs(rng, 2, 12), NoGrad: true})
 				_, err := autograd.CheckGrad(func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
-					var d G.Nodes
-					for _, n := range in {
-						m, err := ToDevice(n, dev)
-						if err != nil {
-							return nil, err
-						}
-						d = append(d, m)
+					d, err := toDevices(in, dev)
+					if err != nil {
+						return nil, err
 					}
 					y, err := MultiLevelRoIAlign(d[:len(d)-1], d[len(d)-1], cfg)
 					if err != nil {
@@ -398,13 +394,9 @@ func TestGPUGradCheck(t *testing.T) {
 				{Name: "weight", Value: randTensor(rng, tensor.Float64, 0, 1, 1, 3, 2, 2, 2)},
 			}
 			_, err := autograd.CheckGrad(func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
-				var d G.Nodes
-				for _, n := range in {
-					m, err := ToDevice(n, dev)
-					if err != nil {
-						return nil, err
-					}
-					d = append(d, m)
+				d, err := toDevices(in, dev)
+				if err != nil {
+					return nil, err
 				}
 				y, err := MSDeformAttn(d[0], d[1], d[2], levels)
 				if err != nil {
@@ -525,6 +517,19 @@ func TestGPUTrainingStepsDoNotLeak(t *testing.T) {
 		t.Errorf("steps 2..%d called the driver: allocs %d -> %d, frees %d -> %d", steps,
 			afterFirst.DriverAllocs, end.DriverAllocs, afterFirst.DriverFrees, end.DriverFrees)
 	}
+}
+
+// toDevices moves each of in to dev inside the graph.
+func toDevices(in G.Nodes, dev *backend.Device) (G.Nodes, error) {
+	out := make(G.Nodes, len(in))
+	for i, n := range in {
+		m, err := ToDevice(n, dev)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = m
+	}
+	return out, nil
 }
 
 // skipUnbuiltVariant skips tb when module.name is a kernel variant
