@@ -15,6 +15,7 @@
 //   the backward's gradient alongside) and the kernels that take the RoIs
 //   in its order; transpose_planes (NCHW <-> NHWC) exactly;
 // - the status word for a RoI with a bad batch index;
+// - legacy mode's NaN boxes (a NaN width or height pools zeros);
 // - the level filter of MultiLevelRoIAlign (level_case).
 // Tolerances (autograd/tolerance.go): TolParity32/64 between kernels and,
 // for float32 against the double reference, TolParity32 (the kernels
@@ -119,6 +120,12 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
     if (i % 5 == 4) std::swap(rois[i * 5 + 1], rois[i * 5 + 3]);  // a negative width (aligned keeps it)
   }
   if (bad_roi) rois[5 * (k / 2)] = T(n);  // batch index out of range
+  if (!aligned) {
+    // A NaN height and a NaN width: legacy mode keeps them NaN (the RoIs
+    // pool zeros), not 1x1.
+    rois[5 * 1 + 4] = T(NAN);
+    rois[5 * 3 + 3] = T(NAN);
+  }
   // NHWC by the kernel, checked against a host transpose; and back.
   std::vector<T> xt(x.size(), T(NAN)), xt_host(x.size()), back(x.size(), T(NAN));
   transpose(x, xt, n, c, h * w);
