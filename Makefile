@@ -83,7 +83,8 @@ EMU_HARNESSES := \
 	pointwise \
 	maxpool \
 	dropout \
-	upsample
+	upsample \
+	convtranspose
 EMU_BINS  := $(EMU_DIR)/conv_emu_test $(EMU_HARNESSES:%=$(EMU_DIR)/%_emu_test) \
 	$(EMU_DIR)/msdeform_emu_test_asan $(EMU_DIR)/softmax_emu_test_asan
 

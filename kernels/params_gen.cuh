@@ -183,6 +183,29 @@
   static_assert(offsetof(MaskSumParams, chunk) == 40 && std::is_same<decltype(MaskSumParams::chunk), int32_t>::value, "MaskSumParams::chunk: offset or type differs from kernels/cuda's: run make kernels-go"); \
   static_assert(offsetof(MaskSumParams, chunks) == 44 && std::is_same<decltype(MaskSumParams::chunks), int32_t>::value, "MaskSumParams::chunks: offset or type differs from kernels/cuda's: run make kernels-go")
 
+// kernels/convtranspose.cu
+#define STHENO_PARAMS_ConvTransposeEpilogueParams \
+  static_assert(sizeof(ConvTransposeEpilogueParams) == 56 && alignof(ConvTransposeEpilogueParams) == 8, "ConvTransposeEpilogueParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeEpilogueParams, z) == 0 && std::is_same<decltype(ConvTransposeEpilogueParams::z), uint64_t>::value, "ConvTransposeEpilogueParams::z: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeEpilogueParams, y) == 8 && std::is_same<decltype(ConvTransposeEpilogueParams::y), uint64_t>::value, "ConvTransposeEpilogueParams::y: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeEpilogueParams, bias) == 16 && std::is_same<decltype(ConvTransposeEpilogueParams::bias), uint64_t>::value, "ConvTransposeEpilogueParams::bias: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeEpilogueParams, planes) == 24 && std::is_same<decltype(ConvTransposeEpilogueParams::planes), int64_t>::value, "ConvTransposeEpilogueParams::planes: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeEpilogueParams, c) == 32 && std::is_same<decltype(ConvTransposeEpilogueParams::c), int32_t>::value, "ConvTransposeEpilogueParams::c: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeEpilogueParams, h) == 36 && std::is_same<decltype(ConvTransposeEpilogueParams::h), int32_t>::value, "ConvTransposeEpilogueParams::h: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeEpilogueParams, w) == 40 && std::is_same<decltype(ConvTransposeEpilogueParams::w), int32_t>::value, "ConvTransposeEpilogueParams::w: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeEpilogueParams, factor_h) == 44 && std::is_same<decltype(ConvTransposeEpilogueParams::factor_h), int32_t>::value, "ConvTransposeEpilogueParams::factor_h: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeEpilogueParams, factor_w) == 48 && std::is_same<decltype(ConvTransposeEpilogueParams::factor_w), int32_t>::value, "ConvTransposeEpilogueParams::factor_w: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeEpilogueParams, relu) == 52 && std::is_same<decltype(ConvTransposeEpilogueParams::relu), int32_t>::value, "ConvTransposeEpilogueParams::relu: offset or type differs from kernels/cuda's: run make kernels-go")
+
+// kernels/convtranspose.cu
+#define STHENO_PARAMS_ConvTransposeBiasGradParams \
+  static_assert(sizeof(ConvTransposeBiasGradParams) == 32 && alignof(ConvTransposeBiasGradParams) == 8, "ConvTransposeBiasGradParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeBiasGradParams, dy) == 0 && std::is_same<decltype(ConvTransposeBiasGradParams::dy), uint64_t>::value, "ConvTransposeBiasGradParams::dy: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeBiasGradParams, bias_grad) == 8 && std::is_same<decltype(ConvTransposeBiasGradParams::bias_grad), uint64_t>::value, "ConvTransposeBiasGradParams::bias_grad: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeBiasGradParams, hw) == 16 && std::is_same<decltype(ConvTransposeBiasGradParams::hw), int64_t>::value, "ConvTransposeBiasGradParams::hw: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeBiasGradParams, n) == 24 && std::is_same<decltype(ConvTransposeBiasGradParams::n), int32_t>::value, "ConvTransposeBiasGradParams::n: offset or type differs from kernels/cuda's: run make kernels-go"); \
+  static_assert(offsetof(ConvTransposeBiasGradParams, c) == 28 && std::is_same<decltype(ConvTransposeBiasGradParams::c), int32_t>::value, "ConvTransposeBiasGradParams::c: offset or type differs from kernels/cuda's: run make kernels-go")
+
 // kernels/dropout.cu
 #define STHENO_PARAMS_DropoutParams \
   static_assert(sizeof(DropoutParams) == 64 && alignof(DropoutParams) == 8, "DropoutParams: size or alignment differs from kernels/cuda's: run make kernels-go"); \

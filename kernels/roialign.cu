@@ -287,9 +287,14 @@ __device__ int roi_geometry(const RoIAlignParams& p, const T* __restrict__ roi, 
   T roi_w = end_x - g->start_x;
   T roi_h = end_y - g->start_y;
   if (!p.aligned) {
-    // Legacy mode forces malformed RoIs to be at least 1x1.
-    roi_w = roi_w > T(1) ? roi_w : T(1);
-    roi_h = roi_h > T(1) ? roi_h : T(1);
+    // Legacy mode forces malformed RoIs to be at least 1x1. A NaN size
+    // stays NaN, as with Go's max in the CPU twin (and torchvision's CPU
+    // std::max): its samples are NaN, outside the map, and the RoI pools
+    // zeros, whichever of its coordinates is NaN. (roi_w > 1 ? roi_w : 1,
+    // or fmax, which torchvision's CUDA max is, would make it 1 and pool a
+    // pixel-wide strip.)
+    roi_w = roi_w < T(1) ? T(1) : roi_w;
+    roi_h = roi_h < T(1) ? T(1) : roi_h;
   }
   g->bin_h = roi_h / static_cast<T>(p.pooled_h);
   g->bin_w = roi_w / static_cast<T>(p.pooled_w);

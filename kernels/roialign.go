@@ -99,7 +99,11 @@ func roiGeometry[T Float](p *RoIAlignParams, k int, roi []T) (g roiGeom[T], err 
 	roiW := endX - g.startX
 	roiH := endY - g.startY
 	if !p.Aligned {
-		// Legacy mode forces malformed RoIs to be at least 1x1.
+		// Legacy mode forces malformed RoIs to be at least 1x1. max keeps
+		// a NaN size NaN (as torchvision's CPU std::max does): the RoI's
+		// samples are then NaN, outside the map, and it pools zeros, as
+		// one with a NaN corner does in aligned mode. roi_geometry in
+		// roialign.cu does the same.
 		roiW = max(roiW, 1)
 		roiH = max(roiH, 1)
 	}

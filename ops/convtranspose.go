@@ -35,6 +35,11 @@ type ConvTransposeConfig struct {
 // kernels.ConvBackwardData, the input gradient kernels.ConvForward and the
 // weight gradient kernels.ConvBackwardFilter, with the roles of input and
 // output swapped. Only the bias and the activation take a pass of their own.
+// On the GPU the forward of one whose stride is its kernel, with no padding,
+// dilation or output padding (Mask R-CNN's 2x2 stride-2 upsampling) is a
+// 1x1 convolution to Cout*KH*KW channels, on the fast convolution kernels,
+// whose output the bias and activation pass rearranges depth to space;
+// other ones take the strided data-gradient GEMM (convtranspose_device.go).
 func ConvTranspose(x, w, bias *G.Node, cfg ConvTransposeConfig) (*G.Node, error) {
 	const op = "ConvTranspose"
 	s, err := convTransposeParams(x, w, cfg)
@@ -151,8 +156,7 @@ func (s convTShape) String() string {
 		p.DilationH, p.DilationW, s.bias, s.act)
 }
 
-// convTOp is the forward op: (x, w[, bias]) -> y. The transposed
-// convolution ops have no GPU kernels yet.
+// convTOp is the forward op: (x, w[, bias]) -> y.
 func convTOp(s convTShape) *specOp {
 	in := []argSpec{{name: "x", shape: s.xShape()}, {name: "w", shape: s.wShape()}}
 	if s.bias {
@@ -162,6 +166,7 @@ func convTOp(s convTShape) *specOp {
 		name: "ConvTranspose", config: s.String(),
 		inputs: in, out: s.yShape(), dtype: s.dt,
 		cpu:     floatTwin(s, convTForward[float32], convTForward[float64]),
+		device:  s.forwardDevice,
 		diffWRT: []bool{true, true, true}[:len(in)],
 		grad:    s.backward,
 	})
@@ -169,30 +174,14 @@ func convTOp(s convTShape) *specOp {
 
 func convTForward[T kernels.Float](s convTShape, in [][]T, y []T) error {
 	kernels.ConvBackwardData(s.p, in[1], nil, in[0], y)
-	convTBiasAct(y, optional(in, 2), s.p.N, s.p.Cin, s.p.H*s.p.W, s.act == ActReLU)
+	kernels.ConvTransposeEpilogue(s.epilogue(1, 1), y, optional(in, 2), y)
 	return nil
 }
 
-// convTBiasAct adds bias[c] (when there is one) to every pixel of channel c of
-// y [N,C,HW] and applies the ReLU, in place.
-func convTBiasAct[T kernels.Float](y, bias []T, n, c, hw int, relu bool) {
-	if bias == nil && !relu {
-		return
-	}
-	for i := range n * c {
-		plane := y[i*hw : (i+1)*hw]
-		var b T
-		if bias != nil {
-			b = bias[i%c]
-		}
-		for j, v := range plane {
-			v += b
-			if relu && !(v > 0) {
-				v = 0 // NaN too, as the fused convolutions do
-			}
-			plane[j] = v
-		}
-	}
+// epilogue is the bias and activation pass over y, with a depth-to-space
+// rearrangement by (fh, fw) on the way from a 1x1 convolution's output.
+func (s convTShape) epilogue(fh, fw int) kernels.ConvTransposeEpilogueParams {
+	return kernels.ConvTransposeEpilogueParams{N: s.p.N, C: s.p.Cin, H: s.p.H / fh, W: s.p.W / fw, FH: fh, FW: fw, ReLU: s.act == ActReLU}
 }
 
 // backward is ConvTranspose's SymDiff.
@@ -233,6 +222,7 @@ func convTDgradOp(s convTShape) *specOp {
 		inputs: []argSpec{{name: "w", shape: s.wShape()}, {name: "grad", shape: s.yShape()}},
 		out:    s.xShape(), dtype: s.dt,
 		cpu:     floatTwin(s, convTDgrad[float32], convTDgrad[float64]),
+		device:  s.dgradDevice,
 		diffWRT: []bool{true, true},
 		grad:    noSecondDerivative("ConvTranspose"),
 	})
@@ -256,6 +246,7 @@ func convTWgradOp(s convTShape) *specOp {
 		inputs: []argSpec{{name: "x", shape: s.xShape()}, {name: "grad", shape: s.yShape()}},
 		out:    out, dtype: s.dt,
 		cpu:     floatTwin(s, convTWgrad[float32], convTWgrad[float64]),
+		device:  s.wgradDevice,
 		diffWRT: []bool{true, true},
 		grad:    noSecondDerivative("ConvTranspose"),
 	})
@@ -269,20 +260,7 @@ func convTWgrad[T kernels.Float](s convTShape, in [][]T, out []T) error {
 	// input.
 	kernels.ConvBackwardFilter(s.p, dy, nil, x, out[:nw], nil)
 	if s.bias {
-		convTChannelSums(out[nw:], dy, s.p.N, s.p.Cin, s.p.H*s.p.W)
+		kernels.ConvTransposeBiasGrad(s.p.N, s.p.Cin, s.p.H*s.p.W, dy, out[nw:])
 	}
 	return nil
-}
-
-// convTChannelSums writes sums[c] = the sum of channel c of v [N,C,HW], images in
-// order, so that the result does not depend on any blocking.
-func convTChannelSums[T kernels.Float](sums, v []T, n, c, hw int) {
-	clear(sums)
-	for i := range n * c {
-		var s T
-		for _, x := range v[i*hw : (i+1)*hw] {
-			s += x
-		}
-		sums[i%c] += s
-	}
 }

@@ -10,6 +10,7 @@ import (
 	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/autograd"
+	"github.com/stheno-ml/stheno/kernels"
 )
 
 // convTransposeRef is the definition of conv_transpose2d: every input pixel
@@ -195,5 +196,65 @@ func TestConvTransposeBadInput(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got error %v, want one containing %q", c.name, err, c.want)
 		}
+	}
+}
+
+// The GPU's depth-to-space forward (convtranspose_device.go), computed with
+// the CPU twins of its kernels: the weights transposed as transpose_planes
+// transposes them, the 1x1 convolution, then the epilogue by (KH, KW). On
+// integers (every sum exact) it must give the op's CPU result bit for bit,
+// in every case whose stride is its kernel; the others must not take it.
+func TestConvTransposeDepthToSpace(t *testing.T) {
+	cases := append(convTransposeCases[:0:0], convTransposeCases...)
+	cases = append(cases, convTransposeCases[0])
+	cases[len(cases)-1].name, cases[len(cases)-1].bias = "2x2s2 no bias", false
+	cases[len(cases)-1].cfg.Act = ActNone
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			g := G.NewGraph()
+			s, err := convTransposeParams(G.NewTensor(g, tensor.Float32, 4, G.WithShape(c.n, c.ci, c.h, c.w)),
+				G.NewTensor(g, tensor.Float32, 4, G.WithShape(c.ci, c.co, c.kh, c.kw)), c.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.bias = c.bias
+			want := c.cfg.Stride == [2]int{c.kh, c.kw} && c.cfg.Pad == [2]int{} && c.cfg.Dilation == [2]int{} && c.cfg.OutputPad == [2]int{}
+			if s.depthToSpace() != want {
+				t.Fatalf("depthToSpace() = %t, want %t", s.depthToSpace(), want)
+			}
+			if !want {
+				return
+			}
+			rng := rand.New(rand.NewPCG(7, 7))
+			in := []*tensor.Dense{intTensor(rng, tensor.Float32, -2, 2, s.xShape()...), intTensor(rng, tensor.Float32, -1, 1, s.wShape()...)}
+			var bias []float32
+			if s.bias {
+				in = append(in, intTensor(rng, tensor.Float32, -1, 1, s.bShape()...))
+				bias = in[2].Float32s()
+			}
+			y, err := convTOp(s).Do(toValues(in)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := s.p
+			rows, cols := p.Cout, p.Cin*p.KH*p.KW // w as [Cin, Cout*KH*KW], ConvTranspose's Cin being p.Cout
+			wv, wt := in[1].Float32s(), make([]float32, rows*cols)
+			for r := range rows {
+				for c := range cols {
+					wt[c*rows+r] = wv[r*cols+c]
+				}
+			}
+			z := make([]float32, p.N*cols*p.OutH*p.OutW)
+			if err := convForward(s.pointwise(), [][]float32{in[0].Float32s(), wt}, z); err != nil {
+				t.Fatal(err)
+			}
+			got := make([]float32, s.yShape().TotalSize())
+			kernels.ConvTransposeEpilogue(s.epilogue(p.KH, p.KW), z, bias, got)
+			for i, v := range y.(*tensor.Dense).Float32s() {
+				if got[i] != v {
+					t.Fatalf("element %d: %v by depth to space, %v by the op", i, got[i], v)
+				}
+			}
+		})
 	}
 }

@@ -31,11 +31,10 @@
 // gorgonia.SDOp); its backward pass is made of ops of this package. Ops run
 // where their inputs live: host tensors take the Go CPU kernels; device
 // tensors (package backend, build tag stheno_cuda) take the CUDA kernels
-// and give device tensors, with no host round trip. Every op has both but
-// ConvTranspose, which runs on the host only and refuses device inputs
-// with an error that says to move them with ToHost. CheckPlacement (and NewTapeMachine, which runs it) finds a
-// device value that would reach an op that cannot take it while the graph
-// is still being compiled. All ops accept float32 and float64.
+// and give device tensors, with no host round trip; every op has both.
+// CheckPlacement (and NewTapeMachine, which runs it) finds a device value
+// that would reach an op that cannot take it (most of gorgonia's) while
+// the graph is still being compiled. All ops accept float32 and float64.
 //
 // Semantics follow the references exactly:
 //   - RoIAlign: torchvision.ops.roi_align (average pooling);

@@ -125,6 +125,20 @@ var trainingFamilies = []trainingFamily{
 		pooled := e.must(MultiLevelRoIAlign([]*G.Node{top, p4}, rois, cfg))
 		return e.must(SumLosses(e.meanSquare(top), e.meanSquare(pooled)))
 	}},
+	{name: "maskhead", build: func(e *familyEnv) *G.Node {
+		x := e.uniform("x", -1, 1, 2, 4, 8, 8)
+		rois := e.data("rois", fromFloat64s(e.dt, []float64{0, 1, 1, 5, 6, 1, 0, 2, 7, 7}, 2, 5))
+		cfg := MultiLevelRoIAlignConfig{PooledH: 4, PooledW: 4, SamplingRatio: 2, Aligned: true,
+			Scales: []float64{1}, CanonicalSize: 8, CanonicalLevel: 0}
+		m := e.must(MultiLevelRoIAlign([]*G.Node{x}, rois, cfg))
+		m = e.must(ConvBN(m, e.param("w1", 0.3, 4, 4, 3, 3), e.batchNorm("bn", 4), nil, ConvConfig{Pad: [2]int{1, 1}, Act: ActReLU}))
+		up := e.must(ConvTranspose(m, e.param("wt", 0.3, 4, 4, 2, 2), e.param("bt", 0.1, 4),
+			ConvTransposeConfig{Stride: [2]int{2, 2}, Act: ActReLU}))
+		odd := e.must(ConvTranspose(m, e.param("wo", 0.3, 4, 2, 3, 3), nil,
+			ConvTransposeConfig{Stride: [2]int{2, 2}, Pad: [2]int{1, 1}, OutputPad: [2]int{1, 1}}))
+		logits := e.must(Conv(up, e.param("wl", 0.3, 2, 4, 1, 1), nil, ConvConfig{}))
+		return e.must(SumLosses(e.meanSquare(logits), e.meanSquare(odd)))
+	}, batchNorm: true},
 	{name: "msdeform", build: func(e *familyEnv) *G.Node {
 		levels := []Level{{6, 6}, {3, 3}}
 		const n, q, heads, d, l, pts = 2, 5, 2, 4, 2, 2

@@ -385,6 +385,37 @@ func TestGPUGradCheck(t *testing.T) {
 				}
 			}
 		})
+		t.Run(fmt.Sprintf("ConvTranspose/seed=%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 24))
+			// The depth-to-space path (2x2, stride 2) and the strided
+			// data-gradient GEMM (3x3, stride 2, padding, output padding).
+			for _, c := range []int{0, 2} {
+				tc := convTransposeCases[c]
+				inputs := []autograd.Input{
+					{Name: "x", Value: randTensor(rng, tensor.Float64, -1, 1, tc.n, tc.ci, tc.h, tc.w)},
+					{Name: "w", Value: randTensor(rng, tensor.Float64, -1, 1, tc.ci, tc.co, tc.kh, tc.kw)},
+					{Name: "bias", Value: randTensor(rng, tensor.Float64, -0.5, 0.5, tc.co)},
+				}
+				_, err := autograd.CheckGrad(func(g *G.ExprGraph, in G.Nodes) (*G.Node, error) {
+					var d G.Nodes
+					for _, n := range in {
+						m, err := ToDevice(n, dev)
+						if err != nil {
+							return nil, err
+						}
+						d = append(d, m)
+					}
+					y, err := ConvTranspose(d[0], d[1], d[2], tc.cfg)
+					if err != nil {
+						return nil, err
+					}
+					return ToHost(y)
+				}, inputs, seed, engine)
+				if err != nil {
+					t.Fatalf("%s: %v", tc.name, err)
+				}
+			}
+		})
 		t.Run(fmt.Sprintf("MSDeformAttn/seed=%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 22))
 			levels := []Level{{4, 5}, {2, 3}}

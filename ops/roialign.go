@@ -36,6 +36,10 @@ func (c RoIAlignConfig) validate() error {
 // input-image coordinates, scaled by SpatialScale onto x. Returns
 // [K,C,PooledH,PooledW]. Differentiable w.r.t. x (rois are not). A RoI whose
 // batch index is outside [0,N) makes the graph's run fail with an error.
+// Without Aligned, an empty or inverted box pools a 1x1 region, as
+// torchvision's; a box with a NaN coordinate pools zeros, on the CPU and
+// the GPU alike (torchvision's CUDA kernel would pool a 1-pixel strip for
+// a NaN x2 or y2).
 func RoIAlign(x, rois *G.Node, cfg RoIAlignConfig) (*G.Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

@@ -54,6 +54,10 @@ func TestGPURoIAlignParity(t *testing.T) {
 		// b*bin is rounded in two steps, as the CPU twin does, and an ulp
 		// above it (kept) when fused (edgeRoIs).
 		{"sampling=2/sample an ulp from the edge", 1, 8, 20, 20, 1, RoIAlignConfig{7, 7, 0.25, 2, true}, 4},
+		// Legacy mode's malformed boxes (malformedRoIs): empty and
+		// inverted ones pool 1x1 pixel, a NaN coordinate pools zeros.
+		{"legacy/malformed boxes", 2, 3, 9, 11, 8, RoIAlignConfig{3, 2, 0.25, 1, false}, 4},
+		{"legacy/malformed boxes/adaptive", 2, 4, 9, 11, 8, RoIAlignConfig{3, 2, 0.25, 0, false}, 4},
 	}
 	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
 		for i, c := range cases {
@@ -74,6 +78,9 @@ func TestGPURoIAlignParity(t *testing.T) {
 				}
 				if c.name == "sampling=2/sample an ulp from the edge" {
 					rois = edgeRoIs(t, dt, c.cfg)
+				}
+				if strings.HasPrefix(c.name, "legacy/malformed boxes") {
+					rois = malformedRoIs(dt)
 				}
 				s := roiAlignShape{cfg: c.cfg, n: c.n, c: c.c, h: c.h, w: c.w, k: c.k, dt: dt}
 				parity(t, dev, roiAlignOp(s), dt, x, rois)
@@ -289,6 +296,26 @@ func boundaryRoIs(t *testing.T, dt tensor.Dtype, cfg RoIAlignConfig) *tensor.Den
 		}
 	}
 	return fromFloat64s(dt, boxes, 2, 5)
+}
+
+// malformedRoIs returns 8 boxes (in image pixels, for a scale of 1/4 on a
+// 9x11 map): NaN in each coordinate in turn, an empty, an inverted, an
+// infinite and one from -Inf. In legacy mode (aligned=false) the empty and
+// inverted ones pool a 1x1 region; a NaN width or height stays NaN (Go's
+// max, and torchvision's CPU std::max; not 1, as an fmax would make it),
+// so that box, like the others, pools zeros.
+func malformedRoIs(dt tensor.Dtype) *tensor.Dense {
+	nan, inf := math.NaN(), math.Inf(1)
+	return fromFloat64s(dt, []float64{
+		0, 4, 4, 20, nan,
+		1, 4, 4, nan, 20,
+		0, nan, 4, 20, 20,
+		1, 4, nan, 20, 20,
+		0, 8, 8, 8, 30,
+		1, 8, 30, 20, 8,
+		0, 4, 4, inf, 20,
+		1, -inf, 4, 20, 20,
+	}, 8, 5)
 }
 
 // edgeRoIs returns a box (found by a search) one of whose float32 sample

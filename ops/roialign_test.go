@@ -59,6 +59,11 @@ func TestRoIAlignHandValues(t *testing.T) {
 		{"negative size adaptive", [5]float64{0, 2.5, 2.5, 0.5, 0.5}, RoIAlignConfig{1, 1, 1, 0, true}, []float64{0}},
 		{"NaN box", [5]float64{0, nan, 0, 1, 1}, RoIAlignConfig{1, 1, 1, 2, false}, []float64{0}},
 		{"NaN box adaptive", [5]float64{0, 1, 1, nan, 2}, RoIAlignConfig{1, 1, 1, 0, true}, []float64{0}},
+		// Legacy mode keeps a NaN height or width NaN (Go's max, as
+		// torchvision's CPU std::max), not 1x1: the samples are NaN,
+		// outside the map.
+		{"NaN height legacy", [5]float64{0, 1, 1, 2, nan}, RoIAlignConfig{1, 1, 1, 1, false}, []float64{0}},
+		{"NaN width legacy adaptive", [5]float64{0, 1, 1, nan, 2}, RoIAlignConfig{1, 1, 1, 0, false}, []float64{0}},
 		{"infinite box", [5]float64{0, 0, 0, math.Inf(1), 2}, RoIAlignConfig{1, 1, 1, 0, true}, []float64{0}},
 	}
 	for _, dt := range []tensor.Dtype{tensor.Float64, tensor.Float32} {

@@ -44,7 +44,7 @@ san_tests() {
 	roialign) echo 'RoIAlignParity|RoIAlignRunTimeErrors|MultiLevelRoIAlignParity|MultiLevelRoIAlignKernels|MultiLevelRoIAlignRunTimeErrors' ;;
 	msdeform) echo 'MSDeformAttnParity|MSDeformAttnSortedParity|MSDeformAttnCellBoundary|MSDeformAttnQueryOrder' ;;
 	msdeform-variants) echo 'MSDeformAttnForwardVariants|MSDeformAttnBackwardVariants' ;;
-	conv) echo 'ConvParity|ConvGradParity|ConvEpilogueFoldsBatchNorm' ;;
+	conv) echo 'ConvParity|ConvGradParity|ConvEpilogueFoldsBatchNorm|ConvTransposeParity|ConvTransposeForcedPath' ;;
 	conv-fprop-variants) echo 'ConvFpropVariants' ;;
 	conv-backward-variants) echo 'ConvBackwardVariants' ;;
 	batchnorm) echo 'BatchNormOpsParity|ReLUMaskEdges|BatchNormRunningStatsSteps' ;;
@@ -58,7 +58,7 @@ san_tests() {
 	esac
 }
 # The general ops' benchmarks (the core step), and their anchors scripts.
-CORE_BENCH='GPU(Softmax|LayerNorm|GroupNorm|Pointwise|Reduce|Layout|MultiHeadAttention|MaxPool2d|UpsampleNearest|MultiLevelRoIAlign|Dropout|Losses|AdamW)$'
+CORE_BENCH='GPU(Softmax|LayerNorm|GroupNorm|Pointwise|Reduce|Layout|MultiHeadAttention|MaxPool2d|UpsampleNearest|MultiLevelRoIAlign|ConvTranspose|Dropout|Losses|AdamW)$'
 CORE_ANCHORS='softmax layernorm groupnorm pointwise layout attention maxpool upsample dropout losses adamw'
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 ddpid=

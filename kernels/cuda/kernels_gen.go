@@ -385,6 +385,59 @@ var (
 	_ [44]byte = [unsafe.Offsetof(MaskSumParams{}.Chunks)]byte{}
 )
 
+// ConvTransposeEpilogueParams mirrors struct ConvTransposeEpilogueParams of kernels/convtranspose.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// conv_transpose_epilogue's parameters.
+type ConvTransposeEpilogueParams struct {
+	Z                backend.DevicePtr // [N, C*fh*fw, H, W]
+	Y                backend.DevicePtr // [N, C, H*fh, W*fw]; may be z when fh = fw = 1
+	Bias             backend.DevicePtr // [C], or 0
+	Planes           int64             // N*C, the planes of y
+	C                int32
+	H, W             int32 // a plane of z
+	FactorH, FactorW int32 // fh, fw
+	ReLU             int32 // bool
+}
+
+// ConvTransposeEpilogueParams's layout, as the generator computed it for both sides.
+var (
+	_ [56]byte = [unsafe.Sizeof(ConvTransposeEpilogueParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(ConvTransposeEpilogueParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(ConvTransposeEpilogueParams{}.Z)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(ConvTransposeEpilogueParams{}.Y)]byte{}
+	_ [16]byte = [unsafe.Offsetof(ConvTransposeEpilogueParams{}.Bias)]byte{}
+	_ [24]byte = [unsafe.Offsetof(ConvTransposeEpilogueParams{}.Planes)]byte{}
+	_ [32]byte = [unsafe.Offsetof(ConvTransposeEpilogueParams{}.C)]byte{}
+	_ [36]byte = [unsafe.Offsetof(ConvTransposeEpilogueParams{}.H)]byte{}
+	_ [40]byte = [unsafe.Offsetof(ConvTransposeEpilogueParams{}.W)]byte{}
+	_ [44]byte = [unsafe.Offsetof(ConvTransposeEpilogueParams{}.FactorH)]byte{}
+	_ [48]byte = [unsafe.Offsetof(ConvTransposeEpilogueParams{}.FactorW)]byte{}
+	_ [52]byte = [unsafe.Offsetof(ConvTransposeEpilogueParams{}.ReLU)]byte{}
+)
+
+// ConvTransposeBiasGradParams mirrors struct ConvTransposeBiasGradParams of kernels/convtranspose.cu field for field (STHENO_PARAMS
+// there asserts the same layout).
+//
+// conv_transpose_bias_grad's parameters.
+type ConvTransposeBiasGradParams struct {
+	DY       backend.DevicePtr // [N, C, HW]
+	BiasGrad backend.DevicePtr // db [C]
+	HW       int64
+	N, C     int32
+}
+
+// ConvTransposeBiasGradParams's layout, as the generator computed it for both sides.
+var (
+	_ [32]byte = [unsafe.Sizeof(ConvTransposeBiasGradParams{})]byte{}
+	_ [8]byte  = [unsafe.Alignof(ConvTransposeBiasGradParams{})]byte{}
+	_ [0]byte  = [unsafe.Offsetof(ConvTransposeBiasGradParams{}.DY)]byte{}
+	_ [8]byte  = [unsafe.Offsetof(ConvTransposeBiasGradParams{}.BiasGrad)]byte{}
+	_ [16]byte = [unsafe.Offsetof(ConvTransposeBiasGradParams{}.HW)]byte{}
+	_ [24]byte = [unsafe.Offsetof(ConvTransposeBiasGradParams{}.N)]byte{}
+	_ [28]byte = [unsafe.Offsetof(ConvTransposeBiasGradParams{}.C)]byte{}
+)
+
 // DropoutParams mirrors struct DropoutParams of kernels/dropout.cu field for field (STHENO_PARAMS
 // there asserts the same layout).
 //
@@ -1252,6 +1305,18 @@ const (
 	ConvWgradWgmmaM256S4F32 Kernel[ConvGemmParams] = "conv_sm90a.conv_wgrad_wgmma_m256_s4_f32"
 )
 
+// The kernels of kernels/convtranspose.cu (module convtranspose).
+const (
+	// ConvTransposeEpilogueF32 is conv_transpose_epilogue_f32, __launch_bounds__(256).
+	ConvTransposeEpilogueF32 Kernel[ConvTransposeEpilogueParams] = "convtranspose.conv_transpose_epilogue_f32"
+	// ConvTransposeEpilogueF64 is conv_transpose_epilogue_f64, __launch_bounds__(256).
+	ConvTransposeEpilogueF64 Kernel[ConvTransposeEpilogueParams] = "convtranspose.conv_transpose_epilogue_f64"
+	// ConvTransposeBiasGradF32 is conv_transpose_bias_grad_f32, __launch_bounds__(256).
+	ConvTransposeBiasGradF32 Kernel[ConvTransposeBiasGradParams] = "convtranspose.conv_transpose_bias_grad_f32"
+	// ConvTransposeBiasGradF64 is conv_transpose_bias_grad_f64, __launch_bounds__(256).
+	ConvTransposeBiasGradF64 Kernel[ConvTransposeBiasGradParams] = "convtranspose.conv_transpose_bias_grad_f64"
+)
+
 // The kernels of kernels/dropout.cu (module dropout).
 const (
 	// DropoutF32 is dropout_f32, __launch_bounds__(256).
@@ -1906,6 +1971,16 @@ func ReLUMask(dt tensor.Dtype) (Kernel[MaskParams], error) {
 	return byDtype(dt, "relu_mask", ReLUMaskF32, ReLUMaskF64)
 }
 
+// ConvTransposeEpilogue returns ConvTransposeEpilogueF32 for float32 and ConvTransposeEpilogueF64 for float64.
+func ConvTransposeEpilogue(dt tensor.Dtype) (Kernel[ConvTransposeEpilogueParams], error) {
+	return byDtype(dt, "conv_transpose_epilogue", ConvTransposeEpilogueF32, ConvTransposeEpilogueF64)
+}
+
+// ConvTransposeBiasGrad returns ConvTransposeBiasGradF32 for float32 and ConvTransposeBiasGradF64 for float64.
+func ConvTransposeBiasGrad(dt tensor.Dtype) (Kernel[ConvTransposeBiasGradParams], error) {
+	return byDtype(dt, "conv_transpose_bias_grad", ConvTransposeBiasGradF32, ConvTransposeBiasGradF64)
+}
+
 // Dropout returns DropoutF32 for float32 and DropoutF64 for float64.
 func Dropout(dt tensor.Dtype) (Kernel[DropoutParams], error) {
 	return byDtype(dt, "dropout", DropoutF32, DropoutF64)
@@ -2541,6 +2616,10 @@ const (
 	ConvWgmmaM128S4TileM = 128
 	// ConvWgmmaThreads is WgmmaM128S3::NT in kernels/conv_sm90a.cu.
 	ConvWgmmaThreads = 256
+	// ConvTransposeThreads is kThreads in kernels/convtranspose.cu.
+	//
+	// The threads of a block of both kernels.
+	ConvTransposeThreads = 256
 	// DropoutThreads is kDropoutThreads in kernels/dropout.cu.
 	//
 	// The threads of a dropout block.
@@ -2822,6 +2901,10 @@ var kernelTable = [...]KernelInfo{
 	{Module: "conv_sm90a", Name: "conv_dgrad_wgmma_m128_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
 	{Module: "conv_sm90a", Name: "conv_wgrad_wgmma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
 	{Module: "conv_sm90a", Name: "conv_wgrad_wgmma_m256_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
+	{Module: "convtranspose", Name: "conv_transpose_epilogue_f32", Params: "ConvTransposeEpilogueParams", ParamsSize: 56, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "convtranspose", Name: "conv_transpose_epilogue_f64", Params: "ConvTransposeEpilogueParams", ParamsSize: 56, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "convtranspose", Name: "conv_transpose_bias_grad_f32", Params: "ConvTransposeBiasGradParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "convtranspose", Name: "conv_transpose_bias_grad_f64", Params: "ConvTransposeBiasGradParams", ParamsSize: 32, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "dropout", Name: "dropout_f32", Params: "DropoutParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "dropout", Name: "dropout_f64", Params: "DropoutParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "dropout", Name: "dropout_v16b_f32", Params: "DropoutParams", ParamsSize: 64, MaxThreads: 256, MinBlocks: 0, Variant: false},

@@ -15,7 +15,9 @@
 //   the backward's gradient alongside) and the kernels that take the RoIs
 //   in its order; transpose_planes (NCHW <-> NHWC) exactly;
 // - the status word for a RoI with a bad batch index;
-// - the level filter of MultiLevelRoIAlign (level_case).
+// - legacy mode's NaN boxes (a NaN width or height pools zeros);
+// - the level filter of MultiLevelRoIAlign (level_case), and
+//   MultiLevelRoIAlign's launches as ops makes them (pyramid_case).
 // Tolerances (autograd/tolerance.go): TolParity32/64 between kernels and,
 // for float32 against the double reference, TolParity32 (the kernels
 // compute the sample positions in float32, as the CPU twin does);
@@ -119,6 +121,12 @@ void run_case(const char* name, int n, int c, int h, int w, int k, int ph, int p
     if (i % 5 == 4) std::swap(rois[i * 5 + 1], rois[i * 5 + 3]);  // a negative width (aligned keeps it)
   }
   if (bad_roi) rois[5 * (k / 2)] = T(n);  // batch index out of range
+  if (!aligned) {
+    // A NaN height and a NaN width: legacy mode keeps them NaN (the RoIs
+    // pool zeros), not 1x1.
+    rois[5 * 1 + 4] = T(NAN);
+    rois[5 * 3 + 3] = T(NAN);
+  }
   // NHWC by the kernel, checked against a host transpose; and back.
   std::vector<T> xt(x.size(), T(NAN)), xt_host(x.size()), back(x.size(), T(NAN));
   transpose(x, xt, n, c, h * w);
@@ -487,6 +495,164 @@ void level_case(const char* name, int n, int c, int h, int w, int k, int ph, int
   }
 }
 
+// MultiLevelRoIAlign as ops launches it (ops/multiroialign.go and
+// ops/roialign_device.go): a pyramid of maps of an image of side image at
+// the given strides; each level's forward over all the RoIs, with its
+// level's bounds (MultiLevelRoIAlignConfig.level), into the one output,
+// which nothing writes beforehand (NaN here), and each level's backward
+// into a zeroed channels-last gradient, then transposed back; the kernels,
+// grids and slices roiAlignKernelFor and launchRoIAlign pick for the
+// shapes (quad: a GPU that runs roialign_sm90a.cu), the RoIs in spatial
+// order where ops sorts them. Against the reference of each RoI pooled
+// from its own level and each level's adjoint of its own RoIs' rows, as
+// the CPU twins (multiRoIForward, multiRoILevelBackward). The RoIs as
+// TestGPUMultiLevelRoIAlignParity draws them: sides from 2 pixels to twice
+// the image, none of level empty (halved until they are of another), and
+// an empty, an inverted and a NaN box (x2 = x1, y1 and y2 swapped, y2 NaN:
+// the finest level), and an infinite one unless the coarsest level is the
+// empty one.
+template <class T>
+void pyramid_case(const char* name, int n, int c, int image, const std::vector<int>& strides, int k, int ph, int pw,
+                  int sampling, bool aligned, double canonical, int k0, int empty) {
+  const bool f = sizeof(T) == 4;
+  printf("%s %s\n", name, f ? "f32" : "f64");
+  const Tol vs_ref = f ? TolParity32 : TolForward64;
+  const int levels = int(strides.size()), bins = ph * pw, tile = stheno::tile_bins<T>();
+  const bool quad = true;
+  // MultiLevelRoIAlignConfig.levelStart and Level; kernels.RoILevelSize.
+  auto start = [&](int l) { return canonical * std::exp2(double(l - k0) - 1e-6); };
+  auto size_of = [](double x1, double y1, double x2, double y2) {
+    const double bw = x2 - x1, bh = y2 - y1;
+    return !(bw > 0 && bh > 0) ? -INFINITY : std::min(std::sqrt(bw * bh), std::numeric_limits<double>::max());
+  };
+  auto level_of = [&](double s) {
+    int l = 0;
+    while (l + 1 < levels && s >= start(l + 1)) ++l;
+    return l;
+  };
+  std::vector<T> rois(size_t(k) * 5);
+  for (int i = 0; i < k; ++i) {
+    const double side = std::exp(std::log(2.0) + rng.U(0, 1) * std::log(double(image)));
+    const double a = std::exp(rng.U(0, 1) - 0.5);
+    const double x = rng.U(-0.1, 1) * image, y = rng.U(-0.1, 1) * image;
+    double w = side * a, h = side / a;
+    while (empty >= 0 && level_of(size_of(x, y, x + w, y + h)) == empty) w /= 2, h /= 2;
+    rois[i * 5] = T(int(rng.U(0, n))), rois[i * 5 + 1] = T(x), rois[i * 5 + 2] = T(y);
+    rois[i * 5 + 3] = T(x + w), rois[i * 5 + 4] = T(y + h);
+  }
+  rois[1 * 5 + 3] = rois[1 * 5 + 1];            // empty
+  std::swap(rois[2 * 5 + 2], rois[2 * 5 + 4]);  // inverted
+  rois[3 * 5 + 4] = T(NAN);                     // NaN
+  if (empty != levels - 1) rois[4 * 5 + 3] = std::numeric_limits<T>::infinity();
+  std::vector<int> level(k);
+  for (int i = 0; i < k; ++i)
+    level[i] = level_of(size_of(rois[i * 5 + 1], rois[i * 5 + 2], rois[i * 5 + 3], rois[i * 5 + 4]));
+
+  using K = void (*)(stheno::RoIAlignParams);
+  const size_t per = size_t(c) * bins, outn = size_t(k) * per;
+  std::vector<T> gy(outn);
+  for (auto& v : gy) v = rng.U(-1, 1);
+  std::vector<T> out(outn, T(NAN));
+  std::vector<double> want(outn, NAN);
+  int status = 0;
+  for (int lv = 0; lv < levels; ++lv) {
+    const int h = image / strides[lv], w = image / strides[lv];
+    const double scale = 1.0 / strides[lv];
+    std::vector<T> x(size_t(n) * c * h * w), xt(x.size());
+    for (auto& v : x) v = rng.U(-1, 1);
+    transpose(x, xt, n, c, h * w);
+    std::vector<T> gmask(gy);
+    for (int i = 0; i < k; ++i)
+      if (level[i] != lv) std::fill(gmask.begin() + i * per, gmask.begin() + (i + 1) * per, T(0));
+    std::vector<double> ref, gref;
+    reference(x, rois, n, c, h, w, k, ph, pw, scale, sampling, aligned, gmask, ref, gref);
+    for (int i = 0; i < k; ++i)
+      if (level[i] == lv) std::copy(ref.begin() + i * per, ref.begin() + (i + 1) * per, want.begin() + i * per);
+
+    stheno::RoIAlignParams p{};
+    p.rois = addr(rois.data()), p.status = addr(&status), p.spatial_scale = scale;
+    p.n = n, p.c = c, p.h = h, p.w = w, p.k = k, p.pooled_h = ph, p.pooled_w = pw, p.sampling_ratio = sampling;
+    p.aligned = aligned, p.max_adaptive_grid = 1024, p.level_filter = 1;
+    p.level_lo = lv > 0 ? start(lv) : -INFINITY, p.level_hi = lv + 1 < levels ? start(lv + 1) : INFINITY;
+    // roiAlignKernelFor and launchRoIAlign's grids.
+    const bool adaptive = sampling <= 0;
+    const size_t bytes = size_t(n) * c * h * w * sizeof(T);
+    K fwd;
+    bool nchw = true;
+    dim3 grid(k, (bins + tile - 1) / tile), block(stheno::kThreads);
+    std::string fname;
+    if (adaptive && f && c % 4 == 0) {
+      const int groups = (c + 31) / 32;
+      const size_t per_group = size_t(n) * h * w * 32 * sizeof(T);
+      const int per_slice = std::max<int>(1, std::min<size_t>(groups, (24 << 20) / std::max<size_t>(per_group, 1)));
+      const int chunk = std::min(bins, tile * std::max(1, stheno::kWarps / per_slice));
+      fwd = (K)roialign_fwd_nhwc_sep_vec4_occ4_f32, nchw = false, fname = "sep vec4 occ4";
+      grid = dim3(k, (bins + chunk - 1) / chunk, (groups + per_slice - 1) / per_slice);
+    } else if (adaptive) {
+      fwd = f ? (K)roialign_fwd_nhwc_sep_f32 : (K)roialign_fwd_nhwc_sep_f64, nchw = false, fname = "sep";
+    } else if (f && sampling <= stheno::kColsMaxS && pw * sampling <= 32 && ph * sampling <= stheno::kColsMaxRows &&
+               h >= 2 && w >= 2) {
+      const K cols[4] = {roialign_fwd_nchw_cols_s1_f32, roialign_fwd_nchw_cols_s2_f32, roialign_fwd_nchw_cols_s3_f32,
+                         roialign_fwd_nchw_cols_s4_f32};
+      const K cols_cm[4] = {roialign_fwd_nchw_cols_s1_cmajor_f32, roialign_fwd_nchw_cols_s2_cmajor_f32,
+                            roialign_fwd_nchw_cols_s3_cmajor_f32, roialign_fwd_nchw_cols_s4_cmajor_f32};
+      const bool cm = bytes > (size_t(64) << 20);
+      // colsSlices.
+      const int slots = std::max(1, 32 / (pw * sampling)), groups = (c + slots - 1) / slots;
+      int want_slices = (3072 + k - 1) / k;
+      want_slices = cm ? std::max(want_slices, (groups * ph + 111) / 112)
+                       : std::max<int>(want_slices, (bytes + (9 << 20) - 1) / (9 << 20));
+      fwd = (cm ? cols_cm : cols)[sampling - 1], fname = cm ? "cols cmajor" : "cols";
+      grid = dim3(k, std::max(1, std::min({want_slices, groups, 65535})));
+    } else {
+      const int phases = std::max(1, stheno::kThreads / bins);
+      fwd = f ? (K)roialign_fwd_nchw_bin_c4_occ4_f32 : (K)roialign_fwd_nchw_bin_c4_f64, fname = "bin c4";
+      grid = dim3(k, (c + phases * 4 - 1) / (phases * 4));
+      block = dim3(std::min((bins * phases + 31) / 32 * 32, stheno::kThreads));
+    }
+    K bwd;
+    std::string bname;
+    if (quad && f && c % 4 == 0) {
+      bwd = (K)roialign_bwd_nhwc_sep_red4_f32, bname = "sep red4";
+    } else if (adaptive) {
+      bwd = f ? (K)roialign_bwd_nhwc_sep_atomic_f32 : (K)roialign_bwd_nhwc_sep_atomic_f64, bname = "sep atomic";
+    } else {
+      bwd = f ? (K)roialign_bwd_nhwc_taps_atomic_f32 : (K)roialign_bwd_nhwc_taps_atomic_f64, bname = "taps atomic";
+    }
+    // The channels-last kernels take the RoIs in spatial order from 64 on.
+    std::vector<int> order(k, -1);
+    if (k >= 64 && k <= stheno::kMaxOrder) {
+      stheno::RoIOrderParams op{addr(rois.data()), addr(order.data()), scale, k, 0};
+      emu::launch(f ? (void (*)(stheno::RoIOrderParams))roialign_sort_rois_f32 : roialign_sort_rois_f64, dim3(1),
+                  dim3(stheno::kOrderThreads), 0, op);
+    }
+    const uint64_t ordered = k >= 64 && k <= stheno::kMaxOrder ? addr(order.data()) : 0;
+
+    p.order = nchw ? 0 : ordered;
+    p.feat = nchw ? addr(x.data()) : addr(xt.data()), p.pooled = addr(out.data());
+    emu::launch(fwd, grid, block, 0, p);
+    std::vector<double> want_lv(outn, NAN);
+    std::vector<T> out_lv(outn, T(NAN));
+    for (int i = 0; i < k; ++i)
+      if (level[i] == lv) {
+        std::copy(ref.begin() + i * per, ref.begin() + (i + 1) * per, want_lv.begin() + i * per);
+        std::copy(out.begin() + i * per, out.begin() + (i + 1) * per, out_lv.begin() + i * per);
+      }
+    check("level " + std::to_string(lv) + " forward " + fname + " vs reference", want_lv, out_lv, vs_ref);
+
+    const int slices = std::max<int>(1, std::min<size_t>({(bytes + (size_t(96) << 20) - 1) / (size_t(96) << 20),
+                                                          size_t(c + 31) / 32, size_t(65535)}));
+    std::vector<T> gt(x.size(), T(0)), g(x.size(), T(NAN));
+    p.order = ordered;
+    p.feat = addr(gt.data()), p.pooled = addr(gy.data());
+    emu::launch(bwd, dim3(k, (bins + tile - 1) / tile, slices), dim3(stheno::kThreads), 0, p);
+    transpose(gt, g, n, h * w, c);
+    check("level " + std::to_string(lv) + " backward " + bname + " vs reference", gref, g, vs_ref);
+  }
+  check("all levels forward vs reference", want, out, vs_ref);
+  expect_line("status: ok", status == 0);
+}
+
 template <class T>
 void cases() {
   run_case<T>("sampling 2, 7x7, aligned", 2, 35, 20, 24, 12, 7, 7, 0.25, 2, true, 96);
@@ -516,6 +682,15 @@ void cases() {
   // sampling (the separable ones), C % 4 == 0 (vec4, red4).
   level_case<T>("level filter, sampling 2, 4x4, C 8", 2, 8, 16, 20, 24, 4, 4, 0.25, 2, 80);
   level_case<T>("level filter, adaptive, 3x5, C 12", 2, 12, 15, 17, 20, 3, 5, 0.5, 0, 34);
+  // MultiLevelRoIAlign's launches for TestGPUMultiLevelRoIAlignParity's
+  // cases: legacy_empty_level as it is (legacy, its NaN box of the finest
+  // level; float32 forward roialign_fwd_nchw_cols_s1), adaptive (90 RoIs:
+  // the channels-last kernels in spatial order) and Mask R-CNN's four
+  // levels with ratio 2, smaller.
+  pyramid_case<T>("pyramid, legacy, sampling 1, 4x3, C 5, level 2 empty", 3, 5, 96, {4, 8, 16}, 30, 4, 3, 1, false,
+                  24, 1, 2);
+  pyramid_case<T>("pyramid, adaptive, 3x5, C 12", 2, 12, 64, {4, 8, 16}, 90, 3, 5, 0, true, 16, 1, -1);
+  pyramid_case<T>("pyramid, sampling 2, 7x7, C 8", 2, 8, 64, {4, 8, 16, 32}, 40, 7, 7, 2, true, 56, 2, -1);
 }
 
 int main() {

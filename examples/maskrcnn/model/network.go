@@ -43,9 +43,9 @@ type Losses [len(LossNames)]float64
 // # Devices
 //
 // Build takes the device to run on; only the host (nil) is supported now.
-// Conv, ConvBN, UpsampleNearest and MultiLevelRoIAlign have device
-// kernels already. What a GPU run still needs: device kernels for
-// ConvTranspose and the losses; BatchNorm's running statistics moved to
+// Conv, ConvBN, UpsampleNearest, MultiLevelRoIAlign and ConvTranspose
+// have device kernels already. What a GPU run still needs: device kernels
+// for the losses; BatchNorm's running statistics moved to
 // the device (ops.BatchNorm.RunningStatsToDevice, and CopyRunningStats for
 // the checkpoint); ops.ToDevice after the image and target inputs and
 // ops.ToHost before the host ops (the RPN's outputs are small) and after
