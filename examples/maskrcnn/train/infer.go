@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
@@ -31,6 +32,8 @@ type InferOptions struct {
 	Batch    int
 	ScoreMin float64 // detections drawn in the pictures score at least this
 	Log      io.Writer
+	// Device runs the model on a GPU (nil: the host).
+	Device *backend.Device
 }
 
 // cocoResult is one detection in COCO's results format.
@@ -85,8 +88,8 @@ func Infer(opt InferOptions) error {
 	if ds.ClippedBoxes > 0 {
 		fmt.Fprintf(log, "%d boxes of %s crossed their image's border and were clipped to it\n", ds.ClippedBoxes, opt.Images)
 	}
-	params := model.NewParams(ckpt.Run.Seed)
-	net, err := model.Build(ckpt.Run.Model, params, model.Infer, opt.Batch, nil)
+	params := model.NewParams(ckpt.Run.Seed, opt.Device)
+	net, err := model.Build(ckpt.Run.Model, params, model.Infer, opt.Batch)
 	if err != nil {
 		return err
 	}

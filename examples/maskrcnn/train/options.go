@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
 
@@ -50,6 +51,12 @@ type Options struct {
 	// SheetImages validation images are drawn per evaluation, each
 	// SheetScale times its size.
 	SheetImages, SheetScale int
+	// Device trains and evaluates on a GPU (nil: the host). It is not part
+	// of the run's identity: a checkpoint resumes on either.
+	Device *backend.Device
+	// Verbose prints, every 100 iterations, the device's memory: in use,
+	// and its high-water mark.
+	Verbose bool
 }
 
 // DefaultOptions is the run `go run ./examples/maskrcnn` makes.
