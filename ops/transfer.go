@@ -23,20 +23,18 @@ func ToDevice(x *G.Node, dev *backend.Device) (*G.Node, error) {
 }
 
 // ToHost returns a node holding x's value copied to host memory; a host
-// value is copied as is. Gradients flow back to wherever x lives. Put it
+// value is copied as is. x may be a scalar: a loss on the device. Gradients flow back to wherever x lives. Put it
 // before gorgonia ops that only run on the host, such as a loss.
 func ToHost(x *G.Node) (*G.Node, error) {
 	if x == nil {
 		return nil, fmt.Errorf("ops: ToHost: x must not be nil")
 	}
-	if err := checkMovable("ToHost", x); err != nil {
-		return nil, err
-	}
+	// A scalar may live on a device: a loss of this package's.
 	return G.ApplyOp(moveOp(x.Shape().Clone(), nil), x)
 }
 
-// checkMovable refuses scalars: they live on the host, as gorgonia's own
-// values.
+// checkMovable refuses scalars for ToDevice: gorgonia's own scalars live on
+// the host as *F32 and *F64 values, which have no device form.
 func checkMovable(op string, x *G.Node) error {
 	if x.Shape().Dims() == 0 {
 		return fmt.Errorf("ops: %s: x must be a tensor, got a scalar", op)
@@ -100,6 +98,17 @@ func moveLikeOp(shape tensor.Shape) *specOp {
 
 // move copies v to dev, or to the host when dev is nil.
 func move(op string, v G.Value, dev *backend.Device) (G.Value, error) {
+	if dev == nil {
+		// A host scalar (a loss of gorgonia's) is copied as is.
+		switch s := v.(type) {
+		case *G.F32:
+			c := *s
+			return &c, nil
+		case *G.F64:
+			c := *s
+			return &c, nil
+		}
+	}
 	t, ok := v.(*tensor.Dense)
 	if !ok {
 		return nil, fmt.Errorf("ops: %s: want a *tensor.Dense, got %T", op, v)

@@ -6,6 +6,8 @@ import (
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
 )
 
 // ToHost copies a host value as is, and its gradient flows back (through
@@ -26,11 +28,29 @@ func TestToHostOnTheHost(t *testing.T) {
 	}
 }
 
-// Scalars stay on the host, as gorgonia's own values.
+// A scalar comes to the host too (a device loss does): a host scalar is
+// copied as is. ToDevice refuses scalars, which gorgonia keeps on the host.
 func TestToHostScalar(t *testing.T) {
 	g := G.NewGraph()
-	x := G.NewScalar(g, tensor.Float64, G.WithName("x"))
-	if _, err := ToHost(x); err == nil || !strings.Contains(err.Error(), "ops: ToHost: x must be a tensor, got a scalar") {
-		t.Errorf("got error %v", err)
+	x := G.NewScalar(g, tensor.Float64, G.WithName("x"), G.WithValue(2.5))
+	h, err := ToHost(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got G.Value
+	G.Read(h, &got)
+	m, err := NewTapeMachine(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.RunAll(); err != nil {
+		t.Fatal(err)
+	}
+	if f, ok := got.(*G.F64); !ok || float64(*f) != 2.5 {
+		t.Errorf("ToHost(2.5) = %v (%T)", got, got)
+	}
+	if _, err := ToDevice(x, new(backend.Device)); err == nil || !strings.Contains(err.Error(), "ops: ToDevice: x must be a tensor, got a scalar") {
+		t.Errorf("ToDevice of a scalar: %v", err)
 	}
 }

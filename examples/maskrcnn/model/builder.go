@@ -89,9 +89,12 @@ func (b *builder) param(name string, shape []int, in initializer, decay bool) *G
 		return nil
 	}
 	n := G.NewTensor(b.net.g, tensor.Float32, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(t))
-	b.nodes[name] = n
 	b.order = append(b.order, name)
 	b.params = append(b.params, n)
+	if b.net.dev != nil && b.net.params.Device() == nil {
+		n = b.toDevice(n) // a placement test's graph (see build)
+	}
+	b.nodes[name] = n
 	return n
 }
 

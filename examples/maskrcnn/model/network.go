@@ -95,6 +95,14 @@ type stepState struct {
 // and BatchNorm statistics are taken from params, created on first use.
 // Build must not run inside a backend.Scope.
 func Build(cfg Config, params *Params, mode Mode, batch int) (*Net, error) {
+	return build(cfg, params, mode, batch, params.Device(), true)
+}
+
+// build is Build for a graph on dev, compiled into a machine or not. dev
+// differs from params' device only in tests of the graph's placement,
+// which build a device graph on host parameters (each moved to the device
+// by an ops.ToDevice node) without running it.
+func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device, compile bool) (*Net, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -103,7 +111,7 @@ func Build(cfg Config, params *Params, mode Mode, batch int) (*Net, error) {
 		// value per channel: 2 images of 4x4 at least.
 		return nil, fmt.Errorf("model: Build: batch must be at least %d, got %d", map[Mode]int{Train: 2, Infer: 1}[mode], batch)
 	}
-	n := &Net{cfg: cfg, dev: params.Device(), mode: mode, batch: batch, params: params, anchors: Anchors(cfg), g: G.NewGraph()}
+	n := &Net{cfg: cfg, dev: dev, mode: mode, batch: batch, params: params, anchors: Anchors(cfg), g: G.NewGraph()}
 	b := &builder{net: n, nodes: map[string]*G.Node{}}
 	s := cfg.ImageSize
 	n.images = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(batch, 3, s, s))
@@ -122,6 +130,9 @@ func Build(cfg Config, params *Params, mode Mode, batch int) (*Net, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !compile {
+		return n, nil
 	}
 	var opts []G.VMOpt
 	if n.dev != nil {

@@ -3,6 +3,9 @@ package model
 import (
 	"strings"
 	"testing"
+
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/ops"
 )
 
 func TestBuildRejects(t *testing.T) {
@@ -45,5 +48,26 @@ func TestGraphsShareParams(t *testing.T) {
 	if len(p.Names()) != n || len(inf.ParamNames()) != n || len(tr.ParamNames()) != n {
 		t.Errorf("training made %d tensors and uses %d, inference uses %d and added %d",
 			n, len(tr.ParamNames()), len(inf.ParamNames()), len(p.Names())-n)
+	}
+}
+
+// The device graphs place: every op that reads device values runs on the
+// device, and host values reach the host steps (ops.CheckPlacement, as
+// ops.NewTapeMachine runs it), in training and inference.
+func TestGraphsPlaceOnADevice(t *testing.T) {
+	dev := new(backend.Device) // never opened: placement only compares the pointer
+	cfg := DefaultConfig(3, 32)
+	p := NewParams(1, nil)
+	for _, c := range []struct {
+		mode  Mode
+		batch int
+	}{{Train, 2}, {Infer, 1}} {
+		n, err := build(cfg, p, c.mode, c.batch, dev, false)
+		if err != nil {
+			t.Fatalf("mode %d: %v", c.mode, err)
+		}
+		if err := ops.CheckPlacement(n.g); err != nil {
+			t.Errorf("mode %d: %v", c.mode, err)
+		}
 	}
 }
