@@ -161,7 +161,9 @@ func (n *Net) reader(b *builder, x *G.Node) func() ([]float64, error) {
 	}
 	if n.dev != nil {
 		if x.IsScalar() {
-			x = b.reshape(x, 1)
+			// A loss: ToHost moves tensors; gorgonia's Reshape runs on
+			// device values (it changes only the shape).
+			x = b.check(G.Reshape(x, tensor.Shape{1}))
 		}
 		h := b.check(ops.ToHost(x))
 		return func() ([]float64, error) { return valueFloats(h.Value()) }
