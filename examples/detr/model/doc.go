@@ -1,0 +1,47 @@
+// Package model is the Deformable-DETR of the example, built as Gorgonia
+// graphs of stheno's ops: a small ResNet-style backbone of ConvBN layers
+// whose last three stages, and a stride-2 convolution of the last, give
+// four feature levels; input projections (1x1 convolution and GroupNorm);
+// the sine position embedding (package posembed) plus a learned level
+// embedding; a post-norm encoder of multi-scale deformable attention and
+// FFN layers; a decoder of self-attention, deformable cross-attention and
+// FFN layers from learned queries and reference points; per-layer class
+// and box heads, with optional iterative box refinement (Config.BoxRefine);
+// and the reference's SetCriterion: Hungarian matching on the host, focal,
+// L1 and GIoU losses on every decoder layer, normalised by the number of
+// objects. Two-stage is not implemented (Config.Validate says so).
+//
+// The semantics are those of the reference implementation (fundamentalvision's
+// Deformable-DETR): initialisations, the sampling-offset direction grid,
+// the reference points, the matching costs and the losses' normalisation.
+// Differences: the backbone is trained from scratch with BatchNorm in
+// training mode (the reference's is a pretrained ResNet-50 with frozen
+// BatchNorm); the decoder's self-attention has no dropout of its
+// attention weights (ops.MultiHeadAttention has none); batches are not
+// padded, so every valid ratio is 1 (EncoderReferencePoints keeps the
+// general formula).
+//
+// # Fixed shapes
+//
+// A Gorgonia graph has fixed shapes, and the matching's result depends on
+// the data. A host op (hostOp, not differentiated through, as the
+// reference's matcher runs under no_grad) takes every decoder layer's
+// logits and boxes, matches each layer and image on its own, and emits per
+// query targets and weights in the layout of the predictions: one-hot
+// classes [B, Q, C], box targets [B, Q, 4] with per-coordinate weights,
+// and corner targets [B*Q, 4] with per-box weights for GIoU. Unmatched
+// queries weigh 0 in the box losses, so the losses are per-element
+// weighted ops with no gather. The loss weights and 1/num_boxes are folded
+// into those weights (buildTargets says how this reproduces the
+// reference's focal loss, mean(1).sum()/num_boxes times Q).
+//
+// # Devices
+//
+// Build takes a *backend.Device, or nil for the host. On a device the
+// parameters are copied there, the images and constants move in with
+// ops.ToDevice, the predictions reach the matching op through ops.ToHost,
+// and its targets return through ops.ToDevice and autograd.Unpack; the
+// machine is ops.NewTapeMachine, which checks the placement. ParamGroups
+// pairs the parameters with their gradients in the reference's optimiser
+// groups for ops.NewAdamW.
+package model

@@ -1,0 +1,240 @@
+package model
+
+import (
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/autograd"
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/ops"
+)
+
+// TestGradCheck: the float64 gradient of the whole network's total loss
+// (backbone, input projections, encoder, decoder, heads, the three losses
+// of both decoder layers) against central differences, with the
+// matching's targets fixed (they are constants with respect to the
+// parameters). The parameters are moved off their initial values (the
+// sampling offsets' zero weights put every sampling point on a pixel
+// centre, where bilinear sampling has a kink) and the gradient is checked
+// for a parameter or two of each part of the network.
+//
+// Under BoxRefine the reference detaches each layer's boxes before the
+// next layer refines them: the gradient leaves out a path that central
+// differences, which see the whole forward function, take. So the whole
+// network is checked without BoxRefine, and with it only the parameters
+// after the last detach (the last decoder layer and its heads, whose
+// cross-attention samples around box references).
+func TestGradCheck(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		refine  bool
+		checked []string
+	}{
+		{"shared heads", false, []string{
+			"backbone.stem.bn.bias", "backbone.stage2.0.conv2.bn.weight",
+			"input_proj.0.gn.weight", "input_proj.3.conv.bias", "level_embed",
+			"encoder.0.self_attn.sampling_offsets.bias", "encoder.0.self_attn.attention_weights.bias",
+			"reference_points.weight", "reference_points.bias",
+			"decoder.0.self_attn.in_proj_bias", "decoder.0.cross_attn.sampling_offsets.bias",
+			"decoder.1.norm3.weight", "head.class_embed.bias", "head.bbox_embed.layers.2.bias",
+		}},
+		{"box refinement, after the detach", true, []string{
+			"decoder.1.cross_attn.sampling_offsets.bias", "decoder.1.cross_attn.value_proj.bias",
+			"decoder.1.self_attn.in_proj_bias", "decoder.1.norm3.weight",
+			"head1.class_embed.bias", "head1.bbox_embed.layers.2.bias",
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := tinyConfig()
+			cfg.Dropout, cfg.BoxRefine = 0, c.refine
+			gradCheckNetwork(t, cfg, c.checked)
+		})
+	}
+}
+
+func gradCheckNetwork(t *testing.T, cfg Config, checkedNames []string) {
+	params := mustParams(t, 3, tensor.Float64)
+	pix, targets := tinyBatch(cfg.ImageSize)
+	n, err := Build(cfg, params, Train, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.TrainStep(pix, targets); err != nil {
+		t.Fatal(err)
+	}
+	n.Close()
+	fixed := n.lastTargets
+
+	checked := map[string]bool{}
+	for _, name := range checkedNames {
+		checked[name] = true
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	var inputs []autograd.Input
+	for _, name := range n.ParamNames() {
+		v := params.Value(name).Clone().(*tensor.Dense)
+		for i, x := range v.Float64s() {
+			v.Float64s()[i] = x + 0.05*rng.NormFloat64()
+		}
+		inputs = append(inputs, autograd.Input{Name: name, Value: v, NoGrad: !checked[name]})
+		delete(checked, name)
+	}
+	if len(checked) > 0 {
+		t.Fatalf("no such parameters: %v", checked)
+	}
+	names := n.ParamNames()
+	build := func(g *G.ExprGraph, nodes G.Nodes) (*G.Node, error) {
+		bind := map[string]*G.Node{}
+		for i, name := range names {
+			bind[name] = nodes[i]
+		}
+		net, err := build(cfg, params, Train, 2, nil, buildOpts{bind: bind, fixed: fixed, g: g, noVM: true, noGrad: true})
+		if err != nil {
+			return nil, err
+		}
+		if err := net.setImages(pix); err != nil {
+			return nil, err
+		}
+		return net.total, nil
+	}
+	results, err := autograd.CheckGrad(build, inputs, 1)
+	for _, r := range results {
+		t.Log(r)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTrainingGraphPlacesOnADevice: the training and inference graphs,
+// built for a device, pass ops.CheckPlacement: every op that sees device
+// values has device kernels, the matching op is fed through ops.ToHost and
+// its targets return through ops.ToDevice. A Device that was never opened
+// stands for one (placement compares only its address), so the
+// parameters are host nodes read through ops.ToDevice, as ops' own
+// placement tests do.
+func TestTrainingGraphPlacesOnADevice(t *testing.T) {
+	dev := new(backend.Device)
+	for _, mode := range []Mode{Train, Infer} {
+		for _, refine := range []bool{false, true} {
+			cfg := tinyConfig()
+			cfg.BoxRefine = refine
+			n, err := build(cfg, mustParams(t, 1, tensor.Float32), mode, 2, dev, buildOpts{adopt: true, noVM: true})
+			if err != nil {
+				t.Fatalf("mode %d, refine %v: %v", mode, refine, err)
+			}
+			if err := ops.CheckPlacement(n.Graph()); err != nil {
+				t.Errorf("mode %d, refine %v: %v", mode, refine, err)
+			}
+		}
+	}
+}
+
+// TestTrainingLossFalls trains the tiny network in float32 on one fixed
+// batch with AdamW in the reference's groups (at a higher rate than its
+// 2e-4, for a short run), gradients clipped at 0.1 as the reference's; the
+// total loss falls clearly.
+func TestTrainingLossFalls(t *testing.T) {
+	cfg := tinyConfig()
+	params := mustParams(t, 11, tensor.Float32)
+	n, err := Build(cfg, params, Train, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	groups, pairs, err := n.ParamGroups(1e-3, 1e-4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ocfg := ops.DefaultAdamWConfig()
+	ocfg.MaxGradNorm, ocfg.KeepGrads = 0.1, true
+	opt, err := ops.NewAdamW(groups, ocfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pix, targets := tinyBatch(cfg.ImageSize)
+	var losses []float64
+	for step := range 40 {
+		n.Dropout().Next()
+		l, err := n.TrainStep(pix, targets)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if math.IsNaN(l.Total) || math.IsInf(l.Total, 0) {
+			t.Fatalf("step %d: losses %+v", step, l)
+		}
+		if d := l.Total - (l.Class + l.Box + l.GIoU); math.Abs(d) > 1e-4*l.Total {
+			t.Fatalf("step %d: total %v is not the sum of %+v", step, l.Total, l)
+		}
+		losses = append(losses, l.Total)
+		if err := opt.Step(pairs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := (losses[0] + losses[1] + losses[2]) / 3
+	last := (losses[37] + losses[38] + losses[39]) / 3
+	t.Logf("losses %.3f", losses)
+	if !(last < 0.7*first) {
+		t.Errorf("the loss fell from %.3f to %.3f only (want below 70%%)", first, last)
+	}
+
+	// The trained parameters, in an inference graph: boxes in the image.
+	inf, err := Build(cfg, params, Infer, 2, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inf.Close()
+	dets, err := inf.Predict(pix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range dets {
+		if len(d) != cfg.MaxDetections {
+			t.Fatalf("image %d: %d detections, want %d", i, len(d), cfg.MaxDetections)
+		}
+		t.Logf("image %d: best %+v", i, d[0])
+	}
+}
+
+// TestParamGroups: the backbone, and the sampling offsets and reference
+// points, are the groups at a tenth of the rate.
+func TestParamGroups(t *testing.T) {
+	cfg := tinyConfig()
+	params := mustParams(t, 1, tensor.Float32)
+	n, err := build(cfg, params, Train, 1, nil, buildOpts{noVM: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[Group]int{}
+	for _, name := range n.ParamNames() {
+		g := params.Group(name)
+		count[g]++
+		want := GroupTransformer
+		switch {
+		case strings.HasPrefix(name, "backbone."):
+			want = GroupBackbone
+		case strings.Contains(name, "sampling_offsets") || strings.HasPrefix(name, "reference_points"):
+			want = GroupLinearProj
+		}
+		if g != want {
+			t.Errorf("%s is in group %v, want %v", name, g, want)
+		}
+	}
+	// sampling offsets' weight and bias in 1 encoder and 2 decoder layers,
+	// and the reference points' two.
+	if count[GroupLinearProj] != 8 {
+		t.Errorf("%d tensors in %v, want 8", count[GroupLinearProj], GroupLinearProj)
+	}
+	groups, _, err := n.ParamGroups(2e-4, 1e-4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(groups) != 3 || groups[0].LR != 2e-4 || math.Abs(groups[1].LR-2e-5) > 1e-12 || math.Abs(groups[2].LR-2e-5) > 1e-12 {
+		t.Errorf("groups' rates: %+v", groups)
+	}
+}

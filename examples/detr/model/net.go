@@ -1,0 +1,491 @@
+package model
+
+import (
+	"fmt"
+	"slices"
+
+	G "gorgonia.org/gorgonia"
+	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/autograd"
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/ops"
+)
+
+// Mode selects the graph Build makes.
+type Mode int
+
+const (
+	// Train builds the training graph: the matching, the losses of every
+	// decoder layer and their gradients with respect to every parameter;
+	// BatchNorm normalises with the batch's statistics, dropout is on.
+	Train Mode = iota
+	// Infer builds the inference graph: the last decoder layer's
+	// predictions; BatchNorm uses the running statistics, no dropout.
+	Infer
+)
+
+// Input normalisation: pixels in [0, 1] are centred and scaled to roughly
+// unit variance before the stem.
+const pixelMean, pixelStd = 0.5, 0.25
+
+// Losses are one training step's losses, weighted by the config's loss
+// weights and summed over the decoder layers (the auxiliary losses
+// included): Total is their sum, the loss the gradients are of.
+type Losses struct {
+	Total, Class, Box, GIoU float64
+}
+
+// Net is one graph of the model for a fixed batch size, bound to a Params,
+// with the machine that runs it.
+type Net struct {
+	cfg    Config
+	mode   Mode
+	batch  int
+	params *Params
+	dev    *backend.Device
+	drop   *ops.DropoutRNG
+
+	g       *G.ExprGraph
+	vm      G.VM
+	images  *tensor.Dense
+	imageIn *G.Node
+
+	names   []string
+	inputs  G.Nodes // parameter input nodes, in names' order
+	grads   G.Nodes // Train: their gradient nodes
+	bns     []*ops.BatchNorm
+	bnNames []string
+
+	// Train: the step's targets, seen by the matching op, and what it made
+	// of them on the last run.
+	targets     []Target
+	lastTargets *lossTargets
+	losses      [4]func() (float64, error) // Total, Class, Box, GIoU
+	total       *G.Node
+
+	// Infer: the last layer's predictions, read after a run.
+	logits, boxes func() ([]float64, error)
+}
+
+// buildOpts are Build's options that tests reach: see builder.
+type buildOpts struct {
+	adopt  bool
+	bind   map[string]*G.Node
+	fixed  *lossTargets // Train: constant targets instead of the matching op
+	g      *G.ExprGraph
+	noVM   bool // no machine
+	noGrad bool // Train: no gradients (the caller takes them)
+}
+
+// Build makes the graph of the given mode for batches of batch images and
+// its machine (ops.NewTapeMachine). Parameters and BatchNorm statistics are
+// taken from params, created on first use.
+//
+// dev nil runs on the host. With a device, the parameters are copied to it
+// (Net.SyncParams copies them back into params) and BatchNorm's running
+// statistics move there; the images and the graph's constants are moved
+// with ops.ToDevice, the predictions reach the matching op through
+// ops.ToHost, and its targets go back through ops.ToDevice and
+// autograd.Unpack, so every layer runs on the device.
+func Build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device) (*Net, error) {
+	return build(cfg, params, mode, batch, dev, buildOpts{})
+}
+
+func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device, opts buildOpts) (*Net, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if params == nil {
+		return nil, fmt.Errorf("model: Build: params is nil")
+	}
+	if mode != Train && mode != Infer {
+		return nil, fmt.Errorf("model: Build: mode must be Train or Infer, got %d", mode)
+	}
+	if batch < 1 {
+		return nil, fmt.Errorf("model: Build: batch must be at least 1, got %d", batch)
+	}
+	n := &Net{cfg: cfg, mode: mode, batch: batch, params: params, dev: dev, drop: ops.NewDropoutRNG(0), g: opts.g}
+	if n.g == nil {
+		n.g = G.NewGraph()
+	}
+	b := &builder{cfg: cfg, mode: mode, batch: batch, dt: params.dt, g: n.g, params: params, dev: dev, drop: n.drop,
+		adopt: opts.adopt, bind: opts.bind, reads: map[string]*G.Node{}}
+	s := cfg.ImageSize
+	n.images = denseOf(params.dt, make([]float64, batch*3*s*s), batch, 3, s, s)
+	var x *G.Node
+	n.imageIn, x = b.data("images", n.images)
+
+	outs := b.transformer(b.inputProj(b.backbone(x)), mode == Train)
+	if b.err != nil {
+		return nil, b.err
+	}
+	if mode == Train {
+		if err := n.buildLosses(b, outs, opts.fixed, !opts.noGrad); err != nil {
+			return nil, err
+		}
+	} else {
+		last := outs[len(outs)-1]
+		n.logits, n.boxes = n.reader(b, last.logits), n.reader(b, last.boxes)
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	n.names, n.inputs, n.bns, n.bnNames = b.names, b.inputs, b.bns, b.bnNames
+	if dev != nil && !opts.adopt {
+		for _, bn := range n.bns {
+			if err := bn.RunningStatsToDevice(dev); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if opts.noVM {
+		return n, nil
+	}
+	var err error
+	var vmOpts []G.VMOpt
+	if dev != nil {
+		vmOpts = append(vmOpts, G.WithEngine(dev.Engine()))
+	}
+	if n.vm, err = ops.NewTapeMachine(n.g, vmOpts...); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// reader returns how to read node x's values after a run: through G.Read
+// on the host; on a device, through an ops.ToHost node that no op reads.
+func (n *Net) reader(b *builder, x *G.Node) func() ([]float64, error) {
+	if b.err != nil {
+		return nil
+	}
+	if n.dev != nil {
+		if x.IsScalar() {
+			// A loss: ToHost moves tensors; gorgonia's Reshape runs on
+			// device values (it changes only the shape).
+			x = b.check(G.Reshape(x, tensor.Shape{1}))
+		}
+		h := b.check(ops.ToHost(x))
+		return func() ([]float64, error) { return valueFloats(h.Value()) }
+	}
+	v := new(G.Value)
+	G.Read(x, v)
+	return func() ([]float64, error) { return valueFloats(*v) }
+}
+
+// valueFloats reads a host value: a scalar or a tensor.
+func valueFloats(v G.Value) ([]float64, error) {
+	switch v := v.(type) {
+	case *G.F32:
+		return []float64{float64(*v)}, nil
+	case *G.F64:
+		return []float64{float64(*v)}, nil
+	case *tensor.Dense:
+		return float64sOf(v)
+	}
+	return nil, fmt.Errorf("model: cannot read a %T", v)
+}
+
+// buildLosses adds the matching op (or the fixed targets) and the losses
+// of every decoder layer, and the gradients of their sum.
+func (n *Net) buildLosses(b *builder, outs []layerOutput, fixed *lossTargets, grads bool) error {
+	cfg := n.cfg
+	bq, c, nl := n.batch*cfg.Queries, cfg.NumClasses, len(outs)
+	lg := tensor.Shape{n.batch, cfg.Queries, c}
+	bx := tensor.Shape{n.batch, cfg.Queries, 4}
+	shapes := []tensor.Shape{lg}
+	for range nl {
+		shapes = append(shapes, lg, bx, bx, tensor.Shape{bq, 4}, tensor.Shape{bq})
+	}
+	var parts G.Nodes
+	if fixed != nil {
+		if len(fixed.layers) != nl {
+			return fmt.Errorf("model: fixed targets for %d layers, the graph has %d", len(fixed.layers), nl)
+		}
+		packed := make([]float64, autograd.PackedSize(shapes...))
+		fixed.pack(packed)
+		k := 0
+		for i, s := range shapes {
+			parts = append(parts, b.constant(fmt.Sprintf("target%d", i), packed[k:k+s.TotalSize()], s...))
+			k += s.TotalSize()
+		}
+	} else {
+		matcher := &hostOp{name: "Hungarian matching", size: autograd.PackedSize(shapes...), run: n.match}
+		var in G.Nodes
+		for _, which := range []int{0, 1} {
+			for _, o := range outs {
+				x, s := o.logits, lg
+				if which == 1 {
+					x, s = o.boxes, bx
+				}
+				if n.dev != nil {
+					x = b.check(ops.ToHost(x))
+				}
+				in = append(in, x)
+				matcher.in = append(matcher.in, s)
+			}
+		}
+		if b.err != nil {
+			return b.err
+		}
+		packed := b.check(G.ApplyOp(matcher, in...))
+		if n.dev != nil {
+			packed = b.check(ops.ToDevice(packed, n.dev))
+		}
+		if b.err != nil {
+			return b.err
+		}
+		var err error
+		if parts, err = autograd.Unpack(packed, shapes...); err != nil {
+			return err
+		}
+	}
+	focalW := parts[0]
+	var all, cls, l1, giou G.Nodes
+	for l, o := range outs {
+		p := parts[1+5*l : 6+5*l]
+		ce := b.check(ops.SigmoidFocalLoss(o.logits, p[0], focalW, cfg.FocalAlpha, cfg.FocalGamma))
+		box := b.check(ops.L1Loss(o.boxes, p[1], p[2]))
+		xy := b.reshape(b.check(ops.BoxCxCyWHToXYXY(o.boxes)), bq, 4)
+		if b.err != nil {
+			return b.err
+		}
+		gi := b.check(ops.GIoULoss(xy, p[3], p[4]))
+		cls, l1, giou = append(cls, ce), append(l1, box), append(giou, gi)
+		all = append(all, ce, box, gi)
+	}
+	total := b.check(ops.SumLosses(all...))
+	for i, group := range []G.Nodes{nil, cls, l1, giou} {
+		x := total
+		if group != nil {
+			x = b.check(ops.SumLosses(group...))
+		}
+		if b.err != nil {
+			return b.err
+		}
+		read := n.reader(b, x)
+		n.losses[i] = func() (float64, error) {
+			v, err := read()
+			if err != nil {
+				return 0, err
+			}
+			return v[0], nil
+		}
+	}
+	if b.err != nil {
+		return b.err
+	}
+	n.total = total
+	if !grads {
+		return nil
+	}
+	gs, err := G.Grad(total, b.inputs...)
+	if err != nil {
+		return fmt.Errorf("model: gradients: %w", err)
+	}
+	n.grads = gs
+	return nil
+}
+
+// match is the matching op's run: in holds every layer's logits, then
+// every layer's boxes.
+func (n *Net) match(in [][]float64, out []float64) error {
+	if n.targets == nil {
+		return fmt.Errorf("no targets: run the graph through TrainStep")
+	}
+	nl := len(in) / 2
+	lt, err := buildTargets(n.cfg, in[:nl], in[nl:], n.targets)
+	if err != nil {
+		return err
+	}
+	lt.pack(out)
+	n.lastTargets = lt
+	return nil
+}
+
+// Close releases the machine.
+func (n *Net) Close() error {
+	if n.vm == nil {
+		return nil
+	}
+	return n.vm.Close()
+}
+
+// Batch is the number of images the graph takes.
+func (n *Net) Batch() int { return n.batch }
+
+// Config is the network's configuration.
+func (n *Net) Config() Config { return n.cfg }
+
+// Dropout is the graph's dropout state: a training loop calls its Next
+// once per step (between runs) for new masks.
+func (n *Net) Dropout() *ops.DropoutRNG { return n.drop }
+
+// Graph is the graph, for inspection (ops.CheckPlacement, say).
+func (n *Net) Graph() *G.ExprGraph { return n.g }
+
+// ParamNames lists the graph's learnable tensors, in creation order.
+func (n *Net) ParamNames() []string { return slices.Clone(n.names) }
+
+// ParamNodes are the graph's parameter nodes, in ParamNames' order.
+func (n *Net) ParamNodes() G.Nodes { return slices.Clone(n.inputs) }
+
+// ParamGroups pairs a training graph's parameters with their gradients
+// (ops.ParamsWithGrads) and groups them as the reference's optimiser:
+// the transformer at lr, the backbone at lr*BackboneLRMult, the sampling
+// offsets and reference points at lr*LinearProjLRMult, all with weight
+// decay wd (the reference's 2e-4, 2e-5, 2e-5 and 1e-4). Groups with no
+// parameter are left out. Hand the groups to ops.NewAdamW and the pairs
+// to its Step.
+func (n *Net) ParamGroups(lr, wd float64) ([]ops.ParamGroup, []G.ValueGrad, error) {
+	if n.mode != Train {
+		return nil, nil, fmt.Errorf("model: ParamGroups on an inference graph (it has no gradients)")
+	}
+	pairs, err := ops.ParamsWithGrads(n.inputs, n.grads)
+	if err != nil {
+		return nil, nil, err
+	}
+	rates := map[Group]float64{GroupTransformer: lr, GroupBackbone: lr * BackboneLRMult, GroupLinearProj: lr * LinearProjLRMult}
+	var groups []ops.ParamGroup
+	for _, grp := range []Group{GroupTransformer, GroupBackbone, GroupLinearProj} {
+		pg := ops.ParamGroup{LR: rates[grp], WeightDecay: wd}
+		for i, name := range n.names {
+			if n.params.Group(name) == grp {
+				pg.Params = append(pg.Params, pairs[i])
+			}
+		}
+		if len(pg.Params) > 0 {
+			groups = append(groups, pg)
+		}
+	}
+	return groups, pairs, nil
+}
+
+// SyncParams copies a device graph's parameters and BatchNorm statistics
+// into its Params (for a checkpoint, or another graph); on the host they
+// are the Params' own tensors already, and it does nothing.
+func (n *Net) SyncParams() error {
+	if n.dev == nil {
+		return nil
+	}
+	for i, name := range n.names {
+		t, ok := n.inputs[i].Value().(*tensor.Dense)
+		if !ok || !backend.IsDevice(t) {
+			continue
+		}
+		h, err := n.dev.ToHost(t)
+		if err != nil {
+			return fmt.Errorf("model: SyncParams: %s: %w", name, err)
+		}
+		if err := tensor.Copy(n.params.values[name], h); err != nil {
+			return fmt.Errorf("model: SyncParams: %s: %w", name, err)
+		}
+	}
+	for i, bn := range n.bns {
+		mean, variance, err := bn.CopyRunningStats()
+		if err != nil {
+			return fmt.Errorf("model: SyncParams: BatchNorm %s: %w", n.bnNames[i], err)
+		}
+		m, v := n.params.RunningStats(n.bnNames[i])
+		if err := tensor.Copy(m, mean); err != nil {
+			return fmt.Errorf("model: SyncParams: BatchNorm %s: %w", n.bnNames[i], err)
+		}
+		if err := tensor.Copy(v, variance); err != nil {
+			return fmt.Errorf("model: SyncParams: BatchNorm %s: %w", n.bnNames[i], err)
+		}
+	}
+	return nil
+}
+
+// setImages copies a batch of images (planar RGB in [0, 1], ImageSize
+// square) into the graph's input, normalised.
+func (n *Net) setImages(pix [][]float32) error {
+	if len(pix) != n.batch {
+		return fmt.Errorf("model: got %d images for a batch of %d", len(pix), n.batch)
+	}
+	size := 3 * n.cfg.ImageSize * n.cfg.ImageSize
+	vals := make([]float64, 0, n.batch*size)
+	for i, p := range pix {
+		if len(p) != size {
+			return fmt.Errorf("model: image %d has %d values, want 3x%dx%d", i, len(p), n.cfg.ImageSize, n.cfg.ImageSize)
+		}
+		for _, v := range p {
+			vals = append(vals, (float64(v)-pixelMean)/pixelStd)
+		}
+	}
+	src := denseOf(n.params.dt, vals, n.images.Shape()...)
+	switch n.params.dt {
+	case tensor.Float64:
+		copy(n.images.Float64s(), src.Float64s())
+	default:
+		copy(n.images.Float32s(), src.Float32s())
+	}
+	return nil
+}
+
+// TrainStep runs the training graph on one batch: images (planar RGB in
+// [0, 1]) and their ground truth. It returns the losses; the gradients are
+// left in the gradient nodes, for the optimiser's Step on ParamGroups'
+// pairs. It does not advance Dropout.
+func (n *Net) TrainStep(pix [][]float32, targets []Target) (Losses, error) {
+	var out Losses
+	if n.mode != Train {
+		return out, fmt.Errorf("model: TrainStep on an inference graph")
+	}
+	if err := checkTargets(targets, n.batch, n.cfg.NumClasses); err != nil {
+		return out, err
+	}
+	if err := n.setImages(pix); err != nil {
+		return out, err
+	}
+	n.targets = targets
+	for _, bn := range n.bns {
+		bn.Training = true
+	}
+	n.drop.SetTraining(true)
+	defer n.vm.Reset()
+	if err := n.vm.RunAll(); err != nil {
+		return out, err
+	}
+	for i, dst := range []*float64{&out.Total, &out.Class, &out.Box, &out.GIoU} {
+		v, err := n.losses[i]()
+		if err != nil {
+			return out, err
+		}
+		*dst = v
+	}
+	return out, nil
+}
+
+// Predict runs the inference graph on a batch of images (planar RGB in [0,
+// 1]) and returns, per image, its MaxDetections best (query, class) pairs
+// of the last decoder layer (PostProcess), boxes in pixels.
+func (n *Net) Predict(pix [][]float32) ([][]Detection, error) {
+	if n.mode != Infer {
+		return nil, fmt.Errorf("model: Predict on a training graph")
+	}
+	if err := n.setImages(pix); err != nil {
+		return nil, err
+	}
+	for _, bn := range n.bns {
+		bn.Training = false
+	}
+	defer n.vm.Reset()
+	if err := n.vm.RunAll(); err != nil {
+		return nil, err
+	}
+	logits, err := n.logits()
+	if err != nil {
+		return nil, err
+	}
+	boxes, err := n.boxes()
+	if err != nil {
+		return nil, err
+	}
+	q, c, s := n.cfg.Queries, n.cfg.NumClasses, float64(n.cfg.ImageSize)
+	dets := make([][]Detection, n.batch)
+	for img := range n.batch {
+		dets[img] = PostProcess(logits[img*q*c:(img+1)*q*c], boxes[img*q*4:(img+1)*q*4], q, c, n.cfg.MaxDetections, s, s)
+	}
+	return dets, nil
+}

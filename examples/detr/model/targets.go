@@ -1,0 +1,205 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/stheno-ml/stheno/examples/detr/match"
+)
+
+// Target is one image's ground truth: a class (0..NumClasses-1) and a
+// normalised (cx, cy, w, h) box per object, widths and heights positive.
+type Target struct {
+	Labels []int
+	Boxes  []Box
+}
+
+// checkTargets refuses targets that the matching or the losses cannot take.
+func checkTargets(targets []Target, batch, numClasses int) error {
+	if len(targets) != batch {
+		return fmt.Errorf("model: got %d targets for a batch of %d", len(targets), batch)
+	}
+	for i, t := range targets {
+		if len(t.Labels) != len(t.Boxes) {
+			return fmt.Errorf("model: target %d has %d labels and %d boxes", i, len(t.Labels), len(t.Boxes))
+		}
+		for j, c := range t.Labels {
+			if c < 0 || c >= numClasses {
+				return fmt.Errorf("model: target %d, object %d: label %d is not in [0, %d)", i, j, c, numClasses)
+			}
+			b := t.Boxes[j]
+			if !(b[2] > 0 && b[3] > 0) || math.IsInf(b[0]+b[1]+b[2]+b[3], 0) || math.IsNaN(b[0]+b[1]) {
+				return fmt.Errorf("model: target %d, object %d: box %v must be finite (cx, cy, w, h) with w, h > 0", i, j, b)
+			}
+		}
+	}
+	return nil
+}
+
+// numBoxes is the reference's num_boxes on one process: the objects of the
+// batch, at least 1.
+func numBoxes(targets []Target) float64 {
+	n := 0
+	for _, t := range targets {
+		n += len(t.Labels)
+	}
+	return math.Max(1, float64(n))
+}
+
+// MatchImage is the reference's HungarianMatcher (focal-loss variant) for
+// one image: the cost of giving query i object j is
+//
+//	CostClass * (pos - neg) + CostBox * |box_i - box_j|_1 - CostGIoU * GIoU(box_i, box_j)
+//
+// with p = sigmoid(logit of object j's class), pos = alpha (1-p)^gamma
+// (-log(p + 1e-8)) and neg = (1-alpha) p^gamma (-log(1 - p + 1e-8)), the
+// boxes (cx, cy, w, h) and the GIoU taken on their corners. logits is
+// [Q, C] and boxes [Q, 4], row-major. It returns, for each query, the
+// object it is matched to, or -1; every object gets a query when Q is at
+// least the number of objects.
+func MatchImage(cfg Config, logits, boxes []float64, q int, t Target) ([]int, error) {
+	c, n := cfg.NumClasses, len(t.Labels)
+	if len(logits) != q*c || len(boxes) != q*4 {
+		return nil, fmt.Errorf("model: MatchImage: logits has %d values and boxes %d, want %d and %d", len(logits), len(boxes), q*c, q*4)
+	}
+	alpha, gamma := cfg.FocalAlpha, cfg.FocalGamma
+	cost := make([]float64, q*n)
+	for i := range q {
+		pb := Box(boxes[4*i : 4*i+4])
+		pxy := pb.XYXY()
+		for j, label := range t.Labels {
+			p := sigmoid(logits[i*c+label])
+			neg := (1 - alpha) * math.Pow(p, gamma) * -math.Log(1-p+1e-8)
+			pos := alpha * math.Pow(1-p, gamma) * -math.Log(p+1e-8)
+			tb := t.Boxes[j]
+			l1 := 0.0
+			for k := range 4 {
+				l1 += math.Abs(pb[k] - tb[k])
+			}
+			cost[i*n+j] = cfg.CostBox*l1 + cfg.CostClass*(pos-neg) - cfg.CostGIoU*GIoU(pxy, tb.XYXY())
+		}
+	}
+	return match.Assign(cost, q, n)
+}
+
+// layerTargets are one decoder layer's loss targets for a batch, in the
+// layout of its outputs: B*Q rows, query-major within an image.
+type layerTargets struct {
+	onehot []float64 // [B, Q, C]: 1 at a matched query's object class
+	boxT   []float64 // [B, Q, 4]: the matched object's (cx, cy, w, h)
+	l1W    []float64 // [B, Q, 4]: WeightBox/num_boxes on matched queries, else 0
+	giouT  []float64 // [B*Q, 4]: the matched object's corners; a unit box elsewhere
+	giouW  []float64 // [B*Q]: WeightGIoU/num_boxes on matched queries, else 0
+}
+
+// lossTargets are a step's targets: the focal loss's weights, shared by the
+// layers, and each layer's targets.
+type lossTargets struct {
+	focalW []float64 // [B, Q, C]: WeightClass/num_boxes everywhere
+	layers []layerTargets
+}
+
+// buildTargets matches every decoder layer's predictions to the targets
+// and returns the losses' targets and weights. logits[l] is layer l's [B,
+// Q, C] and boxes[l] its [B, Q, 4].
+//
+// The weights reproduce the reference's SetCriterion: its focal loss is
+// sigmoid_focal_loss(...).mean(1).sum() / num_boxes * Q, the mean over the
+// Q queries undone by the factor Q, so the sum of every element's loss
+// over num_boxes; its L1 and GIoU losses are the matched pairs' sums over
+// num_boxes. With the loss coefficients folded in, every element of the
+// focal loss weighs WeightClass/num_boxes, and every matched query's box
+// coordinates WeightBox/num_boxes (L1) and its box WeightGIoU/num_boxes
+// (GIoU); an unmatched query's box weighs 0. Each layer (the auxiliary
+// outputs too) is matched on its own, as the reference does.
+func buildTargets(cfg Config, logits, boxes [][]float64, targets []Target) (*lossTargets, error) {
+	b, q, c := len(targets), cfg.Queries, cfg.NumClasses
+	nb := numBoxes(targets)
+	lt := &lossTargets{focalW: constant(cfg.WeightClass/nb)(nil, b*q*c)}
+	for l := range logits {
+		t := layerTargets{
+			onehot: make([]float64, b*q*c),
+			boxT:   make([]float64, b*q*4),
+			l1W:    make([]float64, b*q*4),
+			giouT:  make([]float64, b*q*4),
+			giouW:  make([]float64, b*q),
+		}
+		for img := range b {
+			assign, err := MatchImage(cfg, logits[l][img*q*c:(img+1)*q*c], boxes[l][img*q*4:(img+1)*q*4], q, targets[img])
+			if err != nil {
+				return nil, fmt.Errorf("model: matching layer %d, image %d: %w", l, img, err)
+			}
+			for i, j := range assign {
+				r := img*q + i
+				// Unmatched: a valid box of weight 0, so GIoU stays finite.
+				copy(t.giouT[4*r:], []float64{0, 0, 1, 1})
+				if j < 0 {
+					continue
+				}
+				tb := targets[img].Boxes[j]
+				t.onehot[r*c+targets[img].Labels[j]] = 1
+				xy := tb.XYXY()
+				for k := range 4 {
+					t.boxT[4*r+k] = tb[k]
+					t.l1W[4*r+k] = cfg.WeightBox / nb
+					t.giouT[4*r+k] = xy[k]
+				}
+				t.giouW[r] = cfg.WeightGIoU / nb
+			}
+		}
+		lt.layers = append(lt.layers, t)
+	}
+	return lt, nil
+}
+
+// pack writes lt in the packed layout of the matching op's output: focalW,
+// then per layer onehot, boxT, l1W, giouT, giouW.
+func (lt *lossTargets) pack(out []float64) {
+	k := copy(out, lt.focalW)
+	for _, t := range lt.layers {
+		for _, s := range [][]float64{t.onehot, t.boxT, t.l1W, t.giouT, t.giouW} {
+			k += copy(out[k:], s)
+		}
+	}
+}
+
+// Detection is one detected object: its box (x1, y1, x2, y2) in pixels,
+// its score (the sigmoid of its class logit) and its class.
+type Detection struct {
+	Box   Box
+	Score float64
+	Class int
+}
+
+// PostProcess is the reference's PostProcess for one image: the k best
+// of the Q x C sigmoid scores (best first, ties to the lower index), each
+// with its query's box converted to corners and scaled to a width x height
+// image. logits is [Q, C], boxes [Q, 4] (cx, cy, w, h), row-major.
+func PostProcess(logits, boxes []float64, q, c, k int, width, height float64) []Detection {
+	k = min(k, q*c)
+	idx := make([]int, q*c)
+	for i := range idx {
+		idx[i] = i
+	}
+	// A partial selection sort: k is small (100) next to Q*C.
+	for s := range k {
+		best := s
+		for i := s + 1; i < len(idx); i++ {
+			if logits[idx[i]] > logits[idx[best]] || logits[idx[i]] == logits[idx[best]] && idx[i] < idx[best] {
+				best = i
+			}
+		}
+		idx[s], idx[best] = idx[best], idx[s]
+	}
+	out := make([]Detection, k)
+	for s := range k {
+		qi, cls := idx[s]/c, idx[s]%c
+		xy := Box(boxes[4*qi : 4*qi+4]).XYXY()
+		out[s] = Detection{
+			Box:   Box{xy[0] * width, xy[1] * height, xy[2] * width, xy[3] * height},
+			Score: sigmoid(logits[idx[s]]),
+			Class: cls,
+		}
+	}
+	return out
+}
