@@ -9,7 +9,7 @@ import (
 
 	"gorgonia.org/tensor"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
 

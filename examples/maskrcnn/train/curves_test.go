@@ -13,8 +13,8 @@ import (
 
 	"gonum.org/v1/plot/plotter"
 
+	"github.com/stheno-ml/stheno/examples/internal/viz"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/viz"
 )
 
 // fakeHistory is a run of iters iterations logged every 20 and evaluated

@@ -6,7 +6,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/examples/internal/data"
 )
 
 // With no validation images a run trains, plots its losses and saves its
