@@ -14,6 +14,7 @@ import (
 
 	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/internal/eval"
+	"github.com/stheno-ml/stheno/examples/internal/progress"
 	"github.com/stheno-ml/stheno/examples/internal/viz"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
@@ -114,7 +115,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		first, hist = ckpt.Iter, ckpt.History
 	}
 	res := &Result{Iters: first, History: hist}
-	prog := newProgress(log, run.Iters)
+	prog := progress.New(log, run.Iters)
 	evaluate := func(iter int) (Metrics, []eval.Detection, error) {
 		te := time.Now()
 		m, dets, err := Evaluate(inferNet, valSet)
@@ -122,7 +123,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			return m, nil, err
 		}
 		res.Final, res.Evaluated = m, true
-		prog.println("iteration %d: %v (%d images, %.1fs)", iter, m, len(valSet.Images), time.Since(te).Seconds())
+		prog.Println("iteration %d: %v (%d images, %.1fs)", iter, m, len(valSet.Images), time.Since(te).Seconds())
 		return m, dets, nil
 	}
 	if first >= run.Iters {
@@ -194,8 +195,8 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 		rate := float64(trainIters*run.Batch) / trainTime.Seconds()
 		remaining := time.Duration(float64(run.Iters-done) * float64(run.Batch) / rate * float64(time.Second))
-		prog.update(done, fmt.Sprintf("loss %.3f (rpn %.3f/%.3f cls %.3f box %.3f mask %.3f) lr %.1e %.1f img/s ETA %s",
-			losses[0], losses[1], losses[2], losses[3], losses[4], losses[5], lr, rate, eta(remaining)), last)
+		prog.Update(done, fmt.Sprintf("loss %.3f (rpn %.3f/%.3f cls %.3f box %.3f mask %.3f) lr %.1e %.1f img/s ETA %s",
+			losses[0], losses[1], losses[2], losses[3], losses[4], losses[5], lr, rate, progress.ETA(remaining)), last)
 
 		periodic := done%opt.EvalEvery == 0 || last
 		interrupted := ctx.Err() != nil && !last
@@ -227,11 +228,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 		res.Iters, res.History, res.Checkpoint = done, hist, ckptPath
 		if interrupted {
-			prog.done()
+			prog.Done()
 			return res, &InterruptedError{Iter: done, Checkpoint: ckptPath, Cause: context.Cause(ctx)}
 		}
 	}
-	prog.done()
+	prog.Done()
 	res.Wall = time.Since(start)
 	fmt.Fprintf(log, "done in %v; outputs in %s\n", res.Wall.Round(time.Second), opt.Out)
 	return res, nil
