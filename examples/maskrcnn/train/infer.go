@@ -17,6 +17,7 @@ import (
 
 	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/internal/eval"
+	"github.com/stheno-ml/stheno/examples/internal/option"
 	"github.com/stheno-ml/stheno/examples/internal/viz"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
@@ -64,7 +65,7 @@ func Infer(opt InferOptions) error {
 		return fmt.Errorf("train: Infer: Batch must be in [1, %d], got %d", maxBatch, opt.Batch)
 	}
 	if !(opt.ScoreMin >= 0 && opt.ScoreMin <= 1) {
-		return &OptionError{Option: "score", Value: opt.ScoreMin, Allowed: "must be a number in [0, 1]"}
+		return &option.Error{Option: "score", Value: opt.ScoreMin, Allowed: "must be a number in [0, 1]"}
 	}
 	ckpt, err := LoadCheckpoint(opt.Checkpoint)
 	if err != nil {

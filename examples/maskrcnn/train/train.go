@@ -14,6 +14,7 @@ import (
 
 	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/internal/eval"
+	"github.com/stheno-ml/stheno/examples/internal/option"
 	"github.com/stheno-ml/stheno/examples/internal/progress"
 	"github.com/stheno-ml/stheno/examples/internal/viz"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
@@ -78,7 +79,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	run := opt.RunConfig
 	if run.Data != "" {
 		// The checkpoint names the data wherever the run resumes from.
-		run.Data = absPath(run.Data)
+		run.Data = option.AbsPath(run.Data)
 	}
 	trainSet, valSet, err := loadData(run.Data, run.Seed, run.TrainImages, run.ValImages, run.Model.ImageSize)
 	if err != nil {
