@@ -16,6 +16,7 @@ import (
 	"github.com/stheno-ml/stheno/examples/internal/eval"
 	"github.com/stheno-ml/stheno/examples/internal/option"
 	"github.com/stheno-ml/stheno/examples/internal/progress"
+	"github.com/stheno-ml/stheno/examples/internal/schedule"
 	"github.com/stheno-ml/stheno/examples/internal/viz"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
@@ -141,7 +142,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if ckpt != nil {
 		fmt.Fprintf(log, "resuming %s at iteration %d\n", opt.Resume, first)
 	}
-	sched := Schedule{LR: run.LR, Warmup: run.Warmup, WarmupFactor: 0.01, Gamma: 0.1}
+	sched := schedule.WarmupMultiStep{LR: run.LR, Warmup: run.Warmup, WarmupFactor: 0.01, Gamma: 0.1}
 	for _, f := range run.Steps {
 		sched.Steps = append(sched.Steps, int(f*float64(run.Iters)))
 	}
