@@ -1,14 +1,11 @@
 package train
 
 import (
-	"bufio"
-	"encoding/gob"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"gorgonia.org/tensor"
 
+	"github.com/stheno-ml/stheno/examples/internal/checkpoint"
 	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
@@ -34,20 +31,12 @@ type Checkpoint struct {
 }
 
 // NamedTensor is a float32 tensor with its name and shape.
-type NamedTensor struct {
-	Name  string
-	Shape []int
-	Data  []float32
-}
+type NamedTensor = checkpoint.NamedTensor
 
 // AdamState is Adam's step count and moments.
 type AdamState struct {
 	Step int
 	M, V []NamedTensor
-}
-
-func named(name string, t *tensor.Dense) NamedTensor {
-	return NamedTensor{Name: name, Shape: append([]int(nil), t.Shape()...), Data: append([]float32(nil), t.Float32s()...)}
 }
 
 // snapshot captures a run on the training set ds after iter iterations:
@@ -59,7 +48,7 @@ func snapshot(run RunConfig, ds *data.Dataset, iter int, params *model.Params, a
 	}
 	c := &Checkpoint{Version: checkpointVersion, Run: run, Classes: ds.Classes, CategoryIDs: ids, Iter: iter, History: h}
 	for _, name := range params.Names() {
-		c.Params = append(c.Params, named(name, params.Value(name)))
+		c.Params = append(c.Params, checkpoint.Named(name, params.Value(name)))
 		if adam != nil && adam.M[name] != nil {
 			shape := params.Value(name).Shape()
 			c.Adam.M = append(c.Adam.M, NamedTensor{Name: name, Shape: shape, Data: append([]float32(nil), adam.M[name]...)})
@@ -71,7 +60,7 @@ func snapshot(run RunConfig, ds *data.Dataset, iter int, params *model.Params, a
 	}
 	for _, name := range params.BatchNorms() {
 		mean, variance := params.RunningStats(name)
-		c.BNStats = append(c.BNStats, named(name+".mean", mean), named(name+".var", variance))
+		c.BNStats = append(c.BNStats, checkpoint.Named(name+".mean", mean), checkpoint.Named(name+".var", variance))
 	}
 	return c
 }
@@ -89,11 +78,7 @@ func (c *Checkpoint) restore(params *model.Params, adam *Adam) error {
 		if !ok {
 			return fmt.Errorf("train: checkpoint has no tensor %s", name)
 		}
-		if !dst.Shape().Eq(tensor.Shape(t.Shape)) || len(t.Data) != dst.Shape().TotalSize() {
-			return fmt.Errorf("train: checkpoint's %s has shape %v, the model's %v", name, t.Shape, dst.Shape())
-		}
-		copy(dst.Float32s(), t.Data)
-		return nil
+		return t.CopyTo(dst)
 	}
 	for _, name := range params.Names() {
 		if err := load(name, params.Value(name)); err != nil {
@@ -120,60 +105,15 @@ func (c *Checkpoint) restore(params *model.Params, adam *Adam) error {
 	return nil
 }
 
-// Save writes c to path atomically and durably: into a temporary file in
-// the same directory, synced to disk, renamed over path, and the directory
-// synced, so that a crash or power loss at any moment leaves either the
-// previous checkpoint or this one. The file is readable by everyone
-// (0644), like the run's other outputs.
-func (c *Checkpoint) Save(path string) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".checkpoint-*")
-	if err != nil {
-		return fmt.Errorf("train: saving checkpoint: %w", err)
-	}
-	w := bufio.NewWriter(tmp)
-	err = gob.NewEncoder(w).Encode(c)
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("train: saving checkpoint %s: %w", path, err)
-	}
-	// The rename is durable once the directory is.
-	d, err := os.Open(dir)
-	if err == nil {
-		err = d.Sync()
-		d.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("train: saving checkpoint %s: syncing its directory: %w", path, err)
-	}
-	return nil
-}
+// Save writes c to path with checkpoint.Save: atomically and durably, so
+// that a crash at any moment leaves the previous checkpoint or this one.
+func (c *Checkpoint) Save(path string) error { return checkpoint.Save(path, c) }
 
 // LoadCheckpoint reads a checkpoint written by Save.
 func LoadCheckpoint(path string) (*Checkpoint, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	defer f.Close()
 	var c Checkpoint
-	if err := gob.NewDecoder(bufio.NewReader(f)).Decode(&c); err != nil {
-		return nil, fmt.Errorf("train: reading checkpoint %s: %w", path, err)
+	if err := checkpoint.Load(path, &c); err != nil {
+		return nil, err
 	}
 	if c.Version != checkpointVersion {
 		return nil, fmt.Errorf("train: checkpoint %s has version %d, this program reads %d", path, c.Version, checkpointVersion)

@@ -122,32 +122,6 @@ func TestInterruptThenResumeIsExact(t *testing.T) {
 	}
 }
 
-// Checkpoints are readable by everyone and leave no temporary file.
-func TestCheckpointFile(t *testing.T) {
-	dir := t.TempDir()
-	c := &Checkpoint{Version: checkpointVersion, Iter: 3, Classes: []string{"a"}}
-	path := filepath.Join(dir, "c.gob")
-	for range 2 { // a new file, then one replaced
-		if err := c.Save(path); err != nil {
-			t.Fatal(err)
-		}
-		st, err := os.Stat(path)
-		if err != nil || st.Mode().Perm() != 0o644 {
-			t.Fatalf("checkpoint mode %v (%v), want 0644", st.Mode(), err)
-		}
-	}
-	if entries, _ := os.ReadDir(dir); len(entries) != 1 {
-		t.Errorf("directory holds %d entries, want the checkpoint alone", len(entries))
-	}
-	back, err := LoadCheckpoint(path)
-	if err != nil || back.Iter != 3 {
-		t.Errorf("LoadCheckpoint: %+v, %v", back, err)
-	}
-	if err := c.Save(filepath.Join(dir, "missing", "c.gob")); err == nil || !strings.Contains(err.Error(), "train: saving checkpoint") {
-		t.Errorf("saving into a missing directory: %v", err)
-	}
-}
-
 // The exported synthetic set reads back as the images a run trains and
 // validates on, and trains with Data.
 func TestExportSyntheticRoundTrip(t *testing.T) {
