@@ -11,6 +11,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
+	"github.com/stheno-ml/stheno/examples/internal/eval"
 	"github.com/stheno-ml/stheno/examples/internal/viz"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
@@ -161,12 +162,12 @@ func apPanel(h History) (*plot.Plot, plot.Legend) {
 	leg := newLegend()
 	for k, s := range []struct {
 		name string
-		ap   func(EvalPoint) Precision
+		ap   func(EvalPoint) eval.Precision
 	}{
-		{"box AP", func(e EvalPoint) Precision { return e.Box.AP }},
-		{"box AP50", func(e EvalPoint) Precision { return e.Box.AP50 }},
-		{"mask AP", func(e EvalPoint) Precision { return e.Mask.AP }},
-		{"mask AP50", func(e EvalPoint) Precision { return e.Mask.AP50 }},
+		{"box AP", func(e EvalPoint) eval.Precision { return e.Box.AP }},
+		{"box AP50", func(e EvalPoint) eval.Precision { return e.Box.AP50 }},
+		{"mask AP", func(e EvalPoint) eval.Precision { return e.Mask.AP }},
+		{"mask AP50", func(e EvalPoint) eval.Precision { return e.Mask.AP50 }},
 	} {
 		var x, y []float64
 		for _, e := range h.Evals {

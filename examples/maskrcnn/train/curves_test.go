@@ -13,6 +13,7 @@ import (
 
 	"gonum.org/v1/plot/plotter"
 
+	"github.com/stheno-ml/stheno/examples/internal/eval"
 	"github.com/stheno-ml/stheno/examples/internal/viz"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
@@ -28,15 +29,15 @@ func fakeHistory(iters int) History {
 		if it%200 == 0 {
 			g := 1 - f
 			h.Evals = append(h.Evals, EvalPoint{Iter: it,
-				Box:  APs{AP: Precision(0.7 * g), AP50: Precision(0.95 * g), AP75: Precision(0.6 * g)},
-				Mask: APs{AP: Precision(0.65 * g), AP50: Precision(0.9 * g), AP75: Precision(0.5 * g)}})
+				Box:  eval.APs{AP: eval.Precision(0.7 * g), AP50: eval.Precision(0.95 * g), AP75: eval.Precision(0.6 * g)},
+				Mask: eval.APs{AP: eval.Precision(0.65 * g), AP50: eval.Precision(0.9 * g), AP75: eval.Precision(0.5 * g)}})
 		}
 	}
 	return h
 }
 
 func TestCurves(t *testing.T) {
-	nan := Precision(math.NaN())
+	nan := eval.Precision(math.NaN())
 	all := func(n int) []bool { return slices.Repeat([]bool{true}, n) }
 	nLoss := len(model.LossNames)
 
@@ -59,7 +60,7 @@ func TestCurves(t *testing.T) {
 	noEvals.Evals = nil
 
 	one := History{Losses: []LossPoint{{Iter: 20, Total: 1, RPNObjectness: 0.2, RPNBox: 0.2, Class: 0.2, Box: 0.2, Mask: 0.2}},
-		Evals: []EvalPoint{{Iter: 20, Box: APs{AP: 0.1, AP50: 0.3}, Mask: APs{AP: 0.5, AP50: 0.7}}}}
+		Evals: []EvalPoint{{Iter: 20, Box: eval.APs{AP: 0.1, AP50: 0.3}, Mask: eval.APs{AP: 0.5, AP50: 0.7}}}}
 
 	for _, tc := range []struct {
 		name     string

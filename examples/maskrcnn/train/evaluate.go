@@ -54,7 +54,7 @@ type Metrics struct {
 // String formats m as "box AP 0.669 AP50 0.930 AP75 0.752 | mask AP ...",
 // with n/a for a precision that is undefined.
 func (m Metrics) String() string {
-	return fmt.Sprintf("box %v | mask %v", apsOf(m.Box), apsOf(m.Mask))
+	return fmt.Sprintf("box %v | mask %v", m.Box.APs(), m.Mask.APs())
 }
 
 // Evaluate predicts on ds and scores the predictions against it.

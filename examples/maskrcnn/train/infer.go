@@ -2,7 +2,6 @@ package train
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"image"
 	"image/color"
@@ -32,20 +31,6 @@ type InferOptions struct {
 	Batch    int
 	ScoreMin float64 // detections drawn in the pictures score at least this
 	Log      io.Writer
-}
-
-// cocoResult is one detection in COCO's results format.
-type cocoResult struct {
-	ImageID      int        `json:"image_id"`
-	CategoryID   int        `json:"category_id"`
-	BBox         [4]float64 `json:"bbox"`
-	Score        float64    `json:"score"`
-	Segmentation cocoRLE    `json:"segmentation"`
-}
-
-type cocoRLE struct {
-	Size   [2]int `json:"size"`
-	Counts string `json:"counts"`
 }
 
 // Infer loads a checkpoint, predicts on every image of opt.Images (resized
@@ -106,14 +91,8 @@ func Infer(opt InferOptions) error {
 	fmt.Fprintf(log, "%d images, %d detections in %v\n", len(ds.Images), len(dets), time.Since(start).Round(time.Millisecond))
 
 	byImage := map[int][]eval.Detection{}
-	results := []cocoResult{}
 	for _, d := range dets {
 		byImage[d.ImageID] = append(byImage[d.ImageID], d)
-		results = append(results, cocoResult{
-			ImageID: d.ImageID, CategoryID: categoryID(d.Class), Score: d.Score,
-			BBox:         [4]float64{d.Box[0], d.Box[1], d.Box[2] - d.Box[0], d.Box[3] - d.Box[1]},
-			Segmentation: cocoRLE{Size: [2]int{d.Mask.H, d.Mask.W}, Counts: data.CompressRLE(data.EncodeRLE(d.Mask))},
-		})
 	}
 	for _, img := range ds.Images {
 		scale := max(1, 256/max(img.W, img.H))
@@ -126,13 +105,9 @@ func Infer(opt InferOptions) error {
 			return err
 		}
 	}
-	js, err := json.Marshal(results)
-	if err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
 	jsonPath := filepath.Join(opt.Out, "predictions.json")
-	if err := os.WriteFile(jsonPath, js, 0o644); err != nil {
-		return fmt.Errorf("train: %w", err)
+	if err := eval.WriteCOCOResults(jsonPath, dets, categoryID); err != nil {
+		return err
 	}
 	fmt.Fprintf(log, "wrote %s and %d pictures to %s\n", jsonPath, len(ds.Images), opt.Out)
 	switch {

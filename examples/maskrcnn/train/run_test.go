@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
 )
 
 // With no validation images a run trains, plots its losses and saves its
@@ -224,7 +225,7 @@ func TestInferCategoryIDs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var results []cocoResult
+		var results []eval.COCOResult
 		if err := json.Unmarshal(js, &results); err != nil {
 			t.Fatal(err)
 		}

@@ -213,7 +213,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			}
 			hist.Evals = append(hist.Evals, EvalPoint{
 				Iter: done, Seconds: time.Since(start).Seconds(),
-				Box: apsOf(m.Box), Mask: apsOf(m.Mask),
+				Box: m.Box.APs(), Mask: m.Mask.APs(),
 				TrainImagesPerSecond: rate,
 				InferImagesPerSecond: float64(len(valSet.Images)) / time.Since(te).Seconds(),
 				ValidationImages:     len(valSet.Images),

@@ -205,7 +205,7 @@ func TestInfer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", images, err)
 		}
-		var results []cocoResult
+		var results []eval.COCOResult
 		js, err := os.ReadFile(filepath.Join(out, "predictions.json"))
 		if err != nil {
 			t.Fatal(err)
