@@ -3,5 +3,5 @@
 // there are masks, labels), the ground truth the same way, and grids and
 // captions of pictures, with the standard library's image packages and
 // golang.org/x/image's fixed 7x13 font for text. (The training curves are
-// drawn with gonum.org/v1/plot, in examples/maskrcnn/train.)
+// drawn with gonum.org/v1/plot, in package history.)
 package viz

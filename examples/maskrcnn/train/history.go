@@ -1,7 +1,10 @@
 package train
 
 import (
+	"image"
+
 	"github.com/stheno-ml/stheno/examples/internal/eval"
+	"github.com/stheno-ml/stheno/examples/internal/history"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
 
@@ -46,4 +49,29 @@ type EvalPoint struct {
 	TrainImagesPerSecond float64 `json:"train_images_per_second"`
 	InferImagesPerSecond float64 `json:"infer_images_per_second"`
 	ValidationImages     int     `json:"validation_images"`
+}
+
+// curves draws h as curves.png: the losses above, named as in
+// model.LossNames, and box and mask AP and AP50 below.
+func curves(h History) image.Image {
+	return history.Curves(h.lossSeries(), h.apSeries())
+}
+
+// lossSeries is h's losses in model.LossNames' order.
+func (h History) lossSeries() history.Series {
+	s := history.Series{Names: model.LossNames[:]}
+	for _, p := range h.Losses {
+		v := p.values()
+		s.Add(p.Iter, v[:]...)
+	}
+	return s
+}
+
+// apSeries is box and mask AP and AP50 of h's evaluations.
+func (h History) apSeries() history.Series {
+	s := history.Series{Names: []string{"box AP", "box AP50", "mask AP", "mask AP50"}}
+	for _, e := range h.Evals {
+		s.Add(e.Iter, float64(e.Box.AP), float64(e.Box.AP50), float64(e.Mask.AP), float64(e.Mask.AP50))
+	}
+	return s
 }

@@ -2,7 +2,6 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/internal/eval"
+	"github.com/stheno-ml/stheno/examples/internal/history"
 	"github.com/stheno-ml/stheno/examples/internal/option"
 	"github.com/stheno-ml/stheno/examples/internal/progress"
 	"github.com/stheno-ml/stheno/examples/internal/schedule"
@@ -245,14 +245,7 @@ func writeHistory(opt Options, hist History) error {
 	if err := viz.SavePNG(filepath.Join(opt.Out, "curves.png"), curves(hist)); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(hist, "", " ")
-	if err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(opt.Out, "history.json"), js, 0o644); err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	return nil
+	return history.WriteJSON(filepath.Join(opt.Out, "history.json"), hist)
 }
 
 // writeSheet draws the predictions of the evaluation at iteration iter.
