@@ -253,6 +253,6 @@ func writeSheet(opt Options, iter int, val *data.Dataset, dets []eval.Detection)
 	if opt.SheetImages == 0 {
 		return nil
 	}
-	sheet := predictionSheet(val, dets, opt.SheetImages, opt.SheetScale)
+	sheet := viz.PredictionSheet(val, dets, opt.SheetImages, opt.SheetScale, 0.5)
 	return viz.SavePNG(filepath.Join(opt.Out, fmt.Sprintf("val_%06d.png", iter)), sheet)
 }
