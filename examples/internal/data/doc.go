@@ -1,6 +1,12 @@
 // Package data holds the detection data that the examples train on:
 // images with boxed and masked objects, a deterministic synthetic dataset
-// of circles, squares and triangles, and COCO-format reading and writing.
+// of circles, squares and triangles, and COCO-format reading and writing;
+// and what a run does with them: Load splits them into training and
+// validation sets at the model's input size, Batch draws each iteration's
+// images (shuffled per epoch, mirrored at random, from the seed and the
+// iteration alone, so that a resumed run sees the same batches), and
+// ReadImages reads what a trained model predicts on.
+//
 // examples/maskrcnn and examples/detr both import it, so that both train
 // and evaluate on the same images; a box detector such as Deformable-DETR
 // reads the boxes and leaves the masks alone.

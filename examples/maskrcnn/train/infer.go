@@ -1,12 +1,7 @@
 package train
 
 import (
-	"bufio"
 	"fmt"
-	"image"
-	"image/color"
-	_ "image/jpeg" // decoders for image directories
-	_ "image/png"
 	"io"
 	"os"
 	"path/filepath"
@@ -56,7 +51,7 @@ func Infer(opt InferOptions) error {
 	if err != nil {
 		return err
 	}
-	ds, annotated, err := readImages(opt.Images)
+	ds, annotated, err := data.ReadImages(opt.Images)
 	if err != nil {
 		return err
 	}
@@ -129,7 +124,7 @@ func predictOriginal(net *model.Net, images []*data.Image) ([]eval.Detection, er
 	for start := 0; start < len(images); start += n {
 		batch := make([][]float32, n)
 		for i := range n {
-			batch[i] = Resize(images[min(start+i, len(images)-1)], size).Pix
+			batch[i] = data.Resize(images[min(start+i, len(images)-1)], size).Pix
 		}
 		dets, masks, err := net.Predict(batch)
 		if err != nil {
@@ -146,70 +141,4 @@ func predictOriginal(net *model.Net, images []*data.Image) ([]eval.Detection, er
 		}
 	}
 	return out, nil
-}
-
-// readImages reads a COCO annotations file (annotated) or every PNG and
-// JPEG file of a directory, in name order, numbered from 1.
-func readImages(path string) (ds *data.Dataset, annotated bool, err error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, false, fmt.Errorf("train: %w", err)
-	}
-	if !st.IsDir() {
-		ds, err := readCOCO(path)
-		return ds, true, err
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return nil, false, fmt.Errorf("train: %w", err)
-	}
-	ds = &data.Dataset{}
-	var names []string
-	for _, e := range entries {
-		switch strings.ToLower(filepath.Ext(e.Name())) {
-		case ".png", ".jpg", ".jpeg":
-			if !e.IsDir() {
-				names = append(names, e.Name())
-			}
-		}
-	}
-	slices.Sort(names)
-	for i, name := range names {
-		img, err := readImageFile(filepath.Join(path, name))
-		if err != nil {
-			return nil, false, err
-		}
-		img.ID, img.File = i+1, name
-		ds.Images = append(ds.Images, img)
-	}
-	if len(ds.Images) == 0 {
-		return nil, false, fmt.Errorf("train: no PNG or JPEG images in %s", path)
-	}
-	return ds, false, nil
-}
-
-// readImageFile decodes an image into planar RGB in [0, 1].
-func readImageFile(path string) (*data.Image, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	defer f.Close()
-	src, _, err := image.Decode(bufio.NewReader(f))
-	if err != nil {
-		return nil, fmt.Errorf("train: %s: %w", path, err)
-	}
-	b := src.Bounds()
-	w, h := b.Dx(), b.Dy()
-	img := &data.Image{W: w, H: h, Pix: make([]float32, 3*w*h)}
-	for y := range h {
-		for x := range w {
-			c := color.NRGBAModel.Convert(src.At(b.Min.X+x, b.Min.Y+y)).(color.NRGBA)
-			p := y*w + x
-			img.Pix[p] = float32(c.R) / 255
-			img.Pix[w*h+p] = float32(c.G) / 255
-			img.Pix[2*w*h+p] = float32(c.B) / 255
-		}
-	}
-	return img, nil
 }

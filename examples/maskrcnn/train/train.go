@@ -82,7 +82,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		// The checkpoint names the data wherever the run resumes from.
 		run.Data = option.AbsPath(run.Data)
 	}
-	trainSet, valSet, err := loadData(run.Data, run.Seed, run.TrainImages, run.ValImages, run.Model.ImageSize)
+	trainSet, valSet, err := data.Load(run.Data, run.Seed, run.TrainImages, run.ValImages, run.Model.ImageSize)
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +163,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	trainIters := 0
 	for it := first; it < run.Iters; it++ {
 		t0 := time.Now()
-		imgs := batchOf(trainSet.Images, run.Seed, it, run.Batch)
+		imgs := data.Batch(trainSet.Images, run.Seed, it, run.Batch)
 		pix := make([][]float32, len(imgs))
 		targets := make([]model.Target, len(imgs))
 		for i, img := range imgs {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
@@ -109,7 +108,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, val, err := loadData("", ckpt.Run.Seed, 1, 6, ckpt.Run.Model.ImageSize)
+	_, val, err := data.Load("", ckpt.Run.Seed, 1, 6, ckpt.Run.Model.ImageSize)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,42 +223,5 @@ func TestInfer(t *testing.T) {
 		if len(pics) != 3 {
 			t.Errorf("%s: %d pictures, want 3", images, len(pics))
 		}
-	}
-}
-
-// Iteration i's batch is a function of the seed and i alone, and an epoch
-// visits every image once.
-func TestBatchOf(t *testing.T) {
-	ds, err := data.Synthetic(data.SyntheticConfig{Seed: 1, Count: 6, Size: 32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []int
-	for it := range 3 {
-		b := batchOf(ds.Images, 5, it, 2)
-		again := batchOf(ds.Images, 5, it, 2)
-		for i := range b {
-			if b[i].ID != again[i].ID || !slices.Equal(b[i].Pix, again[i].Pix) {
-				t.Fatalf("iteration %d differs between calls", it)
-			}
-			ids = append(ids, b[i].ID)
-		}
-	}
-	slices.Sort(ids)
-	if !slices.Equal(ids, []int{1, 2, 3, 4, 5, 6}) {
-		t.Errorf("an epoch visited %v", ids)
-	}
-}
-
-func TestFlip(t *testing.T) {
-	img := &data.Image{W: 3, H: 1, Pix: []float32{1, 2, 3, 4, 5, 6, 7, 8, 9},
-		Objects: []data.Object{{Class: 1, Box: [4]float64{0, 0, 1, 1}, Mask: &data.Mask{W: 3, H: 1, Bits: []bool{true, false, false}}}}}
-	f := Flip(img)
-	if !slices.Equal(f.Pix, []float32{3, 2, 1, 6, 5, 4, 9, 8, 7}) {
-		t.Errorf("pixels %v", f.Pix)
-	}
-	o := f.Objects[0]
-	if o.Box != [4]float64{2, 0, 3, 1} || !slices.Equal(o.Mask.Bits, []bool{false, false, true}) || o.Class != 1 {
-		t.Errorf("object %+v %v", o, o.Mask.Bits)
 	}
 }
