@@ -84,6 +84,10 @@ func Open(ordinal int) (*Device, error) {
 	return newDevice(drv, images, syncLaunches), nil
 }
 
+// BuiltWithCUDA reports whether this program was built with the
+// stheno_cuda tag, without which Open never finds a GPU.
+func BuiltWithCUDA() bool { return builtWithCUDA }
+
 // DeviceCount returns how many GPUs the driver reports, or an error
 // wrapping ErrNoDevice when there is no usable driver.
 func DeviceCount() (int, error) { return deviceCount() }

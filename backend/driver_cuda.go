@@ -154,6 +154,8 @@ import (
 	"github.com/stheno-ml/stheno/kernels"
 )
 
+const builtWithCUDA = true
+
 type cudaDriver struct {
 	dev    C.CUdevice
 	ctx    C.CUcontext

@@ -4,6 +4,8 @@ package backend
 
 import "fmt"
 
+const builtWithCUDA = false
+
 // Built without the stheno_cuda tag, the package has no driver: Open
 // returns an error wrapping ErrNoDevice, and no device value can exist.
 

@@ -309,6 +309,65 @@ func (a *AdamW) Moments(param G.ValueGrad) (m, v *tensor.Dense, err error) {
 	return a.params[i].m, a.params[i].v, nil
 }
 
+// SetState restores the optimiser as a checkpoint saved it: the step
+// count (Steps) and, for each parameter in state, its moments, read from
+// host tensors of the parameter's shape and the optimiser's dtype. The
+// moments are copied where the parameters live, so a state saved from a
+// GPU run resumes on the host and back. Parameters left out of state keep
+// their moments. Nothing changes when an entry is refused.
+func (a *AdamW) SetState(steps int, state map[G.ValueGrad][2]*tensor.Dense) error {
+	if a.freed {
+		return fmt.Errorf("ops: %s: SetState after Free", adamwName)
+	}
+	if steps < 0 {
+		return fmt.Errorf("ops: %s: SetState: steps must be >= 0, got %d", adamwName, steps)
+	}
+	type load struct {
+		p    *adamwParam
+		m, v *tensor.Dense
+	}
+	loads := make([]load, 0, len(state))
+	for vg, mv := range state {
+		i, ok := a.lookup(vg)
+		if !ok {
+			return fmt.Errorf("ops: %s: SetState: %s is in no parameter group", adamwName, describeParam(vg))
+		}
+		p := a.params[i]
+		for k, t := range mv {
+			name := [2]string{"first", "second"}[k]
+			switch {
+			case t == nil:
+				return fmt.Errorf("ops: %s: SetState: %s: the %s moment is nil", adamwName, p.name, name)
+			case backend.IsDevice(t):
+				return fmt.Errorf("ops: %s: SetState: %s: the %s moment must be in host memory", adamwName, p.name, name)
+			case t.Dtype() != a.dt || !t.Shape().Eq(p.shape):
+				return fmt.Errorf("ops: %s: SetState: %s: the %s moment is %v %v, want %v %v",
+					adamwName, p.name, name, t.Dtype(), t.Shape(), a.dt, p.shape)
+			}
+		}
+		loads = append(loads, load{p, mv[0], mv[1]})
+	}
+	for _, l := range loads {
+		for _, c := range [2][2]*tensor.Dense{{l.p.m, l.m}, {l.p.v, l.v}} {
+			dst, src := c[0], c[1]
+			if src.IsView() {
+				src = src.Materialize().(*tensor.Dense)
+			}
+			var err error
+			if a.dev != nil {
+				err = a.dev.Engine().Memcpy(dst, src)
+			} else {
+				copy(dst.Raw, src.Raw)
+			}
+			if err != nil {
+				return fmt.Errorf("ops: %s: SetState: %s: %w", adamwName, l.p.name, err)
+			}
+		}
+	}
+	a.steps = steps
+	return nil
+}
+
 func (a *AdamW) lookup(vg G.ValueGrad) (i int, ok bool) {
 	if vg == nil || !reflect.TypeOf(vg).Comparable() {
 		return 0, false

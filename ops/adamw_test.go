@@ -491,3 +491,65 @@ func TestParamsWithGrads(t *testing.T) {
 		t.Errorf("loss %v -> %v after 60 steps: it should at least halve", first, last)
 	}
 }
+
+// TestAdamWSetState: an optimiser restored from another's state (steps and
+// moments, as a checkpoint keeps them) steps exactly as the original goes
+// on stepping; bad state is refused and changes nothing.
+func TestAdamWSetState(t *testing.T) {
+	dt := tensor.Float32
+	newParams := func() (*testParam, *testParam) {
+		return newTestParam("a", dt, []float64{1, -2, 3}, 3), newTestParam("b", dt, []float64{0.5}, 1)
+	}
+	cfg := DefaultAdamWConfig()
+	cfg.MaxGradNorm, cfg.KeepGrads = 1, true
+	grads := [][2][]float64{{{0.3, -1, 2}, {4}}, {{-0.1, 0.2, 0.7}, {-1}}, {{1, 1, -1}, {0.25}}}
+	step := func(opt *AdamW, a, b *testParam, g [2][]float64) {
+		t.Helper()
+		a.setGrad(t, g[0])
+		b.setGrad(t, g[1])
+		if err := opt.Step(valueGrads(a, b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := newParams()
+	opt, err := NewAdamW([]ParamGroup{{Params: valueGrads(a), LR: 0.1, WeightDecay: 0.01}, {Params: valueGrads(b), LR: 0.2}}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step(opt, a, b, grads[0])
+	step(opt, a, b, grads[1])
+
+	// The copy starts from the original's values and state.
+	a2, b2 := newParams()
+	copy(a2.val.Float32s(), a.val.Float32s())
+	copy(b2.val.Float32s(), b.val.Float32s())
+	restored, err := NewAdamW([]ParamGroup{{Params: valueGrads(a2), LR: 0.1, WeightDecay: 0.01}, {Params: valueGrads(b2), LR: 0.2}}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := map[G.ValueGrad][2]*tensor.Dense{}
+	for _, p := range [][2]*testParam{{a, a2}, {b, b2}} {
+		m, v, err := opt.Moments(p[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		state[p[1]] = [2]*tensor.Dense{m.Clone().(*tensor.Dense), v.Clone().(*tensor.Dense)}
+	}
+	wrong := map[G.ValueGrad][2]*tensor.Dense{a2: {state[a2][0], tensor.New(tensor.Of(dt), tensor.WithShape(2))}}
+	if err := restored.SetState(5, wrong); err == nil || !strings.Contains(err.Error(), "second moment") {
+		t.Errorf("SetState with a moment of the wrong shape: %v", err)
+	}
+	if restored.Steps() != 0 {
+		t.Errorf("a refused SetState changed Steps to %d", restored.Steps())
+	}
+	if err := restored.SetState(opt.Steps(), state); err != nil {
+		t.Fatal(err)
+	}
+	step(opt, a, b, grads[2])
+	step(restored, a2, b2, grads[2])
+	for _, p := range [][2]*testParam{{a, a2}, {b, b2}} {
+		if !slices.Equal(p[0].val.Float32s(), p[1].val.Float32s()) {
+			t.Errorf("%s: restored %v, original %v", p[0].name, p[1].val.Float32s(), p[0].val.Float32s())
+		}
+	}
+}

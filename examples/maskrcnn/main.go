@@ -23,6 +23,8 @@
 //	go run ./examples/maskrcnn -infer -checkpoint out/maskrcnn/checkpoint.gob \
 //	    -images dir-or-annotations.json [-out out/predictions]
 //	go run ./examples/maskrcnn -export-synthetic out/synthetic
+//	go run -tags stheno_cuda ./examples/maskrcnn -device cuda [-v]
+//	                                                      # train on the first GPU
 //	go run ./examples/maskrcnn -data out/synthetic/annotations.json
 //
 // Resuming takes the options that shape the run (data, model, schedule,
@@ -52,6 +54,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/examples/internal/device"
 	"github.com/stheno-ml/stheno/examples/internal/option"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/train"
 	"github.com/stheno-ml/stheno/kernels"
@@ -125,7 +129,7 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 // Flags of each mode besides training's.
 var (
-	inferFlags  = []string{"infer", "checkpoint", "images", "score", "out"}
+	inferFlags  = []string{"infer", "checkpoint", "images", "score", "out", "device", "tf32"}
 	exportFlags = []string{"export-synthetic", "train-images", "val-images", "size", "seed"}
 )
 
@@ -155,6 +159,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	infer := fs.Bool("infer", false, "predict with -checkpoint on -images instead of training")
 	images := fs.String("images", "", "with -infer: a directory of PNG/JPEG images or a COCO annotations file")
 	scoreMin := fs.Float64("score", 0.5, "with -infer: lowest score drawn in the pictures, in [0, 1] (all go to the JSON)")
+	deviceSpec := fs.String("device", "cpu", device.Usage)
+	tf32 := fs.Bool("tf32", true, "with a GPU, cuBLAS's matrix products round their operands to TF32 on tensor cores; false: full float32 (the convolutions stay TF32)")
+	verbose := fs.Bool("v", false, "with a GPU, print the device's memory (in use, high-water mark) every 100 iterations")
 	export := fs.String("export-synthetic", "", "write the synthetic dataset (-train-images then -val-images images of -size) to this directory in COCO format, and exit")
 	fs.Usage = func() {} // printed below for -h only
 	if err := fs.Parse(args); err != nil {
@@ -176,6 +183,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if _, _, err := device.Parse(*deviceSpec); err != nil {
+		return usageError{err}
+	}
+	// openDevice opens the GPU -device names (nil for the CPU), once the
+	// other flags are known to be good and before any work.
+	openDevice := func() (*backend.Device, func(), error) {
+		dev, err := device.Open(*deviceSpec, "go run ./examples/maskrcnn")
+		if err != nil {
+			return nil, nil, usageError{err}
+		}
+		if dev == nil {
+			return nil, func() {}, nil
+		}
+		if !*tf32 {
+			dev.SetGemmMath(backend.GemmExact)
+		}
+		return dev, func() { dev.Close() }, nil
+	}
 	only := func(mode string, allowed []string) error {
 		var extra []string
 		for name := range given {
@@ -205,8 +230,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if dir == "" {
 			dir = filepath.Join("out", "predictions")
 		}
+		dev, closeDev, err := openDevice()
+		if err != nil {
+			return err
+		}
+		defer closeDev()
 		return train.Infer(train.InferOptions{Checkpoint: *ckptPath, Images: *images, Out: dir,
-			Batch: def.EvalBatch, ScoreMin: *scoreMin, Log: stdout})
+			Batch: def.EvalBatch, ScoreMin: *scoreMin, Log: stdout, Device: dev})
 	case given["export-synthetic"]:
 		if err := only("-export-synthetic", exportFlags); err != nil {
 			return err
@@ -286,7 +316,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(errs) > 0 {
 		return usageError{errors.Join(errs...)}
 	}
-	opt.Log = stdout
+	dev, closeDev, err := openDevice()
+	if err != nil {
+		return err
+	}
+	defer closeDev()
+	opt.Log, opt.Device, opt.Verbose = stdout, dev, *verbose
 	res, err := train.Run(ctx, opt)
 	if err != nil {
 		return err

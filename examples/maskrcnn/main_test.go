@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/train"
 )
 
@@ -51,6 +52,8 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"-export-synthetic", "d", "-iters", "5"}, []string{"-iters does not go with -export-synthetic"}},
 		{[]string{"-export-synthetic", "d", "-train-images", "0"}, []string{"-train-images 0"}},
 		{[]string{"extra"}, []string{`unexpected arguments ["extra"`}},
+		{[]string{"-device", "gpu"}, []string{`-device "gpu": must be cpu, cuda or cuda:N`}},
+		{[]string{"-device", "cuda:x", "-lr", "2"}, []string{`-device "cuda:x"`}},
 	} {
 		dir := t.TempDir()
 		start := time.Now()
@@ -72,6 +75,33 @@ func TestBadCommandLines(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(dir, "out")); err == nil {
 			t.Errorf("%q: created the output directory", tc.args)
+		}
+	}
+}
+
+// Asking for a GPU where the program cannot use one (built without the
+// stheno_cuda tag, or no GPU) is refused before any work: exit status 2
+// and one line saying what is missing.
+func TestDeviceWithoutGPU(t *testing.T) {
+	if dev, err := backend.Open(0); err == nil {
+		dev.Close()
+		t.Skip("this machine has a GPU")
+	}
+	want := "no CUDA GPU found"
+	if !backend.BuiltWithCUDA() {
+		want = "-device cuda: this program was built without GPU support; build it with the stheno_cuda tag (go run -tags stheno_cuda ./examples/maskrcnn -device cuda"
+	}
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		append([]string{"-device", "cuda", "-out", filepath.Join(dir, "out")}, tiny...),
+		{"-infer", "-device", "cuda", "-checkpoint", filepath.Join(dir, "none.gob"), "-images", dir, "-out", filepath.Join(dir, "out")},
+	} {
+		code, stdout, stderr := command(t, args...)
+		if code != 2 || !strings.Contains(stderr, want) || stdout != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and %q", args, code, stdout, stderr, want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "out")); err == nil {
+			t.Errorf("%q: created the output directory", args)
 		}
 	}
 }

@@ -81,13 +81,17 @@ func Named(name string, t *tensor.Dense) NamedTensor {
 	return NamedTensor{Name: name, Shape: append([]int(nil), t.Shape()...), Data: append([]float32(nil), t.Float32s()...)}
 }
 
-// CopyTo copies n's values into dst, which must have n's shape: a model
-// built with other sizes than the checkpoint's is refused, not filled in
-// part.
-func (n NamedTensor) CopyTo(dst *tensor.Dense) error {
-	if !dst.Shape().Eq(tensor.Shape(n.Shape)) || len(n.Data) != dst.Shape().TotalSize() {
-		return fmt.Errorf("checkpoint: %s has shape %v, the model's %v", n.Name, n.Shape, dst.Shape())
+// Values returns n's values for a tensor of the given shape, and an error
+// if n has another: a model built with other sizes than the checkpoint's
+// is refused, not filled in part.
+func (n NamedTensor) Values(shape tensor.Shape) ([]float32, error) {
+	if !shape.Eq(tensor.Shape(n.Shape)) || len(n.Data) != shape.TotalSize() {
+		return nil, fmt.Errorf("checkpoint: %s has shape %v, the model's %v", n.Name, n.Shape, shape)
 	}
-	copy(dst.Float32s(), n.Data)
-	return nil
+	return n.Data, nil
+}
+
+// Dense is n as a tensor of its shape, sharing its values.
+func (n NamedTensor) Dense() *tensor.Dense {
+	return tensor.New(tensor.WithShape(n.Shape...), tensor.WithBacking(n.Data))
 }

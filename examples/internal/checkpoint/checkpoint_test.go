@@ -58,14 +58,16 @@ func TestNamedTensor(t *testing.T) {
 	if n.Name != "w" || !reflect.DeepEqual(n.Shape, []int{2, 3}) || n.Data[0] != 1 {
 		t.Fatalf("Named = %+v", n)
 	}
-	dst := tensor.New(tensor.WithShape(2, 3), tensor.Of(tensor.Float32))
-	if err := n.CopyTo(dst); err != nil || !reflect.DeepEqual(dst.Float32s(), []float32{1, 2, 3, 4, 5, 6}) {
-		t.Errorf("CopyTo: %v, %v", dst.Float32s(), err)
+	if v, err := n.Values(tensor.Shape{2, 3}); err != nil || !reflect.DeepEqual(v, []float32{1, 2, 3, 4, 5, 6}) {
+		t.Errorf("Values: %v, %v", v, err)
 	}
-	for _, shape := range [][]int{{3, 2}, {6}, {2, 4}} {
-		other := tensor.New(tensor.WithShape(shape...), tensor.Of(tensor.Float32))
-		if err := n.CopyTo(other); err == nil || !strings.Contains(err.Error(), "checkpoint: w has shape [2 3]") {
-			t.Errorf("CopyTo a %v tensor: %v", shape, err)
+	for _, shape := range []tensor.Shape{{3, 2}, {6}, {2, 4}} {
+		if _, err := n.Values(shape); err == nil || !strings.Contains(err.Error(), "checkpoint: w has shape [2 3]") {
+			t.Errorf("Values for a %v tensor: %v", shape, err)
 		}
+	}
+	d := n.Dense()
+	if !d.Shape().Eq(tensor.Shape{2, 3}) || !reflect.DeepEqual(d.Float32s(), n.Data) {
+		t.Errorf("Dense: %v %v", d.Shape(), d.Float32s())
 	}
 }

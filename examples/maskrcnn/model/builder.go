@@ -34,7 +34,8 @@ func (b *builder) check(n *G.Node, err error) *G.Node {
 	return n
 }
 
-// add returns a+b, or b when a is nil (the start of a sum).
+// add returns x+y (ops.Add: on the host or the device), or y when x is nil
+// (the start of a sum).
 func (b *builder) add(x, y *G.Node) *G.Node {
 	if b.err != nil {
 		return nil
@@ -42,7 +43,34 @@ func (b *builder) add(x, y *G.Node) *G.Node {
 	if x == nil {
 		return y
 	}
-	return b.check(G.Add(x, y))
+	return b.check(ops.Add(x, y))
+}
+
+// toDevice moves a host value (an input, a host op's output) to the
+// graph's device; on the host it is n itself.
+func (b *builder) toDevice(n *G.Node) *G.Node {
+	if b.err != nil || b.net.dev == nil {
+		return n
+	}
+	return b.check(ops.ToDevice(n, b.net.dev))
+}
+
+// toHost brings a value to the host (a host op's input); on the host it is
+// n itself.
+func (b *builder) toHost(n *G.Node) *G.Node {
+	if b.err != nil || b.net.dev == nil {
+		return n
+	}
+	return b.check(ops.ToHost(n))
+}
+
+// toHostAll is toHost of each node.
+func (b *builder) toHostAll(ns []*G.Node) G.Nodes {
+	out := make(G.Nodes, len(ns))
+	for i, n := range ns {
+		out[i] = b.toHost(n)
+	}
+	return out
 }
 
 // param returns this graph's node of the named learnable tensor, bound to
@@ -213,7 +241,7 @@ func (b *builder) boxHead(pyramid []*G.Node, rois *G.Node) (cls, reg *G.Node) {
 		return nil, nil
 	}
 	s := cols.Shape()
-	x := b.check(G.Reshape(cols, tensor.Shape{1, s[0], s[1], 1}))
+	x := b.check(ops.Reshape(cols, 1, s[0], s[1], 1))
 	if b.err != nil {
 		return nil, nil
 	}
@@ -253,4 +281,27 @@ func (b *builder) maskHead(pyramid []*G.Node, rois *G.Node) *G.Node {
 		return nil
 	}
 	return b.conv(x, "mask.logits", cfg.NumClasses, 1, 1, ops.ActNone, nil)
+}
+
+// sumLosses is the sum of scalar losses where they live (ops.SumLosses).
+func (b *builder) sumLosses(losses ...*G.Node) *G.Node {
+	if b.err != nil {
+		return nil
+	}
+	if len(losses) == 1 {
+		return losses[0]
+	}
+	return b.check(ops.SumLosses(losses...))
+}
+
+// readLosses has the net read scalar losses after each run, on the host:
+// on a device, one small copy each (the first waits for the step's
+// forward; the others find the GPU done with them).
+func (b *builder) readLosses(losses ...*G.Node) {
+	b.net.lossVals = make([]G.Value, len(losses))
+	for i, l := range losses {
+		if v := b.toHost(l); b.err == nil {
+			G.Read(v, &b.net.lossVals[i])
+		}
+	}
 }

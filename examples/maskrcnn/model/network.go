@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
-	"github.com/stheno-ml/stheno/kernels"
 	"github.com/stheno-ml/stheno/ops"
 )
 
@@ -42,21 +42,23 @@ type Losses [len(LossNames)]float64
 //
 // # Devices
 //
-// Build takes the device to run on; only the host (nil) is supported now.
-// Conv, ConvBN, UpsampleNearest, MultiLevelRoIAlign and ConvTranspose
-// have device kernels already. What a GPU run still needs: device kernels
-// for the losses; BatchNorm's running statistics moved to
-// the device (ops.BatchNorm.RunningStatsToDevice, and CopyRunningStats for
-// the checkpoint); ops.ToDevice after the image and target inputs and
-// ops.ToHost before the host ops (the RPN's outputs are small) and after
-// the box head's outputs; gorgonia's Add, Reshape and Transpose on device
-// values (the backend's engine does Add; the other two are views and a
-// 1K-element copy, which could move to the host); and an optimiser that
-// updates device parameters in place (the Adam of package train reads
-// gradients from host tensors; on the GPU it would be one elementwise
-// kernel, as gorgonia's solvers cannot touch device memory).
+// A Net runs where its Params live: on the host, or on one GPU. On a GPU
+// every layer, loss and gradient runs on the device, and so do the
+// optimiser's steps and BatchNorm's running statistics; what crosses is
+// small: the images and the RPN's targets go to the device each step, the
+// RPN's outputs come to the host for the sampling of RoIs (the proposals,
+// NMS and the heads' targets are host steps, see the package's
+// documentation), the sampled RoIs and targets go back, and the losses come
+// to the host once per step, in one copy. Inference likewise brings the
+// RPN's and the box head's outputs to the host for the proposals and the
+// detections, and the masks of the detections.
+//
+// A training step on a GPU runs in a backend.Scope of its own, which gives
+// its memory back to the device's cache when it ends: the device memory a
+// run holds stays flat after the first steps.
 type Net struct {
 	cfg     Config
+	dev     *backend.Device // nil: the host
 	mode    Mode
 	batch   int
 	params  *Params
@@ -71,9 +73,10 @@ type Net struct {
 	rpnT     [][4]*tensor.Dense // per level: obj, objW, delta, deltaW
 	rpnIn    [][4]*G.Node
 	step     *stepState
-	lossVals [len(LossNames)]G.Value
-	names    []string // learnable tensors of this graph, in order
-	grads    []*tensor.Dense
+	lossVals []G.Value // the losses, in LossNames' order, on the host
+	names    []string
+	learn    []G.ValueGrad // learnable tensors of this graph with their gradients, in names' order
+	opt      *ops.AdamW
 	bns      []*ops.BatchNorm
 
 	// Inference.
@@ -88,27 +91,25 @@ type stepState struct {
 }
 
 // Build makes the graph of the given mode for batches of batch images and
-// its machine. Parameters and BatchNorm statistics are taken from params,
-// created on first use. dev must be nil (the host) for now.
-func Build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device) (*Net, error) {
+// its machine, on the device params live on (nil: the host). Parameters
+// and BatchNorm statistics are taken from params, created on first use.
+// Build must not run inside a backend.Scope.
+func Build(cfg Config, params *Params, mode Mode, batch int) (*Net, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if dev != nil {
-		return nil, fmt.Errorf("model: Build: running on %v is not supported yet: the model runs on the host (see Net's documentation)", dev)
 	}
 	if batch < 1 || (mode == Train && batch < 2) {
 		// BatchNorm's statistics at the coarsest level need more than one
 		// value per channel: 2 images of 4x4 at least.
 		return nil, fmt.Errorf("model: Build: batch must be at least %d, got %d", map[Mode]int{Train: 2, Infer: 1}[mode], batch)
 	}
-	n := &Net{cfg: cfg, mode: mode, batch: batch, params: params, anchors: Anchors(cfg), g: G.NewGraph()}
+	n := &Net{cfg: cfg, dev: params.Device(), mode: mode, batch: batch, params: params, anchors: Anchors(cfg), g: G.NewGraph()}
 	b := &builder{net: n, nodes: map[string]*G.Node{}}
 	s := cfg.ImageSize
 	n.images = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(batch, 3, s, s))
 	n.imageIn = G.NewTensor(n.g, tensor.Float32, 4, G.WithShape(batch, 3, s, s), G.WithName("images"), G.WithValue(n.images))
 
-	pyramid := b.fpn(b.backbone(n.imageIn))
+	pyramid := b.fpn(b.backbone(b.toDevice(n.imageIn)))
 	obj, del := b.rpnHead(pyramid)
 	if b.err != nil {
 		return nil, b.err
@@ -122,29 +123,27 @@ func Build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 	if err != nil {
 		return nil, err
 	}
-	if n.vm, err = newMachine(n.g); err != nil {
-		return nil, err
+	var opts []G.VMOpt
+	if n.dev != nil {
+		opts = append(opts, G.WithEngine(n.dev.Engine()))
+	}
+	if n.vm, err = ops.NewTapeMachine(n.g, opts...); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
 	}
 	return n, nil
 }
 
-// newMachine wraps G.NewTapeMachine, which panics on compile errors. Like
-// ops.NewTapeMachine, it refuses to run on other CPU kernels than the
-// environment's STHENO_CPU_KERNELS asked for.
-func newMachine(g *G.ExprGraph) (m G.VM, err error) {
-	if _, err := kernels.CPUKernels(); err != nil {
-		return nil, err
+// Close releases the machine and the optimiser's state.
+func (n *Net) Close() error {
+	err := n.vm.Close()
+	if n.opt != nil {
+		err = errors.Join(err, n.opt.Free())
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("model: compiling the graph: %v", r)
-		}
-	}()
-	return G.NewTapeMachine(g), nil
+	return err
 }
 
-// Close releases the machine.
-func (n *Net) Close() error { return n.vm.Close() }
+// Device is where the Net runs (nil: the host).
+func (n *Net) Device() *backend.Device { return n.dev }
 
 // Batch is the number of images the graph takes.
 func (n *Net) Batch() int { return n.batch }
@@ -166,7 +165,7 @@ func (n *Net) rpnOutputs(in [][]float32) rpnOutputs {
 func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 	cfg, g := n.cfg, n.g
 	n.step = &stepState{}
-	var rpnObj, rpnBox *G.Node
+	var rpnObjs, rpnBoxes []*G.Node
 	for l := range Strides {
 		os, ds := n.rpnLevelShapes(l)
 		var ts [4]*tensor.Dense
@@ -177,9 +176,11 @@ func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 				G.WithName(fmt.Sprintf("rpn%d.%s", l, [...]string{"obj", "objW", "delta", "deltaW"}[i])))
 		}
 		n.rpnT, n.rpnIn = append(n.rpnT, ts), append(n.rpnIn, in)
-		rpnObj = b.add(rpnObj, b.check(ops.SigmoidBCE(obj[l], in[0], in[1])))
-		rpnBox = b.add(rpnBox, b.check(ops.SmoothL1(del[l], in[2], in[3], 1.0/9)))
+		rpnObjs = append(rpnObjs, b.check(ops.SigmoidBCE(obj[l], b.toDevice(in[0]), b.toDevice(in[1]))))
+		rpnBoxes = append(rpnBoxes, b.check(ops.SmoothL1(del[l], b.toDevice(in[2]), b.toDevice(in[3]), 1.0/9)))
 	}
+	rpnObj := b.sumLosses(rpnObjs...)
+	rpnBox := b.sumLosses(rpnBoxes...)
 
 	// The sampler: proposals from this step's RPN outputs, RoIs and the
 	// heads' targets.
@@ -198,7 +199,7 @@ func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 		_, ds := n.rpnLevelShapes(l)
 		sampler.in = append(sampler.in, ds)
 	}
-	packed := b.check(G.ApplyOp(sampler, append(append(G.Nodes{}, obj...), del...)...))
+	packed := b.toDevice(b.check(G.ApplyOp(sampler, b.toHostAll(append(append(G.Nodes{}, obj...), del...))...)))
 	if b.err != nil {
 		return b.err
 	}
@@ -210,30 +211,23 @@ func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 	maskRois, maskT, maskW := parts[5], parts[6], parts[7]
 
 	cls, reg := b.boxHead(pyramid, rois)
-	logits := b.check(G.Reshape(cls, tensor.Shape{nc + 1, k}))
-	logits = b.check(G.Transpose(logits, 1, 0))
+	logits := b.check(ops.Reshape(cls, nc+1, k))
+	logits = b.check(ops.Permute(logits, 1, 0))
 	clsLoss := b.check(ops.SoftmaxCrossEntropy(logits, labels, clsW))
 	boxLoss := b.check(ops.SmoothL1(reg, boxT, boxW, 1.0/9))
 	maskLoss := b.check(ops.SigmoidBCE(b.maskHead(pyramid, maskRois), maskT, maskW))
-	total := b.add(b.add(b.add(b.add(rpnObj, rpnBox), clsLoss), boxLoss), maskLoss)
+	total := b.sumLosses(rpnObj, rpnBox, clsLoss, boxLoss, maskLoss)
+	b.readLosses(total, rpnObj, rpnBox, clsLoss, boxLoss, maskLoss)
 	if b.err != nil {
 		return b.err
-	}
-	for i, l := range []*G.Node{total, rpnObj, rpnBox, clsLoss, boxLoss, maskLoss} {
-		G.Read(l, &n.lossVals[i])
 	}
 	grads, err := G.Grad(total, b.params...)
 	if err != nil {
 		return fmt.Errorf("model: gradients: %w", err)
 	}
 	n.names, n.bns = b.order, b.bns
-	n.grads = make([]*tensor.Dense, len(grads))
-	for i, gr := range grads {
-		// G.Read copies into a value it is handed: the gradients land in
-		// these tensors, allocated once.
-		n.grads[i] = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(b.params[i].Shape()...))
-		v := G.Value(n.grads[i])
-		G.Read(gr, &v)
+	if n.learn, err = ops.ParamsWithGrads(b.params, grads); err != nil {
+		return fmt.Errorf("model: %w", err)
 	}
 	return nil
 }
@@ -251,11 +245,11 @@ func (n *Net) buildInference(b *builder, pyramid, obj, del []*G.Node) error {
 		_, ds := n.rpnLevelShapes(l)
 		props.in = append(props.in, ds)
 	}
-	propPacked := b.check(G.ApplyOp(props, append(append(G.Nodes{}, obj...), del...)...))
+	propPacked := b.check(G.ApplyOp(props, b.toHostAll(append(append(G.Nodes{}, obj...), del...))...))
 	if b.err != nil {
 		return b.err
 	}
-	parts, err := autograd.Unpack(propPacked, tensor.Shape{k, 5}, tensor.Shape{k})
+	parts, err := autograd.Unpack(b.toDevice(propPacked), tensor.Shape{k, 5}, tensor.Shape{k})
 	if err != nil {
 		return err
 	}
@@ -266,15 +260,15 @@ func (n *Net) buildInference(b *builder, pyramid, obj, del []*G.Node) error {
 	kd := n.batch * d
 	det := &hostOp{name: "detections", size: 8 * kd, run: n.inferDetections,
 		in: []tensor.Shape{{6 * k}, cls.Shape().Clone(), reg.Shape().Clone()}}
-	detPacked := b.check(G.ApplyOp(det, propPacked, cls, reg))
+	detPacked := b.check(G.ApplyOp(det, propPacked, b.toHost(cls), b.toHost(reg)))
 	if b.err != nil {
 		return b.err
 	}
-	dparts, err := autograd.Unpack(detPacked, tensor.Shape{kd, 5}, tensor.Shape{3 * kd})
+	dparts, err := autograd.Unpack(b.toDevice(detPacked), tensor.Shape{kd, 5}, tensor.Shape{3 * kd})
 	if err != nil {
 		return err
 	}
-	masks := b.maskHead(pyramid, dparts[0])
+	masks := b.toHost(b.maskHead(pyramid, dparts[0]))
 	if b.err != nil {
 		return b.err
 	}
@@ -303,13 +297,49 @@ func (n *Net) setImages(pix [][]float32) error {
 	return nil
 }
 
-// TrainStep runs the training graph on one batch: images (planar RGB in [0,
-// 1]) and their ground truth. rng drives the sampling of anchors and RoIs.
-// It returns the losses; the gradients are left in Grad.
-func (n *Net) TrainStep(pix [][]float32, targets []Target, rng *rand.Rand) (Losses, error) {
-	var out Losses
+// NewOptimizer gives a training graph its optimiser: AdamW (ops.AdamW,
+// PyTorch's) with decoupled weight decay on the weights only (Params.Decays),
+// the gradients' global norm clipped to clipNorm (0: no clipping) and the
+// state where the parameters live. TrainStep steps it.
+func (n *Net) NewOptimizer(weightDecay, clipNorm float64) error {
+	if n.mode != Train {
+		return fmt.Errorf("model: NewOptimizer on an inference graph")
+	}
+	if n.opt != nil {
+		return fmt.Errorf("model: the graph has an optimiser already")
+	}
+	var decay, rest []G.ValueGrad
+	for i, p := range n.learn {
+		if n.params.Decays(n.names[i]) {
+			decay = append(decay, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	cfg := ops.DefaultAdamWConfig()
+	cfg.MaxGradNorm = clipNorm
+	// Every run computes the gradients afresh: zeroing them is work for
+	// nothing.
+	cfg.KeepGrads = true
+	var err error
+	n.opt, err = ops.NewAdamW([]ops.ParamGroup{{Params: decay, WeightDecay: weightDecay}, {Params: rest}}, cfg)
+	if err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	return nil
+}
+
+// TrainStep runs one training iteration on a batch: images (planar RGB in
+// [0, 1]) and their ground truth, forward and backward, then an AdamW step
+// of learning rate lr (NewOptimizer makes the optimiser). rng drives the
+// sampling of anchors and RoIs. It returns the losses; a step whose total
+// loss is not a finite number updates nothing.
+func (n *Net) TrainStep(pix [][]float32, targets []Target, rng *rand.Rand, lr float64) (out Losses, err error) {
 	if n.mode != Train {
 		return out, fmt.Errorf("model: TrainStep on an inference graph")
+	}
+	if n.opt == nil {
+		return out, fmt.Errorf("model: TrainStep before NewOptimizer")
 	}
 	if err := n.setImages(pix); err != nil {
 		return out, err
@@ -324,32 +354,125 @@ func (n *Net) TrainStep(pix [][]float32, targets []Target, rng *rand.Rand) (Loss
 	for _, bn := range n.bns {
 		bn.Training = true
 	}
-	defer n.vm.Reset()
+	end, err := n.beginStep()
+	if err != nil {
+		return out, err
+	}
+	defer func() { err = errors.Join(err, end()) }()
 	if err := n.vm.RunAll(); err != nil {
 		return out, err
 	}
-	for i, v := range n.lossVals {
-		f, ok := v.(*G.F32)
-		if !ok {
-			return out, fmt.Errorf("model: loss %s is %T, want a float32 scalar", LossNames[i], v)
+	if out, err = n.losses(); err != nil || !finite(out[0]) {
+		return out, err
+	}
+	for g := range 2 {
+		if err := n.opt.SetLR(g, lr); err != nil {
+			return out, fmt.Errorf("model: %w", err)
 		}
-		out[i] = float64(*f)
+	}
+	if err := n.opt.Step(n.learn); err != nil {
+		return out, fmt.Errorf("model: %w", err)
 	}
 	return out, nil
 }
 
+// beginStep opens a step: on a device, a backend.Scope for the step's
+// memory. end closes it and resets the machine.
+func (n *Net) beginStep() (end func() error, err error) {
+	if n.dev == nil {
+		return func() error { n.vm.Reset(); return nil }, nil
+	}
+	scope, err := n.dev.BeginScope()
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	return func() error {
+		err := scope.End()
+		n.vm.Reset()
+		return err
+	}, nil
+}
+
+// losses reads the last run's losses.
+func (n *Net) losses() (Losses, error) {
+	var out Losses
+	for i, v := range n.lossVals {
+		var f float32
+		switch v := v.(type) {
+		case *G.F32:
+			f = float32(*v)
+		case *tensor.Dense:
+			if v.Dtype() != tensor.Float32 || v.Shape().TotalSize() != 1 {
+				return out, fmt.Errorf("model: loss %s is %v %v, want a float32 scalar", LossNames[i], v.Dtype(), v.Shape())
+			}
+			f = v.Float32s()[0]
+		default:
+			return out, fmt.Errorf("model: loss %s is %T, want a float32 scalar", LossNames[i], v)
+		}
+		out[i] = float64(f)
+	}
+	return out, nil
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
 // ParamNames lists the learnable tensors of the graph, in the order of
-// Grads.
+// Params.Names' subset the graph uses.
 func (n *Net) ParamNames() []string { return n.names }
 
-// Grads are the gradients of the last TrainStep's total loss, in
-// ParamNames' order.
-func (n *Net) Grads() []*tensor.Dense { return n.grads }
+// Optimizer is the training graph's AdamW (nil before NewOptimizer).
+func (n *Net) Optimizer() *ops.AdamW { return n.opt }
+
+// OptimizerState returns the optimiser's step count and, by parameter
+// name, its moments in host memory (copies of them on a GPU): what a
+// checkpoint keeps.
+func (n *Net) OptimizerState() (steps int, moments map[string][2]*tensor.Dense, err error) {
+	if n.opt == nil {
+		return 0, nil, fmt.Errorf("model: OptimizerState before NewOptimizer")
+	}
+	moments = map[string][2]*tensor.Dense{}
+	for i, p := range n.learn {
+		m, v, err := n.opt.Moments(p)
+		if err != nil {
+			return 0, nil, fmt.Errorf("model: %w", err)
+		}
+		if n.dev != nil {
+			if m, err = n.dev.ToHost(m); err == nil {
+				v, err = n.dev.ToHost(v)
+			}
+			if err != nil {
+				return 0, nil, fmt.Errorf("model: reading the optimiser's state: %w", err)
+			}
+		}
+		moments[n.names[i]] = [2]*tensor.Dense{m, v}
+	}
+	return n.opt.Steps(), moments, nil
+}
+
+// SetOptimizerState restores the optimiser from OptimizerState's values
+// (a checkpoint's), which must hold every parameter of the graph.
+func (n *Net) SetOptimizerState(steps int, moments map[string][2]*tensor.Dense) error {
+	if n.opt == nil {
+		return fmt.Errorf("model: SetOptimizerState before NewOptimizer")
+	}
+	state := map[G.ValueGrad][2]*tensor.Dense{}
+	for i, p := range n.learn {
+		mv, ok := moments[n.names[i]]
+		if !ok {
+			return fmt.Errorf("model: the optimiser's state has no moments for %s", n.names[i])
+		}
+		state[p] = mv
+	}
+	if err := n.opt.SetState(steps, state); err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	return nil
+}
 
 // Predict runs the inference graph on a batch of images (planar RGB in [0,
 // 1]) and returns, per image, its detections (best first) and their masks,
 // image-sized.
-func (n *Net) Predict(pix [][]float32) ([][]Detection, [][]*MaskOut, error) {
+func (n *Net) Predict(pix [][]float32) (dets [][]Detection, masks [][]*MaskOut, err error) {
 	if n.mode != Infer {
 		return nil, nil, fmt.Errorf("model: Predict on a training graph")
 	}
@@ -359,7 +482,11 @@ func (n *Net) Predict(pix [][]float32) ([][]Detection, [][]*MaskOut, error) {
 	for _, bn := range n.bns {
 		bn.Training = false
 	}
-	defer n.vm.Reset()
+	end, err := n.beginStep()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() { err = errors.Join(err, end()) }()
 	if err := n.vm.RunAll(); err != nil {
 		return nil, nil, err
 	}
@@ -370,8 +497,8 @@ func (n *Net) Predict(pix [][]float32) ([][]Detection, [][]*MaskOut, error) {
 	c := carver{buf: n.detVal.(*tensor.Dense).Float32s()}
 	rois, scores, classes, valid := c.take(5*kd), c.take(kd), c.take(kd), c.take(kd)
 	logits := n.maskVal.(*tensor.Dense).Float32s()
-	dets := make([][]Detection, n.batch)
-	masks := make([][]*MaskOut, n.batch)
+	dets = make([][]Detection, n.batch)
+	masks = make([][]*MaskOut, n.batch)
 	for img := range n.batch {
 		for j := range d {
 			r := img*d + j

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/internal/eval"
 	"github.com/stheno-ml/stheno/examples/internal/option"
@@ -26,6 +27,8 @@ type InferOptions struct {
 	Batch    int
 	ScoreMin float64 // detections drawn in the pictures score at least this
 	Log      io.Writer
+	// Device runs the model on a GPU (nil: the host).
+	Device *backend.Device
 }
 
 // Infer loads a checkpoint, predicts on every image of opt.Images (resized
@@ -66,8 +69,8 @@ func Infer(opt InferOptions) error {
 	if ds.ClippedBoxes > 0 {
 		fmt.Fprintf(log, "%d boxes of %s crossed their image's border and were clipped to it\n", ds.ClippedBoxes, opt.Images)
 	}
-	params := model.NewParams(ckpt.Run.Seed)
-	net, err := model.Build(ckpt.Run.Model, params, model.Infer, opt.Batch, nil)
+	params := model.NewParams(ckpt.Run.Seed, opt.Device)
+	net, err := model.Build(ckpt.Run.Model, params, model.Infer, opt.Batch)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/examples/internal/option"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
@@ -48,6 +49,12 @@ type Options struct {
 	// SheetImages validation images are drawn per evaluation, each
 	// SheetScale times its size.
 	SheetImages, SheetScale int
+	// Device trains and evaluates on a GPU (nil: the host). It is not part
+	// of the run's identity: a checkpoint resumes on either.
+	Device *backend.Device
+	// Verbose prints, every 100 iterations, the device's memory: in use,
+	// and its high-water mark.
+	Verbose bool
 }
 
 // DefaultOptions is the run `go run ./examples/maskrcnn` makes.

@@ -94,24 +94,26 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, fmt.Errorf("train: %w", err)
 	}
 
-	params := model.NewParams(run.Seed)
-	trainNet, err := model.Build(run.Model, params, model.Train, run.Batch, nil)
+	params := model.NewParams(run.Seed, opt.Device)
+	trainNet, err := model.Build(run.Model, params, model.Train, run.Batch)
 	if err != nil {
 		return nil, err
 	}
 	defer trainNet.Close()
+	if err := trainNet.NewOptimizer(run.WeightDecay, run.ClipNorm); err != nil {
+		return nil, err
+	}
 	var inferNet *model.Net
 	if len(valSet.Images) > 0 {
-		if inferNet, err = model.Build(run.Model, params, model.Infer, opt.EvalBatch, nil); err != nil {
+		if inferNet, err = model.Build(run.Model, params, model.Infer, opt.EvalBatch); err != nil {
 			return nil, err
 		}
 		defer inferNet.Close()
 	}
-	adam := NewAdam(run.WeightDecay, run.ClipNorm)
 	first := 0
 	var hist History
 	if ckpt != nil {
-		if err := ckpt.restore(params, adam); err != nil {
+		if err := ckpt.restore(params, trainNet); err != nil {
 			return nil, err
 		}
 		first, hist = ckpt.Iter, ckpt.History
@@ -154,7 +156,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if inferNet == nil {
 		fmt.Fprintln(log, "no validation images: evaluations and pictures of predictions are skipped")
 	}
-	fmt.Fprintf(log, "training %d iterations of %d images, AdamW lr %g, output in %s\n", run.Iters, run.Batch, run.LR, opt.Out)
+	where := "on the CPU"
+	if opt.Device != nil {
+		where = "on " + opt.Device.String()
+	}
+	fmt.Fprintf(log, "training %d iterations of %d images %s, AdamW lr %g, output in %s\n", run.Iters, run.Batch, where, run.LR, opt.Out)
 
 	ckptPath := filepath.Join(opt.Out, "checkpoint.gob")
 	var sums model.Losses
@@ -169,16 +175,13 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		for i, img := range imgs {
 			pix[i], targets[i] = img.Pix, TargetOf(img)
 		}
-		losses, err := trainNet.TrainStep(pix, targets, stepRNG(run.Seed, it))
+		lr := sched.At(it)
+		losses, err := trainNet.TrainStep(pix, targets, stepRNG(run.Seed, it), lr)
 		if err != nil {
 			return nil, fmt.Errorf("train: iteration %d: %w", it, err)
 		}
 		if math.IsNaN(losses[0]) || math.IsInf(losses[0], 0) {
 			return nil, fmt.Errorf("train: iteration %d: the loss is %v (%v); try a lower -lr", it, losses[0], losses)
-		}
-		lr := sched.At(it)
-		if _, err := adam.Update(params, trainNet.ParamNames(), trainNet.Grads(), lr); err != nil {
-			return nil, fmt.Errorf("train: iteration %d: %w", it, err)
 		}
 		trainTime += time.Since(t0)
 		trainIters++
@@ -199,6 +202,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		remaining := time.Duration(float64(run.Iters-done) * float64(run.Batch) / rate * float64(time.Second))
 		prog.Update(done, fmt.Sprintf("loss %.3f (rpn %.3f/%.3f cls %.3f box %.3f mask %.3f) lr %.1e %.1f img/s ETA %s",
 			losses[0], losses[1], losses[2], losses[3], losses[4], losses[5], lr, rate, progress.ETA(remaining)), last)
+		if opt.Verbose && opt.Device != nil && (done%100 == 0 || last) {
+			m := opt.Device.MemStats()
+			prog.Println("iteration %d: device memory in use %.1f MiB, high-water mark %.1f MiB, cached %.1f MiB, driver allocations %d",
+				done, mib(m.InUse), mib(m.PeakInUse), mib(m.Cached), m.DriverAllocs)
+		}
 
 		periodic := done%opt.EvalEvery == 0 || last
 		interrupted := ctx.Err() != nil && !last
@@ -225,7 +233,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		if err := writeHistory(opt, hist); err != nil {
 			return nil, err
 		}
-		if err := snapshot(run, trainSet, done, params, adam, hist).Save(ckptPath); err != nil {
+		c, err := snapshot(run, trainSet, done, params, trainNet, hist)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Save(ckptPath); err != nil {
 			return nil, err
 		}
 		res.Iters, res.History, res.Checkpoint = done, hist, ckptPath
@@ -239,6 +251,8 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	fmt.Fprintf(log, "done in %v; outputs in %s\n", res.Wall.Round(time.Second), opt.Out)
 	return res, nil
 }
+
+func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
 
 // writeHistory draws the curves and writes the history as JSON.
 func writeHistory(opt Options, hist History) error {

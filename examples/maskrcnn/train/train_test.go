@@ -76,8 +76,8 @@ func TestRunSmoke(t *testing.T) {
 // on images.
 func predictAll(t *testing.T, ckpt *Checkpoint, seed uint64, images []*data.Image) []eval.Detection {
 	t.Helper()
-	params := model.NewParams(seed)
-	net, err := model.Build(ckpt.Run.Model, params, model.Infer, 4, nil)
+	params := model.NewParams(seed, nil)
+	net, err := model.Build(ckpt.Run.Model, params, model.Infer, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,8 +121,8 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		t.Error("models restored from one checkpoint predict differently")
 	}
 
-	params := model.NewParams(777)
-	net, err := model.Build(ckpt.Run.Model, params, model.Infer, 1, nil)
+	params := model.NewParams(777, nil)
+	net, err := model.Build(ckpt.Run.Model, params, model.Infer, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,10 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err := ckpt.Restore(params); err != nil {
 		t.Fatal(err)
 	}
-	again := snapshot(ckpt.Run, &data.Dataset{Classes: ckpt.Classes, CategoryIDs: ckpt.CategoryIDs}, ckpt.Iter, params, nil, ckpt.History)
+	again, err := snapshot(ckpt.Run, &data.Dataset{Classes: ckpt.Classes, CategoryIDs: ckpt.CategoryIDs}, ckpt.Iter, params, nil, ckpt.History)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !reflect.DeepEqual(again.Params, ckpt.Params) || !reflect.DeepEqual(again.BNStats, ckpt.BNStats) {
 		t.Error("saving a restored model changes its tensors")
 	}
