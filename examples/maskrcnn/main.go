@@ -56,6 +56,7 @@ import (
 
 	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/examples/internal/device"
+	"github.com/stheno-ml/stheno/examples/internal/option"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/train"
 	"github.com/stheno-ml/stheno/kernels"
 )
@@ -223,7 +224,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return usagef("-infer needs -checkpoint and -images")
 		}
 		if !(*scoreMin >= 0 && *scoreMin <= 1) {
-			return usageError{&train.OptionError{Option: "score", Value: *scoreMin, Allowed: "must be a number in [0, 1]"}}
+			return usageError{&option.Error{Option: "score", Value: *scoreMin, Allowed: "must be a number in [0, 1]"}}
 		}
 		dir := *out
 		if dir == "" {
@@ -296,7 +297,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	set("steps", func() {
 		var err error
 		if opt.Steps, err = parseFloats(*steps); err != nil {
-			errs = append(errs, &train.OptionError{Option: "steps", Value: strconv.Quote(*steps), Allowed: "must be comma-separated numbers"})
+			errs = append(errs, &option.Error{Option: "steps", Value: strconv.Quote(*steps), Allowed: "must be comma-separated numbers"})
 		}
 	})
 	if opt.Data != "" && (given["train-images"] || given["val-images"]) {

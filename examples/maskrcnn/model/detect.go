@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/examples/internal/data"
 )
 
 // minBoxSide drops degenerate decoded boxes, as torchvision's

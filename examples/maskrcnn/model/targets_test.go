@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/examples/internal/data"
 )
 
 func TestRPNLabels(t *testing.T) {

@@ -1,16 +1,13 @@
 package train
 
 import (
-	"bufio"
-	"encoding/gob"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 
 	"gorgonia.org/tensor"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/examples/internal/checkpoint"
+	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
 
@@ -35,20 +32,12 @@ type Checkpoint struct {
 }
 
 // NamedTensor is a float32 tensor with its name and shape.
-type NamedTensor struct {
-	Name  string
-	Shape []int
-	Data  []float32
-}
+type NamedTensor = checkpoint.NamedTensor
 
 // AdamState is AdamW's step count and moments.
 type AdamState struct {
 	Step int
 	M, V []NamedTensor
-}
-
-func named(name string, t *tensor.Dense) NamedTensor {
-	return NamedTensor{Name: name, Shape: append([]int(nil), t.Shape()...), Data: append([]float32(nil), t.Float32s()...)}
 }
 
 // snapshot captures a run on the training set ds after iter iterations:
@@ -78,10 +67,10 @@ func snapshot(run RunConfig, ds *data.Dataset, iter int, params *model.Params, n
 				return nil, fmt.Errorf("train: after iteration %d the weights of %s are not finite (%v): not saving them; try a lower -lr", iter, name, v)
 			}
 		}
-		c.Params = append(c.Params, named(name, t))
+		c.Params = append(c.Params, checkpoint.Named(name, t))
 		if mv, ok := moments[name]; ok {
-			c.Adam.M = append(c.Adam.M, named(name, mv[0]))
-			c.Adam.V = append(c.Adam.V, named(name, mv[1]))
+			c.Adam.M = append(c.Adam.M, checkpoint.Named(name, mv[0]))
+			c.Adam.V = append(c.Adam.V, checkpoint.Named(name, mv[1]))
 		}
 	}
 	for _, name := range params.BatchNorms() {
@@ -89,7 +78,7 @@ func snapshot(run RunConfig, ds *data.Dataset, iter int, params *model.Params, n
 		if err != nil {
 			return nil, err
 		}
-		c.BNStats = append(c.BNStats, named(name+".mean", mean), named(name+".var", variance))
+		c.BNStats = append(c.BNStats, checkpoint.Named(name+".mean", mean), checkpoint.Named(name+".var", variance))
 	}
 	return c, nil
 }
@@ -108,10 +97,7 @@ func (c *Checkpoint) restore(params *model.Params, net *model.Net) error {
 		if !ok {
 			return nil, fmt.Errorf("train: checkpoint has no tensor %s", name)
 		}
-		if !shape.Eq(tensor.Shape(t.Shape)) || len(t.Data) != shape.TotalSize() {
-			return nil, fmt.Errorf("train: checkpoint's %s has shape %v, the model's %v", name, t.Shape, shape)
-		}
-		return t.Data, nil
+		return t.Values(shape)
 	}
 	for _, name := range params.Names() {
 		d, err := find(name, params.Value(name).Shape())
@@ -148,10 +134,7 @@ func (c *Checkpoint) restore(params *model.Params, net *model.Net) error {
 		if v.Name != m.Name {
 			return fmt.Errorf("train: checkpoint's moments %d are of %s and %s", i, m.Name, v.Name)
 		}
-		moments[m.Name] = [2]*tensor.Dense{
-			tensor.New(tensor.WithShape(m.Shape...), tensor.WithBacking(m.Data)),
-			tensor.New(tensor.WithShape(v.Shape...), tensor.WithBacking(v.Data)),
-		}
+		moments[m.Name] = [2]*tensor.Dense{m.Dense(), v.Dense()}
 	}
 	if c.Adam.Step == 0 && len(moments) == 0 {
 		return nil // saved before any step: the optimiser is as new
@@ -159,60 +142,15 @@ func (c *Checkpoint) restore(params *model.Params, net *model.Net) error {
 	return net.SetOptimizerState(c.Adam.Step, moments)
 }
 
-// Save writes c to path atomically and durably: into a temporary file in
-// the same directory, synced to disk, renamed over path, and the directory
-// synced, so that a crash or power loss at any moment leaves either the
-// previous checkpoint or this one. The file is readable by everyone
-// (0644), like the run's other outputs.
-func (c *Checkpoint) Save(path string) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".checkpoint-*")
-	if err != nil {
-		return fmt.Errorf("train: saving checkpoint: %w", err)
-	}
-	w := bufio.NewWriter(tmp)
-	err = gob.NewEncoder(w).Encode(c)
-	if err == nil {
-		err = w.Flush()
-	}
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), path)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
-		return fmt.Errorf("train: saving checkpoint %s: %w", path, err)
-	}
-	// The rename is durable once the directory is.
-	d, err := os.Open(dir)
-	if err == nil {
-		err = d.Sync()
-		d.Close()
-	}
-	if err != nil {
-		return fmt.Errorf("train: saving checkpoint %s: syncing its directory: %w", path, err)
-	}
-	return nil
-}
+// Save writes c to path with checkpoint.Save: atomically and durably, so
+// that a crash at any moment leaves the previous checkpoint or this one.
+func (c *Checkpoint) Save(path string) error { return checkpoint.Save(path, c) }
 
 // LoadCheckpoint reads a checkpoint written by Save.
 func LoadCheckpoint(path string) (*Checkpoint, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	defer f.Close()
 	var c Checkpoint
-	if err := gob.NewDecoder(bufio.NewReader(f)).Decode(&c); err != nil {
-		return nil, fmt.Errorf("train: reading checkpoint %s: %w", path, err)
+	if err := checkpoint.Load(path, &c); err != nil {
+		return nil, err
 	}
 	if c.Version != checkpointVersion {
 		return nil, fmt.Errorf("train: checkpoint %s has version %d, this program reads %d", path, c.Version, checkpointVersion)

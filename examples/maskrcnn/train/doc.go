@@ -7,6 +7,12 @@
 // validation images) and an inference mode that writes predictions as PNG
 // and COCO-format JSON.
 //
+// What is not Mask R-CNN's own comes from the packages under
+// examples/internal, which examples/detr shares: data (the split, each
+// iteration's batch, resizing), eval (AP and COCO results), viz, history
+// (curves.png and history.json), checkpoint (the file), progress, option
+// and schedule.
+//
 // Runs are deterministic: iteration i's batch, flips and sampling depend
 // only on the seed and i, and the kernels sum in a fixed order, so a run
 // resumed from a checkpoint continues exactly as the uninterrupted run

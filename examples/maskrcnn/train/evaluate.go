@@ -2,12 +2,10 @@ package train
 
 import (
 	"fmt"
-	"image"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/viz"
 )
 
 // Predict runs an inference graph over images (of the model's input size),
@@ -54,7 +52,7 @@ type Metrics struct {
 // String formats m as "box AP 0.669 AP50 0.930 AP75 0.752 | mask AP ...",
 // with n/a for a precision that is undefined.
 func (m Metrics) String() string {
-	return fmt.Sprintf("box %v | mask %v", apsOf(m.Box), apsOf(m.Mask))
+	return fmt.Sprintf("box %v | mask %v", m.Box.APs(), m.Mask.APs())
 }
 
 // Evaluate predicts on ds and scores the predictions against it.
@@ -64,20 +62,4 @@ func Evaluate(net *model.Net, ds *data.Dataset) (Metrics, []eval.Detection, erro
 		return Metrics{}, nil, err
 	}
 	return Metrics{Box: eval.Evaluate(ds, dets, false), Mask: eval.Evaluate(ds, dets, true)}, dets, nil
-}
-
-// predictionSheet draws the first cols images of ds twice: the ground
-// truth on the top row, the detections scoring at least 0.5 below.
-func predictionSheet(ds *data.Dataset, dets []eval.Detection, cols, scale int) image.Image {
-	cols = min(cols, len(ds.Images))
-	byImage := map[int][]eval.Detection{}
-	for _, d := range dets {
-		byImage[d.ImageID] = append(byImage[d.ImageID], d)
-	}
-	cells := make([]image.Image, 2*cols)
-	for i, img := range ds.Images[:cols] {
-		cells[i] = viz.Caption(viz.DrawGroundTruth(img, ds.Classes, scale), fmt.Sprintf("image %d: truth", img.ID))
-		cells[cols+i] = viz.Caption(viz.DrawDetections(img, byImage[img.ID], ds.Classes, 0.5, scale), "predicted")
-	}
-	return viz.Grid(cells, cols)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
 
@@ -141,7 +142,7 @@ func TestGPUCheckpointsTravel(t *testing.T) {
 	if err := cpuCkpt.restore(params, net); err != nil {
 		t.Fatal(err)
 	}
-	ds, _, err := loadData("", o.Seed, o.TrainImages, 0, o.Model.ImageSize)
+	ds, _, err := data.Load("", o.Seed, o.TrainImages, 0, o.Model.ImageSize)
 	if err != nil {
 		t.Fatal(err)
 	}

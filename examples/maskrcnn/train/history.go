@@ -1,12 +1,10 @@
 package train
 
 import (
-	"encoding/json"
-	"fmt"
-	"math"
-	"strconv"
+	"image"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
+	"github.com/stheno-ml/stheno/examples/internal/history"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
 
@@ -42,10 +40,10 @@ func (p LossPoint) values() model.Losses {
 
 // EvalPoint is one periodic evaluation on the validation images.
 type EvalPoint struct {
-	Iter    int     `json:"iteration"`
-	Seconds float64 `json:"seconds"` // wall time into the run (of this process)
-	Box     APs     `json:"box"`
-	Mask    APs     `json:"mask"`
+	Iter    int      `json:"iteration"`
+	Seconds float64  `json:"seconds"` // wall time into the run (of this process)
+	Box     eval.APs `json:"box"`
+	Mask    eval.APs `json:"mask"`
 	// Throughput: training images per second over the run so far (this
 	// process), and validation images per second of this evaluation.
 	TrainImagesPerSecond float64 `json:"train_images_per_second"`
@@ -53,62 +51,27 @@ type EvalPoint struct {
 	ValidationImages     int     `json:"validation_images"`
 }
 
-// APs are COCO's headline precisions of one evaluation.
-type APs struct {
-	AP   Precision `json:"ap"`   // mean over IoU 0.50:0.05:0.95
-	AP50 Precision `json:"ap50"` // at IoU 0.50
-	AP75 Precision `json:"ap75"` // at IoU 0.75
+// curves draws h as curves.png: the losses above, named as in
+// model.LossNames, and box and mask AP and AP50 below.
+func curves(h History) image.Image {
+	return history.Curves(h.lossSeries(), h.apSeries())
 }
 
-// String formats the three as "AP 0.669 AP50 0.930 AP75 0.752".
-func (a APs) String() string {
-	return fmt.Sprintf("AP %v AP50 %v AP75 %v", a.AP, a.AP50, a.AP75)
+// lossSeries is h's losses in model.LossNames' order.
+func (h History) lossSeries() history.Series {
+	s := history.Series{Names: model.LossNames[:]}
+	for _, p := range h.Losses {
+		v := p.values()
+		s.Add(p.Iter, v[:]...)
+	}
+	return s
 }
 
-// Precision is an average precision in [0, 1], or undefined (NaN) where no
-// class of the validation images has ground truth: printed as "n/a",
-// written to JSON as null.
-type Precision float64
-
-func (p Precision) defined() bool { return !math.IsNaN(float64(p)) }
-
-func (p Precision) String() string {
-	if !p.defined() {
-		return "n/a"
+// apSeries is box and mask AP and AP50 of h's evaluations.
+func (h History) apSeries() history.Series {
+	s := history.Series{Names: []string{"box AP", "box AP50", "mask AP", "mask AP50"}}
+	for _, e := range h.Evals {
+		s.Add(e.Iter, float64(e.Box.AP), float64(e.Box.AP50), float64(e.Mask.AP), float64(e.Mask.AP50))
 	}
-	return strconv.FormatFloat(float64(p), 'f', 3, 64)
-}
-
-// MarshalJSON writes null for an undefined precision (JSON has no NaN).
-func (p Precision) MarshalJSON() ([]byte, error) {
-	if !p.defined() {
-		return []byte("null"), nil
-	}
-	return json.Marshal(float64(p))
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (p *Precision) UnmarshalJSON(b []byte) error {
-	if string(b) == "null" {
-		*p = Precision(math.NaN())
-		return nil
-	}
-	var v float64
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	*p = Precision(v)
-	return nil
-}
-
-// apsOf converts eval's metrics, which mark an undefined precision with
-// pycocotools' sentinel -1, to APs.
-func apsOf(m eval.Metrics) APs {
-	conv := func(v float64) Precision {
-		if v < 0 {
-			return Precision(math.NaN())
-		}
-		return Precision(v)
-	}
-	return APs{AP: conv(m.AP), AP50: conv(m.AP50), AP75: conv(m.AP75)}
+	return s
 }

@@ -1,13 +1,7 @@
 package train
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
-	"image"
-	"image/color"
-	_ "image/jpeg" // decoders for image directories
-	_ "image/png"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,10 +10,11 @@ import (
 	"time"
 
 	"github.com/stheno-ml/stheno/backend"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
+	"github.com/stheno-ml/stheno/examples/internal/option"
+	"github.com/stheno-ml/stheno/examples/internal/viz"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/viz"
 )
 
 // InferOptions configure Infer.
@@ -34,20 +29,6 @@ type InferOptions struct {
 	Log      io.Writer
 	// Device runs the model on a GPU (nil: the host).
 	Device *backend.Device
-}
-
-// cocoResult is one detection in COCO's results format.
-type cocoResult struct {
-	ImageID      int        `json:"image_id"`
-	CategoryID   int        `json:"category_id"`
-	BBox         [4]float64 `json:"bbox"`
-	Score        float64    `json:"score"`
-	Segmentation cocoRLE    `json:"segmentation"`
-}
-
-type cocoRLE struct {
-	Size   [2]int `json:"size"`
-	Counts string `json:"counts"`
 }
 
 // Infer loads a checkpoint, predicts on every image of opt.Images (resized
@@ -67,13 +48,13 @@ func Infer(opt InferOptions) error {
 		return fmt.Errorf("train: Infer: Batch must be in [1, %d], got %d", maxBatch, opt.Batch)
 	}
 	if !(opt.ScoreMin >= 0 && opt.ScoreMin <= 1) {
-		return &OptionError{Option: "score", Value: opt.ScoreMin, Allowed: "must be a number in [0, 1]"}
+		return &option.Error{Option: "score", Value: opt.ScoreMin, Allowed: "must be a number in [0, 1]"}
 	}
 	ckpt, err := LoadCheckpoint(opt.Checkpoint)
 	if err != nil {
 		return err
 	}
-	ds, annotated, err := readImages(opt.Images)
+	ds, annotated, err := data.ReadImages(opt.Images)
 	if err != nil {
 		return err
 	}
@@ -108,14 +89,8 @@ func Infer(opt InferOptions) error {
 	fmt.Fprintf(log, "%d images, %d detections in %v\n", len(ds.Images), len(dets), time.Since(start).Round(time.Millisecond))
 
 	byImage := map[int][]eval.Detection{}
-	results := []cocoResult{}
 	for _, d := range dets {
 		byImage[d.ImageID] = append(byImage[d.ImageID], d)
-		results = append(results, cocoResult{
-			ImageID: d.ImageID, CategoryID: categoryID(d.Class), Score: d.Score,
-			BBox:         [4]float64{d.Box[0], d.Box[1], d.Box[2] - d.Box[0], d.Box[3] - d.Box[1]},
-			Segmentation: cocoRLE{Size: [2]int{d.Mask.H, d.Mask.W}, Counts: data.CompressRLE(data.EncodeRLE(d.Mask))},
-		})
 	}
 	for _, img := range ds.Images {
 		scale := max(1, 256/max(img.W, img.H))
@@ -128,13 +103,9 @@ func Infer(opt InferOptions) error {
 			return err
 		}
 	}
-	js, err := json.Marshal(results)
-	if err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
 	jsonPath := filepath.Join(opt.Out, "predictions.json")
-	if err := os.WriteFile(jsonPath, js, 0o644); err != nil {
-		return fmt.Errorf("train: %w", err)
+	if err := eval.WriteCOCOResults(jsonPath, dets, categoryID); err != nil {
+		return err
 	}
 	fmt.Fprintf(log, "wrote %s and %d pictures to %s\n", jsonPath, len(ds.Images), opt.Out)
 	switch {
@@ -156,7 +127,7 @@ func predictOriginal(net *model.Net, images []*data.Image) ([]eval.Detection, er
 	for start := 0; start < len(images); start += n {
 		batch := make([][]float32, n)
 		for i := range n {
-			batch[i] = Resize(images[min(start+i, len(images)-1)], size).Pix
+			batch[i] = data.Resize(images[min(start+i, len(images)-1)], size).Pix
 		}
 		dets, masks, err := net.Predict(batch)
 		if err != nil {
@@ -173,70 +144,4 @@ func predictOriginal(net *model.Net, images []*data.Image) ([]eval.Detection, er
 		}
 	}
 	return out, nil
-}
-
-// readImages reads a COCO annotations file (annotated) or every PNG and
-// JPEG file of a directory, in name order, numbered from 1.
-func readImages(path string) (ds *data.Dataset, annotated bool, err error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, false, fmt.Errorf("train: %w", err)
-	}
-	if !st.IsDir() {
-		ds, err := readCOCO(path)
-		return ds, true, err
-	}
-	entries, err := os.ReadDir(path)
-	if err != nil {
-		return nil, false, fmt.Errorf("train: %w", err)
-	}
-	ds = &data.Dataset{}
-	var names []string
-	for _, e := range entries {
-		switch strings.ToLower(filepath.Ext(e.Name())) {
-		case ".png", ".jpg", ".jpeg":
-			if !e.IsDir() {
-				names = append(names, e.Name())
-			}
-		}
-	}
-	slices.Sort(names)
-	for i, name := range names {
-		img, err := readImageFile(filepath.Join(path, name))
-		if err != nil {
-			return nil, false, err
-		}
-		img.ID, img.File = i+1, name
-		ds.Images = append(ds.Images, img)
-	}
-	if len(ds.Images) == 0 {
-		return nil, false, fmt.Errorf("train: no PNG or JPEG images in %s", path)
-	}
-	return ds, false, nil
-}
-
-// readImageFile decodes an image into planar RGB in [0, 1].
-func readImageFile(path string) (*data.Image, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
-	defer f.Close()
-	src, _, err := image.Decode(bufio.NewReader(f))
-	if err != nil {
-		return nil, fmt.Errorf("train: %s: %w", path, err)
-	}
-	b := src.Bounds()
-	w, h := b.Dx(), b.Dy()
-	img := &data.Image{W: w, H: h, Pix: make([]float32, 3*w*h)}
-	for y := range h {
-		for x := range w {
-			c := color.NRGBAModel.Convert(src.At(b.Min.X+x, b.Min.Y+y)).(color.NRGBA)
-			p := y*w + x
-			img.Pix[p] = float32(c.R) / 255
-			img.Pix[w*h+p] = float32(c.G) / 255
-			img.Pix[2*w*h+p] = float32(c.B) / 255
-		}
-	}
-	return img, nil
 }

@@ -1,16 +1,14 @@
 package train
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/examples/internal/option"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
 
@@ -84,41 +82,22 @@ const (
 	maxImages    = 1 << 24
 )
 
-// OptionError is a value outside what an option allows. Option is the
-// option's command-line name (its flag without the dash).
-type OptionError struct {
-	Option  string
-	Value   any
-	Allowed string
-}
-
-func (e *OptionError) Error() string {
-	return fmt.Sprintf("-%s %v: %s", e.Option, e.Value, e.Allowed)
-}
-
-// finite reports whether v is a number other than ±Inf.
-func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-
 // Validate checks every option against its range and the options against
 // each other, and returns all problems found (errors.Join of
-// *OptionError), or nil.
+// *option.Error), or nil.
 func (o *Options) Validate() error {
-	var errs []error
-	check := func(ok bool, option string, value any, allowed string, args ...any) {
-		if !ok {
-			errs = append(errs, &OptionError{Option: option, Value: value, Allowed: fmt.Sprintf(allowed, args...)})
-		}
-	}
+	var checks option.Checks
+	check := checks.Check
 	c := &o.RunConfig
 	check(c.Iters >= 1, "iters", c.Iters, "must be at least 1")
 	check(c.Batch >= 2 && c.Batch <= maxBatch, "batch", c.Batch, "must be in [2, %d] (BatchNorm needs 2 images)", maxBatch)
 	check(c.Model.ImageSize >= 32 && c.Model.ImageSize <= maxImageSize && c.Model.ImageSize%16 == 0,
 		"size", c.Model.ImageSize, "must be a multiple of 16 in [32, %d]", maxImageSize)
-	check(finite(c.LR) && c.LR > 0 && c.LR <= 1, "lr", c.LR, "must be a number in (0, 1]")
+	check(option.Finite(c.LR) && c.LR > 0 && c.LR <= 1, "lr", c.LR, "must be a number in (0, 1]")
 	check(c.Warmup >= 0, "warmup", c.Warmup, "must be at least 0")
-	check(stepsValid(c.Steps), "steps", fmtSteps(c.Steps), "must be increasing fractions of -iters in (0, 1)")
-	check(finite(c.WeightDecay) && c.WeightDecay >= 0 && c.WeightDecay < 1, "wd", c.WeightDecay, "must be a number in [0, 1)")
-	check(finite(c.ClipNorm) && c.ClipNorm >= 0, "clip", c.ClipNorm, "must be a number >= 0 (0: no clipping)")
+	check(option.IncreasingFractions(c.Steps), "steps", option.FormatList(c.Steps), "must be increasing fractions of -iters in (0, 1)")
+	check(option.Finite(c.WeightDecay) && c.WeightDecay >= 0 && c.WeightDecay < 1, "wd", c.WeightDecay, "must be a number in [0, 1)")
+	check(option.Finite(c.ClipNorm) && c.ClipNorm >= 0, "clip", c.ClipNorm, "must be a number >= 0 (0: no clipping)")
 	check(c.Model.Width >= 1 && c.Model.Width <= maxWidth, "width", c.Model.Width, "must be in [1, %d]", maxWidth)
 	check(c.Model.Depth >= 1 && c.Model.Depth <= maxDepth, "depth", c.Model.Depth, "must be in [1, %d]", maxDepth)
 	if c.Data == "" {
@@ -131,47 +110,26 @@ func (o *Options) Validate() error {
 	check(o.Out != "", "out", `""`, "must name a directory")
 	check(o.SheetImages >= 0 && o.SheetScale >= 1, "sheet", fmt.Sprintf("%d images at %dx", o.SheetImages, o.SheetScale),
 		"needs at least 0 images at 1x or more")
-	return errors.Join(errs...)
-}
-
-func stepsValid(s []float64) bool {
-	for i, f := range s {
-		if !(f > 0 && f < 1) || (i > 0 && !(f > s[i-1])) {
-			return false
-		}
-	}
-	return true
-}
-
-func fmtSteps(s []float64) string {
-	parts := make([]string, len(s))
-	for i, f := range s {
-		parts[i] = fmt.Sprint(f)
-	}
-	return strings.Join(parts, ",")
+	return checks.Err()
 }
 
 // Diff lists, as "-flag: was X, now Y", the options in which c differs
 // from want (a checkpoint's), Iters excepted. Data paths are compared as
 // absolute paths.
 func (c RunConfig) Diff(want RunConfig) []string {
-	var out []string
-	add := func(option string, now, was any) {
-		if fmt.Sprint(now) != fmt.Sprint(was) {
-			out = append(out, fmt.Sprintf("-%s: the checkpoint's is %v, given %v", option, was, now))
-		}
-	}
+	var out option.Changes
+	add := out.Compare
 	add("batch", c.Batch, want.Batch)
 	add("lr", c.LR, want.LR)
 	add("warmup", c.Warmup, want.Warmup)
-	add("steps", fmtSteps(c.Steps), fmtSteps(want.Steps))
+	add("steps", option.FormatList(c.Steps), option.FormatList(want.Steps))
 	add("wd", c.WeightDecay, want.WeightDecay)
 	add("clip", c.ClipNorm, want.ClipNorm)
 	dataName := func(p string) string {
 		if p == "" {
 			return "(synthetic)"
 		}
-		return absPath(p)
+		return option.AbsPath(p)
 	}
 	add("data", dataName(c.Data), dataName(want.Data))
 	if c.Data == "" && want.Data == "" {
@@ -190,13 +148,5 @@ func (c RunConfig) Diff(want RunConfig) []string {
 	if fmt.Sprintf("%+v", a) != fmt.Sprintf("%+v", b) {
 		out = append(out, fmt.Sprintf("model configuration: the checkpoint's is %+v, given %+v", b, a))
 	}
-	return slices.Clip(out)
-}
-
-// absPath is p made absolute, or p itself if that fails.
-func absPath(p string) string {
-	if a, err := filepath.Abs(p); err == nil {
-		return a
-	}
-	return p
+	return slices.Clip([]string(out))
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stheno-ml/stheno/examples/internal/option"
 )
 
 // Every option out of its range is reported with its flag's name and what
@@ -48,9 +50,9 @@ func TestValidate(t *testing.T) {
 				t.Errorf("%s: Validate() = %v, want an error containing %q", tc.name, err, w)
 			}
 		}
-		var oe *OptionError
+		var oe *option.Error
 		if err != nil && !errors.As(err, &oe) {
-			t.Errorf("%s: %v is not an *OptionError", tc.name, err)
+			t.Errorf("%s: %v is not an *option.Error", tc.name, err)
 		}
 		// Run refuses before it does anything: no output directory.
 		o.Out = filepath.Join(t.TempDir(), "out")

@@ -2,7 +2,6 @@ package train
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -12,10 +11,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
+	"github.com/stheno-ml/stheno/examples/internal/history"
+	"github.com/stheno-ml/stheno/examples/internal/option"
+	"github.com/stheno-ml/stheno/examples/internal/progress"
+	"github.com/stheno-ml/stheno/examples/internal/schedule"
+	"github.com/stheno-ml/stheno/examples/internal/viz"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/viz"
 )
 
 // Result summarises a run.
@@ -77,9 +80,9 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	run := opt.RunConfig
 	if run.Data != "" {
 		// The checkpoint names the data wherever the run resumes from.
-		run.Data = absPath(run.Data)
+		run.Data = option.AbsPath(run.Data)
 	}
-	trainSet, valSet, err := loadData(run.Data, run.Seed, run.TrainImages, run.ValImages, run.Model.ImageSize)
+	trainSet, valSet, err := data.Load(run.Data, run.Seed, run.TrainImages, run.ValImages, run.Model.ImageSize)
 	if err != nil {
 		return nil, err
 	}
@@ -116,7 +119,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		first, hist = ckpt.Iter, ckpt.History
 	}
 	res := &Result{Iters: first, History: hist}
-	prog := newProgress(log, run.Iters)
+	prog := progress.New(log, run.Iters)
 	evaluate := func(iter int) (Metrics, []eval.Detection, error) {
 		te := time.Now()
 		m, dets, err := Evaluate(inferNet, valSet)
@@ -124,7 +127,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			return m, nil, err
 		}
 		res.Final, res.Evaluated = m, true
-		prog.println("iteration %d: %v (%d images, %.1fs)", iter, m, len(valSet.Images), time.Since(te).Seconds())
+		prog.Println("iteration %d: %v (%d images, %.1fs)", iter, m, len(valSet.Images), time.Since(te).Seconds())
 		return m, dets, nil
 	}
 	if first >= run.Iters {
@@ -141,7 +144,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	if ckpt != nil {
 		fmt.Fprintf(log, "resuming %s at iteration %d\n", opt.Resume, first)
 	}
-	sched := Schedule{LR: run.LR, Warmup: run.Warmup, WarmupFactor: 0.01, Gamma: 0.1}
+	sched := schedule.WarmupMultiStep{LR: run.LR, Warmup: run.Warmup, WarmupFactor: 0.01, Gamma: 0.1}
 	for _, f := range run.Steps {
 		sched.Steps = append(sched.Steps, int(f*float64(run.Iters)))
 	}
@@ -166,7 +169,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	trainIters := 0
 	for it := first; it < run.Iters; it++ {
 		t0 := time.Now()
-		imgs := batchOf(trainSet.Images, run.Seed, it, run.Batch)
+		imgs := data.Batch(trainSet.Images, run.Seed, it, run.Batch)
 		pix := make([][]float32, len(imgs))
 		targets := make([]model.Target, len(imgs))
 		for i, img := range imgs {
@@ -197,11 +200,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 		rate := float64(trainIters*run.Batch) / trainTime.Seconds()
 		remaining := time.Duration(float64(run.Iters-done) * float64(run.Batch) / rate * float64(time.Second))
-		prog.update(done, fmt.Sprintf("loss %.3f (rpn %.3f/%.3f cls %.3f box %.3f mask %.3f) lr %.1e %.1f img/s ETA %s",
-			losses[0], losses[1], losses[2], losses[3], losses[4], losses[5], lr, rate, eta(remaining)), last)
+		prog.Update(done, fmt.Sprintf("loss %.3f (rpn %.3f/%.3f cls %.3f box %.3f mask %.3f) lr %.1e %.1f img/s ETA %s",
+			losses[0], losses[1], losses[2], losses[3], losses[4], losses[5], lr, rate, progress.ETA(remaining)), last)
 		if opt.Verbose && opt.Device != nil && (done%100 == 0 || last) {
 			m := opt.Device.MemStats()
-			prog.println("iteration %d: device memory in use %.1f MiB, high-water mark %.1f MiB, cached %.1f MiB, driver allocations %d",
+			prog.Println("iteration %d: device memory in use %.1f MiB, high-water mark %.1f MiB, cached %.1f MiB, driver allocations %d",
 				done, mib(m.InUse), mib(m.PeakInUse), mib(m.Cached), m.DriverAllocs)
 		}
 
@@ -218,7 +221,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			}
 			hist.Evals = append(hist.Evals, EvalPoint{
 				Iter: done, Seconds: time.Since(start).Seconds(),
-				Box: apsOf(m.Box), Mask: apsOf(m.Mask),
+				Box: m.Box.APs(), Mask: m.Mask.APs(),
 				TrainImagesPerSecond: rate,
 				InferImagesPerSecond: float64(len(valSet.Images)) / time.Since(te).Seconds(),
 				ValidationImages:     len(valSet.Images),
@@ -239,11 +242,11 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 		res.Iters, res.History, res.Checkpoint = done, hist, ckptPath
 		if interrupted {
-			prog.done()
+			prog.Done()
 			return res, &InterruptedError{Iter: done, Checkpoint: ckptPath, Cause: context.Cause(ctx)}
 		}
 	}
-	prog.done()
+	prog.Done()
 	res.Wall = time.Since(start)
 	fmt.Fprintf(log, "done in %v; outputs in %s\n", res.Wall.Round(time.Second), opt.Out)
 	return res, nil
@@ -256,14 +259,7 @@ func writeHistory(opt Options, hist History) error {
 	if err := viz.SavePNG(filepath.Join(opt.Out, "curves.png"), curves(hist)); err != nil {
 		return err
 	}
-	js, err := json.MarshalIndent(hist, "", " ")
-	if err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(opt.Out, "history.json"), js, 0o644); err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	return nil
+	return history.WriteJSON(filepath.Join(opt.Out, "history.json"), hist)
 }
 
 // writeSheet draws the predictions of the evaluation at iteration iter.
@@ -271,6 +267,6 @@ func writeSheet(opt Options, iter int, val *data.Dataset, dets []eval.Detection)
 	if opt.SheetImages == 0 {
 		return nil
 	}
-	sheet := predictionSheet(val, dets, opt.SheetImages, opt.SheetScale)
+	sheet := viz.PredictionSheet(val, dets, opt.SheetImages, opt.SheetScale, 0.5)
 	return viz.SavePNG(filepath.Join(opt.Out, fmt.Sprintf("val_%06d.png", iter)), sheet)
 }

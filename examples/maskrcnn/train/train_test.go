@@ -7,12 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"slices"
 	"strings"
 	"testing"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
 
@@ -109,7 +108,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, val, err := loadData("", ckpt.Run.Seed, 1, 6, ckpt.Run.Model.ImageSize)
+	_, val, err := data.Load("", ckpt.Run.Seed, 1, 6, ckpt.Run.Model.ImageSize)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +207,7 @@ func TestInfer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", images, err)
 		}
-		var results []cocoResult
+		var results []eval.COCOResult
 		js, err := os.ReadFile(filepath.Join(out, "predictions.json"))
 		if err != nil {
 			t.Fatal(err)
@@ -226,55 +225,6 @@ func TestInfer(t *testing.T) {
 		pics, _ := filepath.Glob(filepath.Join(out, "*_pred.png"))
 		if len(pics) != 3 {
 			t.Errorf("%s: %d pictures, want 3", images, len(pics))
-		}
-	}
-}
-
-// Iteration i's batch is a function of the seed and i alone, and an epoch
-// visits every image once.
-func TestBatchOf(t *testing.T) {
-	ds, err := data.Synthetic(data.SyntheticConfig{Seed: 1, Count: 6, Size: 32})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []int
-	for it := range 3 {
-		b := batchOf(ds.Images, 5, it, 2)
-		again := batchOf(ds.Images, 5, it, 2)
-		for i := range b {
-			if b[i].ID != again[i].ID || !slices.Equal(b[i].Pix, again[i].Pix) {
-				t.Fatalf("iteration %d differs between calls", it)
-			}
-			ids = append(ids, b[i].ID)
-		}
-	}
-	slices.Sort(ids)
-	if !slices.Equal(ids, []int{1, 2, 3, 4, 5, 6}) {
-		t.Errorf("an epoch visited %v", ids)
-	}
-}
-
-func TestFlip(t *testing.T) {
-	img := &data.Image{W: 3, H: 1, Pix: []float32{1, 2, 3, 4, 5, 6, 7, 8, 9},
-		Objects: []data.Object{{Class: 1, Box: [4]float64{0, 0, 1, 1}, Mask: &data.Mask{W: 3, H: 1, Bits: []bool{true, false, false}}}}}
-	f := Flip(img)
-	if !slices.Equal(f.Pix, []float32{3, 2, 1, 6, 5, 4, 9, 8, 7}) {
-		t.Errorf("pixels %v", f.Pix)
-	}
-	o := f.Objects[0]
-	if o.Box != [4]float64{2, 0, 3, 1} || !slices.Equal(o.Mask.Bits, []bool{false, false, true}) || o.Class != 1 {
-		t.Errorf("object %+v %v", o, o.Mask.Bits)
-	}
-}
-
-func TestSchedule(t *testing.T) {
-	s := Schedule{LR: 1, Warmup: 10, WarmupFactor: 0.01, Steps: []int{20, 30}, Gamma: 0.1}
-	for _, c := range []struct {
-		it   int
-		want float64
-	}{{0, 0.01}, {5, 0.505}, {10, 1}, {19, 1}, {20, 0.1}, {30, 0.01 * 1}} {
-		if got := s.At(c.it); got < c.want*(1-1e-12) || got > c.want*(1+1e-12) {
-			t.Errorf("At(%d) = %v, want %v", c.it, got, c.want)
 		}
 	}
 }

@@ -25,4 +25,8 @@
 //
 // Detections whose ImageID is not in the ground truth, or whose Class is
 // outside its classes, are ignored (pycocotools refuses the former).
+//
+// Evaluate scores boxes or masks. Box AP reads no mask, so a box detector's
+// detections, and ground truth without masks, score box AP alone:
+// examples/detr reports box AP, examples/maskrcnn box and mask AP.
 package eval

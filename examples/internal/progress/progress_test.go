@@ -1,4 +1,4 @@
-package train
+package progress
 
 import (
 	"bytes"
@@ -52,15 +52,15 @@ type step struct {
 	done  bool
 }
 
-func run(p *progress, steps []step) {
+func run(p *Progress, steps []step) {
 	for _, s := range steps {
 		switch {
 		case s.print != "":
-			p.println("%s", s.print)
+			p.Println("%s", s.print)
 		case s.done:
-			p.done()
+			p.Done()
 		default:
-			p.update(s.it, s.line, s.force)
+			p.Update(s.it, s.line, s.force)
 		}
 	}
 }
@@ -96,7 +96,7 @@ func TestProgressPlain(t *testing.T) {
 		{"no iterations", 0, []step{{print: "nothing to train"}, {done: true}}, []string{"nothing to train"}},
 	} {
 		var buf bytes.Buffer
-		p := newProgress(&buf, tc.total) // not an *os.File: plain
+		p := New(&buf, tc.total) // not an *os.File: plain
 		run(p, tc.steps)
 		got := strings.Split(strings.TrimSuffix(buf.String(), "\n"), "\n")
 		if strings.ContainsRune(buf.String(), '\r') || strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
@@ -107,7 +107,7 @@ func TestProgressPlain(t *testing.T) {
 
 func TestProgressTerminal(t *testing.T) {
 	long := fmt.Sprintf("loss %.3f (rpn %.3f/%.3f cls %.3f box %.3f mask %.3f) lr %.1e %.1f img/s ETA %s",
-		0.812, 0.051, 0.032, 0.21, 0.18, 0.339, 1e-3, 31.2, eta(232*time.Second))
+		0.812, 0.051, 0.032, 0.21, 0.18, 0.339, 1e-3, 31.2, ETA(232*time.Second))
 	for _, tc := range []struct {
 		name  string
 		total int
@@ -147,7 +147,7 @@ func TestProgressTerminal(t *testing.T) {
 		}},
 	} {
 		var buf bytes.Buffer
-		p := newProgressMode(&buf, tc.total, true, func() int { return tc.cols })
+		p := newMode(&buf, tc.total, true, func() int { return tc.cols })
 		run(p, tc.steps)
 		got := screen(buf.String())
 		if !strings.HasSuffix(buf.String(), "\n") {
@@ -176,8 +176,8 @@ func TestETA(t *testing.T) {
 		{-time.Second, "?"}, {0, "0m00s"}, {59*time.Second + 600*time.Millisecond, "1m00s"},
 		{3*time.Hour + 5*time.Minute, "3h05m"}, {101 * time.Hour, "?"},
 	} {
-		if got := eta(tc.d); got != tc.want {
-			t.Errorf("eta(%v) = %q, want %q", tc.d, got, tc.want)
+		if got := ETA(tc.d); got != tc.want {
+			t.Errorf("ETA(%v) = %q, want %q", tc.d, got, tc.want)
 		}
 	}
 }

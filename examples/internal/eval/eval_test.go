@@ -5,7 +5,7 @@ import (
 	"math"
 	"testing"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/examples/internal/data"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-12 }

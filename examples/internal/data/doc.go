@@ -1,9 +1,17 @@
-// Package data holds the instance-segmentation data of the Mask R-CNN
-// example: images with boxed and masked objects, a deterministic synthetic
-// dataset of circles, squares and triangles, and COCO-format reading and
-// writing.
+// Package data holds the detection data that the examples train on:
+// images with boxed and masked objects, a deterministic synthetic dataset
+// of circles, squares and triangles, and COCO-format reading and writing;
+// and what a run does with them: Load splits them into training and
+// validation sets at the model's input size, Batch draws each iteration's
+// images (shuffled per epoch, mirrored at random, from the seed and the
+// iteration alone, so that a resumed run sees the same batches), and
+// ReadImages reads what a trained model predicts on.
 //
-// Conventions, used by every package of the example:
+// examples/maskrcnn and examples/detr both import it, so that both train
+// and evaluate on the same images; a box detector such as Deformable-DETR
+// reads the boxes and leaves the masks alone.
+//
+// Conventions, used by every package of the examples:
 //   - Pixel (x, y) covers the square [x, x+1) x [y, y+1); its centre is
 //     (x+0.5, y+0.5).
 //   - A box is [x1, y1, x2, y2] in pixels with an exclusive end, so the box of

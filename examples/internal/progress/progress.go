@@ -1,4 +1,4 @@
-package train
+package progress
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 	"golang.org/x/term"
 )
 
-// progress shows training. On a terminal it is a bar of
+// Progress shows training. On a terminal it is a bar of
 // github.com/schollz/progressbar that redraws itself in place (at most
 // every 200 ms):
 //
@@ -27,7 +27,7 @@ import (
 //
 // Anywhere else (a log file, a pipe) it writes a plain line every 10 s and
 // at every forced update.
-type progress struct {
+type Progress struct {
 	w     io.Writer
 	total int
 	last  time.Time
@@ -41,10 +41,12 @@ type progress struct {
 // barWidth is the bar's width in characters, in both modes.
 const barWidth = 20
 
-func newProgress(w io.Writer, total int) *progress {
+// New returns a Progress of total iterations writing to w: a bar when w is
+// a terminal, plain lines otherwise.
+func New(w io.Writer, total int) *Progress {
 	f, ok := w.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
-		return newProgressMode(w, total, false, nil)
+		return newMode(w, total, false, nil)
 	}
 	cols := func() int {
 		c, _, err := term.GetSize(int(f.Fd()))
@@ -53,13 +55,13 @@ func newProgress(w io.Writer, total int) *progress {
 		}
 		return c
 	}
-	return newProgressMode(w, total, true, cols)
+	return newMode(w, total, true, cols)
 }
 
-// newProgressMode is newProgress with the terminal test done: the tests
-// draw the bar into a buffer. cols may be nil.
-func newProgressMode(w io.Writer, total int, terminal bool, cols func() int) *progress {
-	p := &progress{w: w, total: total, every: 10 * time.Second, cols: cols}
+// newMode is New with the terminal test done: the tests draw the bar into
+// a buffer. cols may be nil.
+func newMode(w io.Writer, total int, terminal bool, cols func() int) *Progress {
+	p := &Progress{w: w, total: total, every: 10 * time.Second, cols: cols}
 	if !terminal || total <= 0 { // progressbar refuses a bar of 0 steps
 		return p
 	}
@@ -81,10 +83,10 @@ func newProgressMode(w io.Writer, total int, terminal bool, cols func() int) *pr
 	return p
 }
 
-// update shows iteration it (counted from the start of the run, so a
+// Update shows iteration it (counted from the start of the run, so a
 // resumed run's bar starts where it left off) and line, at most every
 // p.every unless force.
-func (p *progress) update(it int, line string, force bool) {
+func (p *Progress) Update(it int, line string, force bool) {
 	now := time.Now()
 	if !force && now.Sub(p.last) < p.every {
 		return
@@ -111,7 +113,7 @@ func (p *progress) update(it int, line string, force bool) {
 // total loss and ends with the rate and ETA). A line longer than the
 // terminal would wrap, \r would no longer go back to its start, and every
 // redraw would add a line.
-func (p *progress) fit(line string) string {
+func (p *Progress) fit(line string) string {
 	cols := p.cols()
 	if cols <= 0 {
 		return line
@@ -130,9 +132,9 @@ func (p *progress) fit(line string) string {
 	return string(r[:keep*2/5]) + "…" + string(r[len(r)-(keep-keep*2/5):])
 }
 
-// println prints a line of its own: on a terminal it takes the bar's place,
+// Println prints a line of its own: on a terminal it takes the bar's place,
 // and the bar comes back below it at the next update.
-func (p *progress) println(format string, args ...any) {
+func (p *Progress) Println(format string, args ...any) {
 	if p.drawn {
 		_ = p.bar.Clear()
 		p.drawn = false
@@ -141,17 +143,18 @@ func (p *progress) println(format string, args ...any) {
 	fmt.Fprintf(p.w, format+"\n", args...)
 }
 
-// done ends the bar's line if the run stopped before its last iteration
+// Done ends the bar's line if the run stopped before its last iteration
 // (the last one ends it itself).
-func (p *progress) done() {
+func (p *Progress) Done() {
 	if p.drawn {
 		fmt.Fprintln(p.w)
 		p.drawn = false
 	}
 }
 
-// eta formats a remaining duration.
-func eta(d time.Duration) string {
+// ETA formats a remaining duration for a progress line: "3m52s", "2h05m"
+// from an hour on, and "?" when it is negative or over 100 hours.
+func ETA(d time.Duration) string {
 	if d < 0 || d > 100*time.Hour {
 		return "?"
 	}

@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/examples/internal/data"
 )
 
 // Detection is one predicted instance.

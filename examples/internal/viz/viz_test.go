@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
 )
 
 // grey returns a w x h image of one grey level.

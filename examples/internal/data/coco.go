@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"image"
-	"image/color"
 	_ "image/jpeg" // COCO's own images are JPEG
 	"image/png"
 	"math"
@@ -321,43 +320,16 @@ func decodeSegmentation(raw json.RawMessage, w, h int) (*Mask, error) {
 	return nil, errors.New("want a list of polygons or an RLE object")
 }
 
-// readImage decodes an image file into planar RGB in [0, 1].
+// readImage reads the image file of ci, which must have ci's size.
 func readImage(path string, ci cocoImage) (*Image, error) {
-	f, err := os.Open(path)
+	src, err := decodeFile(path)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	src, _, err := image.Decode(bufio.NewReader(f))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
-	}
-	b := src.Bounds()
-	if b.Dx() != ci.Width || b.Dy() != ci.Height {
+	if b := src.Bounds(); b.Dx() != ci.Width || b.Dy() != ci.Height {
 		return nil, fmt.Errorf("%s is %dx%d, annotations say %dx%d", path, b.Dx(), b.Dy(), ci.Width, ci.Height)
 	}
-	w, h := ci.Width, ci.Height
-	img := &Image{ID: ci.ID, File: ci.FileName, W: w, H: h, Pix: make([]float32, 3*w*h)}
-	n := w * h
-	for y := range h {
-		for x := range w {
-			p := y*w + x
-			var r, g, bl uint8
-			switch s := src.(type) {
-			case *image.NRGBA:
-				o := s.PixOffset(b.Min.X+x, b.Min.Y+y)
-				r, g, bl = s.Pix[o], s.Pix[o+1], s.Pix[o+2]
-			case *image.RGBA:
-				o := s.PixOffset(b.Min.X+x, b.Min.Y+y)
-				r, g, bl = s.Pix[o], s.Pix[o+1], s.Pix[o+2]
-			default:
-				// Non-premultiplied, so that translucent pixels keep their
-				// colour.
-				c := color.NRGBAModel.Convert(src.At(b.Min.X+x, b.Min.Y+y)).(color.NRGBA)
-				r, g, bl = c.R, c.G, c.B
-			}
-			img.Pix[p], img.Pix[n+p], img.Pix[2*n+p] = level(r), level(g), level(bl)
-		}
-	}
+	img := planarRGB(src)
+	img.ID, img.File = ci.ID, ci.FileName
 	return img, nil
 }

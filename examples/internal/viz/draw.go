@@ -12,8 +12,8 @@ import (
 	"os"
 	"slices"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
 )
 
 // palette holds well-separated colours (after Sasha Trubetskoy's list of 20

@@ -1,4 +1,4 @@
-package train
+package history
 
 import (
 	"image"
@@ -11,8 +11,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/viz"
+	"github.com/stheno-ml/stheno/examples/internal/viz"
 )
 
 // curves.png's size: two panels of about 640x360 pixels, stacked.
@@ -21,19 +20,22 @@ const (
 	curvesDPI                 = 96
 )
 
-// curves draws curves.png: above, the training losses of h on a log scale;
-// below, the box and mask AP and AP50 of its evaluations on [0, 1]; both
-// against the iteration, on one x range. Each panel's legend sits in a
-// column to the right of its data, so it never hides a line.
+// Curves draws curves.png: above, the training losses on a log scale, the
+// first (the total) thicker than its parts; below, the evaluations'
+// precisions on [0, 1], a dot at each evaluation; both against the
+// iteration, on one x range. Series k of each panel takes viz.Colour(k).
+// Each panel's legend sits in a column to the right of its data, so it
+// never hides a line.
 //
 // Points that cannot be drawn are left out and break their line rather
 // than being bridged: an undefined AP (NaN, when no validation class has
 // ground truth), and a loss that is not positive (a log axis has no place
-// for 0, and gonum's LogScale panics on it) or not finite. An empty history
-// (no losses yet, or no evaluations, as in a run without validation
-// images) gives the same picture with empty panels.
-func curves(h History) image.Image {
-	img, _ := drawCurves(h)
+// for 0, and gonum's LogScale panics on it) or not finite, or missing from
+// its row of Values. Empty series (no losses yet, or no evaluations, as in
+// a run without validation images) give the same picture with empty
+// panels.
+func Curves(losses, precisions Series) *image.RGBA {
+	img, _ := drawCurves(losses, precisions)
 	return img
 }
 
@@ -43,17 +45,16 @@ type curvesLayout struct {
 	data, legend [2]image.Rectangle
 }
 
-func drawCurves(h History) (*image.RGBA, curvesLayout) {
-	loss, lossLegend := lossPanel(h)
-	ap, apLegend := apPanel(h)
+func drawCurves(losses, precisions Series) (*image.RGBA, curvesLayout) {
+	loss, lossLegend := lossPanel(losses)
+	ap, apLegend := apPanel(precisions)
 	// One x range for both panels, so an evaluation sits under the losses
 	// of the same iteration.
 	xmax := 1.0
-	if n := len(h.Losses); n > 0 {
-		xmax = max(xmax, float64(h.Losses[n-1].Iter))
-	}
-	if n := len(h.Evals); n > 0 {
-		xmax = max(xmax, float64(h.Evals[n-1].Iter))
+	for _, s := range []Series{losses, precisions} {
+		if n := len(s.Iters); n > 0 {
+			xmax = max(xmax, float64(s.Iters[n-1]))
+		}
 	}
 	for _, p := range []*plot.Plot{loss, ap} {
 		p.X.Min, p.X.Max = 0, xmax
@@ -94,20 +95,16 @@ func drawCurves(h History) (*image.RGBA, curvesLayout) {
 	return canvas.Image().(*image.RGBA), lay
 }
 
-// lossPanel plots each loss of model.LossNames, in viz.Colour order, on a
-// log axis spanning whole decades.
-func lossPanel(h History) (*plot.Plot, plot.Legend) {
+// lossPanel plots each loss of s, in viz.Colour order, on a log axis
+// spanning whole decades.
+func lossPanel(s Series) (*plot.Plot, plot.Legend) {
 	// Two lines: in one, the label would be longer than the panel is high,
 	// and gonum would shrink the data area to fit it.
 	p := newPanel("training losses", "loss (mean over the\nlogging interval)")
 	leg := newLegend()
 	lo, hi := math.Inf(1), math.Inf(-1)
-	for k, name := range model.LossNames {
-		var x, y []float64
-		for _, pt := range h.Losses {
-			x = append(x, float64(pt.Iter))
-			y = append(y, pt.values()[k])
-		}
+	for k, name := range s.Names {
+		x, y := s.series(k)
 		style := lineStyle(k)
 		if k == 0 {
 			style.Width *= 1.5 // the total, the sum of the others
@@ -150,35 +147,23 @@ func decadeTicks(e0, e1 int) plot.ConstantTicks {
 	return ts
 }
 
-// apPanel plots the box and mask AP and AP50 of h's evaluations, as lines
-// with a dot at each evaluation, on [0, 1].
-func apPanel(h History) (*plot.Plot, plot.Legend) {
+// apPanel plots the precisions of s, as lines with a dot at each
+// evaluation, on [0, 1].
+func apPanel(s Series) (*plot.Plot, plot.Legend) {
 	title := "validation AP"
-	if len(h.Evals) == 0 {
+	if len(s.Iters) == 0 {
 		title = "validation AP (no evaluations)"
 	}
 	p := newPanel(title, "average precision")
 	leg := newLegend()
-	for k, s := range []struct {
-		name string
-		ap   func(EvalPoint) Precision
-	}{
-		{"box AP", func(e EvalPoint) Precision { return e.Box.AP }},
-		{"box AP50", func(e EvalPoint) Precision { return e.Box.AP50 }},
-		{"mask AP", func(e EvalPoint) Precision { return e.Mask.AP }},
-		{"mask AP50", func(e EvalPoint) Precision { return e.Mask.AP50 }},
-	} {
-		var x, y []float64
-		for _, e := range h.Evals {
-			x = append(x, float64(e.Iter))
-			y = append(y, float64(s.ap(e)))
-		}
+	for k, name := range s.Names {
+		x, y := s.series(k)
 		l := &plotter.Line{LineStyle: lineStyle(k)}
 		dots := &plotter.Scatter{GlyphStyle: draw.GlyphStyle{Color: viz.Colour(k), Radius: vg.Points(2.5), Shape: draw.CircleGlyph{}}}
 		for _, seg := range segments(x, y, func(v float64) bool { return !math.IsNaN(v) }) {
 			p.Add(&plotter.Line{XYs: seg, LineStyle: l.LineStyle}, &plotter.Scatter{XYs: seg, GlyphStyle: dots.GlyphStyle})
 		}
-		leg.Add(s.name, l, dots)
+		leg.Add(name, l, dots)
 	}
 	p.Y.Min, p.Y.Max = 0, 1
 	var ticks plot.ConstantTicks

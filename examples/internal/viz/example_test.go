@@ -6,9 +6,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/viz"
+	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
+	"github.com/stheno-ml/stheno/examples/internal/viz"
 )
 
 // Draw predictions next to the ground truth and save the pair.

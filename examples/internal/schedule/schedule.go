@@ -1,10 +1,10 @@
-package train
+package schedule
 
-// Schedule is the learning rate over iterations: a linear warm-up from
-// LR*WarmupFactor to LR over Warmup iterations, then LR times Gamma for
-// every milestone in Steps that has been reached (torchvision's
+// WarmupMultiStep is the learning rate over iterations: a linear warm-up
+// from LR*WarmupFactor to LR over Warmup iterations, then LR times Gamma
+// for every milestone in Steps that has been reached (torchvision's
 // WarmupMultiStepLR).
-type Schedule struct {
+type WarmupMultiStep struct {
 	LR           float64
 	Warmup       int
 	WarmupFactor float64
@@ -13,7 +13,7 @@ type Schedule struct {
 }
 
 // At is the learning rate of iteration it (0-based).
-func (s Schedule) At(it int) float64 {
+func (s WarmupMultiStep) At(it int) float64 {
 	lr := s.LR
 	for _, m := range s.Steps {
 		if it >= m {

@@ -3,8 +3,8 @@ package eval_test
 import (
 	"fmt"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/eval"
+	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
 )
 
 // Score two detections of one object: the better-ranked one overlaps it by

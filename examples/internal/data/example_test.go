@@ -3,7 +3,7 @@ package data_test
 import (
 	"fmt"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/data"
+	"github.com/stheno-ml/stheno/examples/internal/data"
 )
 
 // Generate the synthetic dataset and look at one object.

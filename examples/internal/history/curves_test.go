@@ -1,4 +1,4 @@
-package train
+package history
 
 import (
 	"image"
@@ -13,66 +13,82 @@ import (
 
 	"gonum.org/v1/plot/plotter"
 
-	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
-	"github.com/stheno-ml/stheno/examples/maskrcnn/viz"
+	"github.com/stheno-ml/stheno/examples/internal/viz"
 )
 
-// fakeHistory is a run of iters iterations logged every 20 and evaluated
-// every 200: losses falling from about 3 towards 0.05, AP rising.
-func fakeHistory(iters int) History {
-	var h History
+// lossNames and apNames are Mask R-CNN's losses and precisions.
+var (
+	lossNames = []string{"total", "rpn_obj", "rpn_box", "cls", "box", "mask"}
+	apNames   = []string{"box AP", "box AP50", "mask AP", "mask AP50"}
+)
+
+// fakeRun is a run of iters iterations logged every 20 and evaluated every
+// 200, with Mask R-CNN's losses and precisions: losses falling from about 3
+// towards 0.05, AP rising.
+func fakeRun(iters int) (losses, aps Series) {
+	losses.Names, aps.Names = lossNames, apNames
 	for it := 20; it <= iters; it += 20 {
 		f := math.Exp(-float64(it) / 400)
-		h.Losses = append(h.Losses, LossPoint{Iter: it, Total: 3*f + 0.3,
-			RPNObjectness: 0.6*f + 0.02, RPNBox: 0.3*f + 0.03, Class: 0.9*f + 0.1, Box: 0.5*f + 0.05, Mask: 0.7*f + 0.1})
+		losses.Add(it, 3*f+0.3, 0.6*f+0.02, 0.3*f+0.03, 0.9*f+0.1, 0.5*f+0.05, 0.7*f+0.1)
 		if it%200 == 0 {
 			g := 1 - f
-			h.Evals = append(h.Evals, EvalPoint{Iter: it,
-				Box:  APs{AP: Precision(0.7 * g), AP50: Precision(0.95 * g), AP75: Precision(0.6 * g)},
-				Mask: APs{AP: Precision(0.65 * g), AP50: Precision(0.9 * g), AP75: Precision(0.5 * g)}})
+			aps.Add(it, 0.7*g, 0.95*g, 0.65*g, 0.9*g)
 		}
 	}
-	return h
+	return losses, aps
 }
 
 func TestCurves(t *testing.T) {
-	nan := Precision(math.NaN())
+	nan := math.NaN()
 	all := func(n int) []bool { return slices.Repeat([]bool{true}, n) }
-	nLoss := len(model.LossNames)
+	nLoss := len(lossNames)
 
-	undefined := fakeHistory(1000)
-	undefined.Evals[1].Box.AP = nan // a gap in box AP
-	for i := range undefined.Evals {
-		undefined.Evals[i].Mask.AP50 = nan // no mask AP50 at all
+	undefinedLosses, undefined := fakeRun(1000)
+	undefined.Values[1][0] = nan // a gap in box AP
+	for i := range undefined.Values {
+		undefined.Values[i][3] = nan // no mask AP50 at all
 	}
-	undefined.Evals[0].Box.AP50 = nan
+	undefined.Values[0][1] = nan
 
-	odd := fakeHistory(1000)
-	odd.Losses[3].Box, odd.Losses[4].Box = 0, -1
-	odd.Losses[5].Mask = math.NaN()
-	odd.Losses[6].Class = math.Inf(1)
-	for i := range odd.Losses {
-		odd.Losses[i].RPNBox = 0 // never drawable on a log axis
+	odd, oddAPs := fakeRun(1000)
+	odd.Values[3][4], odd.Values[4][4] = 0, -1
+	odd.Values[5][5] = nan
+	odd.Values[6][3] = math.Inf(1)
+	for i := range odd.Values {
+		odd.Values[i][2] = 0 // never drawable on a log axis
 	}
+	odd.Values[7] = odd.Values[7][:5] // a row without its last loss
 
-	noEvals := fakeHistory(1000)
-	noEvals.Evals = nil
+	noEvals, _ := fakeRun(1000)
+	full, fullAPs := fakeRun(1000)
 
-	one := History{Losses: []LossPoint{{Iter: 20, Total: 1, RPNObjectness: 0.2, RPNBox: 0.2, Class: 0.2, Box: 0.2, Mask: 0.2}},
-		Evals: []EvalPoint{{Iter: 20, Box: APs{AP: 0.1, AP50: 0.3}, Mask: APs{AP: 0.5, AP50: 0.7}}}}
+	one := Series{Names: lossNames}
+	one.Add(20, 1, 0.2, 0.2, 0.2, 0.2, 0.2)
+	oneAP := Series{Names: apNames}
+	oneAP.Add(20, 0.1, 0.3, 0.5, 0.7)
+
+	// A box detector's: three losses, box AP and AP50.
+	boxLosses, boxAPs := Series{Names: []string{"total", "class", "giou"}}, Series{Names: []string{"box AP", "box AP50"}}
+	for i, row := range full.Values {
+		boxLosses.Add(full.Iters[i], row[0], row[3], row[4])
+	}
+	for i, row := range fullAPs.Values {
+		boxAPs.Add(fullAPs.Iters[i], row[0], row[1])
+	}
 
 	for _, tc := range []struct {
-		name     string
-		h        History
-		loss, ap []bool // which series should show in the data areas
+		name        string
+		losses, aps Series
+		loss, ap    []bool // which series should show in the data areas
 	}{
-		{"full", fakeHistory(1000), all(nLoss), all(4)},
-		{"undefined AP", undefined, all(nLoss), []bool{true, true, true, false}},
-		{"losses <= 0, NaN, Inf", odd, []bool{true, true, false, true, true, true}, all(4)},
-		{"no evaluations", noEvals, all(nLoss), make([]bool, 4)},
-		{"empty", History{}, make([]bool, nLoss), make([]bool, 4)},
+		{"full", full, fullAPs, all(nLoss), all(4)},
+		{"undefined AP", undefinedLosses, undefined, all(nLoss), []bool{true, true, true, false}},
+		{"losses <= 0, NaN, Inf", odd, oddAPs, []bool{true, true, false, true, true, true}, all(4)},
+		{"no evaluations", noEvals, Series{Names: apNames}, all(nLoss), make([]bool, 4)},
+		{"empty", Series{Names: lossNames}, Series{Names: apNames}, make([]bool, nLoss), make([]bool, 4)},
 		// A single loss point is no line; a single evaluation is a dot.
-		{"one point", one, make([]bool, nLoss), all(4)},
+		{"one point", one, oneAP, make([]bool, nLoss), all(4)},
+		{"box only", boxLosses, boxAPs, all(3), all(2)},
 	} {
 		var img *image.RGBA
 		var lay curvesLayout
@@ -82,7 +98,7 @@ func TestCurves(t *testing.T) {
 					t.Fatalf("%s: panic: %v", tc.name, r)
 				}
 			}()
-			img, lay = drawCurves(tc.h)
+			img, lay = drawCurves(tc.losses, tc.aps)
 		}()
 		if img.Bounds() != image.Rect(0, 0, curvesWidth, curvesHeight) {
 			t.Fatalf("%s: bounds %v", tc.name, img.Bounds())
@@ -163,7 +179,7 @@ func count(img *image.RGBA, r image.Rectangle, c color.RGBA) int {
 // curves.png as train writes it: a PNG of the intended size.
 func TestCurvesPNG(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "curves.png")
-	if err := viz.SavePNG(path, curves(fakeHistory(3200))); err != nil {
+	if err := viz.SavePNG(path, Curves(fakeRun(3200))); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Open(path)
