@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -242,4 +243,21 @@ func (p *Params) SetRunningStats(name string, mean, variance []float32) error {
 		}
 	}
 	return nil
+}
+
+// Free gives the device memory of the tensors back (nothing on the host).
+// The store and the graphs bound to it cannot be used afterwards.
+func (p *Params) Free() error {
+	if p.dev == nil {
+		return nil
+	}
+	var errs []error
+	for _, name := range p.names {
+		errs = append(errs, p.dev.FreeDense(p.values[name]))
+	}
+	for _, name := range p.bns {
+		errs = append(errs, p.dev.FreeDense(p.stats[name][0]), p.dev.FreeDense(p.stats[name][1]))
+	}
+	p.values, p.stats, p.names, p.bns = map[string]*tensor.Dense{}, map[string][2]*tensor.Dense{}, nil, nil
+	return errors.Join(errs...)
 }

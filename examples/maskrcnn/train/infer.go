@@ -70,6 +70,7 @@ func Infer(opt InferOptions) error {
 		fmt.Fprintf(log, "%d boxes of %s crossed their image's border and were clipped to it\n", ds.ClippedBoxes, opt.Images)
 	}
 	params := model.NewParams(ckpt.Run.Seed, opt.Device)
+	defer params.Free()
 	net, err := model.Build(ckpt.Run.Model, params, model.Infer, opt.Batch)
 	if err != nil {
 		return err

@@ -95,6 +95,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	}
 
 	params := model.NewParams(run.Seed, opt.Device)
+	defer params.Free()
 	trainNet, err := model.Build(run.Model, params, model.Train, run.Batch)
 	if err != nil {
 		return nil, err
