@@ -10,8 +10,9 @@ import "math"
 // deltas [N, A*4, H, W] index the same anchors, so RPN targets need no
 // reshaping or transposing in the graph.
 func Anchors(cfg Config) [][]Box {
-	levels := make([][]Box, len(Strides))
-	for l, stride := range Strides {
+	strides := cfg.Strides()
+	levels := make([][]Box, len(strides))
+	for l, stride := range strides {
 		n := cfg.LevelSize(l)
 		s := float64(stride)
 		size := cfg.AnchorSizes[l]

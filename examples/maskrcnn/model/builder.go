@@ -143,15 +143,24 @@ func (b *builder) convBN(x *G.Node, name string, cout, k, stride int, act ops.Ac
 	return b.check(ops.ConvBN(x, wt, bn, residual, cfg))
 }
 
-// backbone is a small ResNet: a stride-2 3x3 stem, then three stages of
+// backbone returns the outputs of the backbone's stages (Config.Backbone),
+// finest first.
+func (b *builder) backbone(x *G.Node) []*G.Node {
+	if b.net.cfg.Backbone == BackboneResNet50 {
+		return b.resNet50(x)
+	}
+	return b.basicResNet(x)
+}
+
+// basicResNet is BackboneBasic: a stride-2 3x3 stem, then three stages of
 // basic blocks (two 3x3 ConvBN layers and a shortcut, 1x1 ConvBN where the
 // shape changes) whose first block halves the resolution. It returns the
 // outputs of the stages, at strides 4, 8 and 16.
-func (b *builder) backbone(x *G.Node) []*G.Node {
+func (b *builder) basicResNet(x *G.Node) []*G.Node {
 	cfg := b.net.cfg
 	c := b.convBN(x, "stem", cfg.Width, 3, 2, ops.ActReLU, nil)
 	var feats []*G.Node
-	for s := range Strides {
+	for s := range 3 {
 		ch := cfg.Width << (s + 1)
 		for blk := range cfg.Depth {
 			name := fmt.Sprintf("stage%d.%d", s+1, blk)
@@ -165,6 +174,40 @@ func (b *builder) backbone(x *G.Node) []*G.Node {
 			}
 			y := b.convBN(c, name+".conv1", ch, 3, stride, ops.ActReLU, nil)
 			c = b.convBN(y, name+".conv2", ch, 3, 1, ops.ActReLU, shortcut)
+		}
+		feats = append(feats, c)
+	}
+	return feats
+}
+
+// resNet50 is BackboneResNet50: the 7x7 stem and max pooling, then
+// bottleneck blocks (1x1, 3x3 carrying the stride, 1x1 to four times the
+// width, each ConvBN, the last adding the shortcut before its ReLU; a 1x1
+// ConvBN shortcut where the shape changes). It returns the four stages'
+// outputs, at strides 4 to 32.
+func (b *builder) resNet50(x *G.Node) []*G.Node {
+	cfg := b.net.cfg
+	c := b.convBN(x, "stem", cfg.Width, 7, 2, ops.ActReLU, nil)
+	if b.err != nil {
+		return nil
+	}
+	c = b.check(ops.MaxPool2d(c, ops.MaxPool2dConfig{Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}, Pad: [2]int{1, 1}}))
+	var feats []*G.Node
+	for s, blocks := range resNet50Blocks {
+		width := cfg.Width << s
+		for blk := range blocks {
+			name := fmt.Sprintf("layer%d.%d", s+1, blk)
+			stride := 1
+			if blk == 0 && s > 0 {
+				stride = 2
+			}
+			shortcut := c
+			if b.err == nil && (stride != 1 || c.Shape()[1] != 4*width) {
+				shortcut = b.convBN(c, name+".down", 4*width, 1, stride, ops.ActNone, nil)
+			}
+			y := b.convBN(c, name+".conv1", width, 1, 1, ops.ActReLU, nil)
+			y = b.convBN(y, name+".conv2", width, 3, stride, ops.ActReLU, nil)
+			c = b.convBN(y, name+".conv3", 4*width, 1, 1, ops.ActReLU, shortcut)
 		}
 		feats = append(feats, c)
 	}
@@ -198,6 +241,10 @@ func (b *builder) fpn(feats []*G.Node) []*G.Node {
 		w := normal(1 / math.Sqrt(float64(9*f)))
 		out[i] = b.conv(top, fmt.Sprintf("fpn.output%d", i), f, 3, 1, ops.ActNone, &w)
 	}
+	if b.net.cfg.ExtraLevel && b.err == nil {
+		// torchvision's LastLevelMaxPool: max_pool2d(kernel 1, stride 2).
+		out = append(out, b.check(ops.MaxPool2d(out[len(out)-1], ops.MaxPool2dConfig{Kernel: [2]int{1, 1}, Stride: [2]int{2, 2}})))
+	}
 	return out
 }
 
@@ -221,11 +268,12 @@ func (b *builder) pool(pyramid []*G.Node, rois *G.Node, size int, columns bool) 
 		return nil
 	}
 	cfg := b.net.cfg
-	scales := make([]float64, len(Strides))
-	for l, s := range Strides {
+	levels := cfg.PoolLevels()
+	scales := make([]float64, levels)
+	for l, s := range cfg.Strides()[:levels] {
 		scales[l] = 1 / float64(s)
 	}
-	return b.check(ops.MultiLevelRoIAlign(pyramid, rois, ops.MultiLevelRoIAlignConfig{
+	return b.check(ops.MultiLevelRoIAlign(pyramid[:levels], rois, ops.MultiLevelRoIAlignConfig{
 		PooledH: size, PooledW: size, SamplingRatio: 2, Aligned: true, Scales: scales,
 		CanonicalSize: cfg.CanonicalSize, CanonicalLevel: cfg.CanonicalLevel, Columns: columns,
 	}))
@@ -268,7 +316,12 @@ func (b *builder) maskHead(pyramid []*G.Node, rois *G.Node) *G.Node {
 	cfg := b.net.cfg
 	x := b.pool(pyramid, rois, cfg.MaskPoolSize, false)
 	for i := range cfg.MaskConvs {
-		x = b.convBN(x, fmt.Sprintf("mask.conv%d", i), cfg.MaskChannels, 3, 1, ops.ActReLU, nil)
+		name := fmt.Sprintf("mask.conv%d", i)
+		if cfg.MaskConvBias {
+			x = b.conv(x, name, cfg.MaskChannels, 3, 1, ops.ActReLU, nil)
+		} else {
+			x = b.convBN(x, name, cfg.MaskChannels, 3, 1, ops.ActReLU, nil)
+		}
 	}
 	if b.err != nil {
 		return nil

@@ -169,7 +169,7 @@ func (n *Net) rpnLevelShapes(l int) (obj, del tensor.Shape) {
 }
 
 func (n *Net) rpnOutputs(in [][]float32) rpnOutputs {
-	levels := len(Strides)
+	levels := len(n.anchors)
 	return rpnOutputs{obj: in[:levels], delta: in[levels : 2*levels]}
 }
 
@@ -177,7 +177,7 @@ func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 	cfg, g := n.cfg, n.g
 	n.step = &stepState{}
 	var rpnObjs, rpnBoxes []*G.Node
-	for l := range Strides {
+	for l := range n.anchors {
 		os, ds := n.rpnLevelShapes(l)
 		var ts [4]*tensor.Dense
 		var in [4]*G.Node
@@ -202,11 +202,11 @@ func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 		{km, 5}, {km, nc, m, m}, {km, nc, m, m},
 	}
 	sampler := &hostOp{name: "sample RoIs", size: autograd.PackedSize(shapes...), run: n.sampleHeads}
-	for l := range Strides {
+	for l := range n.anchors {
 		os, _ := n.rpnLevelShapes(l)
 		sampler.in = append(sampler.in, os)
 	}
-	for l := range Strides {
+	for l := range n.anchors {
 		_, ds := n.rpnLevelShapes(l)
 		sampler.in = append(sampler.in, ds)
 	}
@@ -248,11 +248,11 @@ func (n *Net) buildInference(b *builder, pyramid, obj, del []*G.Node) error {
 	rt, d := cfg.RPNPostNMSTest, cfg.MaxDetections
 	k := n.batch * rt
 	props := &hostOp{name: "proposals", size: 6 * k, run: n.inferProposals}
-	for l := range Strides {
+	for l := range n.anchors {
 		os, _ := n.rpnLevelShapes(l)
 		props.in = append(props.in, os)
 	}
-	for l := range Strides {
+	for l := range n.anchors {
 		_, ds := n.rpnLevelShapes(l)
 		props.in = append(props.in, ds)
 	}
@@ -356,7 +356,7 @@ func (n *Net) TrainStep(pix [][]float32, targets []Target, rng *rand.Rand, lr fl
 		return out, err
 	}
 	rt := AssignRPN(n.cfg, n.anchors, targets, rng)
-	for l := range Strides {
+	for l := range n.anchors {
 		for i, src := range [][]float32{rt.Obj[l], rt.ObjW[l], rt.Delta[l], rt.DeltaW[l]} {
 			copy(n.rpnT[l][i].Float32s(), src)
 		}

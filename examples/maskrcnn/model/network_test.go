@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -71,3 +72,37 @@ func TestGraphsPlaceOnADevice(t *testing.T) {
 		}
 	}
 }
+
+// The r50fpn preset is torchvision's maskrcnn_resnet50_fpn layer for layer:
+// its training graph at 512x512 x 8 places on a device, and it has as
+// many learnable scalars as torchvision's model for the same classes,
+// less what the layouts differ in (see r50fpnParams).
+func TestR50FPNPreset(t *testing.T) {
+	cfg := R50FPNConfig(3, 512)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Strides(), []int{4, 8, 16, 32, 64}; !slices.Equal(got, want) || cfg.PoolLevels() != 4 {
+		t.Fatalf("strides %v and %d pooled levels, want %v and 4", got, cfg.PoolLevels(), want)
+	}
+	p := NewParams(1, nil)
+	n, err := build(cfg, p, Train, 8, new(backend.Device), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ops.CheckPlacement(n.g); err != nil {
+		t.Error(err)
+	}
+	if got := p.Size(); got != r50fpnParams {
+		t.Errorf("%d learnable scalars, want %d", got, r50fpnParams)
+	}
+}
+
+// r50fpnParams is the learnable scalars of
+// maskrcnn_resnet50_fpn(weights=None, weights_backbone=None,
+// num_classes=4) in torchvision 0.14, 43,986,279
+// (testdata/count_r50fpn.py counts them), less torchvision's box regression for the background class
+// (1024*4 weights and 4 biases: this model regresses foreground classes
+// only) and its mask logits of the background class (256 weights and a
+// bias).
+const r50fpnParams = 43986279 - (1024*4 + 4) - (256 + 1)
