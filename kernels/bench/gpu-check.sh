@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs stheno's GPU test binaries (built here by `make gpu-bins`) on a GPU
 # machine, from the repository root. Logs go to $OUT (default ./out).
-#   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors|core|encoder|profile|stalls]...
+#   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors|core|encoder|maskrcnn|profile|stalls]...
 # The sanitize step reads SAN_TOOLS, SAN_GROUPS and SAN_TIMEOUT (below).
 # It exits 1 when a test binary failed or a sanitizer tool reported errors
 # (or ran out of time), else 0.
@@ -65,6 +65,7 @@ ddpid=
 # The encoder step's PyTorch side: a copy of ../shared/anchors/encoder_stack
 # beside the copies of deformable_detr_msda and deformable_detr_model.
 ENC_DIR=${ENC_DIR:-gpucarry/encoder_stack}
+MRCNN_DIR=${MRCNN_DIR:-gpucarry/torchvision_maskrcnn}
 case " $what " in
 *" anchors "* | *" encoder "*)
 	if [ -f "$DD_DIR/build.py" ]; then
@@ -237,6 +238,23 @@ for step in $what; do
 		(cd ops && STHENO_ENCODER='n=1,layers=6' "$root/bin/ops.test" -test.run '^$' -test.bench 'GPUEncoderStep/.*/.*/machine=stheno' \
 			-test.benchtime 300x -test.cpuprofile "$OUT/encoder-cpu.prof" >"$OUT/encoder-profile.log" 2>&1)
 		grep -E "^Benchmark" "$OUT/encoder-profile.log"
+		;;
+	maskrcnn)
+		# Mask R-CNN's training step and prediction: the r50fpn preset
+		# (examples/maskrcnn/model's BenchmarkGPUR50FPN*) against
+		# torchvision's maskrcnn_resnet50_fpn ($MRCNN_DIR, a copy of
+		# ../shared/anchors/torchvision_maskrcnn, with AdamW as the example
+		# trains) on the same work, 512x512 x 8, in this run.
+		echo "== Mask R-CNN R50-FPN step and prediction (log $OUT/maskrcnn.log)"
+		(cd examples/maskrcnn/model && "$root/bin/examples_maskrcnn_model.test" -test.run '^$' -test.bench 'GPUR50FPN' \
+			-test.benchtime 20x -test.v >"$OUT/maskrcnn.log" 2>&1)
+		grep -E "^(Benchmark|FAIL|panic)|bench_gpu_test" "$OUT/maskrcnn.log"
+		if [ -f "$MRCNN_DIR/maskrcnn_step.py" ]; then
+			python3 "$MRCNN_DIR/maskrcnn_step.py" --size 512 --batch 8 --amp off --optimizer adamw --steps 20 2>&1 | tee "$OUT/maskrcnn-anchor.log"
+		else
+			echo "== no $MRCNN_DIR: torchvision's training step not measured"
+		fi
+		python3 kernels/bench/anchors_maskrcnn_infer.py --size 512 --batch 8 2>&1 | tee -a "$OUT/maskrcnn-anchor.log"
 		;;
 	core)
 		# The general ops (softmax, norms, elementwise, layout, attention,

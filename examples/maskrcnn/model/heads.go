@@ -1,6 +1,11 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
 
 // The host steps of the graphs: what the host ops run.
 
@@ -54,9 +59,9 @@ func (n *Net) sampleHeads(in [][]float32, out []float32) error {
 	sampled := make([][]sampledRoI, n.batch)
 	withMask := make([][]sampledRoI, n.batch)
 	total, totalMask := 0, 0
+	props := n.allProposals(rpn, cfg.RPNPostNMSTrain)
 	for img := range n.batch {
-		props := proposals(cfg, n.anchors, rpn, img, cfg.RPNPreNMS, cfg.RPNPostNMSTrain, cfg.RPNNMS)
-		sampled[img] = sampleRoIs(cfg, props, st.targets[img], st.rng)
+		sampled[img] = sampleRoIs(cfg, props[img], st.targets[img], st.rng)
 		total += len(sampled[img])
 		for _, s := range sampled[img] {
 			if s.label > 0 && st.targets[img].Masks[s.matched] != nil && len(withMask[img]) < mr {
@@ -127,8 +132,8 @@ func (n *Net) inferProposals(in [][]float32, out []float32) error {
 	c := carver{buf: out}
 	rois, valid := c.take(5*k), c.take(k)
 	whole := Box{0, 0, float64(cfg.ImageSize), float64(cfg.ImageSize)}
-	for img := range n.batch {
-		props := proposals(cfg, n.anchors, rpn, img, cfg.RPNPreNMS, rt, cfg.RPNNMS)
+	all := n.allProposals(rpn, rt)
+	for img, props := range all {
 		for j := range rt {
 			row := img*rt + j
 			if j < len(props) {
@@ -196,4 +201,33 @@ func (n *Net) inferDetections(in [][]float32, out []float32) error {
 		}
 	}
 	return nil
+}
+
+// allProposals returns every image's proposals (at most post each), the
+// images decoded and NMS'd in parallel: on a large model (R50FPNConfig:
+// 2000 boxes per level before NMS) they are the longest host step.
+func (n *Net) allProposals(rpn rpnOutputs, post int) [][]Box {
+	cfg := n.cfg
+	out := make([][]Box, n.batch)
+	parallelImages(n.batch, func(img int) {
+		out[img] = proposals(cfg, n.anchors, rpn, img, cfg.RPNPreNMS, post, cfg.RPNNMS)
+	})
+	return out
+}
+
+// parallelImages runs f for each of n images, on up to GOMAXPROCS
+// goroutines. f must only write what belongs to its image.
+func parallelImages(n int, f func(img int)) {
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for range min(n, runtime.GOMAXPROCS(0)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for img := int(next.Add(1) - 1); img < n; img = int(next.Add(1) - 1) {
+				f(img)
+			}
+		}()
+	}
+	wg.Wait()
 }

@@ -3,8 +3,10 @@ package model
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -81,7 +83,27 @@ type Net struct {
 
 	// Inference.
 	detVal, maskVal G.Value
+
+	hostTimes map[string]time.Duration // HostTimes
 }
+
+// timed wraps a host step so that HostTimes counts its time under name.
+func (n *Net) timed(name string, run func(in [][]float32, out []float32) error) func(in [][]float32, out []float32) error {
+	return func(in [][]float32, out []float32) error {
+		start := time.Now()
+		err := run(in, out)
+		n.hostTimes[name] += time.Since(start)
+		return err
+	}
+}
+
+// HostTimes returns the time the net's runs have spent in each of its host
+// steps (the RPN's targets, sampling RoIs, proposals, detections), since
+// Build or the last ResetHostTimes: what a step's breakdown needs.
+func (n *Net) HostTimes() map[string]time.Duration { return maps.Clone(n.hostTimes) }
+
+// ResetHostTimes sets HostTimes' counts to zero.
+func (n *Net) ResetHostTimes() { clear(n.hostTimes) }
 
 // stepState is what the host ops of a training graph see of the current
 // step: the ground truth and the random stream of the sampling.
@@ -111,7 +133,8 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 		// value per channel: 2 images of 4x4 at least.
 		return nil, fmt.Errorf("model: Build: batch must be at least %d, got %d", map[Mode]int{Train: 2, Infer: 1}[mode], batch)
 	}
-	n := &Net{cfg: cfg, dev: dev, mode: mode, batch: batch, params: params, anchors: Anchors(cfg), g: G.NewGraph()}
+	n := &Net{cfg: cfg, dev: dev, mode: mode, batch: batch, params: params, anchors: Anchors(cfg), g: G.NewGraph(),
+		hostTimes: map[string]time.Duration{}}
 	b := &builder{net: n, nodes: map[string]*G.Node{}}
 	s := cfg.ImageSize
 	n.images = tensor.New(tensor.Of(tensor.Float32), tensor.WithShape(batch, 3, s, s))
@@ -201,7 +224,7 @@ func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 		{k, 5}, {k}, {k}, {1, 4 * nc, k, 1}, {1, 4 * nc, k, 1},
 		{km, 5}, {km, nc, m, m}, {km, nc, m, m},
 	}
-	sampler := &hostOp{name: "sample RoIs", size: autograd.PackedSize(shapes...), run: n.sampleHeads}
+	sampler := &hostOp{name: "sample RoIs", size: autograd.PackedSize(shapes...), run: n.timed("sample RoIs", n.sampleHeads)}
 	for l := range n.anchors {
 		os, _ := n.rpnLevelShapes(l)
 		sampler.in = append(sampler.in, os)
@@ -247,7 +270,7 @@ func (n *Net) buildInference(b *builder, pyramid, obj, del []*G.Node) error {
 	cfg := n.cfg
 	rt, d := cfg.RPNPostNMSTest, cfg.MaxDetections
 	k := n.batch * rt
-	props := &hostOp{name: "proposals", size: 6 * k, run: n.inferProposals}
+	props := &hostOp{name: "proposals", size: 6 * k, run: n.timed("proposals", n.inferProposals)}
 	for l := range n.anchors {
 		os, _ := n.rpnLevelShapes(l)
 		props.in = append(props.in, os)
@@ -269,7 +292,7 @@ func (n *Net) buildInference(b *builder, pyramid, obj, del []*G.Node) error {
 		return b.err
 	}
 	kd := n.batch * d
-	det := &hostOp{name: "detections", size: 8 * kd, run: n.inferDetections,
+	det := &hostOp{name: "detections", size: 8 * kd, run: n.timed("detections", n.inferDetections),
 		in: []tensor.Shape{{6 * k}, cls.Shape().Clone(), reg.Shape().Clone()}}
 	detPacked := b.check(G.ApplyOp(det, propPacked, b.toHost(cls), b.toHost(reg)))
 	if b.err != nil {
@@ -355,7 +378,9 @@ func (n *Net) TrainStep(pix [][]float32, targets []Target, rng *rand.Rand, lr fl
 	if err := n.setImages(pix); err != nil {
 		return out, err
 	}
+	start := time.Now()
 	rt := AssignRPN(n.cfg, n.anchors, targets, rng)
+	n.hostTimes["RPN targets"] += time.Since(start)
 	for l := range n.anchors {
 		for i, src := range [][]float32{rt.Obj[l], rt.ObjW[l], rt.Delta[l], rt.DeltaW[l]} {
 			copy(n.rpnT[l][i].Float32s(), src)

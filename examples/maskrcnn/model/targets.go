@@ -121,10 +121,15 @@ func AssignRPN(cfg Config, anchors [][]Box, targets []Target, rng *rand.Rand) RP
 	type picked struct{ pos, neg, matched []int }
 	picks := make([]picked, n)
 	total := 0
-	for img, tg := range targets {
-		labels, matched := rpnLabels(flat, tg.Boxes, cfg.RPNFgIoU, cfg.RPNBgIoU)
-		pos, neg := sample(rng, labels, cfg.RPNBatch, 0.5)
-		picks[img] = picked{pos, neg, matched}
+	// The anchors' labels of each image in parallel; the sampling after,
+	// in image order, as it draws from rng.
+	labels, matched := make([][]int8, n), make([][]int, n)
+	parallelImages(n, func(img int) {
+		labels[img], matched[img] = rpnLabels(flat, targets[img].Boxes, cfg.RPNFgIoU, cfg.RPNBgIoU)
+	})
+	for img := range targets {
+		pos, neg := sample(rng, labels[img], cfg.RPNBatch, 0.5)
+		picks[img] = picked{pos, neg, matched[img]}
 		total += len(pos) + len(neg)
 	}
 	if total == 0 {

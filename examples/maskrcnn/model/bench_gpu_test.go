@@ -1,0 +1,203 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/examples/internal/data"
+)
+
+// The r50fpn preset timed as ../shared/anchors/torchvision_maskrcnn/
+// maskrcnn_step.py times torchvision's maskrcnn_resnet50_fpn (and
+// kernels/bench/anchors_maskrcnn_infer.py its inference): random images,
+// four random boxes of each image with box-shaped masks, three foreground
+// classes, AdamW at lr 1e-4 and weight decay 1e-4 with no clipping, 5
+// warm-up steps. STHENO_MASKRCNN_BENCH=size=512,batch=8 (the default)
+// chooses the work. kernels/bench/gpu-check.sh maskrcnn runs both sides.
+
+// r50fpnBenchCase reads STHENO_MASKRCNN_BENCH.
+func r50fpnBenchCase(b *testing.B) (size, batch int) {
+	size, batch = 512, 8
+	if v := os.Getenv("STHENO_MASKRCNN_BENCH"); v != "" {
+		for _, kv := range strings.Split(v, ",") {
+			var err error
+			switch {
+			case strings.HasPrefix(kv, "size="):
+				_, err = fmt.Sscan(strings.TrimPrefix(kv, "size="), &size)
+			case strings.HasPrefix(kv, "batch="):
+				_, err = fmt.Sscan(strings.TrimPrefix(kv, "batch="), &batch)
+			default:
+				err = fmt.Errorf("unknown key")
+			}
+			if err != nil {
+				b.Fatalf("STHENO_MASKRCNN_BENCH=%q: %q: want size=N,batch=N", v, kv)
+			}
+		}
+	}
+	return size, batch
+}
+
+// benchBatch is the anchor's synthetic batch: uniform pixels, and per
+// image four boxes at xy ~ U[0, 0.6 size), wh ~ U[16, 16 + 0.3 size),
+// clipped at size-1, each with its box as mask and a random class.
+func benchBatch(rng *rand.Rand, size, n int) ([][]float32, []Target) {
+	pix := make([][]float32, n)
+	targets := make([]Target, n)
+	for i := range n {
+		pix[i] = make([]float32, 3*size*size)
+		for j := range pix[i] {
+			pix[i][j] = rng.Float32()
+		}
+		for range 4 {
+			x, y := rng.Float64()*float64(size)*0.6, rng.Float64()*float64(size)*0.6
+			w, h := rng.Float64()*float64(size)*0.3+16, rng.Float64()*float64(size)*0.3+16
+			box := Box{x, y, min(x+w, float64(size-1)), min(y+h, float64(size-1))}
+			m := data.NewMask(size, size)
+			for py := int(box[1]); py < int(box[3]); py++ {
+				for px := int(box[0]); px < int(box[2]); px++ {
+					m.Bits[py*size+px] = true
+				}
+			}
+			targets[i].Boxes = append(targets[i].Boxes, box)
+			targets[i].Classes = append(targets[i].Classes, rng.IntN(3))
+			targets[i].Masks = append(targets[i].Masks, m)
+		}
+	}
+	return pix, targets
+}
+
+func benchGPU(b *testing.B) *backend.Device {
+	dev, err := backend.Open(0)
+	if errors.Is(err, backend.ErrNoDevice) {
+		b.Skipf("no GPU: %v", err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	return dev
+}
+
+// reportHostTimes reports the host steps' time per step, and logs them.
+func reportHostTimes(b *testing.B, n *Net, steps int) {
+	times := n.HostTimes()
+	names := slices.Sorted(func(yield func(string) bool) {
+		for k := range times {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	var parts []string
+	for _, k := range names {
+		ms := times[k].Seconds() * 1e3 / float64(steps)
+		b.ReportMetric(ms, strings.ReplaceAll(k, " ", "-")+"-ms")
+		parts = append(parts, fmt.Sprintf("%s %.2f ms", k, ms))
+	}
+	b.Logf("host steps per step: %s", strings.Join(parts, ", "))
+}
+
+// BenchmarkGPUR50FPNStep: one training step (forward, losses, backward,
+// AdamW) of the r50fpn preset. Metrics: ms and img/s per step, the peak
+// device memory over the timed steps (the allocator's high-water mark,
+// as torch.cuda.max_memory_allocated), each host step's ms per step.
+func BenchmarkGPUR50FPNStep(b *testing.B) {
+	dev := benchGPU(b)
+	defer dev.Close()
+	size, batch := r50fpnBenchCase(b)
+	params := NewParams(1, dev)
+	defer params.Free()
+	n, err := Build(R50FPNConfig(3, size), params, Train, batch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	if err := n.NewOptimizer(1e-4, 0); err != nil {
+		b.Fatal(err)
+	}
+	pix, targets := benchBatch(rand.New(rand.NewPCG(1, 2)), size, batch)
+	rng := rand.New(rand.NewPCG(3, 4))
+	step := func() {
+		l, err := n.TrainStep(pix, targets, rng, 1e-4)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !finite(l[0]) {
+			b.Fatalf("loss %v", l)
+		}
+	}
+	for range 5 {
+		step()
+	}
+	if err := dev.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	dev.ResetPeakMemory()
+	n.ResetHostTimes()
+	counts := dev.Counters()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		step()
+	}
+	if err := dev.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	wall := time.Since(start)
+	b.StopTimer()
+	per := dev.Counters().Sub(counts)
+	ms := wall.Seconds() * 1e3 / float64(b.N)
+	b.ReportMetric(ms, "ms")
+	b.ReportMetric(float64(batch)*1e3/ms, "img/s")
+	b.ReportMetric(float64(dev.MemStats().PeakInUse)/(1<<30), "peak-GiB")
+	b.ReportMetric(float64(per.Launches)/float64(b.N), "launches")
+	b.ReportMetric(float64(per.Gemms)/float64(b.N), "gemms")
+	b.ReportMetric(float64(per.Waits)/float64(b.N), "waits")
+	reportHostTimes(b, n, b.N)
+	b.Logf("%s: size %d batch %d, %d parameters, %.1f ms/step", dev, size, batch, params.Size(), ms)
+}
+
+// BenchmarkGPUR50FPNInfer: prediction with the r50fpn preset (its
+// inference graph: proposals, box head, detections, mask head) on the
+// same images, from the untrained model: the model's throughput (-infer
+// also pastes the masks into the images and writes files).
+func BenchmarkGPUR50FPNInfer(b *testing.B) {
+	dev := benchGPU(b)
+	defer dev.Close()
+	size, batch := r50fpnBenchCase(b)
+	params := NewParams(1, dev)
+	defer params.Free()
+	n, err := Build(R50FPNConfig(3, size), params, Infer, batch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	pix, _ := benchBatch(rand.New(rand.NewPCG(1, 2)), size, batch)
+	for range 3 {
+		if _, _, err := n.Predict(pix); err != nil {
+			b.Fatal(err)
+		}
+	}
+	dev.ResetPeakMemory()
+	n.ResetHostTimes()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		if _, _, err := n.Predict(pix); err != nil {
+			b.Fatal(err)
+		}
+	}
+	wall := time.Since(start)
+	b.StopTimer()
+	ms := wall.Seconds() * 1e3 / float64(b.N)
+	b.ReportMetric(ms, "ms")
+	b.ReportMetric(float64(batch)*1e3/ms, "img/s")
+	b.ReportMetric(float64(dev.MemStats().PeakInUse)/(1<<30), "peak-GiB")
+	reportHostTimes(b, n, b.N)
+}
