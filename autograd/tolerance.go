@@ -66,13 +66,16 @@ var (
 
 	// TolTraining compares two training runs from the same weights and
 	// data, one on the CPU and one on a GPU: the means of each loss over
-	// windows of 20 iterations (examples/maskrcnn's first 200). Each step
+	// windows of 40 iterations (examples/maskrcnn's first 200). Each step
 	// differs by TF32 products and the order of atomic sums (TolTF32 and
 	// TolParity32 per kernel), and more by discrete choices those move:
 	// the RoIs a step samples change when a proposal crosses an IoU
-	// threshold, so single iterations differ by a sample's worth and only
-	// the means are close.
-	TolTraining = Tolerance{Abs: 2e-3, Rel: 5e-2}
+	// threshold, so from the first iterations on the two runs are two
+	// draws of the same noisy training, single iterations' losses differ
+	// by up to a quarter, and a window's mean by its sampling noise (up to
+	// 5% of the mean measured on an H200, in either precision). Abs is for
+	// the RPN's box loss, of the order of 0.004.
+	TolTraining = Tolerance{Abs: 1e-3, Rel: 0.1}
 )
 
 // TolTF32For is TolTF32 for TF32 sums of natural size size (the rms of the

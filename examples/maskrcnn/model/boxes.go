@@ -85,20 +85,60 @@ func NMS(boxes []Box, scores []float64, thresh float64, limit int) []int {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(scores[b], scores[a]) })
+	// The kept boxes' corners and areas side by side, which the inner loop
+	// reads in order: IoU's arithmetic without its calls. A box with a NaN
+	// corner overlaps nothing (IoU 0): it is kept as an empty box at
+	// infinity, and skips the loop.
 	var keep []int
+	var kx1, ky1, kx2, ky2, karea []float64
+	inf := math.Inf(1)
 	for _, i := range order {
 		if limit > 0 && len(keep) == limit {
 			break
 		}
+		b := boxes[i]
+		if math.IsNaN(b[0] + b[1] + b[2] + b[3]) {
+			keep = append(keep, i)
+			kx1, ky1, kx2, ky2 = append(kx1, inf), append(ky1, inf), append(kx2, -inf), append(ky2, -inf)
+			karea = append(karea, 0)
+			continue
+		}
+		area := Area(b)
 		ok := true
-		for _, j := range keep {
-			if IoU(boxes[i], boxes[j]) > thresh {
+		for j := range keep {
+			// min and max, for boxes without NaN.
+			x1, y1, x2, y2 := b[0], b[1], b[2], b[3]
+			if kx1[j] > x1 {
+				x1 = kx1[j]
+			}
+			if kx2[j] < x2 {
+				x2 = kx2[j]
+			}
+			iw := x2 - x1
+			if !(iw > 0) {
+				continue
+			}
+			if ky1[j] > y1 {
+				y1 = ky1[j]
+			}
+			if ky2[j] < y2 {
+				y2 = ky2[j]
+			}
+			ih := y2 - y1
+			if !(ih > 0) {
+				continue
+			}
+			inter := iw * ih
+			union := area + karea[j] - inter
+			if union > 0 && inter/union > thresh {
 				ok = false
 				break
 			}
 		}
 		if ok {
 			keep = append(keep, i)
+			kx1, ky1, kx2, ky2 = append(kx1, b[0]), append(ky1, b[1]), append(kx2, b[2]), append(ky2, b[3])
+			karea = append(karea, area)
 		}
 	}
 	return keep

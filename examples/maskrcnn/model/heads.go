@@ -1,6 +1,7 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -94,31 +95,45 @@ func (n *Net) sampleHeads(in [][]float32, out []float32) error {
 		}
 	}
 	wm := float32(1 / float64(max(totalMask, 1)*m*m))
-	for img := range n.batch {
+	errs := make([]error, n.batch)
+	parallelImages(n.batch, func(img int) {
 		tg, mp := st.targets[img], withMask[img]
+		// The RoIs of each ground-truth mask, resampled together.
+		byMask := map[int][]int{}
+		for j, s := range mp {
+			byMask[s.matched] = append(byMask[s.matched], j)
+		}
+		for g, js := range byMask {
+			boxes := make([]Box, len(js))
+			for i, j := range js {
+				boxes[i] = mp[j].box
+			}
+			ts, err := MaskTargets(tg.Masks[g], boxes, m)
+			if err != nil {
+				errs[img] = err
+				return
+			}
+			for i, j := range js {
+				o := ((img*mr+j)*nc + mp[j].label - 1) * m * m
+				copy(maskT[o:o+m*m], ts[i*m*m:(i+1)*m*m])
+				for q := range m * m {
+					maskW[o+q] = wm
+				}
+			}
+		}
 		for j := range mr {
 			row := img*mr + j
 			switch {
 			case j < len(mp):
-				s := mp[j]
-				putRoI(mrois, row, img, s.box)
-				t, err := MaskTarget(tg.Masks[s.matched], s.box, m)
-				if err != nil {
-					return err
-				}
-				o := (row*nc + s.label - 1) * m * m
-				copy(maskT[o:o+m*m], t)
-				for q := range m * m {
-					maskW[o+q] = wm
-				}
+				putRoI(mrois, row, img, mp[j].box)
 			case len(mp) > 0:
 				putRoI(mrois, row, img, mp[j%len(mp)].box)
 			default:
 				putRoI(mrois, row, img, whole)
 			}
 		}
-	}
-	return nil
+	})
+	return errors.Join(errs...)
 }
 
 // inferProposals is the inference graph's proposal step: the best

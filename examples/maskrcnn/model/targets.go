@@ -200,17 +200,26 @@ func sampleRoIs(cfg Config, proposals []Box, tg Target, rng *rand.Rand) []sample
 // same kernel the mask head's input is pooled with keeps targets and
 // features registered.
 func MaskTarget(mask *data.Mask, box Box, m int) ([]float32, error) {
+	return MaskTargets(mask, []Box{box}, m)
+}
+
+// MaskTargets is MaskTarget of several RoIs of one mask, one after the
+// other: the mask is read once for all of them.
+func MaskTargets(mask *data.Mask, boxes []Box, m int) ([]float32, error) {
 	img := make([]float32, mask.W*mask.H)
 	for i, b := range mask.Bits {
 		if b {
 			img[i] = 1
 		}
 	}
-	out := make([]float32, m*m)
-	p := kernels.RoIAlignParams{N: 1, C: 1, H: mask.H, W: mask.W, K: 1, PooledH: m, PooledW: m,
+	out := make([]float32, len(boxes)*m*m)
+	p := kernels.RoIAlignParams{N: 1, C: 1, H: mask.H, W: mask.W, K: len(boxes), PooledH: m, PooledW: m,
 		SpatialScale: 1, SamplingRatio: 2, Aligned: true}
-	roi := []float32{0, float32(box[0]), float32(box[1]), float32(box[2]), float32(box[3])}
-	if err := kernels.RoIAlignForward(p, img, roi, out); err != nil {
+	rois := make([]float32, 0, 5*len(boxes))
+	for _, b := range boxes {
+		rois = append(rois, 0, float32(b[0]), float32(b[1]), float32(b[2]), float32(b[3]))
+	}
+	if err := kernels.RoIAlignForward(p, img, rois, out); err != nil {
 		return nil, fmt.Errorf("model: MaskTarget: %w", err)
 	}
 	for i, v := range out {

@@ -55,7 +55,7 @@ func gpuParityIters(t *testing.T) int {
 // cuBLAS's products in TF32 (as runs use it) and in full float32
 // (-tf32=false). The test prints how far apart the runs are.
 func TestGPUTrainingFollowsCPU(t *testing.T) {
-	const windowIters = 20
+	const windowIters = 40
 	dev := openGPU(t)
 	iters := gpuParityIters(t)
 	opts := func(dir string, d *backend.Device) Options {
