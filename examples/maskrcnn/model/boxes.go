@@ -78,68 +78,87 @@ func Clip(b Box, size float64) Box {
 // NMS returns the indices of the boxes greedy non-maximum suppression
 // keeps, best score first: a box is dropped when its IoU with a kept,
 // better-scored box exceeds thresh. Ties keep the earlier box. At most
-// limit boxes are kept (no limit when limit <= 0).
+// limit boxes are kept (no limit when limit <= 0). A box with a NaN corner
+// overlaps nothing (IoU 0).
+//
+// A box is compared only with the kept boxes near it: boxes are binned by
+// their top-left corner into square cells as wide as the largest box, and
+// two boxes that overlap lie in the same or neighbouring cells. The
+// result is that of comparing with every kept box (a box is kept when no
+// kept box suppresses it, whatever the order of the comparisons), at a
+// cost that grows with the boxes rather than their square: the RPN's
+// thousands of proposals per level are the longest host step otherwise.
 func NMS(boxes []Box, scores []float64, thresh float64, limit int) []int {
 	order := make([]int, len(boxes))
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(scores[b], scores[a]) })
-	// The kept boxes' corners and areas side by side, which the inner loop
-	// reads in order: IoU's arithmetic without its calls. A box with a NaN
-	// corner overlaps nothing (IoU 0): it is kept as an empty box at
-	// infinity, and skips the loop.
+	// Best score first, ties in index order: a stable sort's order.
+	slices.SortFunc(order, func(a, b int) int {
+		if c := cmp.Compare(scores[b], scores[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	side := 0.0
+	for _, b := range boxes {
+		side = max(side, b[2]-b[0], b[3]-b[1])
+	}
+	if !(side > 0) || math.IsInf(side, 0) {
+		side = math.Inf(1) // one cell: every kept box is near
+	}
+	cell := func(b Box) [2]int64 {
+		if math.IsInf(side, 1) {
+			return [2]int64{}
+		}
+		return [2]int64{int64(math.Floor(b[0] / side)), int64(math.Floor(b[1] / side))}
+	}
+	reach := int64(1) // the neighbouring cells
+	if math.IsInf(side, 1) {
+		reach = 0
+	}
 	var keep []int
-	var kx1, ky1, kx2, ky2, karea []float64
-	inf := math.Inf(1)
+	grid := map[[2]int64][]int{} // cell -> kept boxes (indices into boxes)
 	for _, i := range order {
 		if limit > 0 && len(keep) == limit {
 			break
 		}
 		b := boxes[i]
-		if math.IsNaN(b[0] + b[1] + b[2] + b[3]) {
-			keep = append(keep, i)
-			kx1, ky1, kx2, ky2 = append(kx1, inf), append(ky1, inf), append(kx2, -inf), append(ky2, -inf)
-			karea = append(karea, 0)
+		if math.IsNaN(b[0]+b[1]+b[2]+b[3]) || math.IsInf(b[0]+b[1], 0) {
+			keep = append(keep, i) // overlaps nothing, and nothing finds it
 			continue
 		}
 		area := Area(b)
+		c := cell(b)
 		ok := true
-		for j := range keep {
-			// min and max, for boxes without NaN.
-			x1, y1, x2, y2 := b[0], b[1], b[2], b[3]
-			if kx1[j] > x1 {
-				x1 = kx1[j]
-			}
-			if kx2[j] < x2 {
-				x2 = kx2[j]
-			}
-			iw := x2 - x1
-			if !(iw > 0) {
-				continue
-			}
-			if ky1[j] > y1 {
-				y1 = ky1[j]
-			}
-			if ky2[j] < y2 {
-				y2 = ky2[j]
-			}
-			ih := y2 - y1
-			if !(ih > 0) {
-				continue
-			}
-			inter := iw * ih
-			union := area + karea[j] - inter
-			if union > 0 && inter/union > thresh {
-				ok = false
-				break
+	neighbours:
+		for dy := -reach; dy <= reach; dy++ {
+			for dx := -reach; dx <= reach; dx++ {
+				for _, k := range grid[[2]int64{c[0] + dx, c[1] + dy}] {
+					if suppresses(boxes[k], b, area, thresh) {
+						ok = false
+						break neighbours
+					}
+				}
 			}
 		}
 		if ok {
 			keep = append(keep, i)
-			kx1, ky1, kx2, ky2 = append(kx1, b[0]), append(ky1, b[1]), append(kx2, b[2]), append(ky2, b[3])
-			karea = append(karea, area)
+			grid[c] = append(grid[c], i)
 		}
 	}
 	return keep
+}
+
+// suppresses reports whether IoU(k, b) > thresh, b's area given: IoU's
+// arithmetic, for boxes without NaN.
+func suppresses(k, b Box, area, thresh float64) bool {
+	iw := min(b[2], k[2]) - max(b[0], k[0])
+	ih := min(b[3], k[3]) - max(b[1], k[1])
+	if !(iw > 0 && ih > 0) {
+		return false
+	}
+	inter := iw * ih
+	union := area + Area(k) - inter
+	return union > 0 && inter/union > thresh
 }

@@ -1,7 +1,9 @@
 package model
 
 import (
+	"cmp"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 )
@@ -131,5 +133,91 @@ func TestAnchors(t *testing.T) {
 	}
 	if a := Area(got); !near(a, 48*48) {
 		t.Errorf("area %v, want %v", a, 48*48)
+	}
+}
+
+// NMS keeps exactly what comparing each box with every kept box keeps, on
+// random boxes of mixed sizes with tied scores, duplicates, boxes with
+// NaN or infinite corners, and limits.
+func TestNMSMatchesEveryPairCompared(t *testing.T) {
+	everyPair := func(boxes []Box, scores []float64, thresh float64, limit int) []int {
+		order := make([]int, len(boxes))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(scores[b], scores[a]) })
+		var keep []int
+		for _, i := range order {
+			if limit > 0 && len(keep) == limit {
+				break
+			}
+			ok := true
+			for _, j := range keep {
+				if IoU(boxes[i], boxes[j]) > thresh {
+					ok = false
+					break
+				}
+			}
+			if ok {
+				keep = append(keep, i)
+			}
+		}
+		return keep
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := range 300 {
+		n := 1 + rng.IntN(400)
+		boxes, scores := make([]Box, n), make([]float64, n)
+		for i := range boxes {
+			x, y := rng.Float64()*500-50, rng.Float64()*500-50
+			w, h := math.Exp(rng.Float64()*5), math.Exp(rng.Float64()*5)
+			boxes[i] = Box{x, y, x + w, y + h}
+			scores[i] = float64(rng.IntN(20)) // many ties
+			switch rng.IntN(40) {
+			case 0:
+				boxes[i][rng.IntN(4)] = math.NaN()
+			case 1:
+				boxes[i] = boxes[rng.IntN(i+1)] // a duplicate
+			case 2:
+				if trial%3 == 0 {
+					boxes[i][2] = math.Inf(1)
+				}
+			}
+		}
+		thresh := []float64{0.3, 0.5, 0.7}[trial%3]
+		limit := []int{0, 5, n / 2}[trial%3]
+		got, want := NMS(boxes, scores, thresh, limit), everyPair(boxes, scores, thresh, limit)
+		if !slices.Equal(got, want) {
+			t.Fatalf("trial %d (%d boxes, thresh %v, limit %d): kept %v, every pair compared keeps %v", trial, n, thresh, limit, got, want)
+		}
+	}
+}
+
+// topK is the first k of a stable sort by descending score, on scores
+// with ties and NaNs, for every k.
+func TestTopK(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	for trial := range 200 {
+		n := rng.IntN(300)
+		scores := make([]float32, n)
+		for i := range scores {
+			scores[i] = float32(rng.IntN(1 + trial%50))
+			if rng.IntN(30) == 0 {
+				scores[i] = float32(math.NaN())
+			}
+		}
+		want := make([]int, n)
+		for i := range want {
+			want[i] = i
+		}
+		slices.SortStableFunc(want, func(a, b int) int { return cmp.Compare(scores[b], scores[a]) })
+		for _, k := range []int{0, 1, n / 3, n - 1, n, n + 5} {
+			if k < 0 {
+				continue
+			}
+			if got := topK(scores, k); !slices.Equal(got, want[:min(k, n)]) {
+				t.Fatalf("trial %d, k %d: %v, want %v (scores %v)", trial, k, got, want[:min(k, n)], scores)
+			}
+		}
 	}
 }

@@ -34,12 +34,7 @@ func proposals(cfg Config, anchors [][]Box, out rpnOutputs, n, pre, post int, th
 		hw := size / a
 		obj := out.obj[l][n*size : (n+1)*size]
 		del := out.delta[l][n*4*size : (n+1)*4*size]
-		order := make([]int, size)
-		for i := range order {
-			order[i] = i
-		}
-		slices.SortStableFunc(order, func(i, j int) int { return cmp.Compare(obj[j], obj[i]) })
-		order = order[:min(pre, size)]
+		order := topK(obj, pre)
 		var bs []Box
 		var ss []float64
 		for _, j := range order {
@@ -175,4 +170,63 @@ func bilinear(g []float32, m int, u, v float64) float64 {
 	fx, fy := u-float64(x0), v-float64(y0)
 	at := func(x, y int) float64 { return float64(g[y*m+x]) }
 	return (1-fy)*((1-fx)*at(x0, y0)+fx*at(x1, y0)) + fy*((1-fx)*at(x0, y1)+fx*at(x1, y1))
+}
+
+// topK returns the indices of the k highest of scores (all of them when k
+// >= len(scores)), highest first, ties in index order: the first k of a
+// stable sort by descending score, found by selecting them (the RPN's
+// levels have up to ~50,000 anchors an image, of which 2000 are kept).
+func topK(scores []float32, k int) []int {
+	idx := make([]int, len(scores))
+	for i := range idx {
+		idx[i] = i
+	}
+	// before is the order: higher score first (NaN last, as cmp.Compare
+	// has it lowest), then lower index. It is total, with no two indices
+	// equal.
+	before := func(a, b int) int {
+		if c := cmp.Compare(scores[b], scores[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	}
+	if k < len(idx) {
+		// Quickselect: idx[:k] ends up holding the k first.
+		lo, hi := 0, len(idx)
+		for hi-lo > 1 {
+			mid := lo + (hi-lo)/2
+			// Median of three as the pivot, moved to hi-1.
+			a, b, c := lo, mid, hi-1
+			if before(idx[b], idx[a]) < 0 {
+				a, b = b, a
+			}
+			if before(idx[c], idx[b]) < 0 {
+				b = c
+				if before(idx[b], idx[a]) < 0 {
+					b = a
+				}
+			}
+			idx[b], idx[hi-1] = idx[hi-1], idx[b]
+			pivot := idx[hi-1]
+			p := lo
+			for i := lo; i < hi-1; i++ {
+				if before(idx[i], pivot) < 0 {
+					idx[i], idx[p] = idx[p], idx[i]
+					p++
+				}
+			}
+			idx[p], idx[hi-1] = idx[hi-1], idx[p]
+			switch {
+			case p == k || p+1 == k:
+				lo, hi = 0, 0
+			case p < k:
+				lo = p + 1
+			default:
+				hi = p
+			}
+		}
+		idx = idx[:max(k, 0)]
+	}
+	slices.SortFunc(idx, before)
+	return idx
 }
