@@ -38,8 +38,27 @@ func match(boxes, gt []Box) (idx []int, iou []float64) {
 // fit it. matched is each anchor's best ground-truth box.
 func rpnLabels(anchors, gt []Box, fg, bg float64) (labels []int8, matched []int) {
 	labels = make([]int8, len(anchors))
-	matched, iou := match(anchors, gt)
-	for i, v := range iou {
+	matched = make([]int, len(anchors))
+	// Each box's IoU with every anchor, computed once: the best match of
+	// each anchor (as match finds it) and each box's best anchors read it.
+	ious := make([][]float64, len(gt))
+	best := make([]float64, len(gt))
+	for g, t := range gt {
+		ious[g] = make([]float64, len(anchors))
+		for i, a := range anchors {
+			v := IoU(a, t)
+			ious[g][i] = v
+			best[g] = max(best[g], v)
+		}
+	}
+	for i := range anchors {
+		m, v := -1, 0.0
+		for g := range gt {
+			if ious[g][i] > v || m < 0 {
+				m, v = g, ious[g][i]
+			}
+		}
+		matched[i] = m
 		switch {
 		case len(gt) == 0 || v < bg:
 			labels[i] = 0
@@ -49,16 +68,12 @@ func rpnLabels(anchors, gt []Box, fg, bg float64) (labels []int8, matched []int)
 			labels[i] = -1
 		}
 	}
-	for _, t := range gt {
-		best := 0.0
-		for _, a := range anchors {
-			best = max(best, IoU(a, t))
-		}
-		if best == 0 {
+	for g := range gt {
+		if best[g] == 0 {
 			continue // the box overlaps no anchor at all
 		}
-		for i, a := range anchors {
-			if IoU(a, t) == best {
+		for i, v := range ious[g] {
+			if v == best[g] {
 				labels[i] = 1
 			}
 		}
