@@ -32,7 +32,9 @@ import (
 // It reports ms per step (wall time over the steps, the GPU's work
 // included), host-ms (the host's time to queue a step: RunAll, the
 // optimiser's step, Scope.End and Reset), host-us/node (that over the
-// graph's nodes), gpu-ms (CUDA events around the steps: the GPU's time,
+// graph's nodes), idle-host-us/node (the same, of steps queued on an
+// idle GPU, one at a time: no launch waits for room in the GPU's queue,
+// so it is the host's own time), gpu-ms (CUDA events around the steps: the GPU's time,
 // idle gaps included), peak-GiB (the allocator's high-water mark over the
 // steps: parameters, AdamW's state and the step's intermediates), and per
 // step the kernel launches, cuBLAS calls and waits for the GPU.
@@ -228,9 +230,30 @@ func benchEncoderStep(b *testing.B, dev *backend.Device, n, layers int, plan boo
 	per := dev.Counters().Sub(counts)
 	per.Waits-- // Elapsed's own
 	steps := float64(b.N)
+	queued := host
+
+	// The host's own time a step, on an idle GPU: in the loop above a
+	// launch may wait inside the driver for room in the GPU's queue, and
+	// that wait is the GPU's time, not the host's.
+	const idleSteps = 10
+	host = 0
+	for range idleSteps {
+		if err := dev.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		if err := step(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := dev.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	idle := host
+	host = queued
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e6/steps, "ms")
 	b.ReportMetric(float64(host.Nanoseconds())/1e6/steps, "host-ms")
 	b.ReportMetric(float64(host.Nanoseconds())/1e3/steps/float64(nodes), "host-us/node")
+	b.ReportMetric(float64(idle.Nanoseconds())/1e3/idleSteps/float64(nodes), "idle-host-us/node")
 	b.ReportMetric(gpuTime.Seconds()*1e3/steps, "gpu-ms")
 	b.ReportMetric(float64(dev.MemStats().PeakInUse)/(1<<30), "peak-GiB")
 	b.ReportMetric(float64(per.Launches)/steps, "launches")
