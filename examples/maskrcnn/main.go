@@ -57,6 +57,7 @@ import (
 	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/examples/internal/device"
 	"github.com/stheno-ml/stheno/examples/internal/option"
+	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/train"
 	"github.com/stheno-ml/stheno/kernels"
 )
@@ -159,6 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	infer := fs.Bool("infer", false, "predict with -checkpoint on -images instead of training")
 	images := fs.String("images", "", "with -infer: a directory of PNG/JPEG images or a COCO annotations file")
 	scoreMin := fs.Float64("score", 0.5, "with -infer: lowest score drawn in the pictures, in [0, 1] (all go to the JSON)")
+	preset := fs.String("preset", "", `"r50fpn": torchvision's maskrcnn_resnet50_fpn layer for layer (ResNet-50, FPN P2-P6, its RPN and head counts), 512x512 images, batch 8, lr 1e-4; other flags given change it`)
 	deviceSpec := fs.String("device", "cpu", device.Usage)
 	tf32 := fs.Bool("tf32", true, "with a GPU, cuBLAS's matrix products round their operands to TF32 on tensor cores; false: full float32 (the convolutions stay TF32)")
 	verbose := fs.Bool("v", false, "with a GPU, print the device's memory (in use, high-water mark) every 100 iterations")
@@ -264,6 +266,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 
 	opt := def
+	switch *preset {
+	case "":
+	case "r50fpn":
+		if *ckptPath != "" {
+			return usagef("-preset does not go with -checkpoint: a resumed run keeps its checkpoint's model")
+		}
+		if given["depth"] {
+			return usagef("-depth does not go with -preset r50fpn: ResNet-50's stages have 3, 4, 6 and 3 blocks")
+		}
+		opt.Model = model.R50FPNConfig(opt.Model.NumClasses, 512)
+		opt.Batch, opt.LR = 8, 1e-4
+	default:
+		return usagef(`-preset %q: the presets are "r50fpn" (or none)`, *preset)
+	}
 	if *ckptPath != "" {
 		// Resuming: what the command line does not say, the checkpoint does.
 		ckpt, err := train.LoadCheckpoint(*ckptPath)
@@ -275,8 +291,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			*out = filepath.Dir(*ckptPath)
 		}
 	}
+	// A flag not given keeps the default (the preset's) or the checkpoint's
+	// value: the flag variables hold the plain defaults.
 	set := func(name string, apply func()) {
-		if given[name] || *ckptPath == "" {
+		if given[name] || (*ckptPath == "" && *preset == "") {
 			apply()
 		}
 	}

@@ -53,6 +53,10 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"-export-synthetic", "d", "-train-images", "0"}, []string{"-train-images 0"}},
 		{[]string{"extra"}, []string{`unexpected arguments ["extra"`}},
 		{[]string{"-device", "gpu"}, []string{`-device "gpu": must be cpu, cuda or cuda:N`}},
+		{[]string{"-preset", "r101"}, []string{`-preset "r101": the presets are "r50fpn"`}},
+		{[]string{"-preset", "r50fpn", "-size", "480"}, []string{"-size 480: must be a multiple of 64 in [32, 2048]"}},
+		{[]string{"-preset", "r50fpn", "-depth", "2"}, []string{"-depth does not go with -preset r50fpn"}},
+		{[]string{"-preset", "r50fpn", "-checkpoint", "c.gob"}, []string{"-preset does not go with -checkpoint"}},
 		{[]string{"-device", "cuda:x", "-lr", "2"}, []string{`-device "cuda:x"`}},
 	} {
 		dir := t.TempDir()

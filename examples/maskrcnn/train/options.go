@@ -91,8 +91,12 @@ func (o *Options) Validate() error {
 	c := &o.RunConfig
 	check(c.Iters >= 1, "iters", c.Iters, "must be at least 1")
 	check(c.Batch >= 2 && c.Batch <= maxBatch, "batch", c.Batch, "must be in [2, %d] (BatchNorm needs 2 images)", maxBatch)
-	check(c.Model.ImageSize >= 32 && c.Model.ImageSize <= maxImageSize && c.Model.ImageSize%16 == 0,
-		"size", c.Model.ImageSize, "must be a multiple of 16 in [32, %d]", maxImageSize)
+	// The coarsest pyramid level's stride divides the size: 16 for the
+	// default backbone, 64 for the r50fpn preset's.
+	strides := c.Model.Strides()
+	top := strides[len(strides)-1]
+	check(c.Model.ImageSize >= 32 && c.Model.ImageSize <= maxImageSize && c.Model.ImageSize%top == 0,
+		"size", c.Model.ImageSize, "must be a multiple of %d in [32, %d]", top, maxImageSize)
 	check(option.Finite(c.LR) && c.LR > 0 && c.LR <= 1, "lr", c.LR, "must be a number in (0, 1]")
 	check(c.Warmup >= 0, "warmup", c.Warmup, "must be at least 0")
 	check(option.IncreasingFractions(c.Steps), "steps", option.FormatList(c.Steps), "must be increasing fractions of -iters in (0, 1)")
