@@ -21,40 +21,58 @@ type rpnOutputs struct {
 // proposals decodes image n's RPN outputs into at most post boxes, best
 // first, as torchvision's RPN: per level, the pre best-scored anchors are
 // decoded, clipped to the image, stripped of degenerate boxes and NMS'd at
-// thresh; the survivors of all levels compete for the post places by score.
+// thresh (levelProposals); the survivors of all levels compete for the
+// post places by score (mergeProposals).
 func proposals(cfg Config, anchors [][]Box, out rpnOutputs, n, pre, post int, thresh float64) []Box {
-	type cand struct {
-		box   Box
-		score float64
+	levels := make([][]proposal, len(anchors))
+	for l := range anchors {
+		levels[l] = levelProposals(cfg, anchors, out, l, n, pre, post, thresh)
 	}
-	var all []cand
-	a := cfg.NumAnchors()
-	for l, boxes := range anchors {
-		size := len(boxes)
-		hw := size / a
-		obj := out.obj[l][n*size : (n+1)*size]
-		del := out.delta[l][n*4*size : (n+1)*4*size]
-		order := topK(obj, pre)
-		var bs []Box
-		var ss []float64
-		for _, j := range order {
-			an, p := j/hw, j%hw
-			d := [4]float64{}
-			for k := range 4 {
-				d[k] = float64(del[(an*4+k)*hw+p])
-			}
-			b := Clip(rpnCoder.Decode(d, boxes[j]), float64(cfg.ImageSize))
-			if b[2]-b[0] < minBoxSide || b[3]-b[1] < minBoxSide || math.IsNaN(b[0]+b[1]+b[2]+b[3]) {
-				continue
-			}
-			bs = append(bs, b)
-			ss = append(ss, float64(obj[j]))
+	return mergeProposals(levels, post)
+}
+
+// proposal is a decoded box with its objectness logit.
+type proposal struct {
+	box   Box
+	score float64
+}
+
+// levelProposals is proposals' work on level l of image n: its candidates,
+// best first.
+func levelProposals(cfg Config, anchors [][]Box, out rpnOutputs, l, n, pre, post int, thresh float64) []proposal {
+	boxes := anchors[l]
+	size := len(boxes)
+	hw := size / cfg.NumAnchors()
+	obj := out.obj[l][n*size : (n+1)*size]
+	del := out.delta[l][n*4*size : (n+1)*4*size]
+	var bs []Box
+	var ss []float64
+	for _, j := range topK(obj, pre) {
+		an, p := j/hw, j%hw
+		d := [4]float64{}
+		for k := range 4 {
+			d[k] = float64(del[(an*4+k)*hw+p])
 		}
-		for _, k := range NMS(bs, ss, thresh, post) {
-			all = append(all, cand{bs[k], ss[k]})
+		b := Clip(rpnCoder.Decode(d, boxes[j]), float64(cfg.ImageSize))
+		if b[2]-b[0] < minBoxSide || b[3]-b[1] < minBoxSide || math.IsNaN(b[0]+b[1]+b[2]+b[3]) {
+			continue
 		}
+		bs = append(bs, b)
+		ss = append(ss, float64(obj[j]))
 	}
-	slices.SortStableFunc(all, func(x, y cand) int { return cmp.Compare(y.score, x.score) })
+	keep := NMS(bs, ss, thresh, post)
+	cands := make([]proposal, len(keep))
+	for i, k := range keep {
+		cands[i] = proposal{bs[k], ss[k]}
+	}
+	return cands
+}
+
+// mergeProposals keeps the post best of an image's levels' candidates,
+// best first (ties: the finer level's, then the level's order).
+func mergeProposals(levels [][]proposal, post int) []Box {
+	all := slices.Concat(levels...)
+	slices.SortStableFunc(all, func(x, y proposal) int { return cmp.Compare(y.score, x.score) })
 	all = all[:min(post, len(all))]
 	boxes := make([]Box, len(all))
 	for i, c := range all {

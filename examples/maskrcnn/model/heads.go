@@ -218,20 +218,28 @@ func (n *Net) inferDetections(in [][]float32, out []float32) error {
 	return nil
 }
 
-// allProposals returns every image's proposals (at most post each), the
-// images decoded and NMS'd in parallel: on a large model (R50FPNConfig:
-// 2000 boxes per level before NMS) they are the longest host step.
+// allProposals returns every image's proposals (at most post each), each
+// image's levels decoded and NMS'd in parallel: on a large model
+// (R50FPNConfig: 2000 boxes per level before NMS) they are the longest
+// host step.
 func (n *Net) allProposals(rpn rpnOutputs, post int) [][]Box {
 	cfg := n.cfg
-	out := make([][]Box, n.batch)
-	parallelImages(n.batch, func(img int) {
-		out[img] = proposals(cfg, n.anchors, rpn, img, cfg.RPNPreNMS, post, cfg.RPNNMS)
+	levels := len(n.anchors)
+	cands := make([][]proposal, n.batch*levels)
+	parallelImages(len(cands), func(t int) {
+		img, l := t/levels, t%levels
+		cands[t] = levelProposals(cfg, n.anchors, rpn, l, img, cfg.RPNPreNMS, post, cfg.RPNNMS)
 	})
+	out := make([][]Box, n.batch)
+	for img := range out {
+		out[img] = mergeProposals(cands[img*levels:(img+1)*levels], post)
+	}
 	return out
 }
 
-// parallelImages runs f for each of n images, on up to GOMAXPROCS
-// goroutines. f must only write what belongs to its image.
+// parallelImages runs f for each of n images (or other independent
+// pieces of work), on up to GOMAXPROCS goroutines. f must only write what
+// belongs to its piece.
 func parallelImages(n int, f func(img int)) {
 	var wg sync.WaitGroup
 	next := atomic.Int64{}

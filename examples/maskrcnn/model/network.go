@@ -363,24 +363,60 @@ func (n *Net) NewOptimizer(weightDecay, clipNorm float64) error {
 	return nil
 }
 
+// Step is one training iteration's batch, with the RPN's targets that
+// Prepare assigns in the background.
+type Step struct {
+	pix     [][]float32
+	targets []Target
+	rng     *rand.Rand
+	done    chan struct{}
+	rpn     RPNTargets
+	took    time.Duration
+}
+
+// Prepare starts the host work of a training iteration that does not
+// depend on the network: assigning the batch's anchors (the RPN's
+// targets, from the ground truth alone), in a goroutine, drawing from rng
+// first. A training loop prepares the next iteration before it runs the
+// current one (TrainPrepared), so that the assignment overlaps the step;
+// the iteration then samples its RoIs from the same rng, which gives the
+// numbers TrainStep would.
+func (n *Net) Prepare(pix [][]float32, targets []Target, rng *rand.Rand) *Step {
+	s := &Step{pix: pix, targets: targets, rng: rng, done: make(chan struct{})}
+	go func() {
+		defer close(s.done)
+		start := time.Now()
+		s.rpn = AssignRPN(n.cfg, n.anchors, targets, rng)
+		s.took = time.Since(start)
+	}()
+	return s
+}
+
 // TrainStep runs one training iteration on a batch: images (planar RGB in
 // [0, 1]) and their ground truth, forward and backward, then an AdamW step
 // of learning rate lr (NewOptimizer makes the optimiser). rng drives the
 // sampling of anchors and RoIs. It returns the losses; a step whose total
-// loss is not a finite number updates nothing.
-func (n *Net) TrainStep(pix [][]float32, targets []Target, rng *rand.Rand, lr float64) (out Losses, err error) {
+// loss is not a finite number updates nothing. It is TrainPrepared of
+// Prepare's step.
+func (n *Net) TrainStep(pix [][]float32, targets []Target, rng *rand.Rand, lr float64) (Losses, error) {
+	return n.TrainPrepared(n.Prepare(pix, targets, rng), lr)
+}
+
+// TrainPrepared runs the training iteration s (see Prepare and TrainStep).
+func (n *Net) TrainPrepared(s *Step, lr float64) (out Losses, err error) {
 	if n.mode != Train {
 		return out, fmt.Errorf("model: TrainStep on an inference graph")
 	}
 	if n.opt == nil {
 		return out, fmt.Errorf("model: TrainStep before NewOptimizer")
 	}
+	pix, targets, rng := s.pix, s.targets, s.rng
 	if err := n.setImages(pix); err != nil {
 		return out, err
 	}
-	start := time.Now()
-	rt := AssignRPN(n.cfg, n.anchors, targets, rng)
-	n.hostTimes["RPN targets"] += time.Since(start)
+	<-s.done
+	n.hostTimes["RPN targets"] += s.took
+	rt := s.rpn
 	for l := range n.anchors {
 		for i, src := range [][]float32{rt.Obj[l], rt.ObjW[l], rt.Delta[l], rt.DeltaW[l]} {
 			copy(n.rpnT[l][i].Float32s(), src)

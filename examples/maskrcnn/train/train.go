@@ -168,16 +168,25 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	var nsum int
 	trainTime := time.Duration(0)
 	trainIters := 0
-	for it := first; it < run.Iters; it++ {
-		t0 := time.Now()
+	// Each iteration's anchors are assigned while the one before runs.
+	prepare := func(it int) *model.Step {
 		imgs := data.Batch(trainSet.Images, run.Seed, it, run.Batch)
 		pix := make([][]float32, len(imgs))
 		targets := make([]model.Target, len(imgs))
 		for i, img := range imgs {
 			pix[i], targets[i] = img.Pix, TargetOf(img)
 		}
+		return trainNet.Prepare(pix, targets, stepRNG(run.Seed, it))
+	}
+	next := prepare(first)
+	for it := first; it < run.Iters; it++ {
+		t0 := time.Now()
+		step := next
+		if it+1 < run.Iters {
+			next = prepare(it + 1)
+		}
 		lr := sched.At(it)
-		losses, err := trainNet.TrainStep(pix, targets, stepRNG(run.Seed, it), lr)
+		losses, err := trainNet.TrainPrepared(step, lr)
 		if err != nil {
 			return nil, fmt.Errorf("train: iteration %d: %w", it, err)
 		}
