@@ -82,10 +82,14 @@ func Clip(b Box, size float64) Box {
 // overlaps nothing (IoU 0).
 //
 // A box is compared only with the kept boxes near it: boxes are binned by
-// their top-left corner into square cells as wide as the largest box, and
-// two boxes that overlap lie in the same or neighbouring cells. The
-// result is that of comparing with every kept box (a box is kept when no
-// kept box suppresses it, whatever the order of the comparisons), at a
+// their top-left corner into square cells, and two boxes whose IoU
+// exceeds thresh lie in the same or neighbouring cells. (Such boxes
+// overlap by at least thresh of either's width, so their left edges are
+// at most (1-thresh) times the wider one's width apart, and likewise their
+// top edges: cells of (1-thresh) times the largest box side suffice, or
+// the largest side itself for thresh <= 0, where any overlap suppresses.)
+// The result is that of comparing with every kept box (a box is kept when
+// no kept box suppresses it, whatever the order of the comparisons), at a
 // cost that grows with the boxes rather than their square: the RPN's
 // thousands of proposals per level are the longest host step otherwise.
 func NMS(boxes []Box, scores []float64, thresh float64, limit int) []int {
@@ -103,6 +107,10 @@ func NMS(boxes []Box, scores []float64, thresh float64, limit int) []int {
 	side := 0.0
 	for _, b := range boxes {
 		side = max(side, b[2]-b[0], b[3]-b[1])
+	}
+	if thresh > 0 && thresh < 1 {
+		// A hair more than (1-thresh) of it, for the rounding of IoU.
+		side *= (1 - thresh) * (1 + 1e-9)
 	}
 	if !(side > 0) || math.IsInf(side, 0) {
 		side = math.Inf(1) // one cell: every kept box is near

@@ -165,7 +165,7 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 		return keep
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
-	for trial := range 300 {
+	for trial := range 600 {
 		n := 1 + rng.IntN(400)
 		boxes, scores := make([]Box, n), make([]float64, n)
 		for i := range boxes {
@@ -182,6 +182,14 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 				if trial%3 == 0 {
 					boxes[i][2] = math.Inf(1)
 				}
+			}
+			if i > 0 && rng.IntN(3) == 0 {
+				// A neighbour of an earlier box, shifted by up to about
+				// (1-IoU) of its size: IoUs near the thresholds.
+				o := boxes[rng.IntN(i)]
+				w, h := o[2]-o[0], o[3]-o[1]
+				dx, dy := (rng.Float64()-0.5)*0.8*w, (rng.Float64()-0.5)*0.8*h
+				boxes[i] = Box{o[0] + dx, o[1] + dy, o[2] + dx, o[3] + dy}
 			}
 		}
 		thresh := []float64{0.3, 0.5, 0.7}[trial%3]
