@@ -390,11 +390,17 @@ func (n *Net) ParamNodes() G.Nodes { return slices.Clone(n.inputs) }
 // parameter are left out. Hand the groups to ops.NewAdamW and the pairs
 // to its Step.
 func (n *Net) ParamGroups(lr, wd float64) ([]ops.ParamGroup, []G.ValueGrad, error) {
+	return n.paramGroups(lr, wd, BackboneLRMult, LinearProjLRMult)
+}
+
+// paramGroups is ParamGroups with the backbone's and the linear
+// projections' rates at the given multiples of lr.
+func (n *Net) paramGroups(lr, wd, backboneMult, linearProjMult float64) ([]ops.ParamGroup, []G.ValueGrad, error) {
 	if n.mode != Train {
 		return nil, nil, fmt.Errorf("model: ParamGroups on an inference graph (it has no gradients)")
 	}
 	pairs := n.learn
-	rates := map[Group]float64{GroupTransformer: lr, GroupBackbone: lr * BackboneLRMult, GroupLinearProj: lr * LinearProjLRMult}
+	rates := map[Group]float64{GroupTransformer: lr, GroupBackbone: lr * backboneMult, GroupLinearProj: lr * linearProjMult}
 	var groups []ops.ParamGroup
 	for _, grp := range []Group{GroupTransformer, GroupBackbone, GroupLinearProj} {
 		pg := ops.ParamGroup{LR: rates[grp], WeightDecay: wd}
@@ -410,21 +416,36 @@ func (n *Net) ParamGroups(lr, wd float64) ([]ops.ParamGroup, []G.ValueGrad, erro
 	return groups, pairs, nil
 }
 
+// OptimizerConfig is the training's AdamW: decoupled weight decay on every
+// parameter (as the reference's), the gradients' global norm clipped to
+// ClipNorm (0: no clipping), and the learning rates of the backbone and of
+// the linear projections that make sampling locations (every deformable
+// attention's sampling offsets, the decoder's reference points) as
+// multiples of the transformer's.
+type OptimizerConfig struct {
+	WeightDecay, ClipNorm            float64
+	BackboneLRMult, LinearProjLRMult float64
+}
+
+// ReferenceOptimizer is the reference's: weight decay 1e-4, clipping at
+// 0.1, the backbone and the linear projections at a tenth of the rate
+// (lr 2e-4, lr_backbone 2e-5, lr_linear_proj_mult 0.1).
+func ReferenceOptimizer() OptimizerConfig {
+	return OptimizerConfig{WeightDecay: 1e-4, ClipNorm: 0.1, BackboneLRMult: BackboneLRMult, LinearProjLRMult: LinearProjLRMult}
+}
+
 // NewOptimizer gives a training graph its optimiser: AdamW (ops.AdamW,
-// PyTorch's) over ParamGroups' groups (the reference's: the backbone, and
-// the sampling offsets and reference points, at a tenth of the rate), with
-// decoupled weight decay wd on every parameter as the reference's, the
-// gradients' global norm clipped to clipNorm (0: no clipping), and the
+// PyTorch's) over the groups of ParamGroups, at oc's rates and decay, its
 // state where the parameters live. TrainStep steps it at the rate it is
 // given.
-func (n *Net) NewOptimizer(wd, clipNorm float64) error {
+func (n *Net) NewOptimizer(oc OptimizerConfig) error {
 	if n.mode != Train {
 		return fmt.Errorf("model: NewOptimizer on an inference graph")
 	}
 	if n.opt != nil {
 		return fmt.Errorf("model: the graph has an optimiser already")
 	}
-	groups, _, err := n.ParamGroups(1, wd)
+	groups, _, err := n.paramGroups(1, oc.WeightDecay, oc.BackboneLRMult, oc.LinearProjLRMult)
 	if err != nil {
 		return err
 	}
@@ -433,7 +454,7 @@ func (n *Net) NewOptimizer(wd, clipNorm float64) error {
 		n.groupMults = append(n.groupMults, g.LR)
 	}
 	cfg := ops.DefaultAdamWConfig()
-	cfg.MaxGradNorm = clipNorm
+	cfg.MaxGradNorm = oc.ClipNorm
 	// Every run computes the gradients afresh: zeroing them is work for
 	// nothing.
 	cfg.KeepGrads = true

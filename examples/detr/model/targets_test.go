@@ -294,7 +294,7 @@ func TestTrainStepBadTargets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	if err := n.NewOptimizer(1e-4, 0.1); err != nil {
+	if err := n.NewOptimizer(ReferenceOptimizer()); err != nil {
 		t.Fatal(err)
 	}
 	pix, good := tinyBatch(cfg.ImageSize)
