@@ -225,7 +225,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 			}
 			hist.Evals = append(hist.Evals, EvalPoint{
 				Iter: done, Seconds: time.Since(start).Seconds(),
-				Box: m.Box.APs(),
+				Box:                  m.Box.APs(),
 				TrainImagesPerSecond: rate,
 				InferImagesPerSecond: float64(len(valSet.Images)) / time.Since(te).Seconds(),
 				ValidationImages:     len(valSet.Images),
