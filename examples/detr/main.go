@@ -151,7 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	presetName := fs.String("preset", "cpu", "the run's defaults: "+strings.Join(train.Presets, " or ")+" (cpu: a small network for the host; r50: the reference's network and optimiser on 512x512 images, for a GPU); the flags below override it (their defaults here are cpu's)")
 	iters := fs.Int("iters", def.Iters, "training iterations in all (when resuming, may be raised to train longer); at least 1")
 	batch := fs.Int("batch", def.Batch, "images per iteration, in [2, 1024] (BatchNorm needs 2)")
-	size := fs.Int("size", def.Model.ImageSize, "image size the model takes: a multiple of 32 in [64, 2048] (of 64 in [128, 2048] with -preset r50); images are resized to it")
+	size := fs.Int("size", def.Model.ImageSize, "image size the model takes: a multiple of 32 in [32, 2048] (of 64 with -preset r50); images are resized to it")
 	lr := fs.Float64("lr", def.LR, "peak learning rate of AdamW (the transformer's), in (0, 1]")
 	lrBackbone := fs.Float64("lr-backbone", def.LRBackbone, "peak learning rate of the backbone, in [0, 1] (0: frozen)")
 	lrProj := fs.Float64("lr-linear-proj-mult", def.LRLinearProjMult, "the sampling offsets' and reference points' learning rate as a multiple of -lr, in [0, 10]")

@@ -139,8 +139,8 @@ func (o *Options) Validate() error {
 	check(c.Iters >= 1, "iters", c.Iters, "must be at least 1")
 	check(c.Batch >= 2 && c.Batch <= maxBatch, "batch", c.Batch, "must be in [2, %d] (BatchNorm needs 2 images)", maxBatch)
 	stride := 1 << (m.Stages + 2)
-	check(m.Stages >= 3 && m.ImageSize >= 2*stride && m.ImageSize <= maxImageSize && m.ImageSize%stride == 0,
-		"size", m.ImageSize, "must be a multiple of %d in [%d, %d] (the coarsest level's stride)", stride, 2*stride, maxImageSize)
+	check(m.Stages >= 3 && m.ImageSize >= stride && m.ImageSize <= maxImageSize && m.ImageSize%stride == 0,
+		"size", m.ImageSize, "must be a multiple of %d in [%d, %d] (the coarsest level's stride)", stride, stride, maxImageSize)
 	check(option.Finite(c.LR) && c.LR > 0 && c.LR <= 1, "lr", c.LR, "must be a number in (0, 1]")
 	check(option.Finite(c.LRBackbone) && c.LRBackbone >= 0 && c.LRBackbone <= 1, "lr-backbone", c.LRBackbone, "must be a number in [0, 1] (0: a frozen backbone)")
 	check(option.Finite(c.LRLinearProjMult) && c.LRLinearProjMult >= 0 && c.LRLinearProjMult <= 10, "lr-linear-proj-mult", c.LRLinearProjMult, "must be a number in [0, 10]")
