@@ -227,3 +227,24 @@ func TestParamGroups(t *testing.T) {
 		t.Errorf("groups' rates: %+v", groups)
 	}
 }
+
+// TestGPUConfigPlaces: the reference's network (GPUConfig, the r50
+// preset's) builds, training graph and gradients included, and places on
+// a device, as TestTrainingGraphPlacesOnADevice checks the tiny one. One
+// image per batch keeps the host memory small; the batch changes no
+// placement.
+func TestGPUConfigPlaces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a graph of the full-size network")
+	}
+	dev := new(backend.Device)
+	for _, mode := range []Mode{Train, Infer} {
+		n, err := build(GPUConfig(3, 512), mustParams(t, 1, tensor.Float32), mode, 1, dev, buildOpts{noVM: true})
+		if err != nil {
+			t.Fatalf("mode %d: %v", mode, err)
+		}
+		if err := ops.CheckPlacement(n.Graph()); err != nil {
+			t.Errorf("mode %d: %v", mode, err)
+		}
+	}
+}
