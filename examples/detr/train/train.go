@@ -266,11 +266,16 @@ func writeHistory(opt Options, hist History) error {
 	return history.WriteJSON(filepath.Join(opt.Out, "history.json"), hist)
 }
 
+// SheetScoreMin is the lowest score drawn in the pictures of predictions:
+// the focal loss's sigmoid scores sit lower than a softmax's, and a short
+// run's true detections score 0.3 to 0.7.
+const SheetScoreMin = 0.3
+
 // writeSheet draws the predictions of the evaluation at iteration iter.
 func writeSheet(opt Options, iter int, val *data.Dataset, dets []eval.Detection) error {
 	if opt.SheetImages == 0 {
 		return nil
 	}
-	sheet := viz.PredictionSheet(val, dets, opt.SheetImages, opt.SheetScale, 0.5)
+	sheet := viz.PredictionSheet(val, dets, opt.SheetImages, opt.SheetScale, SheetScoreMin)
 	return viz.SavePNG(filepath.Join(opt.Out, fmt.Sprintf("val_%06d.png", iter)), sheet)
 }
