@@ -25,10 +25,9 @@ type builder struct {
 	drop   *ops.DropoutRNG
 	err    error
 
-	// adopt: parameters are host input nodes read through ops.ToDevice
-	// (placement tests with a Device that was never opened); otherwise on a
-	// device they are input nodes holding device copies.
-	adopt bool
+	// devConsts are the constants made on the device, which the Net frees
+	// when it closes.
+	devConsts []*tensor.Dense
 	// bind, when set, gives the input node of each parameter (the gradient
 	// check's), instead of making one.
 	bind map[string]*G.Node
@@ -71,22 +70,15 @@ func (b *builder) param(name string, shape []int, in initializer, group Group) *
 		return b.check(nil, err)
 	}
 	var input *G.Node
-	switch {
-	case b.bind != nil:
+	if b.bind != nil {
 		if input = b.bind[name]; input == nil {
 			return b.fail("no input node bound for parameter %s", name)
 		}
-	case b.dev != nil && !b.adopt:
-		d, err := b.dev.ToDevice(t)
-		if err != nil {
-			return b.check(nil, fmt.Errorf("model: parameter %s to the device: %w", name, err))
-		}
-		input = G.NodeFromAny(b.g, d, G.WithName(name))
-	default:
+	} else {
 		input = G.NewTensor(b.g, b.dt, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(t))
 	}
 	read := input
-	if b.dev != nil && b.adopt {
+	if b.placementOnly() {
 		read = b.check(ops.ToDevice(input, b.dev))
 	}
 	b.reads[name] = read
@@ -109,11 +101,34 @@ func (b *builder) data(name string, t *tensor.Dense) (input, read *G.Node) {
 	return input, read
 }
 
-// constant is a constant of the graph, where the graph runs.
+// placementOnly reports a graph for a device on host parameters: a
+// placement test's, with a Device that was never opened, whose parameters
+// and constants are host nodes moved by ops.ToDevice (a graph that runs on
+// a device binds its parameters' device tensors).
+func (b *builder) placementOnly() bool { return b.dev != nil && b.params.dev == nil }
+
+// constant is a constant of the graph, where the graph runs: on a device,
+// copied there once, when the graph is built.
 func (b *builder) constant(name string, vs []float64, shape ...int) *G.Node {
+	if b.err != nil {
+		return nil
+	}
 	b.consts++
-	_, read := b.data(fmt.Sprintf("%s#%d", name, b.consts), denseOf(b.dt, vs, shape...))
-	return read
+	name = fmt.Sprintf("%s#%d", name, b.consts)
+	t := denseOf(b.dt, vs, shape...)
+	if b.dev == nil || b.placementOnly() {
+		_, read := b.data(name, t)
+		return read
+	}
+	if b.dev.OpenScope() != nil {
+		return b.fail("constant %s: building a graph inside a backend.Scope", name)
+	}
+	d, err := b.dev.ToDevice(t)
+	if err != nil {
+		return b.fail("constant %s to the device: %v", name, err)
+	}
+	b.devConsts = append(b.devConsts, d)
+	return G.NewTensor(b.g, b.dt, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(d))
 }
 
 // linear is x·wᵀ + bias over x's last dimension; bias nil: none.

@@ -35,13 +35,24 @@
 // into those weights (buildTargets says how this reproduces the
 // reference's focal loss, mean(1).sum()/num_boxes times Q).
 //
-// # Devices
+// # Devices and training
 //
-// Build takes a *backend.Device, or nil for the host. On a device the
-// parameters are copied there, the images and constants move in with
-// ops.ToDevice, the predictions reach the matching op through ops.ToHost,
-// and its targets return through ops.ToDevice and autograd.Unpack; the
-// machine is ops.NewTapeMachine, which checks the placement. ParamGroups
-// pairs the parameters with their gradients in the reference's optimiser
-// groups for ops.NewAdamW.
+// Params holds the state where it lives: NewParams(seed, dev) makes the
+// learnable tensors and BatchNorm's running statistics on dev (nil: the
+// host), and every graph Build makes (training and inference) binds those
+// same tensors, as examples/maskrcnn's model does; HostValue, SetValue,
+// HostRunningStats and SetRunningStats go through the host for
+// checkpoints, and Free gives the device memory back. On a device the
+// graph's constants are copied there once, the images move in with
+// ops.ToDevice, the predictions reach the matching op (package
+// examples/internal/hostop) through ops.ToHost, and its targets return
+// through ops.ToDevice and autograd.Unpack; the machine is
+// ops.NewTapeMachine, which checks the placement.
+//
+// Net.NewOptimizer makes an ops.AdamW over ParamGroups' groups, its state
+// beside the parameters; Net.TrainStep runs forward, backward and the
+// optimiser's step inside a backend.Scope, and draws the dropout masks for
+// the step it is given, so that a run depends only on its seed and
+// iteration numbers. OptimizerState and SetOptimizerState read and restore
+// the optimiser for checkpoints.
 package model

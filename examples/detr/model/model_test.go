@@ -60,11 +60,11 @@ func TestGradCheck(t *testing.T) {
 func gradCheckNetwork(t *testing.T, cfg Config, checkedNames []string) {
 	params := mustParams(t, 3, tensor.Float64)
 	pix, targets := tinyBatch(cfg.ImageSize)
-	n, err := Build(cfg, params, Train, 2, nil)
+	n, err := Build(cfg, params, Train, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.TrainStep(pix, targets); err != nil {
+	if _, err := n.forward(pix, targets); err != nil {
 		t.Fatal(err)
 	}
 	n.Close()
@@ -124,7 +124,7 @@ func TestTrainingGraphPlacesOnADevice(t *testing.T) {
 		for _, refine := range []bool{false, true} {
 			cfg := tinyConfig()
 			cfg.BoxRefine = refine
-			n, err := build(cfg, mustParams(t, 1, tensor.Float32), mode, 2, dev, buildOpts{adopt: true, noVM: true})
+			n, err := build(cfg, mustParams(t, 1, tensor.Float32), mode, 2, dev, buildOpts{noVM: true})
 			if err != nil {
 				t.Fatalf("mode %d, refine %v: %v", mode, refine, err)
 			}
@@ -142,26 +142,18 @@ func TestTrainingGraphPlacesOnADevice(t *testing.T) {
 func TestTrainingLossFalls(t *testing.T) {
 	cfg := tinyConfig()
 	params := mustParams(t, 11, tensor.Float32)
-	n, err := Build(cfg, params, Train, 2, nil)
+	n, err := Build(cfg, params, Train, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
-	groups, pairs, err := n.ParamGroups(1e-3, 1e-4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ocfg := ops.DefaultAdamWConfig()
-	ocfg.MaxGradNorm, ocfg.KeepGrads = 0.1, true
-	opt, err := ops.NewAdamW(groups, ocfg)
-	if err != nil {
+	if err := n.NewOptimizer(ReferenceOptimizer()); err != nil {
 		t.Fatal(err)
 	}
 	pix, targets := tinyBatch(cfg.ImageSize)
 	var losses []float64
 	for step := range 40 {
-		n.Dropout().Next()
-		l, err := n.TrainStep(pix, targets)
+		l, err := n.TrainStep(pix, targets, step, 1e-3)
 		if err != nil {
 			t.Fatalf("step %d: %v", step, err)
 		}
@@ -172,9 +164,6 @@ func TestTrainingLossFalls(t *testing.T) {
 			t.Fatalf("step %d: total %v is not the sum of %+v", step, l.Total, l)
 		}
 		losses = append(losses, l.Total)
-		if err := opt.Step(pairs); err != nil {
-			t.Fatal(err)
-		}
 	}
 	first := (losses[0] + losses[1] + losses[2]) / 3
 	last := (losses[37] + losses[38] + losses[39]) / 3
@@ -184,7 +173,7 @@ func TestTrainingLossFalls(t *testing.T) {
 	}
 
 	// The trained parameters, in an inference graph: boxes in the image.
-	inf, err := Build(cfg, params, Infer, 2, nil)
+	inf, err := Build(cfg, params, Infer, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,5 +225,26 @@ func TestParamGroups(t *testing.T) {
 	}
 	if len(groups) != 3 || groups[0].LR != 2e-4 || math.Abs(groups[1].LR-2e-5) > 1e-12 || math.Abs(groups[2].LR-2e-5) > 1e-12 {
 		t.Errorf("groups' rates: %+v", groups)
+	}
+}
+
+// TestGPUConfigPlaces: the reference's network (GPUConfig, the r50
+// preset's) builds, training graph and gradients included, and places on
+// a device, as TestTrainingGraphPlacesOnADevice checks the tiny one. One
+// image per batch keeps the host memory small; the batch changes no
+// placement.
+func TestGPUConfigPlaces(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a graph of the full-size network")
+	}
+	dev := new(backend.Device)
+	for _, mode := range []Mode{Train, Infer} {
+		n, err := build(GPUConfig(3, 512), mustParams(t, 1, tensor.Float32), mode, 1, dev, buildOpts{noVM: true})
+		if err != nil {
+			t.Fatalf("mode %d: %v", mode, err)
+		}
+		if err := ops.CheckPlacement(n.Graph()); err != nil {
+			t.Errorf("mode %d: %v", mode, err)
+		}
 	}
 }

@@ -1,7 +1,9 @@
 package model
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	G "gorgonia.org/gorgonia"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/examples/internal/hostop"
 	"github.com/stheno-ml/stheno/ops"
 )
 
@@ -43,8 +46,9 @@ type Net struct {
 	mode   Mode
 	batch  int
 	params *Params
-	dev    *backend.Device
+	dev    *backend.Device // nil: the host
 	drop   *ops.DropoutRNG
+	consts []*tensor.Dense // the graph's constants on the device
 
 	g       *G.ExprGraph
 	vm      G.VM
@@ -63,6 +67,9 @@ type Net struct {
 	lastTargets *lossTargets
 	losses      [4]func() (float64, error) // Total, Class, Box, GIoU
 	total       *G.Node
+	opt         *ops.AdamW
+	learn       []G.ValueGrad // the parameters with their gradients, in names' order
+	groupMults  []float64     // each optimiser group's multiple of the learning rate
 
 	// Infer: the last layer's predictions, read after a run.
 	logits, boxes func() ([]float64, error)
@@ -70,7 +77,6 @@ type Net struct {
 
 // buildOpts are Build's options that tests reach: see builder.
 type buildOpts struct {
-	adopt  bool
 	bind   map[string]*G.Node
 	fixed  *lossTargets // Train: constant targets instead of the matching op
 	g      *G.ExprGraph
@@ -79,19 +85,25 @@ type buildOpts struct {
 }
 
 // Build makes the graph of the given mode for batches of batch images and
-// its machine (ops.NewTapeMachine). Parameters and BatchNorm statistics are
-// taken from params, created on first use.
+// its machine (ops.NewTapeMachine), on the device params live on (nil: the
+// host). Parameters and BatchNorm statistics are taken from params,
+// created on first use. Build must not run inside a backend.Scope.
 //
-// dev nil runs on the host. With a device, the parameters are copied to it
-// (Net.SyncParams copies them back into params) and BatchNorm's running
-// statistics move there; the images and the graph's constants are moved
-// with ops.ToDevice, the predictions reach the matching op through
-// ops.ToHost, and its targets go back through ops.ToDevice and
+// On a device the graph binds the parameters' and the running statistics'
+// device tensors, and its constants are copied there once; each batch of
+// images moves in with ops.ToDevice, the predictions reach the matching op
+// through ops.ToHost, and its targets go back through ops.ToDevice and
 // autograd.Unpack, so every layer runs on the device.
-func Build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device) (*Net, error) {
-	return build(cfg, params, mode, batch, dev, buildOpts{})
+func Build(cfg Config, params *Params, mode Mode, batch int) (*Net, error) {
+	if params == nil {
+		return nil, fmt.Errorf("model: Build: params is nil")
+	}
+	return build(cfg, params, mode, batch, params.Device(), buildOpts{})
 }
 
+// build is Build for a graph on dev. dev differs from params' device only
+// in tests of the graph's placement, which build a device graph on host
+// parameters (each moved by an ops.ToDevice node) without running it.
 func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device, opts buildOpts) (*Net, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -105,12 +117,24 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 	if batch < 1 {
 		return nil, fmt.Errorf("model: Build: batch must be at least 1, got %d", batch)
 	}
-	n := &Net{cfg: cfg, mode: mode, batch: batch, params: params, dev: dev, drop: ops.NewDropoutRNG(0), g: opts.g}
+	n := &Net{cfg: cfg, mode: mode, batch: batch, params: params, dev: dev, drop: ops.NewDropoutRNG(params.seed ^ dropoutSeed), g: opts.g}
 	if n.g == nil {
 		n.g = G.NewGraph()
 	}
+	if dev != nil && params.dev != nil && params.dev != dev {
+		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for %v", params.dev, dev)
+	}
+	if dev == nil && params.dev != nil {
+		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for the host", params.dev)
+	}
 	b := &builder{cfg: cfg, mode: mode, batch: batch, dt: params.dt, g: n.g, params: params, dev: dev, drop: n.drop,
-		adopt: opts.adopt, bind: opts.bind, reads: map[string]*G.Node{}}
+		bind: opts.bind, reads: map[string]*G.Node{}}
+	ok := false
+	defer func() {
+		if !ok {
+			n.freeConsts(b.devConsts)
+		}
+	}()
 	s := cfg.ImageSize
 	n.images = denseOf(params.dt, make([]float64, batch*3*s*s), batch, 3, s, s)
 	var x *G.Node
@@ -132,14 +156,9 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 		return nil, b.err
 	}
 	n.names, n.inputs, n.bns, n.bnNames = b.names, b.inputs, b.bns, b.bnNames
-	if dev != nil && !opts.adopt {
-		for _, bn := range n.bns {
-			if err := bn.RunningStatsToDevice(dev); err != nil {
-				return nil, err
-			}
-		}
-	}
 	if opts.noVM {
+		ok = true
+		n.consts = b.devConsts
 		return n, nil
 	}
 	var err error
@@ -150,7 +169,22 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 	if n.vm, err = ops.NewTapeMachine(n.g, vmOpts...); err != nil {
 		return nil, err
 	}
+	ok = true
+	n.consts = b.devConsts
 	return n, nil
+}
+
+// dropoutSeed keeps the dropout masks' key apart from the initialisation's
+// stream of the same seed.
+const dropoutSeed = 0xd40f
+
+// freeConsts gives the device memory of the graph's constants back.
+func (n *Net) freeConsts(ts []*tensor.Dense) error {
+	var errs []error
+	for _, t := range ts {
+		errs = append(errs, n.dev.FreeDense(t))
+	}
+	return errors.Join(errs...)
 }
 
 // reader returns how to read node x's values after a run: through G.Read
@@ -210,7 +244,7 @@ func (n *Net) buildLosses(b *builder, outs []layerOutput, fixed *lossTargets, gr
 			k += s.TotalSize()
 		}
 	} else {
-		matcher := &hostOp{name: "Hungarian matching", size: autograd.PackedSize(shapes...), run: n.match}
+		matcher := &hostop.Op[float64]{Name: "Hungarian matching", Size: autograd.PackedSize(shapes...), Run: n.match}
 		var in G.Nodes
 		for _, which := range []int{0, 1} {
 			for _, o := range outs {
@@ -222,7 +256,7 @@ func (n *Net) buildLosses(b *builder, outs []layerOutput, fixed *lossTargets, gr
 					x = b.check(ops.ToHost(x))
 				}
 				in = append(in, x)
-				matcher.in = append(matcher.in, s)
+				matcher.In = append(matcher.In, s)
 			}
 		}
 		if b.err != nil {
@@ -284,6 +318,9 @@ func (n *Net) buildLosses(b *builder, outs []layerOutput, fixed *lossTargets, gr
 		return fmt.Errorf("model: gradients: %w", err)
 	}
 	n.grads = gs
+	if n.learn, err = ops.ParamsWithGrads(b.inputs, gs); err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
 	return nil
 }
 
@@ -303,13 +340,27 @@ func (n *Net) match(in [][]float64, out []float64) error {
 	return nil
 }
 
-// Close releases the machine.
+// Close releases the machine, the optimiser's state and the graph's
+// constants on the device. The parameters are the Params' (Params.Free).
 func (n *Net) Close() error {
-	if n.vm == nil {
-		return nil
+	var errs []error
+	if n.vm != nil {
+		errs = append(errs, n.vm.Close())
+		n.vm = nil
 	}
-	return n.vm.Close()
+	if n.opt != nil {
+		errs = append(errs, n.opt.Free())
+		n.opt = nil
+	}
+	if n.dev != nil && n.params.dev != nil {
+		errs = append(errs, n.freeConsts(n.consts))
+	}
+	n.consts = nil
+	return errors.Join(errs...)
 }
+
+// Device is where the Net runs (nil: the host).
+func (n *Net) Device() *backend.Device { return n.dev }
 
 // Batch is the number of images the graph takes.
 func (n *Net) Batch() int { return n.batch }
@@ -317,8 +368,9 @@ func (n *Net) Batch() int { return n.batch }
 // Config is the network's configuration.
 func (n *Net) Config() Config { return n.cfg }
 
-// Dropout is the graph's dropout state: a training loop calls its Next
-// once per step (between runs) for new masks.
+// Dropout is the graph's dropout state, keyed by the Params' seed;
+// TrainStep sets its step to the iteration's, so that a run's masks
+// depend only on the seed and the iteration.
 func (n *Net) Dropout() *ops.DropoutRNG { return n.drop }
 
 // Graph is the graph, for inspection (ops.CheckPlacement, say).
@@ -338,14 +390,17 @@ func (n *Net) ParamNodes() G.Nodes { return slices.Clone(n.inputs) }
 // parameter are left out. Hand the groups to ops.NewAdamW and the pairs
 // to its Step.
 func (n *Net) ParamGroups(lr, wd float64) ([]ops.ParamGroup, []G.ValueGrad, error) {
+	return n.paramGroups(lr, wd, BackboneLRMult, LinearProjLRMult)
+}
+
+// paramGroups is ParamGroups with the backbone's and the linear
+// projections' rates at the given multiples of lr.
+func (n *Net) paramGroups(lr, wd, backboneMult, linearProjMult float64) ([]ops.ParamGroup, []G.ValueGrad, error) {
 	if n.mode != Train {
 		return nil, nil, fmt.Errorf("model: ParamGroups on an inference graph (it has no gradients)")
 	}
-	pairs, err := ops.ParamsWithGrads(n.inputs, n.grads)
-	if err != nil {
-		return nil, nil, err
-	}
-	rates := map[Group]float64{GroupTransformer: lr, GroupBackbone: lr * BackboneLRMult, GroupLinearProj: lr * LinearProjLRMult}
+	pairs := n.learn
+	rates := map[Group]float64{GroupTransformer: lr, GroupBackbone: lr * backboneMult, GroupLinearProj: lr * linearProjMult}
 	var groups []ops.ParamGroup
 	for _, grp := range []Group{GroupTransformer, GroupBackbone, GroupLinearProj} {
 		pg := ops.ParamGroup{LR: rates[grp], WeightDecay: wd}
@@ -361,38 +416,99 @@ func (n *Net) ParamGroups(lr, wd float64) ([]ops.ParamGroup, []G.ValueGrad, erro
 	return groups, pairs, nil
 }
 
-// SyncParams copies a device graph's parameters and BatchNorm statistics
-// into its Params (for a checkpoint, or another graph); on the host they
-// are the Params' own tensors already, and it does nothing.
-func (n *Net) SyncParams() error {
-	if n.dev == nil {
-		return nil
+// OptimizerConfig is the training's AdamW: decoupled weight decay on every
+// parameter (as the reference's), the gradients' global norm clipped to
+// ClipNorm (0: no clipping), and the learning rates of the backbone and of
+// the linear projections that make sampling locations (every deformable
+// attention's sampling offsets, the decoder's reference points) as
+// multiples of the transformer's.
+type OptimizerConfig struct {
+	WeightDecay, ClipNorm            float64
+	BackboneLRMult, LinearProjLRMult float64
+}
+
+// ReferenceOptimizer is the reference's: weight decay 1e-4, clipping at
+// 0.1, the backbone and the linear projections at a tenth of the rate
+// (lr 2e-4, lr_backbone 2e-5, lr_linear_proj_mult 0.1).
+func ReferenceOptimizer() OptimizerConfig {
+	return OptimizerConfig{WeightDecay: 1e-4, ClipNorm: 0.1, BackboneLRMult: BackboneLRMult, LinearProjLRMult: LinearProjLRMult}
+}
+
+// NewOptimizer gives a training graph its optimiser: AdamW (ops.AdamW,
+// PyTorch's) over the groups of ParamGroups, at oc's rates and decay, its
+// state where the parameters live. TrainStep steps it at the rate it is
+// given.
+func (n *Net) NewOptimizer(oc OptimizerConfig) error {
+	if n.mode != Train {
+		return fmt.Errorf("model: NewOptimizer on an inference graph")
 	}
-	for i, name := range n.names {
-		t, ok := n.inputs[i].Value().(*tensor.Dense)
-		if !ok || !backend.IsDevice(t) {
-			continue
-		}
-		h, err := n.dev.ToHost(t)
-		if err != nil {
-			return fmt.Errorf("model: SyncParams: %s: %w", name, err)
-		}
-		if err := tensor.Copy(n.params.values[name], h); err != nil {
-			return fmt.Errorf("model: SyncParams: %s: %w", name, err)
-		}
+	if n.opt != nil {
+		return fmt.Errorf("model: the graph has an optimiser already")
 	}
-	for i, bn := range n.bns {
-		mean, variance, err := bn.CopyRunningStats()
+	groups, _, err := n.paramGroups(1, oc.WeightDecay, oc.BackboneLRMult, oc.LinearProjLRMult)
+	if err != nil {
+		return err
+	}
+	n.groupMults = n.groupMults[:0]
+	for _, g := range groups {
+		n.groupMults = append(n.groupMults, g.LR)
+	}
+	cfg := ops.DefaultAdamWConfig()
+	cfg.MaxGradNorm = oc.ClipNorm
+	// Every run computes the gradients afresh: zeroing them is work for
+	// nothing.
+	cfg.KeepGrads = true
+	if n.opt, err = ops.NewAdamW(groups, cfg); err != nil {
+		return fmt.Errorf("model: %w", err)
+	}
+	return nil
+}
+
+// Optimizer is the training graph's AdamW (nil before NewOptimizer).
+func (n *Net) Optimizer() *ops.AdamW { return n.opt }
+
+// OptimizerState returns the optimiser's step count and, by parameter
+// name, its moments in host memory (copies of them on a GPU): what a
+// checkpoint keeps.
+func (n *Net) OptimizerState() (steps int, moments map[string][2]*tensor.Dense, err error) {
+	if n.opt == nil {
+		return 0, nil, fmt.Errorf("model: OptimizerState before NewOptimizer")
+	}
+	moments = map[string][2]*tensor.Dense{}
+	for i, p := range n.learn {
+		m, v, err := n.opt.Moments(p)
 		if err != nil {
-			return fmt.Errorf("model: SyncParams: BatchNorm %s: %w", n.bnNames[i], err)
+			return 0, nil, fmt.Errorf("model: %w", err)
 		}
-		m, v := n.params.RunningStats(n.bnNames[i])
-		if err := tensor.Copy(m, mean); err != nil {
-			return fmt.Errorf("model: SyncParams: BatchNorm %s: %w", n.bnNames[i], err)
+		if n.dev != nil && backend.IsDevice(m) {
+			if m, err = n.dev.ToHost(m); err == nil {
+				v, err = n.dev.ToHost(v)
+			}
+			if err != nil {
+				return 0, nil, fmt.Errorf("model: reading the optimiser's state: %w", err)
+			}
 		}
-		if err := tensor.Copy(v, variance); err != nil {
-			return fmt.Errorf("model: SyncParams: BatchNorm %s: %w", n.bnNames[i], err)
+		moments[n.names[i]] = [2]*tensor.Dense{m, v}
+	}
+	return n.opt.Steps(), moments, nil
+}
+
+// SetOptimizerState restores the optimiser from OptimizerState's values
+// (a checkpoint's), which must hold every parameter of the graph.
+func (n *Net) SetOptimizerState(steps int, moments map[string][2]*tensor.Dense) error {
+	if n.opt == nil {
+		return fmt.Errorf("model: SetOptimizerState before NewOptimizer")
+	}
+	state := map[G.ValueGrad][2]*tensor.Dense{}
+	for i, p := range n.learn {
+		mv, ok := moments[n.names[i]]
+		if !ok {
+			return fmt.Errorf("model: the optimiser's state has no moments for %s", n.names[i])
 		}
+		state[p] = mv
+	}
+	if err := n.opt.SetState(steps, state); err != nil {
+		return fmt.Errorf("model: %w", err)
 	}
 	return nil
 }
@@ -423,11 +539,46 @@ func (n *Net) setImages(pix [][]float32) error {
 	return nil
 }
 
-// TrainStep runs the training graph on one batch: images (planar RGB in
-// [0, 1]) and their ground truth. It returns the losses; the gradients are
-// left in the gradient nodes, for the optimiser's Step on ParamGroups'
-// pairs. It does not advance Dropout.
-func (n *Net) TrainStep(pix [][]float32, targets []Target) (Losses, error) {
+// TrainStep runs one training iteration on a batch: images (planar RGB in
+// [0, 1]) and their ground truth, forward and backward, then an AdamW step
+// at learning rate lr (the transformer's; the other groups take their
+// multiple of it). step is the iteration's number: the dropout masks are
+// drawn for it (Dropout), so that a run's masks depend only on the seed
+// and the iteration, and a resumed run continues as the uninterrupted one.
+// It returns the losses; a step whose total loss is not a finite number
+// updates nothing. On a device the step runs inside a backend.Scope, which
+// gives its memory back at the end.
+func (n *Net) TrainStep(pix [][]float32, targets []Target, step int, lr float64) (out Losses, err error) {
+	if n.opt == nil {
+		return out, fmt.Errorf("model: TrainStep before NewOptimizer")
+	}
+	if step < 0 {
+		return out, fmt.Errorf("model: TrainStep: step must be at least 0, got %d", step)
+	}
+	n.drop.SetStep(uint64(step))
+	end, err := n.beginStep()
+	if err != nil {
+		return out, err
+	}
+	defer func() { err = errors.Join(err, end()) }()
+	if out, err = n.forward(pix, targets); err != nil || !finite(out.Total) {
+		return out, err
+	}
+	for g, mult := range n.groupMults {
+		if err := n.opt.SetLR(g, lr*mult); err != nil {
+			return out, fmt.Errorf("model: %w", err)
+		}
+	}
+	if err := n.opt.Step(n.learn); err != nil {
+		return out, fmt.Errorf("model: %w", err)
+	}
+	return out, nil
+}
+
+// forward runs the training graph, forward and backward, on one batch and
+// returns its losses; the gradients are left in the gradient nodes. The
+// caller resets the machine.
+func (n *Net) forward(pix [][]float32, targets []Target) (Losses, error) {
 	var out Losses
 	if n.mode != Train {
 		return out, fmt.Errorf("model: TrainStep on an inference graph")
@@ -443,7 +594,6 @@ func (n *Net) TrainStep(pix [][]float32, targets []Target) (Losses, error) {
 		bn.Training = true
 	}
 	n.drop.SetTraining(true)
-	defer n.vm.Reset()
 	if err := n.vm.RunAll(); err != nil {
 		return out, err
 	}
@@ -457,10 +607,29 @@ func (n *Net) TrainStep(pix [][]float32, targets []Target) (Losses, error) {
 	return out, nil
 }
 
+// beginStep opens a run: on a device, a backend.Scope for the run's
+// memory. end closes it and resets the machine.
+func (n *Net) beginStep() (end func() error, err error) {
+	if n.dev == nil {
+		return func() error { n.vm.Reset(); return nil }, nil
+	}
+	scope, err := n.dev.BeginScope()
+	if err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	return func() error {
+		err := scope.End()
+		n.vm.Reset()
+		return err
+	}, nil
+}
+
+func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
+
 // Predict runs the inference graph on a batch of images (planar RGB in [0,
 // 1]) and returns, per image, its MaxDetections best (query, class) pairs
 // of the last decoder layer (PostProcess), boxes in pixels.
-func (n *Net) Predict(pix [][]float32) ([][]Detection, error) {
+func (n *Net) Predict(pix [][]float32) (dets [][]Detection, err error) {
 	if n.mode != Infer {
 		return nil, fmt.Errorf("model: Predict on a training graph")
 	}
@@ -470,7 +639,11 @@ func (n *Net) Predict(pix [][]float32) ([][]Detection, error) {
 	for _, bn := range n.bns {
 		bn.Training = false
 	}
-	defer n.vm.Reset()
+	end, err := n.beginStep()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, end()) }()
 	if err := n.vm.RunAll(); err != nil {
 		return nil, err
 	}
@@ -483,7 +656,7 @@ func (n *Net) Predict(pix [][]float32) ([][]Detection, error) {
 		return nil, err
 	}
 	q, c, s := n.cfg.Queries, n.cfg.NumClasses, float64(n.cfg.ImageSize)
-	dets := make([][]Detection, n.batch)
+	dets = make([][]Detection, n.batch)
 	for img := range n.batch {
 		dets[img] = PostProcess(logits[img*q*c:(img+1)*q*c], boxes[img*q*4:(img+1)*q*4], q, c, n.cfg.MaxDetections, s, s)
 	}

@@ -320,7 +320,12 @@ func (b *builder) cloneOf(lid int, suffix string, in initializer) initializer {
 	if t == nil {
 		return in
 	}
-	vs, err := float64sOf(t)
+	h, err := b.params.hostCopy(t)
+	if err != nil {
+		b.check(nil, fmt.Errorf("model: %s%s: %w", b.headName(0), suffix, err))
+		return in
+	}
+	vs, err := float64sOf(h)
 	if err != nil {
 		return in
 	}

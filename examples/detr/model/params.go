@@ -1,12 +1,15 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 
 	"gorgonia.org/tensor"
+
+	"github.com/stheno-ml/stheno/backend"
 )
 
 // Group is the optimiser group a learnable tensor belongs to: the
@@ -46,16 +49,24 @@ func (g Group) String() string {
 	return fmt.Sprintf("Group(%d)", int(g))
 }
 
-// Params holds the model's state on the host: its learnable tensors and
-// the running statistics of its BatchNorm layers, by name, in one dtype.
-// Every graph Build makes binds its nodes to these tensors (on the host)
-// or to device copies of them (Net.SyncParams copies those back).
+// Params holds the model's state: its learnable tensors and the running
+// statistics of its BatchNorm layers, by name, in one dtype, in host memory
+// or on one GPU (NewParams's device). Every graph Build makes (training and
+// inference alike) binds its nodes to these very tensors, so an optimiser
+// that updates them in place, or a checkpoint loaded into them, changes
+// every graph at once.
 //
 // Tensors are created, and initialised from the seed, the first time a
 // graph asks for them, in the order the builder asks: the same config,
-// seed and dtype give the same initial model.
+// seed and dtype give the same initial model on either device. On a GPU
+// they are initialised on the host, copied there, and stay there for the
+// run; HostValue, HostRunningStats, SetValue and SetRunningStats read and
+// write them through the host (checkpoints). Free gives the device memory
+// back.
 type Params struct {
+	dev    *backend.Device // nil: the host
 	dt     tensor.Dtype
+	seed   uint64
 	rng    *rand.Rand
 	names  []string
 	values map[string]*tensor.Dense
@@ -64,14 +75,24 @@ type Params struct {
 	stats  map[string][2]*tensor.Dense
 }
 
-// NewParams returns an empty parameter store of dtype dt (tensor.Float32
-// or tensor.Float64) whose tensors will be initialised from seed.
-func NewParams(seed uint64, dt tensor.Dtype) (*Params, error) {
+// NewParams returns an empty float32 parameter store whose tensors will be
+// initialised from seed and live on dev (nil: the host). Graphs that use it
+// are built for the same device.
+func NewParams(seed uint64, dev *backend.Device) *Params {
+	p, _ := newParams(seed, tensor.Float32, dev)
+	return p
+}
+
+// newParams is NewParams of dtype dt (tensor.Float32 or tensor.Float64, the
+// gradient check's).
+func newParams(seed uint64, dt tensor.Dtype, dev *backend.Device) (*Params, error) {
 	if dt != tensor.Float32 && dt != tensor.Float64 {
 		return nil, fmt.Errorf("model: NewParams: dtype must be float32 or float64, got %v", dt)
 	}
 	return &Params{
+		dev:    dev,
 		dt:     dt,
+		seed:   seed,
 		rng:    rand.New(rand.NewPCG(seed, 0xde7a)),
 		values: map[string]*tensor.Dense{},
 		groups: map[string]Group{},
@@ -79,13 +100,18 @@ func NewParams(seed uint64, dt tensor.Dtype) (*Params, error) {
 	}, nil
 }
 
+// Device is where the tensors live (nil: the host).
+func (p *Params) Device() *backend.Device { return p.dev }
+
 // Dtype is the dtype of every tensor.
 func (p *Params) Dtype() tensor.Dtype { return p.dt }
 
 // Names lists the learnable tensors in creation order.
 func (p *Params) Names() []string { return slices.Clone(p.names) }
 
-// Value is the named learnable tensor, nil if there is none.
+// Value is the named learnable tensor, where it lives (nil if there is
+// none). A device tensor's memory cannot be read from the host: use
+// HostValue.
 func (p *Params) Value(name string) *tensor.Dense { return p.values[name] }
 
 // Group is the optimiser group of the named tensor.
@@ -95,7 +121,7 @@ func (p *Params) Group(name string) Group { return p.groups[name] }
 func (p *Params) BatchNorms() []string { return slices.Clone(p.bns) }
 
 // RunningStats returns the named BatchNorm layer's running mean and
-// variance.
+// variance, where they live (see Value).
 func (p *Params) RunningStats(name string) (mean, variance *tensor.Dense) {
 	s := p.stats[name]
 	return s[0], s[1]
@@ -108,6 +134,120 @@ func (p *Params) Size() int {
 		n += v.Shape().TotalSize()
 	}
 	return n
+}
+
+// place moves a new host tensor where the store keeps its tensors. It must
+// not run inside a backend.Scope, which would free it at the scope's end:
+// Build runs outside the steps' scopes.
+func (p *Params) place(t *tensor.Dense) (*tensor.Dense, error) {
+	if p.dev == nil {
+		return t, nil
+	}
+	if p.dev.OpenScope() != nil {
+		return nil, fmt.Errorf("created inside a backend.Scope: build the graphs before the steps")
+	}
+	return p.dev.ToDevice(t)
+}
+
+// hostCopy returns t's values in host memory: t itself on the host, a copy
+// from the device (which waits for the GPU's queued work).
+func (p *Params) hostCopy(t *tensor.Dense) (*tensor.Dense, error) {
+	if p.dev == nil || !backend.IsDevice(t) {
+		return t, nil
+	}
+	return p.dev.ToHost(t)
+}
+
+// load copies src into t, where t lives.
+func (p *Params) load(t *tensor.Dense, src []float32) error {
+	if len(src) != t.Shape().TotalSize() {
+		return fmt.Errorf("%d values for a tensor of shape %v", len(src), t.Shape())
+	}
+	if p.dev == nil || !backend.IsDevice(t) {
+		switch d := t.Data().(type) {
+		case []float32:
+			copy(d, src)
+		case []float64:
+			for i, v := range src {
+				d[i] = float64(v)
+			}
+		}
+		return nil
+	}
+	h := tensor.New(tensor.WithShape(t.Shape()...), tensor.Of(p.dt))
+	if err := p.load(h, src); err != nil {
+		return err
+	}
+	return p.dev.Engine().Memcpy(t, h)
+}
+
+// HostValue returns the named learnable tensor's values in host memory:
+// the tensor itself on the host, a copy of it on a GPU.
+func (p *Params) HostValue(name string) (*tensor.Dense, error) {
+	t, ok := p.values[name]
+	if !ok {
+		return nil, fmt.Errorf("model: no parameter %s", name)
+	}
+	return p.hostCopy(t)
+}
+
+// SetValue copies values (as many as the tensor has) into the named
+// learnable tensor, where it lives.
+func (p *Params) SetValue(name string, values []float32) error {
+	t, ok := p.values[name]
+	if !ok {
+		return fmt.Errorf("model: no parameter %s", name)
+	}
+	if err := p.load(t, values); err != nil {
+		return fmt.Errorf("model: parameter %s: %w", name, err)
+	}
+	return nil
+}
+
+// HostRunningStats returns the named BatchNorm layer's running mean and
+// variance in host memory (copies of them on a GPU).
+func (p *Params) HostRunningStats(name string) (mean, variance *tensor.Dense, err error) {
+	s, ok := p.stats[name]
+	if !ok {
+		return nil, nil, fmt.Errorf("model: no BatchNorm %s", name)
+	}
+	if mean, err = p.hostCopy(s[0]); err != nil {
+		return nil, nil, err
+	}
+	variance, err = p.hostCopy(s[1])
+	return mean, variance, err
+}
+
+// SetRunningStats copies a BatchNorm layer's running mean and variance
+// into its tensors, where they live.
+func (p *Params) SetRunningStats(name string, mean, variance []float32) error {
+	s, ok := p.stats[name]
+	if !ok {
+		return fmt.Errorf("model: no BatchNorm %s", name)
+	}
+	for i, src := range [2][]float32{mean, variance} {
+		if err := p.load(s[i], src); err != nil {
+			return fmt.Errorf("model: BatchNorm %s's running %s: %w", name, [2]string{"mean", "variance"}[i], err)
+		}
+	}
+	return nil
+}
+
+// Free gives the device memory of the tensors back (nothing on the host).
+// The store and the graphs bound to it cannot be used afterwards.
+func (p *Params) Free() error {
+	if p.dev == nil {
+		return nil
+	}
+	var errs []error
+	for _, name := range p.names {
+		errs = append(errs, p.dev.FreeDense(p.values[name]))
+	}
+	for _, name := range p.bns {
+		errs = append(errs, p.dev.FreeDense(p.stats[name][0]), p.dev.FreeDense(p.stats[name][1]))
+	}
+	p.values, p.stats, p.names, p.bns = map[string]*tensor.Dense{}, map[string][2]*tensor.Dense{}, nil, nil
+	return errors.Join(errs...)
 }
 
 // initializer makes a tensor's first values, n of them, from the store's
@@ -176,7 +316,10 @@ func (p *Params) tensorFor(name string, shape []int, in initializer, group Group
 		return t, nil
 	}
 	n := tensor.Shape(shape).TotalSize()
-	t := denseOf(p.dt, in(p.rng, n), shape...)
+	t, err := p.place(denseOf(p.dt, in(p.rng, n), shape...))
+	if err != nil {
+		return nil, fmt.Errorf("model: parameter %s: %w", name, err)
+	}
 	p.names = append(p.names, name)
 	p.values[name] = t
 	p.groups[name] = group
@@ -194,6 +337,12 @@ func (p *Params) statsFor(name string, channels int) (mean, variance *tensor.Den
 	}
 	mean = denseOf(p.dt, make([]float64, channels), channels)
 	variance = denseOf(p.dt, constant(1)(nil, channels), channels)
+	if mean, err = p.place(mean); err == nil {
+		variance, err = p.place(variance)
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("model: BatchNorm %s: %w", name, err)
+	}
 	p.bns = append(p.bns, name)
 	p.stats[name] = [2]*tensor.Dense{mean, variance}
 	return mean, variance, nil

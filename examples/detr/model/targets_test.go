@@ -279,7 +279,7 @@ func TestConfigValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.HasPrefix(err.Error(), "model: ") {
 			t.Errorf("want an error with %q, got %v", c.want, err)
 		}
-		if _, err := Build(cfg, mustParams(t, 1, tensor.Float32), Train, 1, nil); err == nil {
+		if _, err := Build(cfg, mustParams(t, 1, tensor.Float32), Train, 1); err == nil {
 			t.Errorf("Build took a config Validate refuses (%q)", c.want)
 		}
 	}
@@ -289,11 +289,14 @@ func TestConfigValidate(t *testing.T) {
 // before the run.
 func TestTrainStepBadTargets(t *testing.T) {
 	cfg := tinyConfig()
-	n, err := Build(cfg, mustParams(t, 1, tensor.Float32), Train, 2, nil)
+	n, err := Build(cfg, mustParams(t, 1, tensor.Float32), Train, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer n.Close()
+	if err := n.NewOptimizer(ReferenceOptimizer()); err != nil {
+		t.Fatal(err)
+	}
 	pix, good := tinyBatch(cfg.ImageSize)
 	for _, c := range []struct {
 		targets []Target
@@ -304,7 +307,7 @@ func TestTrainStepBadTargets(t *testing.T) {
 		{[]Target{good[0], {Labels: []int{1}, Boxes: []Box{{0.5, 0.5, 0, 0.1}}}}, "w, h > 0"},
 		{[]Target{good[0], {Labels: []int{1}}}, "1 labels and 0 boxes"},
 	} {
-		if _, err := n.TrainStep(pix, c.targets); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := n.TrainStep(pix, c.targets, 0, 1e-4); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("want an error with %q, got %v", c.want, err)
 		}
 	}

@@ -60,7 +60,7 @@ func tinyBatch(size int) ([][]float32, []Target) {
 
 func mustParams(t testing.TB, seed uint64, dt tensor.Dtype) *Params {
 	t.Helper()
-	p, err := NewParams(seed, dt)
+	p, err := newParams(seed, dt, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

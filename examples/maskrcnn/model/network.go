@@ -13,6 +13,7 @@ import (
 
 	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/examples/internal/hostop"
 	"github.com/stheno-ml/stheno/ops"
 )
 
@@ -224,14 +225,14 @@ func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 		{k, 5}, {k}, {k}, {1, 4 * nc, k, 1}, {1, 4 * nc, k, 1},
 		{km, 5}, {km, nc, m, m}, {km, nc, m, m},
 	}
-	sampler := &hostOp{name: "sample RoIs", size: autograd.PackedSize(shapes...), run: n.timed("sample RoIs", n.sampleHeads)}
+	sampler := &hostop.Op[float32]{Name: "sample RoIs", Size: autograd.PackedSize(shapes...), Run: n.timed("sample RoIs", n.sampleHeads)}
 	for l := range n.anchors {
 		os, _ := n.rpnLevelShapes(l)
-		sampler.in = append(sampler.in, os)
+		sampler.In = append(sampler.In, os)
 	}
 	for l := range n.anchors {
 		_, ds := n.rpnLevelShapes(l)
-		sampler.in = append(sampler.in, ds)
+		sampler.In = append(sampler.In, ds)
 	}
 	packed := b.toDevice(b.check(G.ApplyOp(sampler, b.toHostAll(append(append(G.Nodes{}, obj...), del...))...)))
 	if b.err != nil {
@@ -270,14 +271,14 @@ func (n *Net) buildInference(b *builder, pyramid, obj, del []*G.Node) error {
 	cfg := n.cfg
 	rt, d := cfg.RPNPostNMSTest, cfg.MaxDetections
 	k := n.batch * rt
-	props := &hostOp{name: "proposals", size: 6 * k, run: n.timed("proposals", n.inferProposals)}
+	props := &hostop.Op[float32]{Name: "proposals", Size: 6 * k, Run: n.timed("proposals", n.inferProposals)}
 	for l := range n.anchors {
 		os, _ := n.rpnLevelShapes(l)
-		props.in = append(props.in, os)
+		props.In = append(props.In, os)
 	}
 	for l := range n.anchors {
 		_, ds := n.rpnLevelShapes(l)
-		props.in = append(props.in, ds)
+		props.In = append(props.In, ds)
 	}
 	propPacked := b.check(G.ApplyOp(props, b.toHostAll(append(append(G.Nodes{}, obj...), del...))...))
 	if b.err != nil {
@@ -292,8 +293,8 @@ func (n *Net) buildInference(b *builder, pyramid, obj, del []*G.Node) error {
 		return b.err
 	}
 	kd := n.batch * d
-	det := &hostOp{name: "detections", size: 8 * kd, run: n.timed("detections", n.inferDetections),
-		in: []tensor.Shape{{6 * k}, cls.Shape().Clone(), reg.Shape().Clone()}}
+	det := &hostop.Op[float32]{Name: "detections", Size: 8 * kd, Run: n.timed("detections", n.inferDetections),
+		In: []tensor.Shape{{6 * k}, cls.Shape().Clone(), reg.Shape().Clone()}}
 	detPacked := b.check(G.ApplyOp(det, propPacked, b.toHost(cls), b.toHost(reg)))
 	if b.err != nil {
 		return b.err

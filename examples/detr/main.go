@@ -1,0 +1,402 @@
+// Command detr trains a Deformable DETR from Go on the CPU or a GPU,
+// evaluates it and draws its predictions; with -infer it predicts with a
+// trained checkpoint, and with -export-synthetic it writes the synthetic
+// dataset in COCO format.
+//
+// With no flags it trains a small network (-preset cpu: d_model 64, two
+// encoder and two decoder layers, 50 queries) from scratch on the synthetic
+// dataset of circles, squares and triangles that examples/detr uses
+// (64x64 images, generated on the fly, no download), evaluating box AP on
+// 200 held-out images, and writes into out/detr:
+//
+//	checkpoint.gob     the run's options, weights, BatchNorm statistics,
+//	                   optimiser state, iteration and history
+//	curves.png         training losses and validation AP over time
+//	val_NNNNNN.png     ground truth and predictions on validation images
+//	history.json       the numbers behind curves.png
+//
+// -preset r50 is the reference's network (d_model 256, 8 heads, 4 points,
+// 6+6 layers, 300 queries, four levels) and optimiser (AdamW lr 2e-4,
+// backbone 2e-5, sampling offsets and reference points x0.1, weight decay
+// 1e-4, clipping at 0.1, a tenfold drop at 80%) on 512x512 images in
+// batches of 8: a run for a GPU.
+//
+// Usage:
+//
+//	go run ./examples/detr [flags]                      # train
+//	go run ./examples/detr -checkpoint out/detr/checkpoint.gob
+//	                                                    # resume an interrupted run
+//	go run ./examples/detr -checkpoint out/detr/checkpoint.gob -iters 6000
+//	                                                    # resume, train longer
+//	go run ./examples/detr -infer -checkpoint out/detr/checkpoint.gob \
+//	    -images dir-or-annotations.json [-out out/predictions]
+//	go run ./examples/detr -export-synthetic out/synthetic
+//	go run -tags stheno_cuda ./examples/detr -device cuda -preset r50 [-v]
+//	                                                    # train on the first GPU
+//	go run ./examples/detr -data out/synthetic/annotations.json
+//
+// Resuming takes the options that shape the run (data, model, optimiser,
+// schedule, seed) from the checkpoint; giving one with another value is
+// refused with the list of differences, except -iters, which may be
+// raised. Output goes beside the checkpoint unless -out says otherwise. An
+// interrupt (Ctrl-C, SIGTERM) finishes the iteration under way, saves the
+// checkpoint and prints the command that resumes; a second one quits at
+// once.
+//
+// -data trains on a COCO-format dataset instead: an annotations JSON file
+// with its images in an images/ directory beside it (data.WriteCOCO's
+// layout) or in its own directory; its last tenth is held out for
+// evaluation. Images of another size are resized to -size.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/examples/detr/train"
+	"github.com/stheno-ml/stheno/examples/internal/device"
+	"github.com/stheno-ml/stheno/examples/internal/option"
+	"github.com/stheno-ml/stheno/kernels"
+)
+
+func main() {
+	ctx, stop := interruptContext()
+	defer stop()
+	os.Exit(exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+}
+
+// interruptContext is cancelled, with a signalError as its cause, by the
+// first SIGINT or SIGTERM; the next one kills the process as usual.
+func interruptContext() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		sig, ok := <-sigs
+		if !ok {
+			return
+		}
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
+		fmt.Fprintf(os.Stderr, "\ndetr: %v: finishing the iteration under way and saving the checkpoint (again to quit at once)\n", sig)
+		cancel(signalError{sig.(syscall.Signal)})
+	}()
+	return ctx, func() { signal.Stop(sigs); close(sigs) }
+}
+
+// signalError is the cause of an interrupted run.
+type signalError struct{ sig syscall.Signal }
+
+func (e signalError) Error() string { return e.sig.String() }
+
+// exitCode prints err (if any) and returns the process's exit status: 0,
+// 128+n after signal n (as a shell reports it), 2 for bad usage, else 1.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	var interrupted *train.InterruptedError
+	if errors.As(err, &interrupted) {
+		fmt.Fprintf(stderr, "detr: interrupted after iteration %d; the run is saved in %s. Resume it with\n\n\tgo run ./examples/detr -checkpoint %s\n\n",
+			interrupted.Iter, interrupted.Checkpoint, interrupted.Checkpoint)
+		var sig signalError
+		if errors.As(err, &sig) {
+			return 128 + int(sig.sig)
+		}
+		return 1
+	}
+	var usage usageError
+	if errors.As(err, &usage) {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(stderr, "detr:", line)
+		}
+		fmt.Fprintln(stderr, "run 'detr -h' for the flags and their ranges")
+		return 2
+	}
+	fmt.Fprintln(stderr, "detr:", err)
+	return 1
+}
+
+// usageError is a bad command line: flags that do not parse, values out of
+// range, flags that do not go together.
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// Flags of each mode besides training's.
+var (
+	inferFlags  = []string{"infer", "checkpoint", "images", "score", "out", "device", "tf32"}
+	exportFlags = []string{"export-synthetic", "train-images", "val-images", "size", "seed", "preset"}
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	def := train.DefaultOptions()
+	fs := flag.NewFlagSet("detr", flag.ContinueOnError)
+	// The flag package would print parse errors itself; they are returned
+	// and printed once, by exitCode.
+	fs.SetOutput(io.Discard)
+	presetName := fs.String("preset", "cpu", "the run's defaults: "+strings.Join(train.Presets, " or ")+" (cpu: a small network for the host; r50: the reference's network and optimiser on 512x512 images, for a GPU); the flags below override it (their defaults here are cpu's)")
+	iters := fs.Int("iters", def.Iters, "training iterations in all (when resuming, may be raised to train longer); at least 1")
+	batch := fs.Int("batch", def.Batch, "images per iteration, in [2, 1024] (BatchNorm needs 2)")
+	size := fs.Int("size", def.Model.ImageSize, "image size the model takes: a multiple of 32 in [32, 2048] (of 64 with -preset r50); images are resized to it")
+	lr := fs.Float64("lr", def.LR, "peak learning rate of AdamW (the transformer's), in (0, 1]")
+	lrBackbone := fs.Float64("lr-backbone", def.LRBackbone, "peak learning rate of the backbone, in [0, 1] (0: frozen)")
+	lrProj := fs.Float64("lr-linear-proj-mult", def.LRLinearProjMult, "the sampling offsets' and reference points' learning rate as a multiple of -lr, in [0, 10]")
+	warmup := fs.Int("warmup", def.Warmup, "iterations of linear learning-rate warm-up, at least 0")
+	steps := fs.String("steps", joinFloats(def.Steps), "increasing fractions of -iters in (0, 1) where the learning rates drop tenfold; \"\" for none")
+	wd := fs.Float64("wd", def.WeightDecay, "weight decay (decoupled, on every parameter), in [0, 1)")
+	clip := fs.Float64("clip", def.ClipNorm, "gradients' global norm is clipped to this; >= 0, 0 for no clipping")
+	width := fs.Int("width", def.Model.Width, "backbone width in [1, 512]: stem channels (stages have 2x, 4x, 8x)")
+	depth := fs.Int("depth", def.Model.Depth, "residual blocks per backbone stage, in [1, 32]")
+	dmodel := fs.Int("dmodel", def.Model.DModel, "the transformer's features: a multiple of 32 in [32, 2048] (of 4, the heads and the GroupNorm groups)")
+	encLayers := fs.Int("enc-layers", def.Model.EncLayers, "encoder layers, in [1, 32]")
+	decLayers := fs.Int("dec-layers", def.Model.DecLayers, "decoder layers, in [1, 32]")
+	queries := fs.Int("queries", def.Model.Queries, "object queries, in [1, 4096]")
+	dataPath := fs.String("data", "", "COCO annotations file to train on (default: the synthetic dataset)")
+	nTrain := fs.Int("train-images", def.TrainImages, "synthetic training images, at least 1")
+	nVal := fs.Int("val-images", def.ValImages, "synthetic validation images; 0 trains without evaluations")
+	evalEvery := fs.Int("eval-every", def.EvalEvery, "iterations between evaluations and checkpoints, at least 1")
+	out := fs.String("out", "", "output directory (default out/detr; the checkpoint's directory when resuming; out/predictions with -infer)")
+	seed := fs.Uint64("seed", def.Seed, "random seed: data, initialisation, dropout")
+	ckptPath := fs.String("checkpoint", "", "checkpoint to resume training from, or to predict with (-infer)")
+	infer := fs.Bool("infer", false, "predict with -checkpoint on -images instead of training")
+	images := fs.String("images", "", "with -infer: a directory of PNG/JPEG images or a COCO annotations file")
+	scoreMin := fs.Float64("score", train.SheetScoreMin, "with -infer: lowest score drawn in the pictures, in [0, 1] (all go to the JSON)")
+	deviceSpec := fs.String("device", "cpu", device.Usage)
+	tf32 := fs.Bool("tf32", true, "with a GPU, cuBLAS's matrix products round their operands to TF32 on tensor cores; false: full float32 (the convolutions stay TF32)")
+	verbose := fs.Bool("v", false, "with a GPU, print the device's memory (in use, high-water mark) every 100 iterations")
+	export := fs.String("export-synthetic", "", "write the synthetic dataset (-train-images then -val-images images of -size) to this directory in COCO format, and exit")
+	fs.Usage = func() {} // printed below for -h only
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(stdout, "usage: detr [flags]   (see go doc ./examples/detr)")
+			fs.SetOutput(stdout)
+			fs.PrintDefaults()
+			return nil
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected arguments %q", fs.Args())
+	}
+	// A value of STHENO_CPU_KERNELS this CPU cannot take stops the program
+	// before any work: it would run on other kernels than asked for.
+	if _, err := kernels.CPUKernels(); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	preset, err := train.Preset(*presetName)
+	if err != nil {
+		return usageError{err}
+	}
+	if _, _, err := device.Parse(*deviceSpec); err != nil {
+		return usageError{err}
+	}
+	// openDevice opens the GPU -device names (nil for the CPU), once the
+	// other flags are known to be good and before any work.
+	openDevice := func() (*backend.Device, func(), error) {
+		dev, err := device.Open(*deviceSpec, "go run ./examples/detr")
+		if err != nil {
+			return nil, nil, usageError{err}
+		}
+		if dev == nil {
+			return nil, func() {}, nil
+		}
+		if !*tf32 {
+			dev.SetGemmMath(backend.GemmExact)
+		}
+		return dev, func() { dev.Close() }, nil
+	}
+	only := func(mode string, allowed []string) error {
+		var extra []string
+		for name := range given {
+			if !slices.Contains(allowed, name) {
+				extra = append(extra, "-"+name)
+			}
+		}
+		if len(extra) == 0 {
+			return nil
+		}
+		slices.Sort(extra)
+		return usagef("%s does not go with %s (it takes only -%s)", strings.Join(extra, ", "), mode, strings.Join(allowed[1:], ", -"))
+	}
+
+	switch {
+	case *infer:
+		if err := only("-infer", inferFlags); err != nil {
+			return err
+		}
+		if *ckptPath == "" || *images == "" {
+			return usagef("-infer needs -checkpoint and -images")
+		}
+		if !(*scoreMin >= 0 && *scoreMin <= 1) {
+			return usageError{&option.Error{Option: "score", Value: *scoreMin, Allowed: "must be a number in [0, 1]"}}
+		}
+		dir := *out
+		if dir == "" {
+			dir = filepath.Join("out", "predictions")
+		}
+		dev, closeDev, err := openDevice()
+		if err != nil {
+			return err
+		}
+		defer closeDev()
+		return train.Infer(train.InferOptions{Checkpoint: *ckptPath, Images: *images, Out: dir,
+			Batch: def.EvalBatch, ScoreMin: *scoreMin, Log: stdout, Device: dev})
+	case given["export-synthetic"]:
+		if err := only("-export-synthetic", exportFlags); err != nil {
+			return err
+		}
+		opt := preset
+		for name, apply := range map[string]func(){
+			"train-images": func() { opt.TrainImages = *nTrain },
+			"val-images":   func() { opt.ValImages = *nVal },
+			"size":         func() { opt.Model.ImageSize = *size },
+			"seed":         func() { opt.Seed = *seed },
+		} {
+			if given[name] {
+				apply()
+			}
+		}
+		if err := opt.Validate(); err != nil {
+			return usageError{err}
+		}
+		if *export == "" {
+			return usagef("-export-synthetic needs a directory")
+		}
+		n, err := train.ExportSynthetic(*export, opt.RunConfig)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "wrote %d images (%d for training, then %d for validation) to %s\ntrain on them with: go run ./examples/detr -data %s\n",
+			n, opt.TrainImages, opt.ValImages, *export, filepath.Join(*export, "annotations.json"))
+		return nil
+	}
+	for _, name := range []string{"images", "score"} {
+		if given[name] {
+			return usagef("-%s goes only with -infer", name)
+		}
+	}
+
+	// The preset's values, or the checkpoint's when resuming, unless a
+	// flag says otherwise (a -preset given with -checkpoint is compared
+	// with the checkpoint's options like any other flag).
+	opt := preset
+	if *ckptPath != "" {
+		ckpt, err := train.LoadCheckpoint(*ckptPath)
+		if err != nil {
+			return err
+		}
+		if !given["preset"] {
+			opt.RunConfig = ckpt.Run
+		} else {
+			opt.Iters = ckpt.Run.Iters
+		}
+		if *out == "" {
+			*out = filepath.Dir(*ckptPath)
+		}
+	}
+	set := func(name string, apply func()) {
+		if given[name] {
+			apply()
+		}
+	}
+	set("iters", func() { opt.Iters = *iters })
+	set("batch", func() { opt.Batch = *batch })
+	set("size", func() { opt.Model.ImageSize = *size })
+	set("lr", func() { opt.LR = *lr })
+	set("lr-backbone", func() { opt.LRBackbone = *lrBackbone })
+	set("lr-linear-proj-mult", func() { opt.LRLinearProjMult = *lrProj })
+	set("warmup", func() { opt.Warmup = *warmup })
+	set("wd", func() { opt.WeightDecay = *wd })
+	set("clip", func() { opt.ClipNorm = *clip })
+	set("width", func() { opt.Model.Width = *width })
+	set("depth", func() { opt.Model.Depth = *depth })
+	set("dmodel", func() { opt.Model.DModel = *dmodel })
+	set("enc-layers", func() { opt.Model.EncLayers = *encLayers })
+	set("dec-layers", func() { opt.Model.DecLayers = *decLayers })
+	set("queries", func() { opt.Model.Queries = *queries })
+	set("data", func() { opt.Data = *dataPath })
+	set("train-images", func() { opt.TrainImages = *nTrain })
+	set("val-images", func() { opt.ValImages = *nVal })
+	set("seed", func() { opt.Seed = *seed })
+	var errs []error
+	set("steps", func() {
+		var err error
+		if opt.Steps, err = parseFloats(*steps); err != nil {
+			errs = append(errs, &option.Error{Option: "steps", Value: strconv.Quote(*steps), Allowed: "must be comma-separated numbers"})
+		}
+	})
+	if opt.Data != "" && (given["train-images"] || given["val-images"]) {
+		errs = append(errs, errors.New("-train-images and -val-images count synthetic images; with -data, the last tenth of its images is held out"))
+	}
+	if opt.Data != "" {
+		opt.TrainImages, opt.ValImages = 0, 0 // the data decides
+	}
+	if given["eval-every"] {
+		opt.EvalEvery = *evalEvery
+	}
+	opt.Resume = *ckptPath
+	if *out != "" {
+		opt.Out = *out
+	}
+	if err := opt.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return usageError{errors.Join(errs...)}
+	}
+	dev, closeDev, err := openDevice()
+	if err != nil {
+		return err
+	}
+	defer closeDev()
+	opt.Log, opt.Device, opt.Verbose = stdout, dev, *verbose
+	res, err := train.Run(ctx, opt)
+	if err != nil {
+		return err
+	}
+	if !res.Evaluated {
+		fmt.Fprintf(stdout, "final: %d iterations, not evaluated (no validation images) | %v\n", res.Iters, res.Wall.Round(1e9))
+		return nil
+	}
+	fmt.Fprintf(stdout, "final: %v | %v\n", res.Final, res.Wall.Round(1e9))
+	return nil
+}
+
+func parseFloats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(f, 64)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func joinFloats(v []float64) string {
+	s := make([]string, len(v))
+	for i, f := range v {
+		s[i] = strconv.FormatFloat(f, 'g', -1, 64)
+	}
+	return strings.Join(s, ",")
+}

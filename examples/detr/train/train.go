@@ -1,0 +1,281 @@
+package train
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stheno-ml/stheno/examples/detr/model"
+	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/examples/internal/eval"
+	"github.com/stheno-ml/stheno/examples/internal/history"
+	"github.com/stheno-ml/stheno/examples/internal/option"
+	"github.com/stheno-ml/stheno/examples/internal/progress"
+	"github.com/stheno-ml/stheno/examples/internal/schedule"
+	"github.com/stheno-ml/stheno/examples/internal/viz"
+)
+
+// Result summarises a run.
+type Result struct {
+	Iters     int  // iterations done in all
+	Evaluated bool // Final holds an evaluation (there are validation images)
+	Final     Metrics
+	History   History
+	Wall      time.Duration
+	// Checkpoint is the checkpoint written last; empty when Run trained
+	// nothing.
+	Checkpoint string
+}
+
+// InterruptedError is Run's error when its context is cancelled: the
+// iteration under way was finished and the run saved in Checkpoint, from
+// which it resumes exactly.
+type InterruptedError struct {
+	Iter       int // iterations done, all in the checkpoint
+	Checkpoint string
+	Cause      error // the context's cause: the signal, for the command
+}
+
+func (e *InterruptedError) Error() string {
+	return fmt.Sprintf("train: interrupted (%v) after iteration %d; the run is saved in %s", e.Cause, e.Iter, e.Checkpoint)
+}
+
+func (e *InterruptedError) Unwrap() error { return e.Cause }
+
+// Run trains the model as opt says, evaluating on the validation images,
+// plotting and saving a checkpoint every EvalEvery iterations and at the
+// end. With no validation images it trains and saves the same way, without
+// evaluations or pictures of predictions. Resuming (opt.Resume) needs the
+// checkpoint's RunConfig (Iters excepted); if the checkpoint has done
+// opt.Iters iterations or more, Run trains nothing and evaluates it.
+//
+// When ctx is cancelled, Run finishes the iteration under way, saves the
+// checkpoint and returns an *InterruptedError.
+func Run(ctx context.Context, opt Options) (*Result, error) {
+	start := time.Now()
+	log := opt.Log
+	if log == nil {
+		log = io.Discard
+	}
+	if err := opt.Validate(); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	var ckpt *Checkpoint
+	if opt.Resume != "" {
+		var err error
+		if ckpt, err = LoadCheckpoint(opt.Resume); err != nil {
+			return nil, err
+		}
+		if diff := opt.RunConfig.Diff(ckpt.Run); len(diff) > 0 {
+			return nil, fmt.Errorf("train: %s comes from a run with other options; resuming needs the same ones (options not given are taken from the checkpoint):\n  %s",
+				opt.Resume, strings.Join(diff, "\n  "))
+		}
+	}
+	run := opt.RunConfig
+	if run.Data != "" {
+		// The checkpoint names the data wherever the run resumes from.
+		run.Data = option.AbsPath(run.Data)
+	}
+	trainSet, valSet, err := data.Load(run.Data, run.Seed, run.TrainImages, run.ValImages, run.Model.ImageSize)
+	if err != nil {
+		return nil, err
+	}
+	if ckpt != nil && !slices.Equal(ckpt.Classes, trainSet.Classes) {
+		return nil, fmt.Errorf("train: %s has the classes %q, the data %q", opt.Resume, ckpt.Classes, trainSet.Classes)
+	}
+	run.Model.NumClasses = len(trainSet.Classes)
+	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+
+	params := model.NewParams(run.Seed, opt.Device)
+	defer params.Free()
+	trainNet, err := model.Build(run.Model, params, model.Train, run.Batch)
+	if err != nil {
+		return nil, err
+	}
+	defer trainNet.Close()
+	if err := trainNet.NewOptimizer(run.optimizer()); err != nil {
+		return nil, err
+	}
+	var inferNet *model.Net
+	if len(valSet.Images) > 0 {
+		if inferNet, err = model.Build(run.Model, params, model.Infer, opt.EvalBatch); err != nil {
+			return nil, err
+		}
+		defer inferNet.Close()
+	}
+	first := 0
+	var hist History
+	if ckpt != nil {
+		if err := ckpt.restore(params, trainNet); err != nil {
+			return nil, err
+		}
+		first, hist = ckpt.Iter, ckpt.History
+	}
+	res := &Result{Iters: first, History: hist}
+	prog := progress.New(log, run.Iters)
+	evaluate := func(iter int) (Metrics, []eval.Detection, error) {
+		te := time.Now()
+		m, dets, err := Evaluate(inferNet, valSet)
+		if err != nil {
+			return m, nil, err
+		}
+		res.Final, res.Evaluated = m, true
+		prog.Println("iteration %d: %v (%d images, %.1fs)", iter, m, len(valSet.Images), time.Since(te).Seconds())
+		return m, dets, nil
+	}
+	if first >= run.Iters {
+		fmt.Fprintf(log, "%s has done %d iterations and -iters is %d: nothing to train; evaluating the checkpoint as it is\n", opt.Resume, first, run.Iters)
+		if inferNet == nil {
+			fmt.Fprintln(log, "no validation images: nothing to evaluate")
+		} else if _, _, err := evaluate(first); err != nil {
+			return nil, err
+		}
+		res.Wall = time.Since(start)
+		return res, nil
+	}
+
+	if ckpt != nil {
+		fmt.Fprintf(log, "resuming %s at iteration %d\n", opt.Resume, first)
+	}
+	sched := schedule.WarmupMultiStep{LR: run.LR, Warmup: run.Warmup, WarmupFactor: 0.01, Gamma: 0.1}
+	for _, f := range run.Steps {
+		sched.Steps = append(sched.Steps, int(f*float64(run.Iters)))
+	}
+	fmt.Fprintf(log, "Deformable DETR: %d parameters, %dx%d images, %d classes, d_model %d, %d+%d layers, %d queries; %d training and %d validation images\n",
+		params.Size(), run.Model.ImageSize, run.Model.ImageSize, run.Model.NumClasses, run.Model.DModel, run.Model.EncLayers, run.Model.DecLayers,
+		run.Model.Queries, len(trainSet.Images), len(valSet.Images))
+	if trainSet.ClippedBoxes > 0 {
+		fmt.Fprintf(log, "%d boxes of %s crossed their image's border and were clipped to it\n", trainSet.ClippedBoxes, run.Data)
+	}
+	if inferNet == nil {
+		fmt.Fprintln(log, "no validation images: evaluations and pictures of predictions are skipped")
+	}
+	where := "on the CPU"
+	if opt.Device != nil {
+		where = "on " + opt.Device.String()
+	}
+	fmt.Fprintf(log, "training %d iterations of %d images %s, AdamW lr %g (backbone %g, sampling offsets and reference points %g), output in %s\n",
+		run.Iters, run.Batch, where, run.LR, run.LRBackbone, run.LR*run.LRLinearProjMult, opt.Out)
+
+	ckptPath := filepath.Join(opt.Out, "checkpoint.gob")
+	var sums [4]float64
+	var nsum int
+	trainTime := time.Duration(0)
+	trainIters := 0
+	for it := first; it < run.Iters; it++ {
+		t0 := time.Now()
+		imgs := data.Batch(trainSet.Images, run.Seed, it, run.Batch)
+		pix := make([][]float32, len(imgs))
+		targets := make([]model.Target, len(imgs))
+		for i, img := range imgs {
+			pix[i], targets[i] = img.Pix, TargetOf(img)
+		}
+		lr := sched.At(it)
+		l, err := trainNet.TrainStep(pix, targets, it, lr)
+		if err != nil {
+			return nil, fmt.Errorf("train: iteration %d: %w", it, err)
+		}
+		losses := [4]float64{l.Total, l.Class, l.Box, l.GIoU}
+		if math.IsNaN(l.Total) || math.IsInf(l.Total, 0) {
+			return nil, fmt.Errorf("train: iteration %d: the loss is %v (%+v); try a lower -lr", it, l.Total, l)
+		}
+		trainTime += time.Since(t0)
+		trainIters++
+		for i, v := range losses {
+			sums[i] += v
+		}
+		nsum++
+		done := it + 1
+		last := done == run.Iters
+		if done%opt.LogEvery == 0 || last {
+			for i := range sums {
+				sums[i] /= float64(nsum)
+			}
+			hist.Losses = append(hist.Losses, LossPoint{Iter: done, Total: sums[0], Class: sums[1], Box: sums[2], GIoU: sums[3]})
+			sums, nsum = [4]float64{}, 0
+		}
+		rate := float64(trainIters*run.Batch) / trainTime.Seconds()
+		remaining := time.Duration(float64(run.Iters-done) * float64(run.Batch) / rate * float64(time.Second))
+		prog.Update(done, fmt.Sprintf("loss %.3f (cls %.3f L1 %.3f GIoU %.3f) lr %.1e %.1f img/s ETA %s",
+			l.Total, l.Class, l.Box, l.GIoU, lr, rate, progress.ETA(remaining)), last)
+		if opt.Verbose && opt.Device != nil && (done%100 == 0 || last) {
+			m := opt.Device.MemStats()
+			prog.Println("iteration %d: device memory in use %.1f MiB, high-water mark %.1f MiB, cached %.1f MiB, driver allocations %d",
+				done, mib(m.InUse), mib(m.PeakInUse), mib(m.Cached), m.DriverAllocs)
+		}
+
+		periodic := done%opt.EvalEvery == 0 || last
+		interrupted := ctx.Err() != nil && !last
+		if !periodic && !interrupted {
+			continue
+		}
+		if periodic && inferNet != nil {
+			te := time.Now()
+			m, dets, err := evaluate(done)
+			if err != nil {
+				return nil, err
+			}
+			hist.Evals = append(hist.Evals, EvalPoint{
+				Iter: done, Seconds: time.Since(start).Seconds(),
+				Box:                  m.Box.APs(),
+				TrainImagesPerSecond: rate,
+				InferImagesPerSecond: float64(len(valSet.Images)) / time.Since(te).Seconds(),
+				ValidationImages:     len(valSet.Images),
+			})
+			if err := writeSheet(opt, done, valSet, dets); err != nil {
+				return nil, err
+			}
+		}
+		if err := writeHistory(opt, hist); err != nil {
+			return nil, err
+		}
+		c, err := snapshot(run, trainSet, done, params, trainNet, hist)
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Save(ckptPath); err != nil {
+			return nil, err
+		}
+		res.Iters, res.History, res.Checkpoint = done, hist, ckptPath
+		if interrupted {
+			prog.Done()
+			return res, &InterruptedError{Iter: done, Checkpoint: ckptPath, Cause: context.Cause(ctx)}
+		}
+	}
+	prog.Done()
+	res.Wall = time.Since(start)
+	fmt.Fprintf(log, "done in %v; outputs in %s\n", res.Wall.Round(time.Second), opt.Out)
+	return res, nil
+}
+
+func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
+
+// writeHistory draws the curves and writes the history as JSON.
+func writeHistory(opt Options, hist History) error {
+	if err := viz.SavePNG(filepath.Join(opt.Out, "curves.png"), curves(hist)); err != nil {
+		return err
+	}
+	return history.WriteJSON(filepath.Join(opt.Out, "history.json"), hist)
+}
+
+// SheetScoreMin is the lowest score drawn in the pictures of predictions:
+// the focal loss's sigmoid scores sit lower than a softmax's, and a short
+// run's true detections score 0.3 to 0.7.
+const SheetScoreMin = 0.3
+
+// writeSheet draws the predictions of the evaluation at iteration iter.
+func writeSheet(opt Options, iter int, val *data.Dataset, dets []eval.Detection) error {
+	if opt.SheetImages == 0 {
+		return nil
+	}
+	sheet := viz.PredictionSheet(val, dets, opt.SheetImages, opt.SheetScale, SheetScoreMin)
+	return viz.SavePNG(filepath.Join(opt.Out, fmt.Sprintf("val_%06d.png", iter)), sheet)
+}
