@@ -105,7 +105,7 @@ func ConvBN(x, w *G.Node, bn *BatchNorm, residual *G.Node, cfg ConvConfig) (*G.N
 	// (rounded to TF32 on a GPU by BatchNorm's backward pass), z being
 	// this layer's alone.
 	s.convStats, s.gemmDz = true, true
-	z, err := G.ApplyOp(convOp(convShape{p: p, dt: dt, bn: bn, gradReady: true}), x, w)
+	z, err := G.ApplyOp(convOp(convShape{p: p, dt: dt, bn: bn, gradReady: true, noDx: cfg.NoInputGrad}), x, w)
 	if err != nil {
 		return nil, err
 	}

@@ -33,6 +33,13 @@ func (a Activation) String() string {
 type ConvConfig struct {
 	Stride, Pad, Dilation [2]int // zero Stride or Dilation means 1
 	Act                   Activation
+	// NoInputGrad says that x needs no gradient (it depends on no
+	// learnable tensor: images, or a frozen backbone's output). The layer
+	// is then not differentiable with respect to x, and its backward makes
+	// no data gradient: G.Grad differentiates an op with respect to all of
+	// its differentiable inputs at once, and the tape machine would
+	// compute one that nothing reads.
+	NoInputGrad bool
 }
 
 // withDefaults returns c with zero strides and dilations set to 1.
@@ -139,7 +146,7 @@ func Conv(x, w, bias *G.Node, cfg ConvConfig) (*G.Node, error) {
 		}
 		inputs = append(inputs, bias)
 	}
-	return G.ApplyOp(convOp(convShape{p: p, bias: bias != nil, dt: dt}), inputs...)
+	return G.ApplyOp(convOp(convShape{p: p, bias: bias != nil, dt: dt, noDx: cfg.NoInputGrad}), inputs...)
 }
 
 // convShape is what the convolution ops know at graph-build time.
@@ -162,6 +169,8 @@ type convShape struct {
 	// convGradOp's packed [g | dbias]: they read g, its first
 	// N*Cout*OutH*OutW elements, where it lies.
 	gradPacked bool
+	// noDx is ConvConfig.NoInputGrad.
+	noDx bool
 }
 
 func (s convShape) xShape() tensor.Shape { return tensor.Shape{s.p.N, s.p.Cin, s.p.H, s.p.W} }
@@ -207,6 +216,9 @@ func (s convShape) String() string {
 		// statistics are reduced.
 		str += fmt.Sprintf(",bn=%p", s.bn)
 	}
+	if s.noDx {
+		str += ",noDx"
+	}
 	return str
 }
 
@@ -239,7 +251,7 @@ func convOp(s convShape) *specOp {
 		inputs: in, out: s.outShape(), dtype: s.dt,
 		cpu:     floatTwin(s, convForward[float32], convForward[float64]),
 		device:  s.forwardDevice,
-		diffWRT: []bool{true, true, true}[:len(in)],
+		diffWRT: []bool{!s.noDx, true, true}[:len(in)],
 		grad:    s.backward,
 	})
 }
@@ -277,9 +289,12 @@ func (s convShape) backward(in G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 		}
 		back.p.ReLU, back.bias, back.gradReady, back.gradPacked = false, false, true, s.bias
 	}
-	dx, err := G.ApplyOp(convDgradOp(back), in[1], output, grad)
-	if err != nil {
-		return nil, fmt.Errorf("ops: Conv backward: %w", err)
+	var dx *G.Node // nil with NoInputGrad: x is not differentiated
+	if !s.noDx {
+		var err error
+		if dx, err = G.ApplyOp(convDgradOp(back), in[1], output, grad); err != nil {
+			return nil, fmt.Errorf("ops: Conv backward: %w", err)
+		}
 	}
 	dw, err := G.ApplyOp(convWgradOp(back), in[0], output, grad)
 	if err != nil {

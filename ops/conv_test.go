@@ -731,3 +731,74 @@ func BenchmarkConv(b *testing.B) {
 		}
 	}
 }
+
+// TestConvNoInputGrad: with NoInputGrad, Conv and ConvBN give the same
+// weight gradient and make no data-gradient op (G.Grad with respect to
+// the weights only, as for a trainable layer on a frozen one).
+func TestConvNoInputGrad(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	fill := func(n int) []float64 {
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = rng.NormFloat64()
+		}
+		return v
+	}
+	xv, wv := fill(2*3*6*6), fill(4*3*3*3)
+	for _, bn := range []bool{false, true} {
+		var dws [2][]float64
+		for i, noDx := range []bool{false, true} {
+			g := G.NewGraph()
+			x := G.NewTensor(g, tensor.Float64, 4, G.WithShape(2, 3, 6, 6), G.WithName("x"),
+				G.WithValue(tensor.New(tensor.WithShape(2, 3, 6, 6), tensor.WithBacking(append([]float64(nil), xv...)))))
+			w := G.NewTensor(g, tensor.Float64, 4, G.WithShape(4, 3, 3, 3), G.WithName("w"),
+				G.WithValue(tensor.New(tensor.WithShape(4, 3, 3, 3), tensor.WithBacking(append([]float64(nil), wv...)))))
+			cfg := ConvConfig{Stride: [2]int{2, 2}, Pad: [2]int{1, 1}, Act: ActReLU, NoInputGrad: noDx}
+			var y *G.Node
+			var err error
+			if bn {
+				b, e := NewBatchNorm(g, tensor.Float64, 4, "bn")
+				if e != nil {
+					t.Fatal(e)
+				}
+				y, err = ConvBN(x, w, b, nil, cfg)
+			} else {
+				y, err = Conv(x, w, nil, cfg)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			loss, err := Sum(y, nil, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gs, err := G.Grad(loss, w)
+			if err != nil {
+				t.Fatalf("bn %v, NoInputGrad %v: %v", bn, noDx, err)
+			}
+			dgrads := 0
+			for _, n := range g.AllNodes() {
+				if n.Op() != nil && strings.HasPrefix(n.Op().String(), "ConvDgrad(") {
+					dgrads++
+				}
+			}
+			if want := map[bool]int{false: 1, true: 0}[noDx]; dgrads != want {
+				t.Errorf("bn %v, NoInputGrad %v: %d data-gradient ops, want %d", bn, noDx, dgrads, want)
+			}
+			m, err := NewTapeMachine(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.RunAll(); err != nil {
+				t.Fatal(err)
+			}
+			dws[i] = append([]float64(nil), gs[0].Value().Data().([]float64)...)
+			m.Close()
+		}
+		for j := range dws[0] {
+			if dws[0][j] != dws[1][j] {
+				t.Fatalf("bn %v: dw[%d] %v with NoInputGrad, %v without", bn, j, dws[1][j], dws[0][j])
+			}
+		}
+	}
+}
