@@ -7,6 +7,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/stheno-ml/stheno/examples/internal/resnet"
 	"github.com/stheno-ml/stheno/ops"
 )
 
@@ -180,39 +181,22 @@ func (b *builder) basicResNet(x *G.Node) []*G.Node {
 	return feats
 }
 
-// resNet50 is BackboneResNet50: the 7x7 stem and max pooling, then
-// bottleneck blocks (1x1, 3x3 carrying the stride, 1x1 to four times the
-// width, each ConvBN, the last adding the shortcut before its ReLU; a 1x1
-// ConvBN shortcut where the shape changes). It returns the four stages'
-// outputs, at strides 4 to 32.
+// resNet50 is BackboneResNet50, laid out by resnet.ResNet50 (the 7x7
+// stem and max pooling, then the bottleneck blocks), every layer a convBN
+// of trainable BatchNorm. It returns the four stages' outputs, at strides
+// 4 to 32.
 func (b *builder) resNet50(x *G.Node) []*G.Node {
-	cfg := b.net.cfg
-	c := b.convBN(x, "stem", cfg.Width, 7, 2, ops.ActReLU, nil)
-	if b.err != nil {
-		return nil
-	}
-	c = b.check(ops.MaxPool2d(c, ops.MaxPool2dConfig{Kernel: [2]int{3, 3}, Stride: [2]int{2, 2}, Pad: [2]int{1, 1}}))
-	var feats []*G.Node
-	for s, blocks := range resNet50Blocks {
-		width := cfg.Width << s
-		for blk := range blocks {
-			name := fmt.Sprintf("layer%d.%d", s+1, blk)
-			stride := 1
-			if blk == 0 && s > 0 {
-				stride = 2
-			}
-			shortcut := c
-			if b.err == nil && (stride != 1 || c.Shape()[1] != 4*width) {
-				shortcut = b.convBN(c, name+".down", 4*width, 1, stride, ops.ActNone, nil)
-			}
-			y := b.convBN(c, name+".conv1", width, 1, 1, ops.ActReLU, nil)
-			y = b.convBN(y, name+".conv2", width, 3, stride, ops.ActReLU, nil)
-			c = b.convBN(y, name+".conv3", 4*width, 1, 1, ops.ActReLU, shortcut)
-		}
-		feats = append(feats, c)
-	}
-	return feats
+	return resnet.ResNet50(resNetLayers{b}, x, b.net.cfg.Width)
 }
+
+// resNetLayers makes resnet.ResNet50's layers with the builder's convBN.
+type resNetLayers struct{ b *builder }
+
+func (r resNetLayers) ConvBN(x *G.Node, l resnet.Layer, residual *G.Node) *G.Node {
+	return r.b.convBN(x, l.Name, l.Out, l.Kernel, l.Stride, l.Act, residual)
+}
+
+func (r resNetLayers) Check(n *G.Node, err error) *G.Node { return r.b.check(n, err) }
 
 // fpn is the feature pyramid: 1x1 lateral convolutions to FPNChannels, a
 // top-down path of nearest-neighbour upsampling and sums, and a 3x3

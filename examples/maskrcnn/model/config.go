@@ -23,9 +23,6 @@ const (
 	BackboneResNet50 = "resnet50"
 )
 
-// resNet50Blocks are the bottleneck blocks of ResNet-50's four stages.
-var resNet50Blocks = []int{3, 4, 6, 3}
-
 // Config describes the network and its training-time sampling. The zero
 // value is not usable; start from DefaultConfig.
 type Config struct {
