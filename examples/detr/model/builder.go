@@ -238,3 +238,59 @@ func (b *builder) convBN(x *G.Node, name string, cout, k, stride int, act ops.Ac
 	cfg := ops.ConvConfig{Stride: [2]int{stride, stride}, Pad: [2]int{k / 2, k / 2}, Act: act}
 	return b.check(ops.ConvBN(x, wt, bn, residual, cfg))
 }
+
+// frozen returns the node the graph reads the named frozen tensor from
+// (Params.Frozen), making it on first use: bound to the store's tensor
+// like a parameter's, but no input of the gradients or the optimiser.
+func (b *builder) frozen(name string, shape []int, in initializer) *G.Node {
+	if b.err != nil {
+		return nil
+	}
+	if n, ok := b.reads[name]; ok {
+		return n
+	}
+	t, err := b.params.frozenFor(name, shape, in)
+	if err != nil {
+		return b.check(nil, err)
+	}
+	read := G.NewTensor(b.g, b.dt, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(t))
+	if b.placementOnly() {
+		read = b.check(ops.ToDevice(read, b.dev))
+	}
+	b.reads[name] = read
+	return read
+}
+
+// frozenBNConvBN is convBN with the reference's FrozenBatchNorm2d: the
+// BatchNorm always in inference mode (its running statistics, never
+// updated), its weight and bias frozen tensors. The convolution's weight
+// is learnable (GroupBackbone) when trainable, frozen otherwise; noInputGrad
+// says that x needs no gradient (ops.ConvConfig.NoInputGrad).
+func (b *builder) frozenBNConvBN(x *G.Node, name string, cout, k, stride int, act ops.Activation, residual *G.Node, trainable, noInputGrad bool) *G.Node {
+	if b.err != nil {
+		return nil
+	}
+	cin := x.Shape()[1]
+	shape, in := []int{cout, cin, k, k}, kaiming(cout*k*k)
+	var wt *G.Node
+	if trainable {
+		wt = b.param(name+".weight", shape, in, GroupBackbone)
+	} else {
+		wt = b.frozen(name+".weight", shape, in)
+	}
+	gamma := b.frozen(name+".bn.weight", []int{cout}, constant(1))
+	beta := b.frozen(name+".bn.bias", []int{cout}, zeros())
+	mean, variance, err := b.params.statsFor(name+".bn", cout)
+	if err != nil {
+		return b.check(nil, err)
+	}
+	if b.err != nil {
+		return nil
+	}
+	// Not among b.bns: a training step never switches it to the batch's
+	// statistics.
+	bn := &ops.BatchNorm{Gamma: gamma, Beta: beta, RunningMean: mean, RunningVar: variance,
+		Momentum: ops.DefaultMomentum, Eps: ops.DefaultEps, Training: false}
+	cfg := ops.ConvConfig{Stride: [2]int{stride, stride}, Pad: [2]int{k / 2, k / 2}, Act: act, NoInputGrad: noInputGrad}
+	return b.check(ops.ConvBN(x, wt, bn, residual, cfg))
+}

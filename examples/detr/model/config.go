@@ -11,6 +11,24 @@ import (
 // num_feature_levels = 4.
 const NumLevels = 4
 
+// Backbones.
+const (
+	// BackboneBasic (the zero value, "") is a small ResNet of basic
+	// blocks: a stride-2 3x3 stem of Width channels, then Stages stages of
+	// Depth blocks (two 3x3 ConvBN layers and a shortcut); stage s has
+	// Width<<s channels and ends at stride 2^(s+2). Its BatchNorm trains.
+	BackboneBasic = ""
+	// BackboneResNet50 is the reference's: torchvision's ResNet-50 (v1.5,
+	// the stride on the 3x3 convolution; examples/internal/resnet) of
+	// base width Width (64), with FrozenBatchNorm2d (every BatchNorm in
+	// inference mode, its statistics and affine constants, not
+	// parameters) and the reference's freezing: the stem and layer1 get
+	// no gradient, layer2 to layer4 train. Their outputs C3, C4, C5
+	// (strides 8, 16, 32; 512, 1024, 2048 channels) are levels 0 to 2.
+	// Stages must be 4; Depth is not used.
+	BackboneResNet50 = "resnet50"
+)
+
 // Config describes the network, its losses and its post-processing. The
 // zero value is not usable; start from DefaultConfig or GPUConfig.
 type Config struct {
@@ -23,10 +41,12 @@ type Config struct {
 	// independent sigmoids, trained with the focal loss.
 	NumClasses int
 
-	// Backbone: a stride-2 3x3 stem of Width channels, then Stages stages
-	// of Depth residual blocks; stage s has Width<<s channels and ends at
-	// stride 2^(s+2). The last three stages give levels 0..2 (strides 8,
-	// 16 and 32 when Stages is 4, as ResNet's C3..C5).
+	// Backbone is BackboneBasic or BackboneResNet50. The basic one is a
+	// stride-2 3x3 stem of Width channels, then Stages stages of Depth
+	// residual blocks; stage s has Width<<s channels and ends at stride
+	// 2^(s+2). The last three stages give levels 0..2 (strides 8, 16 and
+	// 32 when Stages is 4, as ResNet's C3..C5).
+	Backbone             string
 	Width, Depth, Stages int
 
 	// Transformer: DModel features, Heads attention heads (in the
@@ -77,15 +97,16 @@ func DefaultConfig(numClasses int) Config {
 	return c
 }
 
-// GPUConfig is the reference's network on images of imageSize pixels
-// (a multiple of 64): d_model 256, 8 heads, 4 points, d_ffn 1024, dropout
-// 0.1, 6 encoder and 6 decoder layers, 300 queries, with box refinement,
-// on a backbone of four stages of width 64 (levels at strides 8, 16, 32,
-// 64).
+// GPUConfig is the reference's network (its R50 model) layer for layer on
+// images of imageSize pixels (a multiple of 64): the ResNet-50 backbone
+// with frozen BatchNorm, the stem and layer1 frozen (BackboneResNet50),
+// levels at strides 8, 16, 32 and 64, d_model 256, 8 heads, 4 points,
+// d_ffn 1024, dropout 0.1, 6 encoder and 6 decoder layers, 300 queries,
+// with box refinement.
 func GPUConfig(numClasses, imageSize int) Config {
 	c := referenceConfig(numClasses)
 	c.ImageSize = imageSize
-	c.Width, c.Depth, c.Stages = 64, 2, 4
+	c.Backbone, c.Width, c.Depth, c.Stages = BackboneResNet50, 64, 1, 4
 	return c
 }
 
@@ -129,6 +150,10 @@ func (c Config) Validate() error {
 	switch {
 	case c.TwoStage:
 		return bad("TwoStage is not implemented yet (the reference's encoder proposals and top-k query selection); set it false")
+	case c.Backbone != BackboneBasic && c.Backbone != BackboneResNet50:
+		return bad("Backbone must be %q (basic) or %q, got %q", BackboneBasic, BackboneResNet50, c.Backbone)
+	case c.Backbone == BackboneResNet50 && c.Stages != 4:
+		return bad("Stages must be 4 with the %s backbone (its C3..C5 are stages 2 to 4), got %d", c.Backbone, c.Stages)
 	case c.NumClasses < 1:
 		return bad("NumClasses must be at least 1, got %d", c.NumClasses)
 	case c.Width < 1 || c.Depth < 1:

@@ -3,6 +3,7 @@ package model
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -245,6 +246,104 @@ func TestGPUConfigPlaces(t *testing.T) {
 		}
 		if err := ops.CheckPlacement(n.Graph()); err != nil {
 			t.Errorf("mode %d: %v", mode, err)
+		}
+	}
+}
+
+// TestR50TrainableParams: the r50 preset at the reference's benchmark
+// configuration (91 classes, no box refinement, no two stage) has the
+// official model's count of trainable parameters, and with box
+// refinement the count its six cloned heads add. The expected counts are
+// the architecture's, worked out below layer by layer;
+// testdata/r50_params.py works the same count out with torchvision's
+// resnet50 (39847265, the "number of params" the reference prints for
+// its R50 model). The stem and layer1 are frozen: no parameter, and the
+// training graph computes no gradient for them (one weight-gradient op per
+// trainable convolution, and no data gradient into layer1's output or
+// the images).
+func TestR50TrainableParams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a graph of the full-size network")
+	}
+	const d, ffn, heads, levels, points, queries, classes, layers = 256, 1024, 8, 4, 4, 300, 91, 6
+	linear := func(in, out int) int { return in*out + out }
+	// ResNet-50's layer2 to layer4: bottleneck blocks of 1x1, 3x3, 1x1
+	// bias-free convolutions, a 1x1 projection in the first block; the
+	// frozen BatchNorms have no parameters.
+	backbone, convs := 0, 0
+	in := 256 // layer1's output
+	for s, blocks := range []int{4, 6, 3} {
+		w := 128 << s
+		for blk := range blocks {
+			backbone += in*w + w*w*9 + w*4*w
+			convs += 3
+			if blk == 0 {
+				backbone += in * 4 * w
+				convs++
+			}
+			in = 4 * w
+		}
+	}
+	inputProj := 0
+	for _, c := range []int{512, 1024, 2048} {
+		inputProj += linear(c, d) + 2*d // 1x1 convolution, GroupNorm
+	}
+	inputProj += linear(2048*9, d) + 2*d // the 3x3 stride-2 level
+	msDeform := linear(d, heads*levels*points*2) + linear(d, heads*levels*points) + 2*linear(d, d)
+	ffnParams := linear(d, ffn) + linear(ffn, d)
+	encoder := msDeform + ffnParams + 2*2*d
+	selfAttn := 3*d*d + 3*d + linear(d, d)
+	decoder := selfAttn + msDeform + ffnParams + 3*2*d
+	heads1 := linear(d, classes) + 2*linear(d, d) + linear(d, 4)
+	rest := levels*d + linear(d, 2) + queries*2*d // level_embed, reference_points, query_embed
+	want := backbone + inputProj + layers*(encoder+decoder) + rest + heads1
+	if want != 39847265 {
+		t.Fatalf("the formulas give %d, testdata/r50_params.py 39847265", want)
+	}
+
+	dev := new(backend.Device)
+	for _, refine := range []bool{false, true} {
+		cfg := GPUConfig(classes, 512)
+		cfg.BoxRefine = refine
+		params := mustParams(t, 1, tensor.Float32)
+		n, err := build(cfg, params, Train, 1, dev, buildOpts{noVM: true})
+		if err != nil {
+			t.Fatalf("refine %v: %v", refine, err)
+		}
+		w := want
+		if refine {
+			w += (layers - 1) * heads1
+		}
+		got := 0
+		for _, name := range n.ParamNames() {
+			got += params.Value(name).Shape().TotalSize()
+			if strings.HasPrefix(name, "backbone.stem") || strings.HasPrefix(name, "backbone.layer1.") || strings.Contains(name, ".bn.") {
+				t.Errorf("refine %v: %s is learnable, the reference freezes it", refine, name)
+			}
+		}
+		if got != w || params.Size() != w {
+			t.Errorf("refine %v: %d trainable parameters (store %d), want %d", refine, got, params.Size(), w)
+		}
+		frozen := params.Frozen()
+		if !slices.Contains(frozen, "backbone.stem.weight") || !slices.Contains(frozen, "backbone.layer1.2.conv3.weight") || !slices.Contains(frozen, "backbone.layer4.2.conv3.bn.bias") {
+			t.Errorf("refine %v: frozen tensors %d, missing the stem's, layer1's or a BatchNorm's", refine, len(frozen))
+		}
+		ops := map[string]int{}
+		for _, x := range n.Graph().AllNodes() {
+			if x.Op() == nil {
+				continue
+			}
+			s := x.Op().String()
+			for _, k := range []string{"ConvWgrad", "ConvDgrad"} {
+				if strings.HasPrefix(s, k+"(") {
+					ops[k]++
+				}
+			}
+		}
+		// The trainable convolutions: the backbone's and input_proj's
+		// four; layer2's first conv1 and projection read frozen layer1.
+		if ops["ConvWgrad"] != convs+4 || ops["ConvDgrad"] != convs+4-2 {
+			t.Errorf("refine %v: %d weight- and %d data-gradient ops, want %d and %d", refine, ops["ConvWgrad"], ops["ConvDgrad"], convs+4, convs+2)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	G "gorgonia.org/gorgonia"
 
 	"github.com/stheno-ml/stheno/examples/detr/posembed"
+	"github.com/stheno-ml/stheno/examples/internal/resnet"
 	"github.com/stheno-ml/stheno/ops"
 )
 
@@ -20,11 +21,51 @@ func (b *builder) levels() []ops.Level {
 	return ls
 }
 
-// backbone is a small ResNet: a stride-2 3x3 stem, then Stages stages of
+// backbone returns the outputs of the backbone's last three stages
+// (Config.Backbone), finest first.
+func (b *builder) backbone(x *G.Node) []*G.Node {
+	if b.cfg.Backbone == BackboneResNet50 {
+		return b.resNet50(x)
+	}
+	return b.basicResNet(x)
+}
+
+// resNet50 is BackboneResNet50, laid out by resnet.ResNet50: every
+// BatchNorm frozen, the stem's and layer1's convolutions frozen too (the
+// reference trains layer2 to layer4 only), so that no gradient is made
+// for them. It returns C3, C4 and C5.
+func (b *builder) resNet50(x *G.Node) []*G.Node {
+	feats := resnet.ResNet50(resNetLayers{b, map[*G.Node]bool{}}, x, b.cfg.Width)
+	if feats == nil {
+		return nil
+	}
+	return feats[1:]
+}
+
+// resNetLayers makes resnet.ResNet50's layers, named under "backbone.".
+// frozen holds the outputs of the frozen layers: the trainable layers that
+// read one (layer2's first) make no gradient for it.
+type resNetLayers struct {
+	b      *builder
+	frozen map[*G.Node]bool
+}
+
+func (r resNetLayers) ConvBN(x *G.Node, l resnet.Layer, residual *G.Node) *G.Node {
+	trainable := l.Stage >= 2
+	y := r.b.frozenBNConvBN(x, "backbone."+l.Name, l.Out, l.Kernel, l.Stride, l.Act, residual, trainable, r.frozen[x])
+	if !trainable && y != nil {
+		r.frozen[y] = true
+	}
+	return y
+}
+
+func (r resNetLayers) Check(n *G.Node, err error) *G.Node { return r.b.check(n, err) }
+
+// basicResNet is BackboneBasic: a stride-2 3x3 stem, then Stages stages of
 // basic blocks (two 3x3 ConvBN layers and a shortcut, 1x1 ConvBN where the
 // shape changes) whose first block halves the resolution. It returns the
 // outputs of the last three stages.
-func (b *builder) backbone(x *G.Node) []*G.Node {
+func (b *builder) basicResNet(x *G.Node) []*G.Node {
 	cfg := b.cfg
 	c := b.convBN(x, "backbone.stem", cfg.Width, 3, 2, ops.ActReLU, nil)
 	var feats []*G.Node

@@ -71,8 +71,12 @@ type Params struct {
 	names  []string
 	values map[string]*tensor.Dense
 	groups map[string]Group
-	bns    []string
-	stats  map[string][2]*tensor.Dense
+	// frozen are the tensors that are not learnable: BackboneResNet50's
+	// frozen convolutions and its BatchNorms' fixed affine constants.
+	frozenNames []string
+	frozen      map[string]*tensor.Dense
+	bns         []string
+	stats       map[string][2]*tensor.Dense
 }
 
 // NewParams returns an empty float32 parameter store whose tensors will be
@@ -96,6 +100,7 @@ func newParams(seed uint64, dt tensor.Dtype, dev *backend.Device) (*Params, erro
 		rng:    rand.New(rand.NewPCG(seed, 0xde7a)),
 		values: map[string]*tensor.Dense{},
 		groups: map[string]Group{},
+		frozen: map[string]*tensor.Dense{},
 		stats:  map[string][2]*tensor.Dense{},
 	}, nil
 }
@@ -114,6 +119,14 @@ func (p *Params) Names() []string { return slices.Clone(p.names) }
 // HostValue.
 func (p *Params) Value(name string) *tensor.Dense { return p.values[name] }
 
+// Frozen lists the tensors that are not learnable (no gradient, no
+// optimiser), in creation order: BackboneResNet50's stem and layer1
+// convolutions and its BatchNorms' weight and bias, the reference's
+// frozen parameters and FrozenBatchNorm2d buffers. They are initialised
+// from the seed in the same stream as the learnable ones; HostValue and
+// SetValue reach them by name too.
+func (p *Params) Frozen() []string { return slices.Clone(p.frozenNames) }
+
 // Group is the optimiser group of the named tensor.
 func (p *Params) Group(name string) Group { return p.groups[name] }
 
@@ -125,6 +138,15 @@ func (p *Params) BatchNorms() []string { return slices.Clone(p.bns) }
 func (p *Params) RunningStats(name string) (mean, variance *tensor.Dense) {
 	s := p.stats[name]
 	return s[0], s[1]
+}
+
+// lookup finds a learnable or frozen tensor by name.
+func (p *Params) lookup(name string) (*tensor.Dense, bool) {
+	if t, ok := p.values[name]; ok {
+		return t, true
+	}
+	t, ok := p.frozen[name]
+	return t, ok
 }
 
 // Size is the number of learnable scalars.
@@ -181,10 +203,10 @@ func (p *Params) load(t *tensor.Dense, src []float32) error {
 	return p.dev.Engine().Memcpy(t, h)
 }
 
-// HostValue returns the named learnable tensor's values in host memory:
-// the tensor itself on the host, a copy of it on a GPU.
+// HostValue returns the named tensor's values (learnable or frozen) in
+// host memory: the tensor itself on the host, a copy of it on a GPU.
 func (p *Params) HostValue(name string) (*tensor.Dense, error) {
-	t, ok := p.values[name]
+	t, ok := p.lookup(name)
 	if !ok {
 		return nil, fmt.Errorf("model: no parameter %s", name)
 	}
@@ -192,9 +214,9 @@ func (p *Params) HostValue(name string) (*tensor.Dense, error) {
 }
 
 // SetValue copies values (as many as the tensor has) into the named
-// learnable tensor, where it lives.
+// tensor (learnable or frozen), where it lives.
 func (p *Params) SetValue(name string, values []float32) error {
-	t, ok := p.values[name]
+	t, ok := p.lookup(name)
 	if !ok {
 		return fmt.Errorf("model: no parameter %s", name)
 	}
@@ -243,10 +265,14 @@ func (p *Params) Free() error {
 	for _, name := range p.names {
 		errs = append(errs, p.dev.FreeDense(p.values[name]))
 	}
+	for _, name := range p.frozenNames {
+		errs = append(errs, p.dev.FreeDense(p.frozen[name]))
+	}
 	for _, name := range p.bns {
 		errs = append(errs, p.dev.FreeDense(p.stats[name][0]), p.dev.FreeDense(p.stats[name][1]))
 	}
 	p.values, p.stats, p.names, p.bns = map[string]*tensor.Dense{}, map[string][2]*tensor.Dense{}, nil, nil
+	p.frozen, p.frozenNames = map[string]*tensor.Dense{}, nil
 	return errors.Join(errs...)
 }
 
@@ -309,6 +335,9 @@ func torchLinear(fanIn int) initializer { return uniform(1 / math.Sqrt(float64(f
 // tensorFor returns the named tensor, creating and initialising it on first
 // use; later calls must ask for the same shape.
 func (p *Params) tensorFor(name string, shape []int, in initializer, group Group) (*tensor.Dense, error) {
+	if _, ok := p.frozen[name]; ok {
+		return nil, fmt.Errorf("model: %s is a frozen tensor, the graph asks for a learnable one", name)
+	}
 	if t, ok := p.values[name]; ok {
 		if !t.Shape().Eq(tensor.Shape(shape)) {
 			return nil, fmt.Errorf("model: parameter %s has shape %v, the graph asks for %v", name, t.Shape(), shape)
@@ -323,6 +352,27 @@ func (p *Params) tensorFor(name string, shape []int, in initializer, group Group
 	p.names = append(p.names, name)
 	p.values[name] = t
 	p.groups[name] = group
+	return t, nil
+}
+
+// frozenFor is tensorFor of a tensor that is not learnable.
+func (p *Params) frozenFor(name string, shape []int, in initializer) (*tensor.Dense, error) {
+	if _, ok := p.values[name]; ok {
+		return nil, fmt.Errorf("model: %s is a learnable parameter, the graph asks for a frozen one", name)
+	}
+	if t, ok := p.frozen[name]; ok {
+		if !t.Shape().Eq(tensor.Shape(shape)) {
+			return nil, fmt.Errorf("model: frozen tensor %s has shape %v, the graph asks for %v", name, t.Shape(), shape)
+		}
+		return t, nil
+	}
+	n := tensor.Shape(shape).TotalSize()
+	t, err := p.place(denseOf(p.dt, in(p.rng, n), shape...))
+	if err != nil {
+		return nil, fmt.Errorf("model: frozen tensor %s: %w", name, err)
+	}
+	p.frozenNames = append(p.frozenNames, name)
+	p.frozen[name] = t
 	return t, nil
 }
 
