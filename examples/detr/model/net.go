@@ -3,8 +3,10 @@ package model
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"time"
 
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
@@ -73,6 +75,26 @@ type Net struct {
 
 	// Infer: the last layer's predictions, read after a run.
 	logits, boxes func() ([]float64, error)
+
+	hostTimes map[string]time.Duration // HostTimes
+}
+
+// HostTimes returns the time the net's runs have spent in its host steps
+// (the Hungarian matching of a training graph), by name, since Build or
+// the last ResetHostTimes: what a step's breakdown needs.
+func (n *Net) HostTimes() map[string]time.Duration { return maps.Clone(n.hostTimes) }
+
+// ResetHostTimes sets HostTimes' counts to zero.
+func (n *Net) ResetHostTimes() { clear(n.hostTimes) }
+
+// timed wraps a host step so that HostTimes counts its time under name.
+func (n *Net) timed(name string, run func(in [][]float64, out []float64) error) func(in [][]float64, out []float64) error {
+	return func(in [][]float64, out []float64) error {
+		start := time.Now()
+		err := run(in, out)
+		n.hostTimes[name] += time.Since(start)
+		return err
+	}
 }
 
 // buildOpts are Build's options that tests reach: see builder.
@@ -117,7 +139,8 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 	if batch < 1 {
 		return nil, fmt.Errorf("model: Build: batch must be at least 1, got %d", batch)
 	}
-	n := &Net{cfg: cfg, mode: mode, batch: batch, params: params, dev: dev, drop: ops.NewDropoutRNG(params.seed ^ dropoutSeed), g: opts.g}
+	n := &Net{cfg: cfg, mode: mode, batch: batch, params: params, dev: dev, drop: ops.NewDropoutRNG(params.seed ^ dropoutSeed), g: opts.g,
+		hostTimes: map[string]time.Duration{}}
 	if n.g == nil {
 		n.g = G.NewGraph()
 	}
@@ -244,7 +267,7 @@ func (n *Net) buildLosses(b *builder, outs []layerOutput, fixed *lossTargets, gr
 			k += s.TotalSize()
 		}
 	} else {
-		matcher := &hostop.Op[float64]{Name: "Hungarian matching", Size: autograd.PackedSize(shapes...), Run: n.match}
+		matcher := &hostop.Op[float64]{Name: "Hungarian matching", Size: autograd.PackedSize(shapes...), Run: n.timed("matching", n.match)}
 		var in G.Nodes
 		for _, which := range []int{0, 1} {
 			for _, o := range outs {

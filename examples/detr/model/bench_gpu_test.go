@@ -1,0 +1,160 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stheno-ml/stheno/backend"
+)
+
+// The r50 preset timed as ../shared/anchors/deformable_detr_model/
+// dd_step.py times the official Deformable-DETR: the R50 model with 6+6
+// layers and 300 queries at 91 classes, no two stage, box refinement as
+// the anchor's configuration says; uniform random images; per image 6
+// targets, centres U[0.2, 0.8) and sizes U[0.05, 0.35) in normalised
+// (cx, cy, w, h), labels uniform in [1, 90); AdamW in the reference's
+// groups (lr 2e-4, the backbone and the linear projections at 2e-5,
+// weight decay 1e-4) after clipping at 0.1; 3 warm-up steps.
+// STHENO_DETR_BENCH=size=512,batch=8,refine=0 (the default, the anchor's
+// first configuration) chooses the work; refine=1 is box refinement
+// without two stage (the anchor's third configuration adds two stage,
+// which the model does not implement). kernels/bench/gpu-check.sh detr
+// runs both sides.
+
+// detrBenchCase reads STHENO_DETR_BENCH.
+func detrBenchCase(b *testing.B) (size, batch int, refine bool) {
+	size, batch = 512, 8
+	if v := os.Getenv("STHENO_DETR_BENCH"); v != "" {
+		for _, kv := range strings.Split(v, ",") {
+			var err error
+			r := 0
+			switch {
+			case strings.HasPrefix(kv, "size="):
+				_, err = fmt.Sscan(strings.TrimPrefix(kv, "size="), &size)
+			case strings.HasPrefix(kv, "batch="):
+				_, err = fmt.Sscan(strings.TrimPrefix(kv, "batch="), &batch)
+			case strings.HasPrefix(kv, "refine="):
+				if _, err = fmt.Sscan(strings.TrimPrefix(kv, "refine="), &r); err == nil && r != 0 && r != 1 {
+					err = fmt.Errorf("not 0 or 1")
+				}
+				refine = r == 1
+			default:
+				err = fmt.Errorf("unknown key")
+			}
+			if err != nil {
+				b.Fatalf("STHENO_DETR_BENCH=%q: %q: want size=N,batch=N,refine=0|1", v, kv)
+			}
+		}
+	}
+	return size, batch, refine
+}
+
+// detrBenchBatch is the anchor's synthetic batch for numClasses classes.
+func detrBenchBatch(rng *rand.Rand, size, n int) ([][]float32, []Target) {
+	pix := make([][]float32, n)
+	targets := make([]Target, n)
+	for i := range n {
+		pix[i] = make([]float32, 3*size*size)
+		for j := range pix[i] {
+			pix[i][j] = rng.Float32()
+		}
+		for range 6 {
+			cx, cy := rng.Float64()*0.6+0.2, rng.Float64()*0.6+0.2
+			w, h := rng.Float64()*0.3+0.05, rng.Float64()*0.3+0.05
+			targets[i].Boxes = append(targets[i].Boxes, Box{cx, cy, w, h})
+			targets[i].Labels = append(targets[i].Labels, 1+rng.IntN(89))
+		}
+	}
+	return pix, targets
+}
+
+// BenchmarkGPUDETRStep: one training step (forward, Hungarian matching,
+// the losses of every decoder layer, backward, clipping, AdamW) of the r50
+// preset at the anchor's configuration. Metrics: ms and img/s per step,
+// the peak device memory over the timed steps (the allocator's high-water
+// mark, as torch.cuda.max_memory_allocated), kernel launches, GEMMs and
+// host waits per step, and the matching's host ms per step.
+func BenchmarkGPUDETRStep(b *testing.B) {
+	dev, err := backend.Open(0)
+	if errors.Is(err, backend.ErrNoDevice) {
+		b.Skipf("no GPU: %v", err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dev.Close()
+	size, batch, refine := detrBenchCase(b)
+	const classes = 91 // COCO's, as the anchor's dataset_file "coco"
+	cfg := GPUConfig(classes, size)
+	cfg.BoxRefine = refine
+	params := NewParams(1, dev)
+	defer params.Free()
+	n, err := Build(cfg, params, Train, batch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer n.Close()
+	if err := n.NewOptimizer(ReferenceOptimizer()); err != nil {
+		b.Fatal(err)
+	}
+	pix, targets := detrBenchBatch(rand.New(rand.NewPCG(1, 2)), size, batch)
+	it := 0
+	step := func() {
+		l, err := n.TrainStep(pix, targets, it, 2e-4)
+		it++
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !finite(l.Total) {
+			b.Fatalf("losses %+v", l)
+		}
+	}
+	for range 3 {
+		step()
+	}
+	if err := dev.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	dev.ResetPeakMemory()
+	n.ResetHostTimes()
+	counts := dev.Counters()
+	b.ResetTimer()
+	start := time.Now()
+	for range b.N {
+		step()
+	}
+	if err := dev.Synchronize(); err != nil {
+		b.Fatal(err)
+	}
+	wall := time.Since(start)
+	b.StopTimer()
+	per := dev.Counters().Sub(counts)
+	ms := wall.Seconds() * 1e3 / float64(b.N)
+	b.ReportMetric(ms, "ms")
+	b.ReportMetric(float64(batch)*1e3/ms, "img/s")
+	b.ReportMetric(float64(dev.MemStats().PeakInUse)/(1<<30), "peak-GiB")
+	b.ReportMetric(float64(per.Launches)/float64(b.N), "launches")
+	b.ReportMetric(float64(per.Gemms)/float64(b.N), "gemms")
+	b.ReportMetric(float64(per.Waits)/float64(b.N), "waits")
+	times := n.HostTimes()
+	var parts []string
+	for _, k := range slices.Sorted(func(yield func(string) bool) {
+		for k := range times {
+			if !yield(k) {
+				return
+			}
+		}
+	}) {
+		hms := times[k].Seconds() * 1e3 / float64(b.N)
+		b.ReportMetric(hms, k+"-ms")
+		parts = append(parts, fmt.Sprintf("%s %.2f ms", k, hms))
+	}
+	b.Logf("%s: size %d batch %d refine %v, %d trainable parameters, %.1f ms/step; host steps per step: %s",
+		dev, size, batch, refine, params.Size(), ms, strings.Join(parts, ", "))
+}
