@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs stheno's GPU test binaries (built here by `make gpu-bins`) on a GPU
 # machine, from the repository root. Logs go to $OUT (default ./out).
-#   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors|core|encoder|maskrcnn|profile|stalls]...
+#   sh kernels/bench/gpu-check.sh [tests|sanitize|bench|anchors|core|encoder|maskrcnn|detr|profile|stalls]...
 # The sanitize step reads SAN_TOOLS, SAN_GROUPS and SAN_TIMEOUT (below).
 # It exits 1 when a test binary failed or a sanitizer tool reported errors
 # (or ran out of time), else 0.
@@ -66,8 +66,11 @@ ddpid=
 # beside the copies of deformable_detr_msda and deformable_detr_model.
 ENC_DIR=${ENC_DIR:-gpucarry/encoder_stack}
 MRCNN_DIR=${MRCNN_DIR:-gpucarry/torchvision_maskrcnn}
+# The detr step's anchor: a copy of ../shared/anchors/deformable_detr_model
+# beside $DD_DIR (its dd_step.py imports ../deformable_detr_msda).
+DETR_DIR=${DETR_DIR:-gpucarry/deformable_detr_model}
 case " $what " in
-*" anchors "* | *" encoder "*)
+*" anchors "* | *" encoder "* | *" detr "*)
 	if [ -f "$DD_DIR/build.py" ]; then
 		echo "== building Deformable-DETR's CUDA kernels in $DD_DIR (background, log $OUT/dd-build.log)"
 		(cd "$DD_DIR" && python3 build.py >"$OUT/dd-build.log" 2>&1; echo "exit $?" >>"$OUT/dd-build.log") &
@@ -255,6 +258,30 @@ for step in $what; do
 			echo "== no $MRCNN_DIR: torchvision's training step not measured"
 		fi
 		python3 kernels/bench/anchors_maskrcnn_infer.py --size 512 --batch 8 2>&1 | tee -a "$OUT/maskrcnn-anchor.log"
+		;;
+	detr)
+		# Deformable-DETR's training step: the r50 preset
+		# (examples/detr/model's BenchmarkGPUDETRStep) at the official
+		# model's first configuration (512x512 x 8, 91 classes, no box
+		# refinement), then with box refinement, against the official
+		# model itself ($DETR_DIR/dd_step.py: its three configurations, the
+		# third with two stage, which stheno does not implement) in this
+		# run. The build of $DD_DIR is waited for first, so that it does
+		# not share the CPU with the timings.
+		wait_dd
+		echo "== Deformable-DETR R50 training step (log $OUT/detr.log)"
+		: >"$OUT/detr.log"
+		for cfg in refine=0 refine=1; do
+			(cd examples/detr/model && STHENO_DETR_BENCH="size=512,batch=8,$cfg" "$root/bin/examples_detr_model.test" \
+				-test.run '^$' -test.bench 'GPUDETRStep' -test.benchtime 10x -test.v 2>&1) | tee -a "$OUT/detr.log" |
+				grep -E "^(Benchmark|FAIL|panic)|bench_gpu_test"
+		done
+		if [ -f "$DETR_DIR/dd_step.py" ] && ls "$DD_DIR"/msda_ext*.so >/dev/null 2>&1; then
+			echo "== the official model's step ($DETR_DIR/dd_step.py, log $OUT/detr-anchor.log)"
+			python3 "$DETR_DIR/dd_step.py" 2>&1 | tee "$OUT/detr-anchor.log"
+		else
+			echo "== no $DETR_DIR or no built $DD_DIR: the official model's step not measured" | tee "$OUT/detr-anchor.log"
+		fi
 		;;
 	core)
 		# The general ops (softmax, norms, elementwise, layout, attention,
