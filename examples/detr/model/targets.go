@@ -1,8 +1,12 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/stheno-ml/stheno/examples/detr/match"
 )
@@ -116,40 +120,66 @@ func buildTargets(cfg Config, logits, boxes [][]float64, targets []Target) (*los
 	b, q, c := len(targets), cfg.Queries, cfg.NumClasses
 	nb := numBoxes(targets)
 	lt := &lossTargets{focalW: constant(cfg.WeightClass/nb)(nil, b*q*c)}
-	for l := range logits {
-		t := layerTargets{
+	for range logits {
+		lt.layers = append(lt.layers, layerTargets{
 			onehot: make([]float64, b*q*c),
 			boxT:   make([]float64, b*q*4),
 			l1W:    make([]float64, b*q*4),
 			giouT:  make([]float64, b*q*4),
 			giouW:  make([]float64, b*q),
-		}
-		for img := range b {
-			assign, err := MatchImage(cfg, logits[l][img*q*c:(img+1)*q*c], boxes[l][img*q*4:(img+1)*q*4], q, targets[img])
-			if err != nil {
-				return nil, fmt.Errorf("model: matching layer %d, image %d: %w", l, img, err)
-			}
-			for i, j := range assign {
-				r := img*q + i
-				// Unmatched: a valid box of weight 0, so GIoU stays finite.
-				copy(t.giouT[4*r:], []float64{0, 0, 1, 1})
-				if j < 0 {
-					continue
+		})
+	}
+	// Every (layer, image) pair is matched on its own, in parallel: each
+	// writes only its image's rows of its layer's targets.
+	errs := make([]error, len(logits)*b)
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for range min(len(errs), runtime.GOMAXPROCS(0)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for task := int(next.Add(1) - 1); task < len(errs); task = int(next.Add(1) - 1) {
+				l, img := task/b, task%b
+				errs[task] = matchInto(cfg, &lt.layers[l], logits[l], boxes[l], targets, img, nb)
+				if errs[task] != nil {
+					errs[task] = fmt.Errorf("model: matching layer %d, image %d: %w", l, img, errs[task])
 				}
-				tb := targets[img].Boxes[j]
-				t.onehot[r*c+targets[img].Labels[j]] = 1
-				xy := tb.XYXY()
-				for k := range 4 {
-					t.boxT[4*r+k] = tb[k]
-					t.l1W[4*r+k] = cfg.WeightBox / nb
-					t.giouT[4*r+k] = xy[k]
-				}
-				t.giouW[r] = cfg.WeightGIoU / nb
 			}
-		}
-		lt.layers = append(lt.layers, t)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return lt, nil
+}
+
+// matchInto matches image img of a layer's predictions (logits [B, Q, C],
+// boxes [B, Q, 4]) and writes its rows of t.
+func matchInto(cfg Config, t *layerTargets, logits, boxes []float64, targets []Target, img int, nb float64) error {
+	q, c := cfg.Queries, cfg.NumClasses
+	assign, err := MatchImage(cfg, logits[img*q*c:(img+1)*q*c], boxes[img*q*4:(img+1)*q*4], q, targets[img])
+	if err != nil {
+		return err
+	}
+	for i, j := range assign {
+		r := img*q + i
+		// Unmatched: a valid box of weight 0, so GIoU stays finite.
+		copy(t.giouT[4*r:], []float64{0, 0, 1, 1})
+		if j < 0 {
+			continue
+		}
+		tb := targets[img].Boxes[j]
+		t.onehot[r*c+targets[img].Labels[j]] = 1
+		xy := tb.XYXY()
+		for k := range 4 {
+			t.boxT[4*r+k] = tb[k]
+			t.l1W[4*r+k] = cfg.WeightBox / nb
+			t.giouT[4*r+k] = xy[k]
+		}
+		t.giouW[r] = cfg.WeightGIoU / nb
+	}
+	return nil
 }
 
 // pack writes lt in the packed layout of the matching op's output: focalW,
