@@ -1,4 +1,4 @@
-// Command maskrcnn trains a Mask R-CNN from Go on the CPU, evaluates it and
+// Command maskrcnn trains a Mask R-CNN from Go, on the CPU or a GPU, evaluates it and
 // draws its predictions; with -infer it predicts with a trained checkpoint,
 // and with -export-synthetic it writes the synthetic dataset in COCO format.
 //

@@ -1,6 +1,6 @@
-// Package model is the Mask R-CNN of the example: a small ResNet-style
-// backbone of ConvBN layers, a feature pyramid (FPN) over strides 4, 8 and
-// 16, a region proposal network (RPN), and box and mask heads on RoIs pooled
+// Package model is the Mask R-CNN of the example: a ResNet backbone of
+// ConvBN layers (a small one of basic blocks, or ResNet-50), a feature
+// pyramid (FPN), a region proposal network (RPN), and box and mask heads on RoIs pooled
 // from the pyramid with MultiLevelRoIAlign, all built as Gorgonia graphs of
 // stheno's ops, together with the steps that are not differentiable and run
 // on the host: anchors, box encoding, IoU, NMS, target assignment and
@@ -30,7 +30,9 @@
 //
 // # Devices
 //
-// Build takes a *backend.Device. Everything runs on the host today (nil);
-// see the package's Device documentation in network.go for what a GPU run
-// needs.
+// A Net runs where its Params live (NewParams's device): on the host, or
+// on one GPU, where every layer, loss and gradient, AdamW's step and
+// BatchNorm's statistics run on the device and only the host steps' small
+// inputs and outputs cross (Net's documentation says which). R50FPNConfig
+// is torchvision's maskrcnn_resnet50_fpn layer for layer, for a GPU.
 package model
