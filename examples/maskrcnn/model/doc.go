@@ -1,8 +1,8 @@
 // Package model is the Mask R-CNN of the example: a ResNet backbone of
 // ConvBN layers (a small one of basic blocks, or ResNet-50), a feature
-// pyramid (FPN), a region proposal network (RPN), and box and mask heads on RoIs pooled
-// from the pyramid with MultiLevelRoIAlign, all built as Gorgonia graphs of
-// stheno's ops, together with the steps that are not differentiable and run
+// pyramid (FPN), a region proposal network (RPN), and box and mask heads
+// on RoIs pooled from the pyramid with MultiLevelRoIAlign, all built as
+// Gorgonia graphs of stheno's ops, together with the steps that are not differentiable and run
 // on the host: anchors, box encoding, IoU, NMS, target assignment and
 // sampling, mask targets, proposal decoding and detection post-processing.
 //
