@@ -144,13 +144,13 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 	if n.g == nil {
 		n.g = G.NewGraph()
 	}
-	if dev != nil && params.dev != nil && params.dev != dev {
-		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for %v", params.dev, dev)
+	if dev != nil && params.Device() != nil && params.Device() != dev {
+		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for %v", params.Device(), dev)
 	}
-	if dev == nil && params.dev != nil {
-		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for the host", params.dev)
+	if dev == nil && params.Device() != nil {
+		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for the host", params.Device())
 	}
-	b := &builder{cfg: cfg, mode: mode, batch: batch, dt: params.dt, g: n.g, params: params, dev: dev, drop: n.drop,
+	b := &builder{cfg: cfg, mode: mode, batch: batch, dt: params.Dtype(), g: n.g, params: params, dev: dev, drop: n.drop,
 		bind: opts.bind, reads: map[string]*G.Node{}}
 	ok := false
 	defer func() {
@@ -159,7 +159,7 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 		}
 	}()
 	s := cfg.ImageSize
-	n.images = denseOf(params.dt, make([]float64, batch*3*s*s), batch, 3, s, s)
+	n.images = denseOf(params.Dtype(), make([]float64, batch*3*s*s), batch, 3, s, s)
 	var x *G.Node
 	n.imageIn, x = b.data("images", n.images)
 
@@ -375,7 +375,7 @@ func (n *Net) Close() error {
 		errs = append(errs, n.opt.Free())
 		n.opt = nil
 	}
-	if n.dev != nil && n.params.dev != nil {
+	if n.dev != nil && n.params.Device() != nil {
 		errs = append(errs, n.freeConsts(n.consts))
 	}
 	n.consts = nil
@@ -552,8 +552,8 @@ func (n *Net) setImages(pix [][]float32) error {
 			vals = append(vals, (float64(v)-pixelMean)/pixelStd)
 		}
 	}
-	src := denseOf(n.params.dt, vals, n.images.Shape()...)
-	switch n.params.dt {
+	src := denseOf(n.params.Dtype(), vals, n.images.Shape()...)
+	switch n.params.Dtype() {
 	case tensor.Float64:
 		copy(n.images.Float64s(), src.Float64s())
 	default:
