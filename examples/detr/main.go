@@ -56,85 +56,26 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/examples/detr/train"
+	"github.com/stheno-ml/stheno/examples/internal/cli"
 	"github.com/stheno-ml/stheno/examples/internal/device"
 	"github.com/stheno-ml/stheno/examples/internal/option"
 	"github.com/stheno-ml/stheno/kernels"
 )
 
 func main() {
-	ctx, stop := interruptContext()
+	ctx, stop := program.InterruptContext()
 	defer stop()
-	os.Exit(exitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
+	os.Exit(program.ExitCode(run(ctx, os.Args[1:], os.Stdout, os.Stderr), os.Stderr))
 }
 
-// interruptContext is cancelled, with a signalError as its cause, by the
-// first SIGINT or SIGTERM; the next one kills the process as usual.
-func interruptContext() (context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		sig, ok := <-sigs
-		if !ok {
-			return
-		}
-		signal.Reset(os.Interrupt, syscall.SIGTERM)
-		fmt.Fprintf(os.Stderr, "\ndetr: %v: finishing the iteration under way and saving the checkpoint (again to quit at once)\n", sig)
-		cancel(signalError{sig.(syscall.Signal)})
-	}()
-	return ctx, func() { signal.Stop(sigs); close(sigs) }
-}
-
-// signalError is the cause of an interrupted run.
-type signalError struct{ sig syscall.Signal }
-
-func (e signalError) Error() string { return e.sig.String() }
-
-// exitCode prints err (if any) and returns the process's exit status: 0,
-// 128+n after signal n (as a shell reports it), 2 for bad usage, else 1.
-func exitCode(err error, stderr io.Writer) int {
-	if err == nil {
-		return 0
-	}
-	var interrupted *train.InterruptedError
-	if errors.As(err, &interrupted) {
-		fmt.Fprintf(stderr, "detr: interrupted after iteration %d; the run is saved in %s. Resume it with\n\n\tgo run ./examples/detr -checkpoint %s\n\n",
-			interrupted.Iter, interrupted.Checkpoint, interrupted.Checkpoint)
-		var sig signalError
-		if errors.As(err, &sig) {
-			return 128 + int(sig.sig)
-		}
-		return 1
-	}
-	var usage usageError
-	if errors.As(err, &usage) {
-		for _, line := range strings.Split(err.Error(), "\n") {
-			fmt.Fprintln(stderr, "detr:", line)
-		}
-		fmt.Fprintln(stderr, "run 'detr -h' for the flags and their ranges")
-		return 2
-	}
-	fmt.Fprintln(stderr, "detr:", err)
-	return 1
-}
-
-// usageError is a bad command line: flags that do not parse, values out of
-// range, flags that do not go together.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+// program is how the command names itself in its messages.
+var program = cli.Program{Name: "detr", Pkg: "./examples/detr"}
 
 // Flags of each mode besides training's.
 var (
@@ -156,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	lrBackbone := fs.Float64("lr-backbone", def.LRBackbone, "peak learning rate of the backbone, in [0, 1] (0: frozen)")
 	lrProj := fs.Float64("lr-linear-proj-mult", def.LRLinearProjMult, "the sampling offsets' and reference points' learning rate as a multiple of -lr, in [0, 10]")
 	warmup := fs.Int("warmup", def.Warmup, "iterations of linear learning-rate warm-up, at least 0")
-	steps := fs.String("steps", joinFloats(def.Steps), "increasing fractions of -iters in (0, 1) where the learning rates drop tenfold; \"\" for none")
+	steps := fs.String("steps", cli.JoinFloats(def.Steps), "increasing fractions of -iters in (0, 1) where the learning rates drop tenfold; \"\" for none")
 	wd := fs.Float64("wd", def.WeightDecay, "weight decay (decoupled, on every parameter), in [0, 1)")
 	clip := fs.Float64("clip", def.ClipNorm, "gradients' global norm is clipped to this; >= 0, 0 for no clipping")
 	width := fs.Int("width", def.Model.Width, "backbone width in [1, 512]: stem channels (stages have 2x, 4x, 8x)")
@@ -187,10 +128,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			fs.PrintDefaults()
 			return nil
 		}
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected arguments %q", fs.Args())
+		return cli.Usagef("unexpected arguments %q", fs.Args())
 	}
 	// A value of STHENO_CPU_KERNELS this CPU cannot take stops the program
 	// before any work: it would run on other kernels than asked for.
@@ -201,39 +142,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	preset, err := train.Preset(*presetName)
 	if err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	if _, _, err := device.Parse(*deviceSpec); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	// openDevice opens the GPU -device names (nil for the CPU), once the
 	// other flags are known to be good and before any work.
 	openDevice := func() (*backend.Device, func(), error) {
-		dev, err := device.Open(*deviceSpec, "go run ./examples/detr")
-		if err != nil {
-			return nil, nil, usageError{err}
-		}
-		if dev == nil {
-			return nil, func() {}, nil
-		}
-		if !*tf32 {
-			dev.SetGemmMath(backend.GemmExact)
-		}
-		return dev, func() { dev.Close() }, nil
+		return program.OpenDevice(*deviceSpec, *tf32)
 	}
-	only := func(mode string, allowed []string) error {
-		var extra []string
-		for name := range given {
-			if !slices.Contains(allowed, name) {
-				extra = append(extra, "-"+name)
-			}
-		}
-		if len(extra) == 0 {
-			return nil
-		}
-		slices.Sort(extra)
-		return usagef("%s does not go with %s (it takes only -%s)", strings.Join(extra, ", "), mode, strings.Join(allowed[1:], ", -"))
-	}
+	only := func(mode string, allowed []string) error { return cli.Only(given, mode, allowed) }
 
 	switch {
 	case *infer:
@@ -241,10 +160,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		if *ckptPath == "" || *images == "" {
-			return usagef("-infer needs -checkpoint and -images")
+			return cli.Usagef("-infer needs -checkpoint and -images")
 		}
 		if !(*scoreMin >= 0 && *scoreMin <= 1) {
-			return usageError{&option.Error{Option: "score", Value: *scoreMin, Allowed: "must be a number in [0, 1]"}}
+			return cli.UsageError{Err: &option.Error{Option: "score", Value: *scoreMin, Allowed: "must be a number in [0, 1]"}}
 		}
 		dir := *out
 		if dir == "" {
@@ -273,10 +192,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			}
 		}
 		if err := opt.Validate(); err != nil {
-			return usageError{err}
+			return cli.UsageError{Err: err}
 		}
 		if *export == "" {
-			return usagef("-export-synthetic needs a directory")
+			return cli.Usagef("-export-synthetic needs a directory")
 		}
 		n, err := train.ExportSynthetic(*export, opt.RunConfig)
 		if err != nil {
@@ -288,7 +207,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	for _, name := range []string{"images", "score"} {
 		if given[name] {
-			return usagef("-%s goes only with -infer", name)
+			return cli.Usagef("-%s goes only with -infer", name)
 		}
 	}
 
@@ -337,7 +256,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var errs []error
 	set("steps", func() {
 		var err error
-		if opt.Steps, err = parseFloats(*steps); err != nil {
+		if opt.Steps, err = cli.ParseFloats(*steps); err != nil {
 			errs = append(errs, &option.Error{Option: "steps", Value: strconv.Quote(*steps), Allowed: "must be comma-separated numbers"})
 		}
 	})
@@ -358,7 +277,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return usageError{errors.Join(errs...)}
+		return cli.UsageError{Err: errors.Join(errs...)}
 	}
 	dev, closeDev, err := openDevice()
 	if err != nil {
@@ -376,27 +295,4 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "final: %v | %v\n", res.Final, res.Wall.Round(1e9))
 	return nil
-}
-
-func parseFloats(s string) ([]float64, error) {
-	var out []float64
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		v, err := strconv.ParseFloat(f, 64)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-func joinFloats(v []float64) string {
-	s := make([]string, len(v))
-	for i, f := range v {
-		s[i] = strconv.FormatFloat(f, 'g', -1, 64)
-	}
-	return strings.Join(s, ",")
 }

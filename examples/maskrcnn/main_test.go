@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/examples/internal/cli"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/train"
 )
 
@@ -21,7 +22,7 @@ import (
 func command(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	code = exitCode(run(context.Background(), args, &out, &errOut), &errOut)
+	code = program.ExitCode(run(context.Background(), args, &out, &errOut), &errOut)
 	return code, out.String(), errOut.String()
 }
 
@@ -189,7 +190,7 @@ func TestExportSynthetic(t *testing.T) {
 // The first SIGINT cancels the context with the signal as its cause, and
 // an interrupted run exits with 128+2 and says how to resume.
 func TestInterrupt(t *testing.T) {
-	ctx, stop := interruptContext()
+	ctx, stop := program.InterruptContext()
 	defer stop()
 	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -199,13 +200,13 @@ func TestInterrupt(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("SIGINT did not cancel the context")
 	}
-	var sig signalError
-	if !errors.As(context.Cause(ctx), &sig) || sig.sig != syscall.SIGINT {
+	var sig cli.SignalError
+	if !errors.As(context.Cause(ctx), &sig) || sig.Sig != syscall.SIGINT {
 		t.Fatalf("cause %v, want SIGINT", context.Cause(ctx))
 	}
 	err := &train.InterruptedError{Iter: 7, Checkpoint: "out/x/checkpoint.gob", Cause: context.Cause(ctx)}
 	var stderr bytes.Buffer
-	if code := exitCode(fmt.Errorf("wrapped: %w", err), &stderr); code != 130 ||
+	if code := program.ExitCode(fmt.Errorf("wrapped: %w", err), &stderr); code != 130 ||
 		!strings.Contains(stderr.String(), "interrupted after iteration 7") || !strings.Contains(stderr.String(), "go run ./examples/maskrcnn -checkpoint out/x/checkpoint.gob") {
 		t.Errorf("exit %d, %q", code, stderr.String())
 	}

@@ -105,7 +105,7 @@ func (b *builder) data(name string, t *tensor.Dense) (input, read *G.Node) {
 // placement test's, with a Device that was never opened, whose parameters
 // and constants are host nodes moved by ops.ToDevice (a graph that runs on
 // a device binds its parameters' device tensors).
-func (b *builder) placementOnly() bool { return b.dev != nil && b.params.dev == nil }
+func (b *builder) placementOnly() bool { return b.dev != nil && b.params.Device() == nil }
 
 // constant is a constant of the graph, where the graph runs: on a device,
 // copied there once, when the graph is built.
@@ -224,7 +224,7 @@ func (b *builder) convBN(x *G.Node, name string, cout, k, stride int, act ops.Ac
 	wt := b.param(name+".weight", []int{cout, cin, k, k}, kaiming(cout*k*k), GroupBackbone)
 	gamma := b.param(name+".bn.weight", []int{cout}, constant(1), GroupBackbone)
 	beta := b.param(name+".bn.bias", []int{cout}, zeros(), GroupBackbone)
-	mean, variance, err := b.params.statsFor(name+".bn", cout)
+	mean, variance, err := b.params.StatsFor(name+".bn", cout)
 	if err != nil {
 		return b.check(nil, err)
 	}
@@ -249,7 +249,7 @@ func (b *builder) frozen(name string, shape []int, in initializer) *G.Node {
 	if n, ok := b.reads[name]; ok {
 		return n
 	}
-	t, err := b.params.frozenFor(name, shape, in)
+	t, err := b.params.FrozenFor(name, shape, in)
 	if err != nil {
 		return b.check(nil, err)
 	}
@@ -280,7 +280,7 @@ func (b *builder) frozenBNConvBN(x *G.Node, name string, cout, k, stride int, ac
 	}
 	gamma := b.frozen(name+".bn.weight", []int{cout}, constant(1))
 	beta := b.frozen(name+".bn.bias", []int{cout}, zeros())
-	mean, variance, err := b.params.statsFor(name+".bn", cout)
+	mean, variance, err := b.params.StatsFor(name+".bn", cout)
 	if err != nil {
 		return b.check(nil, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/examples/internal/hostop"
+	"github.com/stheno-ml/stheno/examples/internal/trainstep"
 	"github.com/stheno-ml/stheno/ops"
 )
 
@@ -144,13 +145,13 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 	if n.g == nil {
 		n.g = G.NewGraph()
 	}
-	if dev != nil && params.dev != nil && params.dev != dev {
-		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for %v", params.dev, dev)
+	if dev != nil && params.Device() != nil && params.Device() != dev {
+		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for %v", params.Device(), dev)
 	}
-	if dev == nil && params.dev != nil {
-		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for the host", params.dev)
+	if dev == nil && params.Device() != nil {
+		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for the host", params.Device())
 	}
-	b := &builder{cfg: cfg, mode: mode, batch: batch, dt: params.dt, g: n.g, params: params, dev: dev, drop: n.drop,
+	b := &builder{cfg: cfg, mode: mode, batch: batch, dt: params.Dtype(), g: n.g, params: params, dev: dev, drop: n.drop,
 		bind: opts.bind, reads: map[string]*G.Node{}}
 	ok := false
 	defer func() {
@@ -159,7 +160,7 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 		}
 	}()
 	s := cfg.ImageSize
-	n.images = denseOf(params.dt, make([]float64, batch*3*s*s), batch, 3, s, s)
+	n.images = denseOf(params.Dtype(), make([]float64, batch*3*s*s), batch, 3, s, s)
 	var x *G.Node
 	n.imageIn, x = b.data("images", n.images)
 
@@ -375,7 +376,7 @@ func (n *Net) Close() error {
 		errs = append(errs, n.opt.Free())
 		n.opt = nil
 	}
-	if n.dev != nil && n.params.dev != nil {
+	if n.dev != nil && n.params.Device() != nil {
 		errs = append(errs, n.freeConsts(n.consts))
 	}
 	n.consts = nil
@@ -497,23 +498,7 @@ func (n *Net) OptimizerState() (steps int, moments map[string][2]*tensor.Dense, 
 	if n.opt == nil {
 		return 0, nil, fmt.Errorf("model: OptimizerState before NewOptimizer")
 	}
-	moments = map[string][2]*tensor.Dense{}
-	for i, p := range n.learn {
-		m, v, err := n.opt.Moments(p)
-		if err != nil {
-			return 0, nil, fmt.Errorf("model: %w", err)
-		}
-		if n.dev != nil && backend.IsDevice(m) {
-			if m, err = n.dev.ToHost(m); err == nil {
-				v, err = n.dev.ToHost(v)
-			}
-			if err != nil {
-				return 0, nil, fmt.Errorf("model: reading the optimiser's state: %w", err)
-			}
-		}
-		moments[n.names[i]] = [2]*tensor.Dense{m, v}
-	}
-	return n.opt.Steps(), moments, nil
+	return trainstep.State(n.opt, n.dev, n.names, n.learn)
 }
 
 // SetOptimizerState restores the optimiser from OptimizerState's values
@@ -522,18 +507,7 @@ func (n *Net) SetOptimizerState(steps int, moments map[string][2]*tensor.Dense) 
 	if n.opt == nil {
 		return fmt.Errorf("model: SetOptimizerState before NewOptimizer")
 	}
-	state := map[G.ValueGrad][2]*tensor.Dense{}
-	for i, p := range n.learn {
-		mv, ok := moments[n.names[i]]
-		if !ok {
-			return fmt.Errorf("model: the optimiser's state has no moments for %s", n.names[i])
-		}
-		state[p] = mv
-	}
-	if err := n.opt.SetState(steps, state); err != nil {
-		return fmt.Errorf("model: %w", err)
-	}
-	return nil
+	return trainstep.SetState(n.opt, n.names, n.learn, steps, moments)
 }
 
 // setImages copies a batch of images (planar RGB in [0, 1], ImageSize
@@ -552,8 +526,8 @@ func (n *Net) setImages(pix [][]float32) error {
 			vals = append(vals, (float64(v)-pixelMean)/pixelStd)
 		}
 	}
-	src := denseOf(n.params.dt, vals, n.images.Shape()...)
-	switch n.params.dt {
+	src := denseOf(n.params.Dtype(), vals, n.images.Shape()...)
+	switch n.params.Dtype() {
 	case tensor.Float64:
 		copy(n.images.Float64s(), src.Float64s())
 	default:
@@ -633,18 +607,7 @@ func (n *Net) forward(pix [][]float32, targets []Target) (Losses, error) {
 // beginStep opens a run: on a device, a backend.Scope for the run's
 // memory. end closes it and resets the machine.
 func (n *Net) beginStep() (end func() error, err error) {
-	if n.dev == nil {
-		return func() error { n.vm.Reset(); return nil }, nil
-	}
-	scope, err := n.dev.BeginScope()
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	return func() error {
-		err := scope.End()
-		n.vm.Reset()
-		return err
-	}, nil
+	return trainstep.Begin(n.dev, func() { n.vm.Reset() })
 }
 
 func finite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }

@@ -357,11 +357,10 @@ func (b *builder) cloneOf(lid int, suffix string, in initializer) initializer {
 	if lid == 0 || !b.cfg.BoxRefine {
 		return in
 	}
-	t := b.params.Value(b.headName(0) + suffix)
-	if t == nil {
+	if b.params.Value(b.headName(0)+suffix) == nil {
 		return in
 	}
-	h, err := b.params.hostCopy(t)
+	h, err := b.params.HostValue(b.headName(0) + suffix)
 	if err != nil {
 		b.check(nil, fmt.Errorf("model: %s%s: %w", b.headName(0), suffix, err))
 		return in

@@ -1,10 +1,8 @@
 package train
 
 import (
+	"errors"
 	"fmt"
-	"math"
-
-	"gorgonia.org/tensor"
 
 	"github.com/stheno-ml/stheno/examples/detr/model"
 	"github.com/stheno-ml/stheno/examples/internal/checkpoint"
@@ -18,7 +16,8 @@ const checkpointVersion = 1
 // stopped, or to predict: the options that shaped the run (the model's
 // configuration among them), the classes and their COCO category ids, the
 // weights and BatchNorm statistics, the optimiser's state, the iteration
-// and the history of losses and AP for the plots.
+// and the history of losses and AP for the plots. Params, BNStats and Adam
+// are a checkpoint.State.
 type Checkpoint struct {
 	Version     int
 	Run         RunConfig // Run.Model.NumClasses is len(Classes)
@@ -35,10 +34,7 @@ type Checkpoint struct {
 type NamedTensor = checkpoint.NamedTensor
 
 // AdamState is AdamW's step count and moments.
-type AdamState struct {
-	Step int
-	M, V []NamedTensor
-}
+type AdamState = checkpoint.AdamState
 
 // snapshot captures a run on the training set ds after iter iterations:
 // params, and the optimiser of the training graph net (nil: none). Weights
@@ -49,38 +45,25 @@ func snapshot(run RunConfig, ds *data.Dataset, iter int, params *model.Params, n
 	for k := range ids {
 		ids[k] = ds.CategoryID(k)
 	}
-	c := &Checkpoint{Version: checkpointVersion, Run: run, Classes: ds.Classes, CategoryIDs: ids, Iter: iter, History: h}
-	var moments map[string][2]*tensor.Dense
-	if net != nil {
-		var err error
-		if c.Adam.Step, moments, err = net.OptimizerState(); err != nil {
-			return nil, err
-		}
+	st, err := checkpoint.Snapshot(params, optimizer(net))
+	if nf := (*checkpoint.NotFiniteError)(nil); errors.As(err, &nf) {
+		return nil, fmt.Errorf("train: after iteration %d the weights of %s are not finite (%v): not saving them; try a lower -lr", iter, nf.Name, nf.Value)
 	}
-	for _, name := range params.Names() {
-		t, err := params.HostValue(name)
-		if err != nil {
-			return nil, err
-		}
-		for _, v := range t.Float32s() {
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return nil, fmt.Errorf("train: after iteration %d the weights of %s are not finite (%v): not saving them; try a lower -lr", iter, name, v)
-			}
-		}
-		c.Params = append(c.Params, checkpoint.Named(name, t))
-		if mv, ok := moments[name]; ok {
-			c.Adam.M = append(c.Adam.M, checkpoint.Named(name, mv[0]))
-			c.Adam.V = append(c.Adam.V, checkpoint.Named(name, mv[1]))
-		}
+	if err != nil {
+		return nil, err
 	}
-	for _, name := range params.BatchNorms() {
-		mean, variance, err := params.HostRunningStats(name)
-		if err != nil {
-			return nil, err
-		}
-		c.BNStats = append(c.BNStats, checkpoint.Named(name+".mean", mean), checkpoint.Named(name+".var", variance))
+	return &Checkpoint{
+		Version: checkpointVersion, Run: run, Classes: ds.Classes, CategoryIDs: ids, Iter: iter,
+		Params: st.Params, BNStats: st.BNStats, Adam: st.Adam, History: h,
+	}, nil
+}
+
+// optimizer is net as a checkpoint.Optimizer (nil if net is).
+func optimizer(net *model.Net) checkpoint.Optimizer {
+	if net == nil {
+		return nil
 	}
-	return c, nil
+	return net
 }
 
 // restore copies the checkpoint's weights and statistics into params
@@ -88,58 +71,8 @@ func snapshot(run RunConfig, ds *data.Dataset, iter int, params *model.Params, n
 // state into the training graph net's optimiser (if net is not nil). Every
 // tensor of params must be in the checkpoint with its shape.
 func (c *Checkpoint) restore(params *model.Params, net *model.Net) error {
-	byName := map[string]NamedTensor{}
-	for _, t := range append(append([]NamedTensor{}, c.Params...), c.BNStats...) {
-		byName[t.Name] = t
-	}
-	find := func(name string, shape tensor.Shape) ([]float32, error) {
-		t, ok := byName[name]
-		if !ok {
-			return nil, fmt.Errorf("train: checkpoint has no tensor %s", name)
-		}
-		return t.Values(shape)
-	}
-	for _, name := range params.Names() {
-		d, err := find(name, params.Value(name).Shape())
-		if err == nil {
-			err = params.SetValue(name, d)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	for _, name := range params.BatchNorms() {
-		mean, _ := params.RunningStats(name)
-		m, err := find(name+".mean", mean.Shape())
-		if err != nil {
-			return err
-		}
-		v, err := find(name+".var", mean.Shape())
-		if err != nil {
-			return err
-		}
-		if err := params.SetRunningStats(name, m, v); err != nil {
-			return err
-		}
-	}
-	if net == nil {
-		return nil
-	}
-	moments := map[string][2]*tensor.Dense{}
-	if len(c.Adam.M) != len(c.Adam.V) {
-		return fmt.Errorf("train: checkpoint has %d first and %d second moments", len(c.Adam.M), len(c.Adam.V))
-	}
-	for i, m := range c.Adam.M {
-		v := c.Adam.V[i]
-		if v.Name != m.Name {
-			return fmt.Errorf("train: checkpoint's moments %d are of %s and %s", i, m.Name, v.Name)
-		}
-		moments[m.Name] = [2]*tensor.Dense{m.Dense(), v.Dense()}
-	}
-	if c.Adam.Step == 0 && len(moments) == 0 {
-		return nil // saved before any step: the optimiser is as new
-	}
-	return net.SetOptimizerState(c.Adam.Step, moments)
+	st := checkpoint.State{Params: c.Params, BNStats: c.BNStats, Adam: c.Adam}
+	return st.Restore(params, optimizer(net))
 }
 
 // Save writes c to path with checkpoint.Save: atomically and durably, so

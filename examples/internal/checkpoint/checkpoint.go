@@ -95,3 +95,18 @@ func (n NamedTensor) Values(shape tensor.Shape) ([]float32, error) {
 func (n NamedTensor) Dense() *tensor.Dense {
 	return tensor.New(tensor.WithShape(n.Shape...), tensor.WithBacking(n.Data))
 }
+
+// InterruptedError is a training run's error when its context is
+// cancelled: the iteration under way was finished and the run saved in
+// Checkpoint, from which it resumes exactly.
+type InterruptedError struct {
+	Iter       int // iterations done, all in the checkpoint
+	Checkpoint string
+	Cause      error // the context's cause: the signal, for the command
+}
+
+func (e *InterruptedError) Error() string {
+	return fmt.Sprintf("train: interrupted (%v) after iteration %d; the run is saved in %s", e.Cause, e.Iter, e.Checkpoint)
+}
+
+func (e *InterruptedError) Unwrap() error { return e.Cause }

@@ -130,7 +130,7 @@ func (b *builder) convBN(x *G.Node, name string, cout, k, stride int, act ops.Ac
 	wt := b.param(name+".w", []int{cout, cin, k, k}, kaiming(cout*k*k), true)
 	gamma := b.param(name+".bn.gamma", []int{cout}, constant(1), false)
 	beta := b.param(name+".bn.beta", []int{cout}, zeros(), false)
-	mean, variance, err := b.net.params.statsFor(name+".bn", cout)
+	mean, variance, err := b.net.params.StatsFor(name+".bn", cout)
 	if err != nil {
 		b.err = err
 	}

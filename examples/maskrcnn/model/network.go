@@ -14,6 +14,7 @@ import (
 	"github.com/stheno-ml/stheno/autograd"
 	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/examples/internal/hostop"
+	"github.com/stheno-ml/stheno/examples/internal/trainstep"
 	"github.com/stheno-ml/stheno/ops"
 )
 
@@ -452,18 +453,7 @@ func (n *Net) TrainPrepared(s *Step, lr float64) (out Losses, err error) {
 // beginStep opens a step: on a device, a backend.Scope for the step's
 // memory. end closes it and resets the machine.
 func (n *Net) beginStep() (end func() error, err error) {
-	if n.dev == nil {
-		return func() error { n.vm.Reset(); return nil }, nil
-	}
-	scope, err := n.dev.BeginScope()
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	return func() error {
-		err := scope.End()
-		n.vm.Reset()
-		return err
-	}, nil
+	return trainstep.Begin(n.dev, func() { n.vm.Reset() })
 }
 
 // losses reads the last run's losses.
@@ -503,23 +493,7 @@ func (n *Net) OptimizerState() (steps int, moments map[string][2]*tensor.Dense, 
 	if n.opt == nil {
 		return 0, nil, fmt.Errorf("model: OptimizerState before NewOptimizer")
 	}
-	moments = map[string][2]*tensor.Dense{}
-	for i, p := range n.learn {
-		m, v, err := n.opt.Moments(p)
-		if err != nil {
-			return 0, nil, fmt.Errorf("model: %w", err)
-		}
-		if n.dev != nil {
-			if m, err = n.dev.ToHost(m); err == nil {
-				v, err = n.dev.ToHost(v)
-			}
-			if err != nil {
-				return 0, nil, fmt.Errorf("model: reading the optimiser's state: %w", err)
-			}
-		}
-		moments[n.names[i]] = [2]*tensor.Dense{m, v}
-	}
-	return n.opt.Steps(), moments, nil
+	return trainstep.State(n.opt, n.dev, n.names, n.learn)
 }
 
 // SetOptimizerState restores the optimiser from OptimizerState's values
@@ -528,18 +502,7 @@ func (n *Net) SetOptimizerState(steps int, moments map[string][2]*tensor.Dense) 
 	if n.opt == nil {
 		return fmt.Errorf("model: SetOptimizerState before NewOptimizer")
 	}
-	state := map[G.ValueGrad][2]*tensor.Dense{}
-	for i, p := range n.learn {
-		mv, ok := moments[n.names[i]]
-		if !ok {
-			return fmt.Errorf("model: the optimiser's state has no moments for %s", n.names[i])
-		}
-		state[p] = mv
-	}
-	if err := n.opt.SetState(steps, state); err != nil {
-		return fmt.Errorf("model: %w", err)
-	}
-	return nil
+	return trainstep.SetState(n.opt, n.names, n.learn, steps, moments)
 }
 
 // Predict runs the inference graph on a batch of images (planar RGB in [0,

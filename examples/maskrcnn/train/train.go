@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stheno-ml/stheno/examples/internal/checkpoint"
 	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/internal/eval"
 	"github.com/stheno-ml/stheno/examples/internal/history"
@@ -36,17 +37,7 @@ type Result struct {
 // InterruptedError is Run's error when its context is cancelled: the
 // iteration under way was finished and the run saved in Checkpoint, from
 // which it resumes exactly.
-type InterruptedError struct {
-	Iter       int // iterations done, all in the checkpoint
-	Checkpoint string
-	Cause      error // the context's cause: the signal, for the command
-}
-
-func (e *InterruptedError) Error() string {
-	return fmt.Sprintf("train: interrupted (%v) after iteration %d; the run is saved in %s", e.Cause, e.Iter, e.Checkpoint)
-}
-
-func (e *InterruptedError) Unwrap() error { return e.Cause }
+type InterruptedError = checkpoint.InterruptedError
 
 // Run trains the model as opt says, evaluating on the validation images,
 // plotting and saving a checkpoint every EvalEvery iterations and at the
