@@ -3,10 +3,9 @@ package train
 import (
 	"context"
 	"fmt"
+	"image"
 	"io"
-	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -15,11 +14,8 @@ import (
 	"github.com/stheno-ml/stheno/examples/internal/checkpoint"
 	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/internal/eval"
-	"github.com/stheno-ml/stheno/examples/internal/history"
 	"github.com/stheno-ml/stheno/examples/internal/option"
-	"github.com/stheno-ml/stheno/examples/internal/progress"
-	"github.com/stheno-ml/stheno/examples/internal/schedule"
-	"github.com/stheno-ml/stheno/examples/internal/viz"
+	"github.com/stheno-ml/stheno/examples/internal/runloop"
 )
 
 // Result summarises a run.
@@ -110,163 +106,62 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		}
 		first, hist = ckpt.Iter, ckpt.History
 	}
-	res := &Result{Iters: first, History: hist}
-	prog := progress.New(log, run.Iters)
-	evaluate := func(iter int) (Metrics, []eval.Detection, error) {
-		te := time.Now()
-		m, dets, err := Evaluate(inferNet, valSet)
-		if err != nil {
-			return m, nil, err
-		}
-		res.Final, res.Evaluated = m, true
-		prog.Println("iteration %d: %v (%d images, %.1fs)", iter, m, len(valSet.Images), time.Since(te).Seconds())
-		return m, dets, nil
+	cfg := runloop.Config{
+		Start: start, Log: log,
+		Iters: run.Iters, Batch: run.Batch, First: first, Resume: opt.Resume,
+		LR: run.LR, Warmup: run.Warmup, Steps: run.Steps,
+		Data: run.Data, Train: trainSet, Val: valSet,
+		EvalEvery: opt.EvalEvery, LogEvery: opt.LogEvery, Out: opt.Out,
+		SheetImages: opt.SheetImages, SheetScale: opt.SheetScale, SheetScoreMin: SheetScoreMin,
+		Device: opt.Device, Verbose: opt.Verbose,
+		Model: fmt.Sprintf("Deformable DETR: %d parameters, %dx%d images, %d classes, d_model %d, %d+%d layers, %d queries; %d training and %d validation images",
+			params.Size(), run.Model.ImageSize, run.Model.ImageSize, run.Model.NumClasses, run.Model.DModel, run.Model.EncLayers, run.Model.DecLayers,
+			run.Model.Queries, len(trainSet.Images), len(valSet.Images)),
+		Optimizer: fmt.Sprintf("AdamW lr %g (backbone %g, sampling offsets and reference points %g)", run.LR, run.LRBackbone, run.LR*run.LRLinearProjMult),
 	}
-	if first >= run.Iters {
-		fmt.Fprintf(log, "%s has done %d iterations and -iters is %d: nothing to train; evaluating the checkpoint as it is\n", opt.Resume, first, run.Iters)
-		if inferNet == nil {
-			fmt.Fprintln(log, "no validation images: nothing to evaluate")
-		} else if _, _, err := evaluate(first); err != nil {
-			return nil, err
-		}
-		res.Wall = time.Since(start)
-		return res, nil
-	}
-
-	if ckpt != nil {
-		fmt.Fprintf(log, "resuming %s at iteration %d\n", opt.Resume, first)
-	}
-	sched := schedule.WarmupMultiStep{LR: run.LR, Warmup: run.Warmup, WarmupFactor: 0.01, Gamma: 0.1}
-	for _, f := range run.Steps {
-		sched.Steps = append(sched.Steps, int(f*float64(run.Iters)))
-	}
-	fmt.Fprintf(log, "Deformable DETR: %d parameters, %dx%d images, %d classes, d_model %d, %d+%d layers, %d queries; %d training and %d validation images\n",
-		params.Size(), run.Model.ImageSize, run.Model.ImageSize, run.Model.NumClasses, run.Model.DModel, run.Model.EncLayers, run.Model.DecLayers,
-		run.Model.Queries, len(trainSet.Images), len(valSet.Images))
-	if trainSet.ClippedBoxes > 0 {
-		fmt.Fprintf(log, "%d boxes of %s crossed their image's border and were clipped to it\n", trainSet.ClippedBoxes, run.Data)
-	}
-	if inferNet == nil {
-		fmt.Fprintln(log, "no validation images: evaluations and pictures of predictions are skipped")
-	}
-	where := "on the CPU"
-	if opt.Device != nil {
-		where = "on " + opt.Device.String()
-	}
-	fmt.Fprintf(log, "training %d iterations of %d images %s, AdamW lr %g (backbone %g, sampling offsets and reference points %g), output in %s\n",
-		run.Iters, run.Batch, where, run.LR, run.LRBackbone, run.LR*run.LRLinearProjMult, opt.Out)
-
-	ckptPath := filepath.Join(opt.Out, "checkpoint.gob")
-	var sums [4]float64
-	var nsum int
-	trainTime := time.Duration(0)
-	trainIters := 0
-	for it := first; it < run.Iters; it++ {
-		t0 := time.Now()
-		imgs := data.Batch(trainSet.Images, run.Seed, it, run.Batch)
-		pix := make([][]float32, len(imgs))
-		targets := make([]model.Target, len(imgs))
-		for i, img := range imgs {
-			pix[i], targets[i] = img.Pix, TargetOf(img)
-		}
-		lr := sched.At(it)
-		l, err := trainNet.TrainStep(pix, targets, it, lr)
-		if err != nil {
-			return nil, fmt.Errorf("train: iteration %d: %w", it, err)
-		}
-		losses := [4]float64{l.Total, l.Class, l.Box, l.GIoU}
-		if math.IsNaN(l.Total) || math.IsInf(l.Total, 0) {
-			return nil, fmt.Errorf("train: iteration %d: the loss is %v (%+v); try a lower -lr", it, l.Total, l)
-		}
-		trainTime += time.Since(t0)
-		trainIters++
-		for i, v := range losses {
-			sums[i] += v
-		}
-		nsum++
-		done := it + 1
-		last := done == run.Iters
-		if done%opt.LogEvery == 0 || last {
-			for i := range sums {
-				sums[i] /= float64(nsum)
+	hooks := runloop.Hooks[Metrics]{
+		Step: func(it int, lr float64) ([]float64, any, error) {
+			imgs := data.Batch(trainSet.Images, run.Seed, it, run.Batch)
+			pix := make([][]float32, len(imgs))
+			targets := make([]model.Target, len(imgs))
+			for i, img := range imgs {
+				pix[i], targets[i] = img.Pix, TargetOf(img)
 			}
-			hist.Losses = append(hist.Losses, LossPoint{Iter: done, Total: sums[0], Class: sums[1], Box: sums[2], GIoU: sums[3]})
-			sums, nsum = [4]float64{}, 0
-		}
-		rate := float64(trainIters*run.Batch) / trainTime.Seconds()
-		remaining := time.Duration(float64(run.Iters-done) * float64(run.Batch) / rate * float64(time.Second))
-		prog.Update(done, fmt.Sprintf("loss %.3f (cls %.3f L1 %.3f GIoU %.3f) lr %.1e %.1f img/s ETA %s",
-			l.Total, l.Class, l.Box, l.GIoU, lr, rate, progress.ETA(remaining)), last)
-		if opt.Verbose && opt.Device != nil && (done%100 == 0 || last) {
-			m := opt.Device.MemStats()
-			prog.Println("iteration %d: device memory in use %.1f MiB, high-water mark %.1f MiB, cached %.1f MiB, driver allocations %d",
-				done, mib(m.InUse), mib(m.PeakInUse), mib(m.Cached), m.DriverAllocs)
-		}
-
-		periodic := done%opt.EvalEvery == 0 || last
-		interrupted := ctx.Err() != nil && !last
-		if !periodic && !interrupted {
-			continue
-		}
-		if periodic && inferNet != nil {
-			te := time.Now()
-			m, dets, err := evaluate(done)
-			if err != nil {
-				return nil, err
-			}
+			l, err := trainNet.TrainStep(pix, targets, it, lr)
+			return []float64{l.Total, l.Class, l.Box, l.GIoU}, l, err
+		},
+		Losses: func(l []float64) string {
+			return fmt.Sprintf("loss %.3f (cls %.3f L1 %.3f GIoU %.3f)", l[0], l[1], l[2], l[3])
+		},
+		AddLosses: func(iter int, m []float64) {
+			hist.Losses = append(hist.Losses, LossPoint{Iter: iter, Total: m[0], Class: m[1], Box: m[2], GIoU: m[3]})
+		},
+		Evaluate: func() (Metrics, []eval.Detection, error) { return Evaluate(inferNet, valSet) },
+		AddEval: func(e runloop.Eval[Metrics]) {
 			hist.Evals = append(hist.Evals, EvalPoint{
-				Iter: done, Seconds: time.Since(start).Seconds(),
-				Box:                  m.Box.APs(),
-				TrainImagesPerSecond: rate,
-				InferImagesPerSecond: float64(len(valSet.Images)) / time.Since(te).Seconds(),
-				ValidationImages:     len(valSet.Images),
+				Iter: e.Iter, Seconds: e.Seconds, Box: e.Metrics.Box.APs(),
+				TrainImagesPerSecond: e.TrainImagesPerSecond, InferImagesPerSecond: e.InferImagesPerSecond,
+				ValidationImages: e.ValidationImages,
 			})
-			if err := writeSheet(opt, done, valSet, dets); err != nil {
-				return nil, err
+		},
+		Curves:  func() image.Image { return curves(hist) },
+		History: func() any { return hist },
+		Save: func(iter int, path string) error {
+			c, err := snapshot(run, trainSet, iter, params, trainNet, hist)
+			if err != nil {
+				return err
 			}
-		}
-		if err := writeHistory(opt, hist); err != nil {
-			return nil, err
-		}
-		c, err := snapshot(run, trainSet, done, params, trainNet, hist)
-		if err != nil {
-			return nil, err
-		}
-		if err := c.Save(ckptPath); err != nil {
-			return nil, err
-		}
-		res.Iters, res.History, res.Checkpoint = done, hist, ckptPath
-		if interrupted {
-			prog.Done()
-			return res, &InterruptedError{Iter: done, Checkpoint: ckptPath, Cause: context.Cause(ctx)}
-		}
+			return c.Save(path)
+		},
 	}
-	prog.Done()
-	res.Wall = time.Since(start)
-	fmt.Fprintf(log, "done in %v; outputs in %s\n", res.Wall.Round(time.Second), opt.Out)
-	return res, nil
-}
-
-func mib(bytes int64) float64 { return float64(bytes) / (1 << 20) }
-
-// writeHistory draws the curves and writes the history as JSON.
-func writeHistory(opt Options, hist History) error {
-	if err := viz.SavePNG(filepath.Join(opt.Out, "curves.png"), curves(hist)); err != nil {
-		return err
+	r, err := runloop.Run(ctx, cfg, hooks)
+	if r == nil {
+		return nil, err
 	}
-	return history.WriteJSON(filepath.Join(opt.Out, "history.json"), hist)
+	return &Result{Iters: r.Iters, Evaluated: r.Evaluated, Final: r.Final, History: hist, Wall: r.Wall, Checkpoint: r.Checkpoint}, err
 }
 
 // SheetScoreMin is the lowest score drawn in the pictures of predictions:
 // the focal loss's sigmoid scores sit lower than a softmax's, and a short
 // run's true detections score 0.3 to 0.7.
 const SheetScoreMin = 0.3
-
-// writeSheet draws the predictions of the evaluation at iteration iter.
-func writeSheet(opt Options, iter int, val *data.Dataset, dets []eval.Detection) error {
-	if opt.SheetImages == 0 {
-		return nil
-	}
-	sheet := viz.PredictionSheet(val, dets, opt.SheetImages, opt.SheetScale, SheetScoreMin)
-	return viz.SavePNG(filepath.Join(opt.Out, fmt.Sprintf("val_%06d.png", iter)), sheet)
-}
