@@ -4,16 +4,11 @@ import (
 	"context"
 	"fmt"
 	"image"
-	"io"
-	"os"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/stheno-ml/stheno/examples/internal/checkpoint"
 	"github.com/stheno-ml/stheno/examples/internal/data"
 	"github.com/stheno-ml/stheno/examples/internal/eval"
-	"github.com/stheno-ml/stheno/examples/internal/option"
 	"github.com/stheno-ml/stheno/examples/internal/runloop"
 	"github.com/stheno-ml/stheno/examples/maskrcnn/model"
 )
@@ -46,40 +41,26 @@ type InterruptedError = checkpoint.InterruptedError
 // checkpoint and returns an *InterruptedError.
 func Run(ctx context.Context, opt Options) (*Result, error) {
 	start := time.Now()
-	log := opt.Log
-	if log == nil {
-		log = io.Discard
-	}
 	if err := opt.Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
 	var ckpt *Checkpoint
+	setup := runloop.Setup{Resume: opt.Resume, Data: opt.Data, Seed: opt.Seed,
+		TrainImages: opt.TrainImages, ValImages: opt.ValImages, ImageSize: opt.Model.ImageSize, Out: opt.Out}
 	if opt.Resume != "" {
 		var err error
 		if ckpt, err = LoadCheckpoint(opt.Resume); err != nil {
 			return nil, err
 		}
-		if diff := opt.RunConfig.Diff(ckpt.Run); len(diff) > 0 {
-			return nil, fmt.Errorf("train: %s comes from a run with other options; resuming needs the same ones (options not given are taken from the checkpoint):\n  %s",
-				opt.Resume, strings.Join(diff, "\n  "))
-		}
+		setup.Diff, setup.Classes = opt.RunConfig.Diff(ckpt.Run), ckpt.Classes
 	}
 	run := opt.RunConfig
-	if run.Data != "" {
-		// The checkpoint names the data wherever the run resumes from.
-		run.Data = option.AbsPath(run.Data)
-	}
-	trainSet, valSet, err := data.Load(run.Data, run.Seed, run.TrainImages, run.ValImages, run.Model.ImageSize)
-	if err != nil {
+	var trainSet, valSet *data.Dataset
+	var err error
+	if run.Data, trainSet, valSet, err = setup.Load(); err != nil {
 		return nil, err
 	}
-	if ckpt != nil && !slices.Equal(ckpt.Classes, trainSet.Classes) {
-		return nil, fmt.Errorf("train: %s has the classes %q, the data %q", opt.Resume, ckpt.Classes, trainSet.Classes)
-	}
 	run.Model.NumClasses = len(trainSet.Classes)
-	if err := os.MkdirAll(opt.Out, 0o755); err != nil {
-		return nil, fmt.Errorf("train: %w", err)
-	}
 
 	params := model.NewParams(run.Seed, opt.Device)
 	defer params.Free()
@@ -107,7 +88,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		first, hist = ckpt.Iter, ckpt.History
 	}
 	cfg := runloop.Config{
-		Start: start, Log: log,
+		Start: start, Log: opt.Log,
 		Iters: run.Iters, Batch: run.Batch, First: first, Resume: opt.Resume,
 		LR: run.LR, Warmup: run.Warmup, Steps: run.Steps,
 		Data: run.Data, Train: trainSet, Val: valSet,
