@@ -147,10 +147,7 @@ func (o *Options) Validate() error {
 	check(option.Finite(c.LR) && c.LR > 0 && c.LR <= 1, "lr", c.LR, "must be a number in (0, 1]")
 	check(option.Finite(c.LRBackbone) && c.LRBackbone >= 0 && c.LRBackbone <= 1, "lr-backbone", c.LRBackbone, "must be a number in [0, 1] (0: a frozen backbone)")
 	check(option.Finite(c.LRLinearProjMult) && c.LRLinearProjMult >= 0 && c.LRLinearProjMult <= 10, "lr-linear-proj-mult", c.LRLinearProjMult, "must be a number in [0, 10]")
-	check(c.Warmup >= 0, "warmup", c.Warmup, "must be at least 0")
-	check(option.IncreasingFractions(c.Steps), "steps", option.FormatList(c.Steps), "must be increasing fractions of -iters in (0, 1)")
-	check(option.Finite(c.WeightDecay) && c.WeightDecay >= 0 && c.WeightDecay < 1, "wd", c.WeightDecay, "must be a number in [0, 1)")
-	check(option.Finite(c.ClipNorm) && c.ClipNorm >= 0, "clip", c.ClipNorm, "must be a number >= 0 (0: no clipping)")
+	checks.Schedule(c.schedule())
 	check(m.Width >= 1 && m.Width <= maxWidth, "width", m.Width, "must be in [1, %d]", maxWidth)
 	check(m.Depth >= 1 && m.Depth <= maxDepth, "depth", m.Depth, "must be in [1, %d]", maxDepth)
 	unit := lcm(4, lcm(max(m.Heads, 1), max(m.NormGroups, 1)))
@@ -159,16 +156,8 @@ func (o *Options) Validate() error {
 	check(m.EncLayers >= 1 && m.EncLayers <= maxLayers, "enc-layers", m.EncLayers, "must be in [1, %d]", maxLayers)
 	check(m.DecLayers >= 1 && m.DecLayers <= maxLayers, "dec-layers", m.DecLayers, "must be in [1, %d]", maxLayers)
 	check(m.Queries >= 1 && m.Queries <= maxQueries, "queries", m.Queries, "must be in [1, %d]", maxQueries)
-	if c.Data == "" {
-		check(c.TrainImages >= 1 && c.TrainImages <= maxImages, "train-images", c.TrainImages, "must be in [1, %d]", maxImages)
-		check(c.ValImages >= 0 && c.ValImages <= maxImages, "val-images", c.ValImages, "must be in [0, %d] (0: no evaluation)", maxImages)
-	}
-	check(o.EvalEvery >= 1, "eval-every", o.EvalEvery, "must be at least 1")
-	check(o.EvalBatch >= 1 && o.EvalBatch <= maxBatch, "eval-batch", o.EvalBatch, "must be in [1, %d]", maxBatch)
-	check(o.LogEvery >= 1, "log-every", o.LogEvery, "must be at least 1")
-	check(o.Out != "", "out", `""`, "must name a directory")
-	check(o.SheetImages >= 0 && o.SheetScale >= 1, "sheet", fmt.Sprintf("%d images at %dx", o.SheetImages, o.SheetScale),
-		"needs at least 0 images at 1x or more")
+	checks.Data(c.data(), maxImages)
+	checks.Output(o.output(), maxBatch)
 	if err := checks.Err(); err != nil {
 		return err
 	}
@@ -200,22 +189,8 @@ func (c RunConfig) Diff(want RunConfig) []string {
 	add("lr", c.LR, want.LR)
 	add("lr-backbone", c.LRBackbone, want.LRBackbone)
 	add("lr-linear-proj-mult", c.LRLinearProjMult, want.LRLinearProjMult)
-	add("warmup", c.Warmup, want.Warmup)
-	add("steps", option.FormatList(c.Steps), option.FormatList(want.Steps))
-	add("wd", c.WeightDecay, want.WeightDecay)
-	add("clip", c.ClipNorm, want.ClipNorm)
-	dataName := func(p string) string {
-		if p == "" {
-			return "(synthetic)"
-		}
-		return option.AbsPath(p)
-	}
-	add("data", dataName(c.Data), dataName(want.Data))
-	if c.Data == "" && want.Data == "" {
-		add("train-images", c.TrainImages, want.TrainImages)
-		add("val-images", c.ValImages, want.ValImages)
-	}
-	add("seed", c.Seed, want.Seed)
+	out.Schedule(c.schedule(), want.schedule())
+	out.Data(c.data(), want.data())
 	a, b := c.Model, want.Model
 	add("size", a.ImageSize, b.ImageSize)
 	add("width", a.Width, b.Width)
@@ -233,4 +208,19 @@ func (c RunConfig) Diff(want RunConfig) []string {
 		out = append(out, fmt.Sprintf("model configuration (-preset): the checkpoint's is %+v, given %+v", b, a))
 	}
 	return slices.Clip([]string(out))
+}
+
+// schedule, data and output are c's and o's options that both examples
+// have, grouped as the option package checks and compares them.
+func (c RunConfig) schedule() option.Schedule {
+	return option.Schedule{Warmup: c.Warmup, Steps: c.Steps, WeightDecay: c.WeightDecay, ClipNorm: c.ClipNorm}
+}
+
+func (c RunConfig) data() option.Data {
+	return option.Data{Path: c.Data, TrainImages: c.TrainImages, ValImages: c.ValImages, Seed: c.Seed}
+}
+
+func (o *Options) output() option.Output {
+	return option.Output{EvalBatch: o.EvalBatch, EvalEvery: o.EvalEvery, LogEvery: o.LogEvery, Out: o.Out,
+		SheetImages: o.SheetImages, SheetScale: o.SheetScale}
 }

@@ -98,22 +98,11 @@ func (o *Options) Validate() error {
 	check(c.Model.ImageSize >= 32 && c.Model.ImageSize <= maxImageSize && c.Model.ImageSize%top == 0,
 		"size", c.Model.ImageSize, "must be a multiple of %d in [32, %d]", top, maxImageSize)
 	check(option.Finite(c.LR) && c.LR > 0 && c.LR <= 1, "lr", c.LR, "must be a number in (0, 1]")
-	check(c.Warmup >= 0, "warmup", c.Warmup, "must be at least 0")
-	check(option.IncreasingFractions(c.Steps), "steps", option.FormatList(c.Steps), "must be increasing fractions of -iters in (0, 1)")
-	check(option.Finite(c.WeightDecay) && c.WeightDecay >= 0 && c.WeightDecay < 1, "wd", c.WeightDecay, "must be a number in [0, 1)")
-	check(option.Finite(c.ClipNorm) && c.ClipNorm >= 0, "clip", c.ClipNorm, "must be a number >= 0 (0: no clipping)")
+	checks.Schedule(c.schedule())
 	check(c.Model.Width >= 1 && c.Model.Width <= maxWidth, "width", c.Model.Width, "must be in [1, %d]", maxWidth)
 	check(c.Model.Depth >= 1 && c.Model.Depth <= maxDepth, "depth", c.Model.Depth, "must be in [1, %d]", maxDepth)
-	if c.Data == "" {
-		check(c.TrainImages >= 1 && c.TrainImages <= maxImages, "train-images", c.TrainImages, "must be in [1, %d]", maxImages)
-		check(c.ValImages >= 0 && c.ValImages <= maxImages, "val-images", c.ValImages, "must be in [0, %d] (0: no evaluation)", maxImages)
-	}
-	check(o.EvalEvery >= 1, "eval-every", o.EvalEvery, "must be at least 1")
-	check(o.EvalBatch >= 1 && o.EvalBatch <= maxBatch, "eval-batch", o.EvalBatch, "must be in [1, %d]", maxBatch)
-	check(o.LogEvery >= 1, "log-every", o.LogEvery, "must be at least 1")
-	check(o.Out != "", "out", `""`, "must name a directory")
-	check(o.SheetImages >= 0 && o.SheetScale >= 1, "sheet", fmt.Sprintf("%d images at %dx", o.SheetImages, o.SheetScale),
-		"needs at least 0 images at 1x or more")
+	checks.Data(c.data(), maxImages)
+	checks.Output(o.output(), maxBatch)
 	return checks.Err()
 }
 
@@ -125,22 +114,8 @@ func (c RunConfig) Diff(want RunConfig) []string {
 	add := out.Compare
 	add("batch", c.Batch, want.Batch)
 	add("lr", c.LR, want.LR)
-	add("warmup", c.Warmup, want.Warmup)
-	add("steps", option.FormatList(c.Steps), option.FormatList(want.Steps))
-	add("wd", c.WeightDecay, want.WeightDecay)
-	add("clip", c.ClipNorm, want.ClipNorm)
-	dataName := func(p string) string {
-		if p == "" {
-			return "(synthetic)"
-		}
-		return option.AbsPath(p)
-	}
-	add("data", dataName(c.Data), dataName(want.Data))
-	if c.Data == "" && want.Data == "" {
-		add("train-images", c.TrainImages, want.TrainImages)
-		add("val-images", c.ValImages, want.ValImages)
-	}
-	add("seed", c.Seed, want.Seed)
+	out.Schedule(c.schedule(), want.schedule())
+	out.Data(c.data(), want.data())
 	add("size", c.Model.ImageSize, want.Model.ImageSize)
 	add("width", c.Model.Width, want.Model.Width)
 	add("depth", c.Model.Depth, want.Model.Depth)
@@ -153,4 +128,19 @@ func (c RunConfig) Diff(want RunConfig) []string {
 		out = append(out, fmt.Sprintf("model configuration: the checkpoint's is %+v, given %+v", b, a))
 	}
 	return slices.Clip([]string(out))
+}
+
+// schedule, data and output are c's and o's options that both examples
+// have, grouped as the option package checks and compares them.
+func (c RunConfig) schedule() option.Schedule {
+	return option.Schedule{Warmup: c.Warmup, Steps: c.Steps, WeightDecay: c.WeightDecay, ClipNorm: c.ClipNorm}
+}
+
+func (c RunConfig) data() option.Data {
+	return option.Data{Path: c.Data, TrainImages: c.TrainImages, ValImages: c.ValImages, Seed: c.Seed}
+}
+
+func (o *Options) output() option.Output {
+	return option.Output{EvalBatch: o.EvalBatch, EvalEvery: o.EvalEvery, LogEvery: o.LogEvery, Out: o.Out,
+		SheetImages: o.SheetImages, SheetScale: o.SheetScale}
 }
