@@ -1,16 +1,13 @@
 package model
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/examples/internal/benchutil"
 )
 
 // The r50 preset timed as ../shared/anchors/deformable_detr_model/
@@ -81,13 +78,7 @@ func detrBenchBatch(rng *rand.Rand, size, n int) ([][]float32, []Target) {
 // mark, as torch.cuda.max_memory_allocated), kernel launches, GEMMs and
 // host waits per step, and the matching's host ms per step.
 func BenchmarkGPUDETRStep(b *testing.B) {
-	dev, err := backend.Open(0)
-	if errors.Is(err, backend.ErrNoDevice) {
-		b.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
+	dev := benchutil.GPU(b)
 	defer dev.Close()
 	size, batch, refine := detrBenchCase(b)
 	const classes = 91 // COCO's, as the anchor's dataset_file "coco"
@@ -115,46 +106,8 @@ func BenchmarkGPUDETRStep(b *testing.B) {
 			b.Fatalf("losses %+v", l)
 		}
 	}
-	for range 3 {
-		step()
-	}
-	if err := dev.Synchronize(); err != nil {
-		b.Fatal(err)
-	}
-	dev.ResetPeakMemory()
-	n.ResetHostTimes()
-	counts := dev.Counters()
-	b.ResetTimer()
-	start := time.Now()
-	for range b.N {
-		step()
-	}
-	if err := dev.Synchronize(); err != nil {
-		b.Fatal(err)
-	}
-	wall := time.Since(start)
-	b.StopTimer()
-	per := dev.Counters().Sub(counts)
-	ms := wall.Seconds() * 1e3 / float64(b.N)
-	b.ReportMetric(ms, "ms")
-	b.ReportMetric(float64(batch)*1e3/ms, "img/s")
-	b.ReportMetric(float64(dev.MemStats().PeakInUse)/(1<<30), "peak-GiB")
-	b.ReportMetric(float64(per.Launches)/float64(b.N), "launches")
-	b.ReportMetric(float64(per.Gemms)/float64(b.N), "gemms")
-	b.ReportMetric(float64(per.Waits)/float64(b.N), "waits")
-	times := n.HostTimes()
-	var parts []string
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range times {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		hms := times[k].Seconds() * 1e3 / float64(b.N)
-		b.ReportMetric(hms, k+"-ms")
-		parts = append(parts, fmt.Sprintf("%s %.2f ms", k, hms))
-	}
+	ms := benchutil.Steps(b, dev, batch, 3, n.ResetHostTimes, step)
+	host := benchutil.HostTimes(b, n.HostTimes(), b.N)
 	b.Logf("%s: size %d batch %d refine %v, %d trainable parameters, %.1f ms/step; host steps per step: %s",
-		dev, size, batch, refine, params.Size(), ms, strings.Join(parts, ", "))
+		dev, size, batch, refine, params.Size(), ms, host)
 }

@@ -1,16 +1,14 @@
 package model
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/stheno-ml/stheno/backend"
+	"github.com/stheno-ml/stheno/examples/internal/benchutil"
 	"github.com/stheno-ml/stheno/examples/internal/data"
 )
 
@@ -74,42 +72,12 @@ func benchBatch(rng *rand.Rand, size, n int) ([][]float32, []Target) {
 	return pix, targets
 }
 
-func benchGPU(b *testing.B) *backend.Device {
-	dev, err := backend.Open(0)
-	if errors.Is(err, backend.ErrNoDevice) {
-		b.Skipf("no GPU: %v", err)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	return dev
-}
-
-// reportHostTimes reports the host steps' time per step, and logs them.
-func reportHostTimes(b *testing.B, n *Net, steps int) {
-	times := n.HostTimes()
-	names := slices.Sorted(func(yield func(string) bool) {
-		for k := range times {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	var parts []string
-	for _, k := range names {
-		ms := times[k].Seconds() * 1e3 / float64(steps)
-		b.ReportMetric(ms, strings.ReplaceAll(k, " ", "-")+"-ms")
-		parts = append(parts, fmt.Sprintf("%s %.2f ms", k, ms))
-	}
-	b.Logf("host steps per step: %s", strings.Join(parts, ", "))
-}
-
 // BenchmarkGPUR50FPNStep: one training step (forward, losses, backward,
 // AdamW) of the r50fpn preset. Metrics: ms and img/s per step, the peak
 // device memory over the timed steps (the allocator's high-water mark,
 // as torch.cuda.max_memory_allocated), each host step's ms per step.
 func BenchmarkGPUR50FPNStep(b *testing.B) {
-	dev := benchGPU(b)
+	dev := benchutil.GPU(b)
 	defer dev.Close()
 	size, batch := r50fpnBenchCase(b)
 	params := NewParams(1, dev)
@@ -142,34 +110,8 @@ func BenchmarkGPUR50FPNStep(b *testing.B) {
 			b.Fatalf("loss %v", l)
 		}
 	}
-	for range 5 {
-		step()
-	}
-	if err := dev.Synchronize(); err != nil {
-		b.Fatal(err)
-	}
-	dev.ResetPeakMemory()
-	n.ResetHostTimes()
-	counts := dev.Counters()
-	b.ResetTimer()
-	start := time.Now()
-	for range b.N {
-		step()
-	}
-	if err := dev.Synchronize(); err != nil {
-		b.Fatal(err)
-	}
-	wall := time.Since(start)
-	b.StopTimer()
-	per := dev.Counters().Sub(counts)
-	ms := wall.Seconds() * 1e3 / float64(b.N)
-	b.ReportMetric(ms, "ms")
-	b.ReportMetric(float64(batch)*1e3/ms, "img/s")
-	b.ReportMetric(float64(dev.MemStats().PeakInUse)/(1<<30), "peak-GiB")
-	b.ReportMetric(float64(per.Launches)/float64(b.N), "launches")
-	b.ReportMetric(float64(per.Gemms)/float64(b.N), "gemms")
-	b.ReportMetric(float64(per.Waits)/float64(b.N), "waits")
-	reportHostTimes(b, n, b.N)
+	ms := benchutil.Steps(b, dev, batch, 5, n.ResetHostTimes, step)
+	b.Logf("host steps per step: %s", benchutil.HostTimes(b, n.HostTimes(), b.N))
 	b.Logf("%s: size %d batch %d, %d parameters, %.1f ms/step", dev, size, batch, params.Size(), ms)
 }
 
@@ -178,7 +120,7 @@ func BenchmarkGPUR50FPNStep(b *testing.B) {
 // same images, from the untrained model: the model's throughput (-infer
 // also pastes the masks into the images and writes files).
 func BenchmarkGPUR50FPNInfer(b *testing.B) {
-	dev := benchGPU(b)
+	dev := benchutil.GPU(b)
 	defer dev.Close()
 	size, batch := r50fpnBenchCase(b)
 	params := NewParams(1, dev)
@@ -209,5 +151,5 @@ func BenchmarkGPUR50FPNInfer(b *testing.B) {
 	b.ReportMetric(ms, "ms")
 	b.ReportMetric(float64(batch)*1e3/ms, "img/s")
 	b.ReportMetric(float64(dev.MemStats().PeakInUse)/(1<<30), "peak-GiB")
-	reportHostTimes(b, n, b.N)
+	b.Logf("host steps per step: %s", benchutil.HostTimes(b, n.HostTimes(), b.N))
 }
