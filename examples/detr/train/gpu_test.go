@@ -102,7 +102,7 @@ func TestGPUCheckpointsTravel(t *testing.T) {
 	if err := net.NewOptimizer(cpuCkpt.Run.optimizer()); err != nil {
 		t.Fatal(err)
 	}
-	if err := cpuCkpt.restore(params, net); err != nil {
+	if err := cpuCkpt.Restore(params, optimizer(net)); err != nil {
 		t.Fatal(err)
 	}
 	ds, _, err := data.Load("", o.Seed, o.TrainImages, 0, o.Model.ImageSize)

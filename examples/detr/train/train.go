@@ -82,7 +82,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 	first := 0
 	var hist History
 	if ckpt != nil {
-		if err := ckpt.restore(params, trainNet); err != nil {
+		if err := ckpt.Restore(params, optimizer(trainNet)); err != nil {
 			return nil, err
 		}
 		first, hist = ckpt.Iter, ckpt.History

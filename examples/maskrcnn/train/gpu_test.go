@@ -154,7 +154,7 @@ func TestGPUCheckpointsTravel(t *testing.T) {
 	if err := net.NewOptimizer(o.WeightDecay, o.ClipNorm); err != nil {
 		t.Fatal(err)
 	}
-	if err := cpuCkpt.restore(params, net); err != nil {
+	if err := cpuCkpt.Restore(params, optimizer(net)); err != nil {
 		t.Fatal(err)
 	}
 	ds, _, err := data.Load("", o.Seed, o.TrainImages, 0, o.Model.ImageSize)

@@ -39,7 +39,7 @@ func Infer(opt InferOptions) error {
 				return nil, nil, err
 			}
 			free := func() { net.Close(); params.Free() }
-			if err := ckpt.Restore(params); err != nil {
+			if err := ckpt.Restore(params, nil); err != nil {
 				free()
 				return nil, nil, err
 			}

@@ -83,7 +83,7 @@ func predictAll(t *testing.T, ckpt *Checkpoint, seed uint64, images []*data.Imag
 	}
 	defer net.Close()
 	if ckpt != nil {
-		if err := ckpt.Restore(params); err != nil {
+		if err := ckpt.Restore(params, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -127,7 +127,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer net.Close()
-	if err := ckpt.Restore(params); err != nil {
+	if err := ckpt.Restore(params, nil); err != nil {
 		t.Fatal(err)
 	}
 	again, err := snapshot(ckpt.Run, &data.Dataset{Classes: ckpt.Classes, CategoryIDs: ckpt.CategoryIDs}, ckpt.Iter, params, nil, ckpt.History)
