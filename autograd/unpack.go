@@ -13,7 +13,13 @@ import (
 // Unpack splits packed, a rank-1 node holding several tensors one after the
 // other, into one node per shape. A gorgonia op has a single output, so a
 // backward op that computes several gradients in one pass (reading its inputs
-// once) writes them into one vector, and Unpack carves them out.
+// once) writes them into one vector, and Unpack carves them out; a host step
+// of a model (a matcher, a sampler) packs its outputs the same way.
+//
+// The parts are data: no gradient flows from them back into packed (the op
+// tells G.Grad it is differentiable with respect to nothing), so a part may
+// feed differentiable ops, as a detached tensor does in PyTorch. Pack only
+// values that need no gradient: gradients, or a host step's outputs.
 func Unpack(packed *G.Node, shapes ...tensor.Shape) (G.Nodes, error) {
 	if packed == nil {
 		return nil, fmt.Errorf("autograd: Unpack: packed is nil")
@@ -121,6 +127,15 @@ func (op unpackOp) UsePreallocDo(prealloc G.Value, vals ...G.Value) (G.Value, er
 // RunsOnDevice tells ops.CheckPlacement that Unpack takes device values:
 // part copies on the device, into a tensor of its own.
 func (op unpackOp) RunsOnDevice() bool { return true }
+
+// DiffWRT and SymDiff make the parts constants for G.Grad: without them
+// gorgonia's analysis fails on an unpacked part that feeds a
+// differentiable op.
+func (op unpackOp) DiffWRT(inputs int) []bool { return make([]bool, inputs) }
+
+func (op unpackOp) SymDiff(G.Nodes, *G.Node, *G.Node) (G.Nodes, error) {
+	return nil, fmt.Errorf("autograd: %v: the parts of a packed vector are data, not differentiable", op)
+}
 
 func (op unpackOp) ReturnsPtr() bool     { return false }
 func (op unpackOp) CallsExtern() bool    { return false }

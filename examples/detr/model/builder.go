@@ -31,6 +31,11 @@ type builder struct {
 	// bind, when set, gives the input node of each parameter (the gradient
 	// check's), instead of making one.
 	bind map[string]*G.Node
+	// fixedProposals, when set, is the two-stage top-k op's output to use
+	// as a constant (the gradient check's); else onProposals, when set,
+	// wraps the op's run (the Net's timing and record of it).
+	fixedProposals []float64
+	onProposals    func(hostRun) hostRun
 
 	reads   map[string]*G.Node // the node the graph reads each parameter from
 	names   []string           // parameters in creation order

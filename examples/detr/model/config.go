@@ -66,8 +66,12 @@ type Config struct {
 	// (detached) boxes are its reference. Without it the heads are shared
 	// and every layer's boxes are relative to the first reference points.
 	BoxRefine bool
-	// TwoStage is the reference's two_stage. Not implemented: Validate
-	// refuses it.
+	// TwoStage is the reference's two_stage: the decoder's queries and
+	// reference boxes come from the encoder's Queries best-scored
+	// proposals (EncoderProposals, TopProposals, ProposalPosEmbed) instead
+	// of learned embeddings, and the proposals are trained as a
+	// class-agnostic detector. As in the reference it needs BoxRefine
+	// (the proposals' heads are the refinement's extra pair).
 	TwoStage bool
 
 	// Matching costs (the reference's set_cost_class, set_cost_bbox,
@@ -148,8 +152,8 @@ func (c Config) Validate() error {
 	}
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	switch {
-	case c.TwoStage:
-		return bad("TwoStage is not implemented yet (the reference's encoder proposals and top-k query selection); set it false")
+	case c.TwoStage && !c.BoxRefine:
+		return bad("TwoStage needs BoxRefine (the proposals' heads are box refinement's extra pair, as in the reference)")
 	case c.Backbone != BackboneBasic && c.Backbone != BackboneResNet50:
 		return bad("Backbone must be %q (basic) or %q, got %q", BackboneBasic, BackboneResNet50, c.Backbone)
 	case c.Backbone == BackboneResNet50 && c.Stages != 4:
@@ -176,6 +180,8 @@ func (c Config) Validate() error {
 		return bad("EncLayers and DecLayers must be positive, got %d and %d", c.EncLayers, c.DecLayers)
 	case c.Queries < 1:
 		return bad("Queries must be positive, got %d", c.Queries)
+	case c.TwoStage && c.Queries > c.Tokens():
+		return bad("Queries (%d) must not exceed the encoder's %d tokens under TwoStage (the queries are the best tokens)", c.Queries, c.Tokens())
 	case c.MaxDetections < 1:
 		return bad("MaxDetections must be positive, got %d", c.MaxDetections)
 	case !(c.FocalAlpha >= 0 && c.FocalAlpha <= 1):

@@ -29,14 +29,19 @@ import (
 // differences, which see the whole forward function, take. So the whole
 // network is checked without BoxRefine, and with it only the parameters
 // after the last detach (the last decoder layer and its heads, whose
-// cross-attention samples around box references).
+// cross-attention samples around box references). Under TwoStage the
+// top-k selection is fixed as the targets are (its output is detached in
+// the reference too) and the decoder has one layer, so that no detach is
+// left: the whole network is checked, the proposals' layers and heads
+// included.
 func TestGradCheck(t *testing.T) {
 	for _, c := range []struct {
-		name    string
-		refine  bool
-		checked []string
+		name     string
+		refine   bool
+		twoStage bool
+		checked  []string
 	}{
-		{"shared heads", false, []string{
+		{"shared heads", false, false, []string{
 			"backbone.stem.bn.bias", "backbone.stage2.0.conv2.bn.weight",
 			"input_proj.0.gn.weight", "input_proj.3.conv.bias", "level_embed",
 			"encoder.0.self_attn.sampling_offsets.bias", "encoder.0.self_attn.attention_weights.bias",
@@ -44,15 +49,27 @@ func TestGradCheck(t *testing.T) {
 			"decoder.0.self_attn.in_proj_bias", "decoder.0.cross_attn.sampling_offsets.bias",
 			"decoder.1.norm3.weight", "head.class_embed.bias", "head.bbox_embed.layers.2.bias",
 		}},
-		{"box refinement, after the detach", true, []string{
+		{"box refinement, after the detach", true, false, []string{
 			"decoder.1.cross_attn.sampling_offsets.bias", "decoder.1.cross_attn.value_proj.bias",
 			"decoder.1.self_attn.in_proj_bias", "decoder.1.norm3.weight",
 			"head1.class_embed.bias", "head1.bbox_embed.layers.2.bias",
 		}},
+		{"two stage, one decoder layer", true, true, []string{
+			"backbone.stem.bn.bias", "input_proj.1.gn.bias", "level_embed",
+			"encoder.0.self_attn.sampling_offsets.bias", "encoder.0.norm2.weight",
+			"enc_output.bias", "enc_output_norm.weight",
+			"head1.class_embed.bias", "head1.bbox_embed.layers.2.bias", "head1.bbox_embed.layers.0.bias",
+			"pos_trans.bias", "pos_trans_norm.weight", "pos_trans_norm.bias",
+			"decoder.0.self_attn.in_proj_bias", "decoder.0.cross_attn.sampling_offsets.bias",
+			"head0.class_embed.bias", "head0.bbox_embed.layers.2.bias",
+		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := tinyConfig()
-			cfg.Dropout, cfg.BoxRefine = 0, c.refine
+			cfg.Dropout, cfg.BoxRefine, cfg.TwoStage = 0, c.refine, c.twoStage
+			if c.twoStage {
+				cfg.DecLayers = 1
+			}
 			gradCheckNetwork(t, cfg, c.checked)
 		})
 	}
@@ -69,7 +86,10 @@ func gradCheckNetwork(t *testing.T, cfg Config, checkedNames []string) {
 		t.Fatal(err)
 	}
 	n.Close()
-	fixed := n.lastTargets
+	fixed, proposals := n.lastTargets, n.lastProposals
+	if cfg.TwoStage && proposals == nil {
+		t.Fatal("no top-k proposals recorded")
+	}
 
 	checked := map[string]bool{}
 	for _, name := range checkedNames {
@@ -94,7 +114,7 @@ func gradCheckNetwork(t *testing.T, cfg Config, checkedNames []string) {
 		for i, name := range names {
 			bind[name] = nodes[i]
 		}
-		net, err := build(cfg, params, Train, 2, nil, buildOpts{bind: bind, fixed: fixed, g: g, noVM: true, noGrad: true})
+		net, err := build(cfg, params, Train, 2, nil, buildOpts{bind: bind, fixed: fixed, fixedProposals: proposals, g: g, noVM: true, noGrad: true})
 		if err != nil {
 			return nil, err
 		}
@@ -122,15 +142,15 @@ func gradCheckNetwork(t *testing.T, cfg Config, checkedNames []string) {
 func TestTrainingGraphPlacesOnADevice(t *testing.T) {
 	dev := new(backend.Device)
 	for _, mode := range []Mode{Train, Infer} {
-		for _, refine := range []bool{false, true} {
+		for _, c := range []struct{ refine, twoStage bool }{{false, false}, {true, false}, {true, true}} {
 			cfg := tinyConfig()
-			cfg.BoxRefine = refine
+			cfg.BoxRefine, cfg.TwoStage = c.refine, c.twoStage
 			n, err := build(cfg, mustParams(t, 1, tensor.Float32), mode, 2, dev, buildOpts{noVM: true})
 			if err != nil {
-				t.Fatalf("mode %d, refine %v: %v", mode, refine, err)
+				t.Fatalf("mode %d, %+v: %v", mode, c, err)
 			}
 			if err := ops.CheckPlacement(n.Graph()); err != nil {
-				t.Errorf("mode %d, refine %v: %v", mode, refine, err)
+				t.Errorf("mode %d, %+v: %v", mode, c, err)
 			}
 		}
 	}
@@ -141,7 +161,15 @@ func TestTrainingGraphPlacesOnADevice(t *testing.T) {
 // 2e-4, for a short run), gradients clipped at 0.1 as the reference's; the
 // total loss falls clearly.
 func TestTrainingLossFalls(t *testing.T) {
-	cfg := tinyConfig()
+	t.Run("learned queries", func(t *testing.T) { trainingLossFalls(t, tinyConfig()) })
+	t.Run("two stage", func(t *testing.T) {
+		cfg := tinyConfig()
+		cfg.TwoStage = true
+		trainingLossFalls(t, cfg)
+	})
+}
+
+func trainingLossFalls(t *testing.T, cfg Config) {
 	params := mustParams(t, 11, tensor.Float32)
 	n, err := Build(cfg, params, Train, 2)
 	if err != nil {
@@ -252,8 +280,9 @@ func TestGPUConfigPlaces(t *testing.T) {
 
 // TestR50TrainableParams: the r50 preset at the reference's benchmark
 // configuration (91 classes, no box refinement, no two stage) has the
-// official model's count of trainable parameters, and with box
-// refinement the count its six cloned heads add. The expected counts are
+// official model's count of trainable parameters, with box refinement
+// the count its six cloned heads add, and with two stage as well the
+// count of its proposal layers and heads, less the learned queries. The expected counts are
 // the architecture's, worked out below layer by layer;
 // testdata/r50_params.py works the same count out with torchvision's
 // resnet50 (39847265, the "number of params" the reference prints for
@@ -297,21 +326,26 @@ func TestR50TrainableParams(t *testing.T) {
 	heads1 := linear(d, classes) + 2*linear(d, d) + linear(d, 4)
 	rest := levels*d + linear(d, 2) + queries*2*d // level_embed, reference_points, query_embed
 	want := backbone + inputProj + layers*(encoder+decoder) + rest + heads1
-	if want != 39847265 {
-		t.Fatalf("the formulas give %d, testdata/r50_params.py 39847265", want)
+	twoStage := want + layers*heads1 - linear(d, 2) - queries*2*d + linear(d, d) + 2*d + linear(2*d, 2*d) + 2*2*d
+	if want != 39847265 || twoStage != 40959129 {
+		t.Fatalf("the formulas give %d and %d, testdata/r50_params.py 39847265 and 40959129", want, twoStage)
 	}
 
 	dev := new(backend.Device)
-	for _, refine := range []bool{false, true} {
+	for _, c := range []struct{ refine, twoStage bool }{{false, false}, {true, false}, {true, true}} {
+		refine := c.refine
 		cfg := GPUConfig(classes, 512)
-		cfg.BoxRefine = refine
+		cfg.BoxRefine, cfg.TwoStage = c.refine, c.twoStage
 		params := mustParams(t, 1, tensor.Float32)
 		n, err := build(cfg, params, Train, 1, dev, buildOpts{noVM: true})
 		if err != nil {
 			t.Fatalf("refine %v: %v", refine, err)
 		}
 		w := want
-		if refine {
+		switch {
+		case c.twoStage:
+			w = twoStage
+		case refine:
 			w += (layers - 1) * heads1
 		}
 		got := 0

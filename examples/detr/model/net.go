@@ -66,13 +66,14 @@ type Net struct {
 
 	// Train: the step's targets, seen by the matching op, and what it made
 	// of them on the last run.
-	targets     []Target
-	lastTargets *lossTargets
-	losses      [4]func() (float64, error) // Total, Class, Box, GIoU
-	total       *G.Node
-	opt         *ops.AdamW
-	learn       []G.ValueGrad // the parameters with their gradients, in names' order
-	groupMults  []float64     // each optimiser group's multiple of the learning rate
+	targets       []Target
+	lastTargets   *lossTargets
+	lastProposals []float64                  // TwoStage: the top-k op's output on the last run
+	losses        [4]func() (float64, error) // Total, Class, Box, GIoU
+	total         *G.Node
+	opt           *ops.AdamW
+	learn         []G.ValueGrad // the parameters with their gradients, in names' order
+	groupMults    []float64     // each optimiser group's multiple of the learning rate
 
 	// Infer: the last layer's predictions, read after a run.
 	logits, boxes func() ([]float64, error)
@@ -80,8 +81,12 @@ type Net struct {
 	hostTimes map[string]time.Duration // HostTimes
 }
 
+// hostRun is a host op's function (hostop.Op's Run).
+type hostRun = func(in [][]float64, out []float64) error
+
 // HostTimes returns the time the net's runs have spent in its host steps
-// (the Hungarian matching of a training graph), by name, since Build or
+// (the Hungarian matching of a training graph, the top-k proposals under
+// TwoStage), by name, since Build or
 // the last ResetHostTimes: what a step's breakdown needs.
 func (n *Net) HostTimes() map[string]time.Duration { return maps.Clone(n.hostTimes) }
 
@@ -89,7 +94,7 @@ func (n *Net) HostTimes() map[string]time.Duration { return maps.Clone(n.hostTim
 func (n *Net) ResetHostTimes() { clear(n.hostTimes) }
 
 // timed wraps a host step so that HostTimes counts its time under name.
-func (n *Net) timed(name string, run func(in [][]float64, out []float64) error) func(in [][]float64, out []float64) error {
+func (n *Net) timed(name string, run hostRun) hostRun {
 	return func(in [][]float64, out []float64) error {
 		start := time.Now()
 		err := run(in, out)
@@ -100,11 +105,14 @@ func (n *Net) timed(name string, run func(in [][]float64, out []float64) error) 
 
 // buildOpts are Build's options that tests reach: see builder.
 type buildOpts struct {
-	bind   map[string]*G.Node
-	fixed  *lossTargets // Train: constant targets instead of the matching op
-	g      *G.ExprGraph
-	noVM   bool // no machine
-	noGrad bool // Train: no gradients (the caller takes them)
+	bind  map[string]*G.Node
+	fixed *lossTargets // Train: constant targets instead of the matching op
+	// fixedProposals: under TwoStage, the top-k op's output as a constant
+	// (with fixed, the gradient check's constants).
+	fixedProposals []float64
+	g              *G.ExprGraph
+	noVM           bool // no machine
+	noGrad         bool // Train: no gradients (the caller takes them)
 }
 
 // Build makes the graph of the given mode for batches of batch images and
@@ -152,7 +160,14 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for the host", params.Device())
 	}
 	b := &builder{cfg: cfg, mode: mode, batch: batch, dt: params.Dtype(), g: n.g, params: params, dev: dev, drop: n.drop,
-		bind: opts.bind, reads: map[string]*G.Node{}}
+		bind: opts.bind, reads: map[string]*G.Node{}, fixedProposals: opts.fixedProposals}
+	b.onProposals = func(run hostRun) hostRun {
+		return n.timed("top-k proposals", func(in [][]float64, out []float64) error {
+			err := run(in, out)
+			n.lastProposals = out
+			return err
+		})
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -164,12 +179,12 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 	var x *G.Node
 	n.imageIn, x = b.data("images", n.images)
 
-	outs := b.transformer(b.inputProj(b.backbone(x)), mode == Train)
+	outs, enc := b.transformer(b.inputProj(b.backbone(x)), mode == Train)
 	if b.err != nil {
 		return nil, b.err
 	}
 	if mode == Train {
-		if err := n.buildLosses(b, outs, opts.fixed, !opts.noGrad); err != nil {
+		if err := n.buildLosses(b, outs, enc, opts.fixed, !opts.noGrad); err != nil {
 			return nil, err
 		}
 	} else {
@@ -245,8 +260,9 @@ func valueFloats(v G.Value) ([]float64, error) {
 }
 
 // buildLosses adds the matching op (or the fixed targets) and the losses
-// of every decoder layer, and the gradients of their sum.
-func (n *Net) buildLosses(b *builder, outs []layerOutput, fixed *lossTargets, grads bool) error {
+// of every decoder layer and, under TwoStage, of the encoder's proposals
+// enc, and the gradients of their sum.
+func (n *Net) buildLosses(b *builder, outs []layerOutput, enc layerOutput, fixed *lossTargets, grads bool) error {
 	cfg := n.cfg
 	bq, c, nl := n.batch*cfg.Queries, cfg.NumClasses, len(outs)
 	lg := tensor.Shape{n.batch, cfg.Queries, c}
@@ -255,10 +271,16 @@ func (n *Net) buildLosses(b *builder, outs []layerOutput, fixed *lossTargets, gr
 	for range nl {
 		shapes = append(shapes, lg, bx, bx, tensor.Shape{bq, 4}, tensor.Shape{bq})
 	}
+	bs := n.batch * cfg.Tokens()
+	encLg := tensor.Shape{n.batch, cfg.Tokens(), 1}
+	encBx := tensor.Shape{n.batch, cfg.Tokens(), 4}
+	if cfg.TwoStage {
+		shapes = append(shapes, tensor.Shape{1}, encLg, encBx, encBx, tensor.Shape{bs, 4}, tensor.Shape{bs})
+	}
 	var parts G.Nodes
 	if fixed != nil {
-		if len(fixed.layers) != nl {
-			return fmt.Errorf("model: fixed targets for %d layers, the graph has %d", len(fixed.layers), nl)
+		if len(fixed.layers) != nl || (fixed.enc != nil) != cfg.TwoStage {
+			return fmt.Errorf("model: fixed targets for %d layers (proposals: %v), the graph has %d (%v)", len(fixed.layers), fixed.enc != nil, nl, cfg.TwoStage)
 		}
 		packed := make([]float64, autograd.PackedSize(shapes...))
 		fixed.pack(packed)
@@ -270,18 +292,24 @@ func (n *Net) buildLosses(b *builder, outs []layerOutput, fixed *lossTargets, gr
 	} else {
 		matcher := &hostop.Op[float64]{Name: "Hungarian matching", Size: autograd.PackedSize(shapes...), Run: n.timed("matching", n.match)}
 		var in G.Nodes
-		for _, which := range []int{0, 1} {
-			for _, o := range outs {
-				x, s := o.logits, lg
-				if which == 1 {
-					x, s = o.boxes, bx
-				}
-				if n.dev != nil {
-					x = b.check(ops.ToHost(x))
-				}
-				in = append(in, x)
-				matcher.In = append(matcher.In, s)
+		add := func(x *G.Node, s tensor.Shape) {
+			if n.dev != nil {
+				x = b.check(ops.ToHost(x))
 			}
+			in = append(in, x)
+			matcher.In = append(matcher.In, s)
+		}
+		for _, o := range outs {
+			add(o.logits, lg)
+		}
+		for _, o := range outs {
+			add(o.boxes, bx)
+		}
+		if cfg.TwoStage {
+			// The proposals' objects are all class 0: only that logit
+			// reaches the host.
+			add(b.check(ops.Slice(enc.logits, 2, 0, 1)), encLg)
+			add(enc.boxes, encBx)
 		}
 		if b.err != nil {
 			return b.err
@@ -309,6 +337,11 @@ func (n *Net) buildLosses(b *builder, outs []layerOutput, fixed *lossTargets, gr
 			return b.err
 		}
 		gi := b.check(ops.GIoULoss(xy, p[3], p[4]))
+		cls, l1, giou = append(cls, ce), append(l1, box), append(giou, gi)
+		all = append(all, ce, box, gi)
+	}
+	if cfg.TwoStage {
+		ce, box, gi := b.proposalLosses(enc, parts[1+5*nl:])
 		cls, l1, giou = append(cls, ce), append(l1, box), append(giou, gi)
 		all = append(all, ce, box, gi)
 	}
@@ -349,13 +382,18 @@ func (n *Net) buildLosses(b *builder, outs []layerOutput, fixed *lossTargets, gr
 }
 
 // match is the matching op's run: in holds every layer's logits, then
-// every layer's boxes.
+// every layer's boxes, then under TwoStage the proposals' first-class
+// logits and boxes.
 func (n *Net) match(in [][]float64, out []float64) error {
 	if n.targets == nil {
 		return fmt.Errorf("no targets: run the graph through TrainStep")
 	}
-	nl := len(in) / 2
-	lt, err := buildTargets(n.cfg, in[:nl], in[nl:], n.targets)
+	nl := n.cfg.DecLayers
+	var encLogits, encBoxes []float64
+	if n.cfg.TwoStage {
+		encLogits, encBoxes = in[2*nl], in[2*nl+1]
+	}
+	lt, err := buildTargets(n.cfg, in[:nl], in[nl:2*nl], encLogits, encBoxes, n.targets)
 	if err != nil {
 		return err
 	}

@@ -350,19 +350,26 @@ func (b *builder) headName(lid int) string {
 	return "head"
 }
 
-// cloneOf starts layer lid's copy of a head tensor at layer 0's values, as
-// the reference's _get_clones deep-copies the initialised heads; other
-// tensors and layer 0 take in.
+// cloneOf starts head lid's copy of a head tensor at the first head's
+// values, as the reference's _get_clones deep-copies the initialised
+// heads: the first is head 0, or under TwoStage the proposals' head
+// DecLayers, which the graph makes before the decoder's. Other tensors
+// and the first head take in.
 func (b *builder) cloneOf(lid int, suffix string, in initializer) initializer {
-	if lid == 0 || !b.cfg.BoxRefine {
+	first := 0
+	if b.cfg.TwoStage {
+		first = b.cfg.DecLayers
+	}
+	if lid == first || !b.cfg.BoxRefine {
 		return in
 	}
-	if b.params.Value(b.headName(0)+suffix) == nil {
+	src := b.headName(first) + suffix
+	if b.params.Value(src) == nil {
 		return in
 	}
-	h, err := b.params.HostValue(b.headName(0) + suffix)
+	h, err := b.params.HostValue(src)
 	if err != nil {
-		b.check(nil, fmt.Errorf("model: %s%s: %w", b.headName(0), suffix, err))
+		b.check(nil, fmt.Errorf("model: %s: %w", src, err))
 		return in
 	}
 	vs, err := float64sOf(h)
@@ -386,7 +393,9 @@ func (b *builder) classHead(x *G.Node, lid int) *G.Node {
 // last layer zero; its bias starts at (0, 0, -2, -2) in the first layer's
 // head under BoxRefine and in the shared head without (the first
 // reference is a point, and sigmoid(-2) its boxes' size), at zero in the
-// other layers' heads.
+// other layers' heads, and in every head under TwoStage (whose references
+// are boxes from the first layer on). Head DecLayers is the encoder's
+// proposals' (TwoStage).
 func (b *builder) boxHead(x *G.Node, lid int) *G.Node {
 	d := b.cfg.DModel
 	name := b.headName(lid) + ".bbox_embed"
@@ -401,7 +410,7 @@ func (b *builder) boxHead(x *G.Node, lid int) *G.Node {
 		h = b.check(ops.ReLU(h))
 	}
 	bias := []float64{0, 0, -2, -2}
-	if lid > 0 && b.cfg.BoxRefine {
+	if lid > 0 && b.cfg.BoxRefine || b.cfg.TwoStage {
 		bias = []float64{0, 0, 0, 0}
 	}
 	return b.linear(h, name+".layers.2", 4, zeros(), values(bias), GroupTransformer)
@@ -424,10 +433,11 @@ func (b *builder) refine(delta, ref *G.Node) *G.Node {
 
 // transformer runs the encoder over the projected levels and the decoder
 // over the queries, and returns every decoder layer's predictions (class
-// logits of the last layer only when allLogits is false).
-func (b *builder) transformer(srcs []*G.Node, allLogits bool) []layerOutput {
+// logits of the last layer only when allLogits is false) and, under
+// TwoStage, the encoder's proposals' (else zero).
+func (b *builder) transformer(srcs []*G.Node, allLogits bool) ([]layerOutput, layerOutput) {
 	cfg := b.cfg
-	d, s := cfg.DModel, cfg.Tokens()
+	s := cfg.Tokens()
 	memory := b.flatten(srcs)
 	pos := b.positions()
 	ones := make([][][2]float64, b.batch)
@@ -442,18 +452,16 @@ func (b *builder) transformer(srcs []*G.Node, allLogits bool) []layerOutput {
 		memory = b.encoderLayer(memory, pos, encRef, fmt.Sprintf("encoder.%d", i))
 	}
 
-	queryEmbed := b.param("query_embed", []int{cfg.Queries, 2 * d}, normal(1), GroupTransformer)
-	if b.err != nil {
-		return nil
+	var tgt, qpos, ref *G.Node
+	var enc layerOutput
+	if cfg.TwoStage {
+		tgt, qpos, ref, enc = b.twoStageQueries(memory)
+	} else {
+		tgt, qpos, ref = b.learnedQueries()
 	}
-	queryPos := b.check(ops.Slice(queryEmbed, 1, 0, d))
-	tgt := b.expand(b.check(ops.Slice(queryEmbed, 1, d, 2*d)))
-	refLin := b.linear(queryPos, "reference_points", 2, xavier(d, 2), zeros(), GroupLinearProj)
 	if b.err != nil {
-		return nil
+		return nil, enc
 	}
-	ref := b.expand(b.check(ops.Sigmoid(refLin)))
-	qpos := b.expand(queryPos)
 
 	var outs []layerOutput
 	for lid := range cfg.DecLayers {
@@ -464,7 +472,7 @@ func (b *builder) transformer(srcs []*G.Node, allLogits bool) []layerOutput {
 		}
 		o.boxes = b.refine(b.boxHead(tgt, lid), ref)
 		if b.err != nil {
-			return nil
+			return nil, enc
 		}
 		if cfg.BoxRefine {
 			// The next layer refines these boxes, without gradients
@@ -473,5 +481,23 @@ func (b *builder) transformer(srcs []*G.Node, allLogits bool) []layerOutput {
 		}
 		outs = append(outs, o)
 	}
-	return outs
+	return outs, enc
+}
+
+// learnedQueries are the decoder's queries without TwoStage: query_embed
+// (normal) split into the query positions and the queries, both expanded
+// over the batch, and reference points sigmoid(Linear(position)).
+func (b *builder) learnedQueries() (tgt, qpos, ref *G.Node) {
+	d := b.cfg.DModel
+	queryEmbed := b.param("query_embed", []int{b.cfg.Queries, 2 * d}, normal(1), GroupTransformer)
+	if b.err != nil {
+		return nil, nil, nil
+	}
+	queryPos := b.check(ops.Slice(queryEmbed, 1, 0, d))
+	tgt = b.expand(b.check(ops.Slice(queryEmbed, 1, d, 2*d)))
+	refLin := b.linear(queryPos, "reference_points", 2, xavier(d, 2), zeros(), GroupLinearProj)
+	if b.err != nil {
+		return nil, nil, nil
+	}
+	return tgt, b.expand(queryPos), b.expand(b.check(ops.Sigmoid(refLin)))
 }

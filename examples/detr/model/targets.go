@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -62,7 +63,13 @@ func numBoxes(targets []Target) float64 {
 // object it is matched to, or -1; every object gets a query when Q is at
 // least the number of objects.
 func MatchImage(cfg Config, logits, boxes []float64, q int, t Target) ([]int, error) {
-	c, n := cfg.NumClasses, len(t.Labels)
+	return matchImage(cfg, logits, boxes, q, cfg.NumClasses, t)
+}
+
+// matchImage is MatchImage for logits of c classes: the config's, or one
+// for the encoder's proposals (TwoStage), whose objects are all class 0.
+func matchImage(cfg Config, logits, boxes []float64, q, c int, t Target) ([]int, error) {
+	n := len(t.Labels)
 	if len(logits) != q*c || len(boxes) != q*4 {
 		return nil, fmt.Errorf("model: MatchImage: logits has %d values and boxes %d, want %d and %d", len(logits), len(boxes), q*c, q*4)
 	}
@@ -97,15 +104,32 @@ type layerTargets struct {
 }
 
 // lossTargets are a step's targets: the focal loss's weights, shared by the
-// layers, and each layer's targets.
+// layers, and each layer's targets; under TwoStage also the encoder's
+// proposals' targets, in the layout of a layer's for S queries of one
+// class (the focal loss's other classes are all negatives, and its
+// weight, the same everywhere, is encScale).
 type lossTargets struct {
-	focalW []float64 // [B, Q, C]: WeightClass/num_boxes everywhere
-	layers []layerTargets
+	focalW   []float64 // [B, Q, C]: WeightClass/num_boxes everywhere
+	layers   []layerTargets
+	enc      *layerTargets // TwoStage: onehot [B, S, 1], the rest as a layer's
+	encScale float64       // TwoStage: WeightClass/num_boxes
+}
+
+func newLayerTargets(b, q, c int) layerTargets {
+	return layerTargets{
+		onehot: make([]float64, b*q*c),
+		boxT:   make([]float64, b*q*4),
+		l1W:    make([]float64, b*q*4),
+		giouT:  make([]float64, b*q*4),
+		giouW:  make([]float64, b*q),
+	}
 }
 
 // buildTargets matches every decoder layer's predictions to the targets
 // and returns the losses' targets and weights. logits[l] is layer l's [B,
-// Q, C] and boxes[l] its [B, Q, 4].
+// Q, C] and boxes[l] its [B, Q, 4]; under TwoStage encLogits is the
+// proposals' first-class logits [B, S, 1] and encBoxes their boxes [B, S,
+// 4] (else both nil).
 //
 // The weights reproduce the reference's SetCriterion: its focal loss is
 // sigmoid_focal_loss(...).mean(1).sum() / num_boxes * Q, the mean over the
@@ -115,34 +139,51 @@ type lossTargets struct {
 // focal loss weighs WeightClass/num_boxes, and every matched query's box
 // coordinates WeightBox/num_boxes (L1) and its box WeightGIoU/num_boxes
 // (GIoU); an unmatched query's box weighs 0. Each layer (the auxiliary
-// outputs too) is matched on its own, as the reference does.
-func buildTargets(cfg Config, logits, boxes [][]float64, targets []Target) (*lossTargets, error) {
+// outputs too) is matched on its own, as the reference does; the
+// proposals are matched to the same objects with every label 0 (the
+// reference's bin_targets).
+func buildTargets(cfg Config, logits, boxes [][]float64, encLogits, encBoxes []float64, targets []Target) (*lossTargets, error) {
 	b, q, c := len(targets), cfg.Queries, cfg.NumClasses
 	nb := numBoxes(targets)
 	lt := &lossTargets{focalW: constant(cfg.WeightClass/nb)(nil, b*q*c)}
 	for range logits {
-		lt.layers = append(lt.layers, layerTargets{
-			onehot: make([]float64, b*q*c),
-			boxT:   make([]float64, b*q*4),
-			l1W:    make([]float64, b*q*4),
-			giouT:  make([]float64, b*q*4),
-			giouW:  make([]float64, b*q),
-		})
+		lt.layers = append(lt.layers, newLayerTargets(b, q, c))
+	}
+	type task struct {
+		t             *layerTargets
+		logits, boxes []float64
+		q, c          int
+		targets       []Target
+		name          string
+	}
+	var tasks []task
+	for l := range logits {
+		tasks = append(tasks, task{&lt.layers[l], logits[l], boxes[l], q, c, targets, fmt.Sprintf("layer %d", l)})
+	}
+	if encLogits != nil {
+		s := cfg.Tokens()
+		enc := newLayerTargets(b, s, 1)
+		lt.enc, lt.encScale = &enc, cfg.WeightClass/nb
+		bin := make([]Target, len(targets))
+		for i, t := range targets {
+			bin[i] = Target{Labels: make([]int, len(t.Labels)), Boxes: t.Boxes}
+		}
+		tasks = append(tasks, task{lt.enc, encLogits, encBoxes, s, 1, bin, "the encoder's proposals"})
 	}
 	// Every (layer, image) pair is matched on its own, in parallel: each
 	// writes only its image's rows of its layer's targets.
-	errs := make([]error, len(logits)*b)
+	errs := make([]error, len(tasks)*b)
 	var wg sync.WaitGroup
 	var next atomic.Int64
 	for range min(len(errs), runtime.GOMAXPROCS(0)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for task := int(next.Add(1) - 1); task < len(errs); task = int(next.Add(1) - 1) {
-				l, img := task/b, task%b
-				errs[task] = matchInto(cfg, &lt.layers[l], logits[l], boxes[l], targets, img, nb)
-				if errs[task] != nil {
-					errs[task] = fmt.Errorf("model: matching layer %d, image %d: %w", l, img, errs[task])
+			for k := int(next.Add(1) - 1); k < len(errs); k = int(next.Add(1) - 1) {
+				tk, img := tasks[k/b], k%b
+				errs[k] = matchInto(cfg, tk.t, tk.logits, tk.boxes, tk.q, tk.c, tk.targets, img, nb)
+				if errs[k] != nil {
+					errs[k] = fmt.Errorf("model: matching %s, image %d: %w", tk.name, img, errs[k])
 				}
 			}
 		}()
@@ -154,11 +195,10 @@ func buildTargets(cfg Config, logits, boxes [][]float64, targets []Target) (*los
 	return lt, nil
 }
 
-// matchInto matches image img of a layer's predictions (logits [B, Q, C],
-// boxes [B, Q, 4]) and writes its rows of t.
-func matchInto(cfg Config, t *layerTargets, logits, boxes []float64, targets []Target, img int, nb float64) error {
-	q, c := cfg.Queries, cfg.NumClasses
-	assign, err := MatchImage(cfg, logits[img*q*c:(img+1)*q*c], boxes[img*q*4:(img+1)*q*4], q, targets[img])
+// matchInto matches image img of a layer's predictions (logits [B, q, c],
+// boxes [B, q, 4]) and writes its rows of t.
+func matchInto(cfg Config, t *layerTargets, logits, boxes []float64, q, c int, targets []Target, img int, nb float64) error {
+	assign, err := matchImage(cfg, logits[img*q*c:(img+1)*q*c], boxes[img*q*4:(img+1)*q*4], q, c, targets[img])
 	if err != nil {
 		return err
 	}
@@ -183,10 +223,19 @@ func matchInto(cfg Config, t *layerTargets, logits, boxes []float64, targets []T
 }
 
 // pack writes lt in the packed layout of the matching op's output: focalW,
-// then per layer onehot, boxT, l1W, giouT, giouW.
+// then per layer onehot, boxT, l1W, giouT, giouW; under TwoStage then
+// encScale and the proposals' onehot, boxT, l1W, giouT, giouW.
 func (lt *lossTargets) pack(out []float64) {
 	k := copy(out, lt.focalW)
-	for _, t := range lt.layers {
+	layers := lt.layers
+	if lt.enc != nil {
+		layers = append(slices.Clip(layers), *lt.enc)
+	}
+	for i, t := range layers {
+		if i == len(lt.layers) {
+			out[k] = lt.encScale
+			k++
+		}
 		for _, s := range [][]float64{t.onehot, t.boxT, t.l1W, t.giouT, t.giouW} {
 			k += copy(out[k:], s)
 		}

@@ -52,7 +52,7 @@ func TestBuildTargetsHandValues(t *testing.T) {
 		{"class decides", []float64{0, -3, 0, 3}, []float64{0.5, 0.5, 0.2, 0.2, 0.5, 0.5, 0.2, 0.2}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			lt, err := buildTargets(cfg, [][]float64{c.logits}, [][]float64{c.boxes}, target)
+			lt, err := buildTargets(cfg, [][]float64{c.logits}, [][]float64{c.boxes}, nil, nil, target)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +100,7 @@ func TestBuildTargetsNormalisation(t *testing.T) {
 	boxesA := []float64{0.25, 0.25, 0.2, 0.2, 0.75, 0.75, 0.2, 0.2, 0.5, 0.5, 0.1, 0.1, 0.5, 0.5, 0.1, 0.1, 0.5, 0.5, 0.5, 0.5, 0.1, 0.1, 0.1, 0.1}
 	boxesB := slices.Clone(boxesA)
 	copy(boxesB[0:8], []float64{0.75, 0.75, 0.2, 0.2, 0.25, 0.25, 0.2, 0.2})
-	lt, err := buildTargets(cfg, [][]float64{logits, logits}, [][]float64{boxesA, boxesB}, targets)
+	lt, err := buildTargets(cfg, [][]float64{logits, logits}, [][]float64{boxesA, boxesB}, nil, nil, targets)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,8 @@ func TestConfigValidate(t *testing.T) {
 		edit func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.TwoStage = true }, "TwoStage is not implemented yet"},
+		{func(c *Config) { c.TwoStage, c.BoxRefine = true, false }, "TwoStage needs BoxRefine"},
+		{func(c *Config) { c.TwoStage, c.Queries = true, 341 }, "Queries (341) must not exceed the encoder's 340 tokens"},
 		{func(c *Config) { c.NumClasses = 0 }, "NumClasses"},
 		{func(c *Config) { c.ImageSize = 48 }, "ImageSize must be a positive multiple of 2^(Stages+2) = 32"},
 		{func(c *Config) { c.Stages = 2 }, "Stages must be 3 to 6"},

@@ -1,13 +1,16 @@
 """Counts the trainable parameters of the reference's R50 Deformable-DETR
 (91 classes, 6+6 layers, 300 queries, d_model 256, 4 levels, 8 heads, 4
-points, d_ffn 1024; no two stage), the number TestR50TrainableParams
-checks. The backbone is torchvision's resnet50 with frozen BatchNorm,
+points, d_ffn 1024), the numbers TestR50TrainableParams checks: without
+two stage, then with box refinement and two stage. The backbone is torchvision's resnet50 with frozen BatchNorm,
 layer2 to layer4 trainable; the transformer's layers are built here from
 torch.nn modules of the sizes the reference's modules have.
 
     python3 examples/detr/model/testdata/r50_params.py
 
-prints the count without and with box refinement."""
+prints the count without and with box refinement, and with both box
+refinement and two stage (no reference_points or query_embed; enc_output
+and pos_trans with their LayerNorms; one more pair of heads, for the
+encoder's proposals)."""
 import torch
 from torch import nn
 import torchvision
@@ -46,3 +49,5 @@ head = nn.ModuleList([nn.Linear(d, classes), nn.Linear(d, d), nn.Linear(d, d), n
 shared = sum(count(m) for m in (backbone, encoder, decoder, input_proj, rest, other))
 print("box_refine=False", shared + count(head))
 print("box_refine=True", shared + layers * count(head))
+two_stage = nn.ModuleList([nn.Linear(d, d), nn.LayerNorm(d), nn.Linear(2 * d, 2 * d), nn.LayerNorm(2 * d)])
+print("box_refine=True two_stage=True", shared - count(other) + count(two_stage) + (layers + 1) * count(head))
