@@ -19,7 +19,9 @@
 // 6+6 layers, 300 queries, four levels) and optimiser (AdamW lr 2e-4,
 // backbone 2e-5, sampling offsets and reference points x0.1, weight decay
 // 1e-4, clipping at 0.1, a tenfold drop at 80%) on 512x512 images in
-// batches of 8: a run for a GPU.
+// batches of 8: a run for a GPU. Both presets refine boxes iteratively
+// (-box-refine); -two-stage makes the decoder's queries from the
+// encoder's best proposals, as the reference's two-stage variant.
 //
 // Usage:
 //
@@ -106,6 +108,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	encLayers := fs.Int("enc-layers", def.Model.EncLayers, "encoder layers, in [1, 32]")
 	decLayers := fs.Int("dec-layers", def.Model.DecLayers, "decoder layers, in [1, 32]")
 	queries := fs.Int("queries", def.Model.Queries, "object queries, in [1, 4096]")
+	boxRefine := fs.Bool("box-refine", def.Model.BoxRefine, "iterative box refinement: each decoder layer refines the boxes of the one before, with heads of its own")
+	twoStage := fs.Bool("two-stage", def.Model.TwoStage, "two-stage: the decoder's queries and reference boxes are the encoder's best-scored proposals (needs -box-refine)")
 	dataPath := fs.String("data", "", "COCO annotations file to train on (default: the synthetic dataset)")
 	nTrain := fs.Int("train-images", def.TrainImages, "synthetic training images, at least 1")
 	nVal := fs.Int("val-images", def.ValImages, "synthetic validation images; 0 trains without evaluations")
@@ -249,6 +253,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	set("enc-layers", func() { opt.Model.EncLayers = *encLayers })
 	set("dec-layers", func() { opt.Model.DecLayers = *decLayers })
 	set("queries", func() { opt.Model.Queries = *queries })
+	set("box-refine", func() { opt.Model.BoxRefine = *boxRefine })
+	set("two-stage", func() { opt.Model.TwoStage = *twoStage })
 	set("data", func() { opt.Data = *dataPath })
 	set("train-images", func() { opt.TrainImages = *nTrain })
 	set("val-images", func() { opt.ValImages = *nVal })

@@ -49,6 +49,8 @@ func TestBadCommandLines(t *testing.T) {
 		{[]string{"-dmodel", "48"}, []string{"-dmodel 48: must be a multiple of 32 in [32, 2048]"}},
 		{[]string{"-enc-layers", "0", "-dec-layers", "33"}, []string{"-enc-layers 0: must be in [1, 32]", "-dec-layers 33: must be in [1, 32]"}},
 		{[]string{"-queries", "0"}, []string{"-queries 0: must be in [1, 4096]"}},
+		{[]string{"-two-stage", "-box-refine=false"}, []string{"-two-stage true: needs -box-refine"}},
+		{[]string{"-two-stage", "-queries", "341"}, []string{"-queries 341: must not exceed the encoder's 340 tokens with -two-stage"}},
 		{[]string{"-width", "0", "-depth", "0"}, []string{"-width 0: must be in [1, 512]", "-depth 0: must be in [1, 32]"}},
 		{[]string{"-batch", "1"}, []string{"-batch 1: must be in [2, 1024]"}},
 		{[]string{"-iters", "0"}, []string{"-iters 0: must be at least 1"}},

@@ -263,15 +263,14 @@ for step in $what; do
 		# Deformable-DETR's training step: the r50 preset
 		# (examples/detr/model's BenchmarkGPUDETRStep) at the official
 		# model's first configuration (512x512 x 8, 91 classes, no box
-		# refinement), then with box refinement, against the official
-		# model itself ($DETR_DIR/dd_step.py: its three configurations, the
-		# third with two stage, which stheno does not implement) in this
-		# run. The build of $DD_DIR is waited for first, so that it does
+		# refinement), with box refinement, and with box refinement and
+		# two stage (its third), against the official model itself
+		# ($DETR_DIR/dd_step.py: its three configurations) in this run. The build of $DD_DIR is waited for first, so that it does
 		# not share the CPU with the timings.
 		wait_dd
 		echo "== Deformable-DETR R50 training step (log $OUT/detr.log)"
 		: >"$OUT/detr.log"
-		for cfg in refine=0 refine=1; do
+		for cfg in refine=0 refine=1 refine=1,two_stage=1; do
 			(cd examples/detr/model && STHENO_DETR_BENCH="size=512,batch=8,$cfg" "$root/bin/examples_detr_model.test" \
 				-test.run '^$' -test.bench 'GPUDETRStep' -test.benchtime 10x -test.v 2>&1) | tee -a "$OUT/detr.log" |
 				grep -E "^(Benchmark|FAIL|panic)|bench_gpu_test"

@@ -3,6 +3,7 @@ package train
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -31,12 +32,19 @@ func openGPU(t *testing.T) *backend.Device {
 
 // The first training step on the GPU, in full float32, gives the CPU's
 // losses: the same initial weights, batch and dropout masks (Philox on
-// both), the same matching.
+// both), the same matching; with two stage, the same proposals.
 func TestGPUFirstStepFollowsCPU(t *testing.T) {
 	dev := openGPU(t)
 	dev.SetGemmMath(backend.GemmExact)
+	for _, twoStage := range []bool{false, true} {
+		t.Run(fmt.Sprintf("two_stage=%v", twoStage), func(t *testing.T) { firstStepFollowsCPU(t, dev, twoStage) })
+	}
+}
+
+func firstStepFollowsCPU(t *testing.T, dev *backend.Device, twoStage bool) {
 	o := tinyOptions(t.TempDir())
 	o.Model.Dropout = 0.1
+	o.Model.TwoStage = twoStage
 	ds, _, err := data.Load("", o.Seed, o.TrainImages, 0, o.Model.ImageSize)
 	if err != nil {
 		t.Fatal(err)

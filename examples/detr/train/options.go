@@ -156,6 +156,10 @@ func (o *Options) Validate() error {
 	check(m.EncLayers >= 1 && m.EncLayers <= maxLayers, "enc-layers", m.EncLayers, "must be in [1, %d]", maxLayers)
 	check(m.DecLayers >= 1 && m.DecLayers <= maxLayers, "dec-layers", m.DecLayers, "must be in [1, %d]", maxLayers)
 	check(m.Queries >= 1 && m.Queries <= maxQueries, "queries", m.Queries, "must be in [1, %d]", maxQueries)
+	check(!m.TwoStage || m.BoxRefine, "two-stage", m.TwoStage, "needs -box-refine (the reference's two-stage refines boxes)")
+	if m.TwoStage && m.Stages >= 3 && m.ImageSize >= stride && m.ImageSize%stride == 0 {
+		check(m.Queries <= m.Tokens(), "queries", m.Queries, "must not exceed the encoder's %d tokens with -two-stage (the queries are its best proposals)", m.Tokens())
+	}
 	checks.Data(c.data(), maxImages)
 	checks.Output(o.output(), maxBatch)
 	if err := checks.Err(); err != nil {
@@ -199,10 +203,13 @@ func (c RunConfig) Diff(want RunConfig) []string {
 	add("enc-layers", a.EncLayers, b.EncLayers)
 	add("dec-layers", a.DecLayers, b.DecLayers)
 	add("queries", a.Queries, b.Queries)
+	add("box-refine", a.BoxRefine, b.BoxRefine)
+	add("two-stage", a.TwoStage, b.TwoStage)
 	// The rest of the model's configuration has no flag but -preset; a
 	// library caller may also have changed it.
 	for _, m := range []*model.Config{&a, &b} {
 		m.ImageSize, m.Width, m.Depth, m.DModel, m.EncLayers, m.DecLayers, m.Queries, m.NumClasses = 0, 0, 0, 0, 0, 0, 0, 0
+		m.BoxRefine, m.TwoStage = false, false
 	}
 	if fmt.Sprintf("%+v", a) != fmt.Sprintf("%+v", b) {
 		out = append(out, fmt.Sprintf("model configuration (-preset): the checkpoint's is %+v, given %+v", b, a))

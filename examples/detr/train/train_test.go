@@ -74,10 +74,17 @@ func TestRunSmoke(t *testing.T) {
 // Training 6 iterations at once and 3 + 3 with a resume in between end in
 // the same weights, BatchNorm statistics, optimiser state and history, bit
 // for bit: the batches and the dropout masks depend only on the seed and
-// the iteration.
+// the iteration. So with two-stage as well, whose queries are selected on
+// the host.
 func TestResumeIsExact(t *testing.T) {
+	t.Run("learned queries", func(t *testing.T) { resumeIsExact(t, false) })
+	t.Run("two stage", func(t *testing.T) { resumeIsExact(t, true) })
+}
+
+func resumeIsExact(t *testing.T, twoStage bool) {
 	whole, part, resumed := t.TempDir(), t.TempDir(), t.TempDir()
 	o := tinyOptions(whole)
+	o.Model.TwoStage = twoStage
 	o.Steps = nil // the schedule must not depend on Iters
 	o.Iters, o.EvalEvery, o.LogEvery, o.ValImages = 6, 3, 1, 2
 	o.Model.Dropout = 0.1 // whose masks must follow the iteration
@@ -138,10 +145,12 @@ func TestResumeRefusesOtherOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	o.Resume, o.Iters = filepath.Join(dir, "checkpoint.gob"), 4
-	o.LR, o.Model.Queries = 0.5, 12
+	o.LR, o.Model.Queries, o.Model.TwoStage = 0.5, 12, true
 	_, err := Run(context.Background(), o)
-	if err == nil || !strings.Contains(err.Error(), "-lr: the checkpoint's is 0.002, given 0.5") || !strings.Contains(err.Error(), "-queries: the checkpoint's is 10, given 12") {
-		t.Errorf("resuming with other -lr and -queries: %v", err)
+	for _, want := range []string{"-lr: the checkpoint's is 0.002, given 0.5", "-queries: the checkpoint's is 10, given 12", "-two-stage: the checkpoint's is false, given true"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("resuming with other -lr, -queries and -two-stage: %v, want %q", err, want)
+		}
 	}
 }
 
