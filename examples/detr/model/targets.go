@@ -74,20 +74,44 @@ func matchImage(cfg Config, logits, boxes []float64, q, c int, t Target) ([]int,
 		return nil, fmt.Errorf("model: MatchImage: logits has %d values and boxes %d, want %d and %d", len(logits), len(boxes), q*c, q*4)
 	}
 	alpha, gamma := cfg.FocalAlpha, cfg.FocalGamma
+	pow := func(x float64) float64 { return math.Pow(x, gamma) }
+	if gamma == 2 { // the reference's: a product, not a call
+		pow = func(x float64) float64 { return x * x }
+	}
+	// The class cost depends on the query and the object's class only:
+	// made once per class present (the proposals' S queries see only
+	// class 0), then shared by that class's objects.
+	var classes []int
+	slot := make([]int, n)
+	for j, label := range t.Labels {
+		k := slices.Index(classes, label)
+		if k < 0 {
+			k = len(classes)
+			classes = append(classes, label)
+		}
+		slot[j] = k
+	}
+	targetXY := make([]Box, n)
+	for j, tb := range t.Boxes {
+		targetXY[j] = tb.XYXY()
+	}
+	classCost := make([]float64, len(classes))
 	cost := make([]float64, q*n)
 	for i := range q {
+		for k, label := range classes {
+			p := sigmoid(logits[i*c+label])
+			neg := (1 - alpha) * pow(p) * -math.Log(1-p+1e-8)
+			pos := alpha * pow(1-p) * -math.Log(p+1e-8)
+			classCost[k] = cfg.CostClass * (pos - neg)
+		}
 		pb := Box(boxes[4*i : 4*i+4])
 		pxy := pb.XYXY()
-		for j, label := range t.Labels {
-			p := sigmoid(logits[i*c+label])
-			neg := (1 - alpha) * math.Pow(p, gamma) * -math.Log(1-p+1e-8)
-			pos := alpha * math.Pow(1-p, gamma) * -math.Log(p+1e-8)
-			tb := t.Boxes[j]
+		for j, tb := range t.Boxes {
 			l1 := 0.0
 			for k := range 4 {
 				l1 += math.Abs(pb[k] - tb[k])
 			}
-			cost[i*n+j] = cfg.CostBox*l1 + cfg.CostClass*(pos-neg) - cfg.CostGIoU*GIoU(pxy, tb.XYXY())
+			cost[i*n+j] = cfg.CostBox*l1 + classCost[slot[j]] - cfg.CostGIoU*GIoU(pxy, targetXY[j])
 		}
 	}
 	return match.Assign(cost, q, n)

@@ -86,7 +86,8 @@ func ProposalPosEmbed(unact []float64, feats int) []float64 {
 	for _, c := range unact[:4*k] {
 		x := sigmoid(c) * 2 * math.Pi
 		for _, f := range inv {
-			out = append(out, math.Sin(x*f), math.Cos(x*f))
+			sin, cos := math.Sincos(x * f)
+			out = append(out, sin, cos)
 		}
 	}
 	return out
@@ -126,8 +127,15 @@ func selectProposals(cfg Config, batch int) hostRun {
 				for r, tok := range top {
 					copy(c[4*r:4*r+4], unact[(img*s+tok)*4:])
 				}
-				copy(embed[img*k*2*d:], ProposalPosEmbed(c, d/2))
 			})
+		}
+		wg.Wait()
+		// The embedding (most of the op's time: 8*Queries sines and
+		// cosines per box) in chunks of boxes over every core.
+		const chunk = 64
+		for lo := 0; lo < batch*k; lo += chunk {
+			hi := min(lo+chunk, batch*k)
+			wg.Go(func() { copy(embed[lo*2*d:], ProposalPosEmbed(coords[4*lo:4*hi], d/2)) })
 		}
 		wg.Wait()
 		return nil
