@@ -7,9 +7,11 @@
 // FFN layers; a decoder of self-attention, deformable cross-attention and
 // FFN layers from learned queries and reference points; per-layer class
 // and box heads, with optional iterative box refinement (Config.BoxRefine);
-// and the reference's SetCriterion: Hungarian matching on the host, focal,
-// L1 and GIoU losses on every decoder layer, normalised by the number of
-// objects. Two-stage is not implemented (Config.Validate says so).
+// two-stage query selection (Config.TwoStage: the encoder's tokens
+// propose boxes, the best-scored become the decoder's queries and
+// reference boxes); and the reference's SetCriterion: Hungarian matching
+// on the host, focal, L1 and GIoU losses on every decoder layer (and on
+// the proposals under TwoStage), normalised by the number of objects.
 //
 // The semantics are those of the reference implementation (fundamentalvision's
 // Deformable-DETR): initialisations, the sampling-offset direction grid,
@@ -29,11 +31,15 @@
 // logits and boxes, matches each layer and image on its own, and emits per
 // query targets and weights in the layout of the predictions: one-hot
 // classes [B, Q, C], box targets [B, Q, 4] with per-coordinate weights,
-// and corner targets [B*Q, 4] with per-box weights for GIoU. Unmatched
+// and corner targets [B*Q, 4] with per-box weights for GIoU (under
+// TwoStage also the proposals', in the same layout). Unmatched
 // queries weigh 0 in the box losses, so the losses are per-element
 // weighted ops with no gather. The loss weights and 1/num_boxes are folded
 // into those weights (buildTargets says how this reproduces the
-// reference's focal loss, mean(1).sum()/num_boxes times Q).
+// reference's focal loss, mean(1).sum()/num_boxes times Q). Two-stage's
+// top-k selection is a host op too: the proposals' first-class logits
+// and boxes go to the host, the selected boxes and their sine embedding
+// come back, detached as the reference detaches them.
 //
 // # Devices and training
 //

@@ -181,9 +181,8 @@ func buildTargets(cfg Config, logits, boxes [][]float64, encLogits, encBoxes []f
 		name          string
 	}
 	var tasks []task
-	for l := range logits {
-		tasks = append(tasks, task{&lt.layers[l], logits[l], boxes[l], q, c, targets, fmt.Sprintf("layer %d", l)})
-	}
+	// The proposals' matching (S queries, several times a layer's) first:
+	// the longest tasks start first and the layers' fill in around them.
 	if encLogits != nil {
 		s := cfg.Tokens()
 		enc := newLayerTargets(b, s, 1)
@@ -193,6 +192,9 @@ func buildTargets(cfg Config, logits, boxes [][]float64, encLogits, encBoxes []f
 			bin[i] = Target{Labels: make([]int, len(t.Labels)), Boxes: t.Boxes}
 		}
 		tasks = append(tasks, task{lt.enc, encLogits, encBoxes, s, 1, bin, "the encoder's proposals"})
+	}
+	for l := range logits {
+		tasks = append(tasks, task{&lt.layers[l], logits[l], boxes[l], q, c, targets, fmt.Sprintf("layer %d", l)})
 	}
 	// Every (layer, image) pair is matched on its own, in parallel: each
 	// writes only its image's rows of its layer's targets.
