@@ -28,6 +28,11 @@ import (
 // PyTorch's caching allocator does when a tensor's last reference goes.
 // Nothing is released while no Scope is open.
 //
+// Before that it removes the gradients G.Grad made and left unread (of
+// constants, frozen weights, detached values: the inputs of an op on the
+// way to the parameters that do not lead to one themselves), which
+// gorgonia would compute on every run for nothing.
+//
 // So, on a device, read a run's results from nodes that no op reads (the
 // loss, the gradients G.Grad returns) or from an ops.ToHost node: any
 // other device intermediate's Value is emptied once its readers have run. Values bound to input nodes (G.Let,
@@ -36,6 +41,7 @@ func NewTapeMachine(g *G.ExprGraph, opts ...G.VMOpt) (m G.VM, err error) {
 	if _, err := kernels.CPUKernels(); err != nil {
 		return nil, err
 	}
+	pruneDeadGradients(g)
 	order, places, err := placements(g)
 	if err != nil {
 		return nil, err

@@ -207,6 +207,11 @@ func (op *specOp) SymDiff(inputs G.Nodes, output, grad *G.Node) (G.Nodes, error)
 	if len(inputs) != len(op.inputs) {
 		return nil, fmt.Errorf("ops: %v: want %d inputs, got %d", op, len(op.inputs), len(inputs))
 	}
+	// The nodes made here are recorded, so that NewTapeMachine can remove
+	// the gradients G.Grad leaves unread (deadgrads.go).
+	if g := graphOf(append(G.Nodes{output, grad}, inputs...)); g != nil {
+		defer recordSymDiff(g, len(g.AllNodes()))
+	}
 	return op.grad(inputs, output, grad)
 }
 
