@@ -115,35 +115,29 @@ func NMS(boxes []Box, scores []float64, thresh float64, limit int) []int {
 	if !(side > 0) || math.IsInf(side, 0) {
 		side = math.Inf(1) // one cell: every kept box is near
 	}
-	cell := func(b Box) [2]int64 {
-		if math.IsInf(side, 1) {
-			return [2]int64{}
-		}
-		return [2]int64{int64(math.Floor(b[0] / side)), int64(math.Floor(b[1] / side))}
-	}
-	reach := int64(1) // the neighbouring cells
-	if math.IsInf(side, 1) {
-		reach = 0
-	}
+	g := newNMSGrid(boxes, side)
 	var keep []int
-	grid := map[[2]int64][]int{} // cell -> kept boxes (indices into boxes)
+	// The kept boxes that are in the grid, with their areas, and for each
+	// the next of its cell's (-1 ends a cell's list).
+	kept := make([]nmsBox, 0, len(boxes))
+	next := make([]int32, 0, len(boxes))
 	for _, i := range order {
 		if limit > 0 && len(keep) == limit {
 			break
 		}
 		b := boxes[i]
-		if math.IsNaN(b[0]+b[1]+b[2]+b[3]) || math.IsInf(b[0]+b[1], 0) {
+		if unplaced(b) {
 			keep = append(keep, i) // overlaps nothing, and nothing finds it
 			continue
 		}
 		area := Area(b)
-		c := cell(b)
+		cx, cy := g.cell(b)
 		ok := true
 	neighbours:
-		for dy := -reach; dy <= reach; dy++ {
-			for dx := -reach; dx <= reach; dx++ {
-				for _, k := range grid[[2]int64{c[0] + dx, c[1] + dy}] {
-					if suppresses(boxes[k], b, area, thresh) {
+		for y := max(cy-1, 0); y <= min(cy+1, g.ny-1); y++ {
+			for x := max(cx-1, 0); x <= min(cx+1, g.nx-1); x++ {
+				for k := g.head[y*g.nx+x]; k >= 0; k = next[k] {
+					if suppresses(kept[k].box, b, kept[k].area, area, thresh) {
 						ok = false
 						break neighbours
 					}
@@ -152,21 +146,95 @@ func NMS(boxes []Box, scores []float64, thresh float64, limit int) []int {
 		}
 		if ok {
 			keep = append(keep, i)
-			grid[c] = append(grid[c], i)
+			c := cy*g.nx + cx
+			kept = append(kept, nmsBox{b, area})
+			next = append(next, g.head[c])
+			g.head[c] = int32(len(kept) - 1)
 		}
 	}
 	return keep
 }
 
-// suppresses reports whether IoU(k, b) > thresh, b's area given: IoU's
-// arithmetic, for boxes without NaN.
-func suppresses(k, b Box, area, thresh float64) bool {
+// unplaced reports whether NMS keeps b without comparing it: a box with a
+// NaN corner overlaps nothing, and one with an infinite top-left corner
+// has no cell.
+func unplaced(b Box) bool {
+	return math.IsNaN(b[0]+b[1]+b[2]+b[3]) || math.IsInf(b[0]+b[1], 0)
+}
+
+// nmsBox is a box NMS kept, with its area.
+type nmsBox struct {
+	box  Box
+	area float64
+}
+
+// nmsGrid bins boxes by their top-left corner into square cells of a
+// side, nx by ny of them over the boxes' extent, each the head of a list
+// of kept boxes (-1: empty).
+type nmsGrid struct {
+	side       float64
+	x0, y0     float64 // the first cell's indices, floor(corner/side)
+	nx, ny     int
+	head       []int32
+	singleCell bool
+}
+
+// newNMSGrid is the grid of cells of at least side over boxes. It widens
+// the cells when the boxes would need far more cells than there are
+// boxes (a few small boxes far apart): wider cells only bring more boxes
+// near each other, so NMS's result is the same, and the grid stays small.
+func newNMSGrid(boxes []Box, side float64) *nmsGrid {
+	g := &nmsGrid{side: side, nx: 1, ny: 1}
+	limit := float64(4*len(boxes) + 64)
+	for !math.IsInf(g.side, 1) {
+		x0, y0 := math.Inf(1), math.Inf(1)
+		x1, y1 := math.Inf(-1), math.Inf(-1)
+		for _, b := range boxes {
+			if unplaced(b) {
+				continue
+			}
+			x0, x1 = min(x0, b[0]), max(x1, b[0])
+			y0, y1 = min(y0, b[1]), max(y1, b[1])
+		}
+		if x0 > x1 {
+			break // no box has a cell
+		}
+		g.x0, g.y0 = math.Floor(x0/g.side), math.Floor(y0/g.side)
+		nx, ny := math.Floor(x1/g.side)-g.x0+1, math.Floor(y1/g.side)-g.y0+1
+		if cells := nx * ny; cells <= limit {
+			g.nx, g.ny = int(nx), int(ny)
+			break
+		} else if !(cells < math.Inf(1)) {
+			g.side = math.Inf(1) // corners/side overflow: one cell
+			break
+		}
+		g.side *= math.Sqrt(nx*ny/limit) * 1.01
+	}
+	g.singleCell = math.IsInf(g.side, 1) || g.nx*g.ny == 1
+	g.head = make([]int32, g.nx*g.ny)
+	for i := range g.head {
+		g.head[i] = -1
+	}
+	return g
+}
+
+// cell is the cell of a box unplaced rejects not.
+func (g *nmsGrid) cell(b Box) (x, y int) {
+	if g.singleCell {
+		return 0, 0
+	}
+	return int(math.Floor(b[0]/g.side) - g.x0), int(math.Floor(b[1]/g.side) - g.y0)
+}
+
+// suppresses reports whether IoU(k, b) > thresh, the boxes' areas given:
+// IoU's arithmetic, for boxes without NaN.
+func suppresses(k, b Box, kArea, area, thresh float64) bool {
 	iw := min(b[2], k[2]) - max(b[0], k[0])
 	ih := min(b[3], k[3]) - max(b[1], k[1])
 	if !(iw > 0 && ih > 0) {
 		return false
 	}
 	inter := iw * ih
-	union := area + Area(k) - inter
+	union := area + kArea - inter
 	return union > 0 && inter/union > thresh
 }

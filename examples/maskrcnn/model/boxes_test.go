@@ -138,7 +138,7 @@ func TestAnchors(t *testing.T) {
 
 // NMS keeps exactly what comparing each box with every kept box keeps, on
 // random boxes of mixed sizes with tied scores, duplicates, boxes with
-// NaN or infinite corners, and limits.
+// NaN or infinite corners, boxes far from the rest, and limits.
 func TestNMSMatchesEveryPairCompared(t *testing.T) {
 	everyPair := func(boxes []Box, scores []float64, thresh float64, limit int) []int {
 		order := make([]int, len(boxes))
@@ -182,6 +182,10 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 				if trial%3 == 0 {
 					boxes[i][2] = math.Inf(1)
 				}
+			case 3:
+				// Far from the others: the grid's cells widen.
+				boxes[i][0] += 1e7
+				boxes[i][2] += 1e7
 			}
 			if i > 0 && rng.IntN(3) == 0 {
 				// A neighbour of an earlier box, shifted by up to about
