@@ -117,39 +117,31 @@ func NMS(boxes []Box, scores []float64, thresh float64, limit int) []int {
 	}
 	g := newNMSGrid(boxes, side)
 	var keep []int
-	// The kept boxes that are in the grid, with their areas, and for each
-	// the next of its cell's (-1 ends a cell's list).
-	kept := make([]nmsBox, 0, len(boxes))
-	next := make([]int32, 0, len(boxes))
 	for _, i := range order {
 		if limit > 0 && len(keep) == limit {
 			break
 		}
 		b := boxes[i]
-		if unplaced(b) {
+		c := g.cells[i]
+		if c < 0 {
 			keep = append(keep, i) // overlaps nothing, and nothing finds it
 			continue
 		}
 		area := Area(b)
-		cx, cy := g.cell(b)
-		ok := true
-	neighbours:
-		for y := max(cy-1, 0); y <= min(cy+1, g.ny-1); y++ {
-			for x := max(cx-1, 0); x <= min(cx+1, g.nx-1); x++ {
-				for k := g.head[y*g.nx+x]; k >= 0; k = next[k] {
-					if suppresses(kept[k].box, b, kept[k].area, area, thresh) {
-						ok = false
-						break neighbours
-					}
+		// The box's own cell first: its likeliest suppressors are there.
+		ok := !g.suppressed(int(c), b, area, thresh)
+		cx, cy := int(c)%g.nx, int(c)/g.nx
+		for y := max(cy-1, 0); ok && y <= min(cy+1, g.ny-1); y++ {
+			for x := max(cx-1, 0); ok && x <= min(cx+1, g.nx-1); x++ {
+				if x != cx || y != cy {
+					ok = !g.suppressed(y*g.nx+x, b, area, thresh)
 				}
 			}
 		}
 		if ok {
 			keep = append(keep, i)
-			c := cy*g.nx + cx
-			kept = append(kept, nmsBox{b, area})
-			next = append(next, g.head[c])
-			g.head[c] = int32(len(kept) - 1)
+			g.slots[g.start[c]+g.fill[c]] = nmsBox{b, area}
+			g.fill[c]++
 		}
 	}
 	return keep
@@ -168,15 +160,15 @@ type nmsBox struct {
 	area float64
 }
 
-// nmsGrid bins boxes by their top-left corner into square cells of a
-// side, nx by ny of them over the boxes' extent, each the head of a list
-// of kept boxes (-1: empty).
+// nmsGrid bins boxes by their top-left corner into square cells, nx by ny
+// of them over the boxes' extent, and holds the boxes NMS kept by cell:
+// cell c's are slots[start[c]:start[c]+fill[c]], room for every box of
+// the cell, so that a cell's kept boxes lie side by side in memory.
 type nmsGrid struct {
-	side       float64
-	x0, y0     float64 // the first cell's indices, floor(corner/side)
-	nx, ny     int
-	head       []int32
-	singleCell bool
+	nx, ny      int
+	cells       []int32 // each box's cell, -1 for the boxes unplaced keeps
+	start, fill []int32
+	slots       []nmsBox
 }
 
 // newNMSGrid is the grid of cells of at least side over boxes. It widens
@@ -184,57 +176,69 @@ type nmsGrid struct {
 // boxes (a few small boxes far apart): wider cells only bring more boxes
 // near each other, so NMS's result is the same, and the grid stays small.
 func newNMSGrid(boxes []Box, side float64) *nmsGrid {
-	g := &nmsGrid{side: side, nx: 1, ny: 1}
-	limit := float64(4*len(boxes) + 64)
-	for !math.IsInf(g.side, 1) {
-		x0, y0 := math.Inf(1), math.Inf(1)
-		x1, y1 := math.Inf(-1), math.Inf(-1)
-		for _, b := range boxes {
-			if unplaced(b) {
-				continue
-			}
+	g := &nmsGrid{nx: 1, ny: 1, cells: make([]int32, len(boxes))}
+	x0, y0 := math.Inf(1), math.Inf(1)
+	x1, y1 := math.Inf(-1), math.Inf(-1)
+	for _, b := range boxes {
+		if !unplaced(b) {
 			x0, x1 = min(x0, b[0]), max(x1, b[0])
 			y0, y1 = min(y0, b[1]), max(y1, b[1])
 		}
-		if x0 > x1 {
-			break // no box has a cell
-		}
-		g.x0, g.y0 = math.Floor(x0/g.side), math.Floor(y0/g.side)
-		nx, ny := math.Floor(x1/g.side)-g.x0+1, math.Floor(y1/g.side)-g.y0+1
+	}
+	// The first cell's indices, floor(corner/side).
+	cx0, cy0 := 0.0, 0.0
+	limit := float64(4*len(boxes) + 64)
+	for x0 <= x1 && !math.IsInf(side, 1) {
+		cx0, cy0 = math.Floor(x0/side), math.Floor(y0/side)
+		nx, ny := math.Floor(x1/side)-cx0+1, math.Floor(y1/side)-cy0+1
 		if cells := nx * ny; cells <= limit {
 			g.nx, g.ny = int(nx), int(ny)
 			break
 		} else if !(cells < math.Inf(1)) {
-			g.side = math.Inf(1) // corners/side overflow: one cell
+			side = math.Inf(1) // corners/side overflow: one cell
 			break
 		}
-		g.side *= math.Sqrt(nx*ny/limit) * 1.01
+		side *= math.Sqrt(nx*ny/limit) * 1.01
 	}
-	g.singleCell = math.IsInf(g.side, 1) || g.nx*g.ny == 1
-	g.head = make([]int32, g.nx*g.ny)
-	for i := range g.head {
-		g.head[i] = -1
+	single := math.IsInf(side, 1) || g.nx*g.ny == 1
+	g.start = make([]int32, g.nx*g.ny+1)
+	g.fill = make([]int32, g.nx*g.ny)
+	for i, b := range boxes {
+		switch {
+		case unplaced(b):
+			g.cells[i] = -1
+			continue
+		case single:
+			g.cells[i] = 0
+		default:
+			x, y := int(math.Floor(b[0]/side)-cx0), int(math.Floor(b[1]/side)-cy0)
+			g.cells[i] = int32(y*g.nx + x)
+		}
+		g.start[g.cells[i]+1]++
 	}
+	for c := range g.nx * g.ny {
+		g.start[c+1] += g.start[c]
+	}
+	g.slots = make([]nmsBox, g.start[g.nx*g.ny])
 	return g
 }
 
-// cell is the cell of a box unplaced rejects not.
-func (g *nmsGrid) cell(b Box) (x, y int) {
-	if g.singleCell {
-		return 0, 0
+// suppressed reports whether a box of cell c's kept boxes suppresses b,
+// of the given area: IoU's arithmetic (IoU(k, b) > thresh), for boxes
+// without NaN.
+func (g *nmsGrid) suppressed(c int, b Box, area, thresh float64) bool {
+	kept := g.slots[g.start[c] : g.start[c]+g.fill[c]]
+	for i := range kept {
+		k := &kept[i]
+		iw := min(b[2], k.box[2]) - max(b[0], k.box[0])
+		ih := min(b[3], k.box[3]) - max(b[1], k.box[1])
+		if !(iw > 0 && ih > 0) {
+			continue
+		}
+		inter := iw * ih
+		if union := area + k.area - inter; union > 0 && inter/union > thresh {
+			return true
+		}
 	}
-	return int(math.Floor(b[0]/g.side) - g.x0), int(math.Floor(b[1]/g.side) - g.y0)
-}
-
-// suppresses reports whether IoU(k, b) > thresh, the boxes' areas given:
-// IoU's arithmetic, for boxes without NaN.
-func suppresses(k, b Box, kArea, area, thresh float64) bool {
-	iw := min(b[2], k[2]) - max(b[0], k[0])
-	ih := min(b[3], k[3]) - max(b[1], k[1])
-	if !(iw > 0 && ih > 0) {
-		return false
-	}
-	inter := iw * ih
-	union := area + kArea - inter
-	return union > 0 && inter/union > thresh
+	return false
 }
