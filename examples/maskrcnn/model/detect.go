@@ -194,46 +194,42 @@ func bilinear(g []float32, m int, u, v float64) float64 {
 // >= len(scores)), highest first, ties in index order: the first k of a
 // stable sort by descending score, found by selecting them (the RPN's
 // levels have up to ~50,000 anchors an image, of which 2000 are kept).
+//
+// The order is that of integer keys, (descending score, index) packed in
+// one uint64 (rankKey), so that selecting and sorting compare integers.
 func topK(scores []float32, k int) []int {
-	idx := make([]int, len(scores))
-	for i := range idx {
-		idx[i] = i
+	keys := make([]uint64, len(scores))
+	for i, s := range scores {
+		keys[i] = uint64(^rankKey(s))<<32 | uint64(i)
 	}
-	// before is the order: higher score first (NaN last, as cmp.Compare
-	// has it lowest), then lower index. It is total, with no two indices
-	// equal.
-	before := func(a, b int) int {
-		if c := cmp.Compare(scores[b], scores[a]); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
-	}
-	if k < len(idx) {
-		// Quickselect: idx[:k] ends up holding the k first.
-		lo, hi := 0, len(idx)
+	k = min(max(k, 0), len(keys))
+	if k < len(keys) {
+		// Quickselect: keys[:k] ends up holding the k smallest. Keys are
+		// distinct (they hold their index).
+		lo, hi := 0, len(keys)
 		for hi-lo > 1 {
 			mid := lo + (hi-lo)/2
 			// Median of three as the pivot, moved to hi-1.
 			a, b, c := lo, mid, hi-1
-			if before(idx[b], idx[a]) < 0 {
+			if keys[b] < keys[a] {
 				a, b = b, a
 			}
-			if before(idx[c], idx[b]) < 0 {
+			if keys[c] < keys[b] {
 				b = c
-				if before(idx[b], idx[a]) < 0 {
+				if keys[b] < keys[a] {
 					b = a
 				}
 			}
-			idx[b], idx[hi-1] = idx[hi-1], idx[b]
-			pivot := idx[hi-1]
+			keys[b], keys[hi-1] = keys[hi-1], keys[b]
+			pivot := keys[hi-1]
 			p := lo
 			for i := lo; i < hi-1; i++ {
-				if before(idx[i], pivot) < 0 {
-					idx[i], idx[p] = idx[p], idx[i]
+				if keys[i] < pivot {
+					keys[i], keys[p] = keys[p], keys[i]
 					p++
 				}
 			}
-			idx[p], idx[hi-1] = idx[hi-1], idx[p]
+			keys[p], keys[hi-1] = keys[hi-1], keys[p]
 			switch {
 			case p == k || p+1 == k:
 				lo, hi = 0, 0
@@ -243,8 +239,30 @@ func topK(scores []float32, k int) []int {
 				hi = p
 			}
 		}
-		idx = idx[:max(k, 0)]
 	}
-	slices.SortFunc(idx, before)
+	keys = keys[:k]
+	slices.Sort(keys)
+	idx := make([]int, k)
+	for i, key := range keys {
+		idx[i] = int(uint32(key))
+	}
 	return idx
+}
+
+// rankKey maps scores to integers in cmp.Compare's order: NaN lowest
+// (all NaNs equal), then -Inf up to +Inf, -0 equal to +0. Flipping the
+// sign bit of a non-negative float and every bit of a negative one makes
+// its bits order as its value.
+func rankKey(s float32) uint32 {
+	switch {
+	case s != s:
+		return 0
+	case s == 0:
+		s = 0 // -0
+	}
+	b := math.Float32bits(s)
+	if b>>31 == 1 {
+		return ^b
+	}
+	return b | 1<<31
 }
