@@ -69,14 +69,26 @@ func levelProposals(cfg Config, anchors [][]Box, out rpnOutputs, l, n, pre, post
 }
 
 // mergeProposals keeps the post best of an image's levels' candidates,
-// best first (ties: the finer level's, then the level's order).
+// best first (ties: the finer level's, then the level's order): the first
+// post of a stable sort of them all by descending score. Each level's
+// candidates come best first (levelProposals' order, that of cmp.Compare),
+// so merging the levels' lists gives that order.
 func mergeProposals(levels [][]proposal, post int) []Box {
-	all := slices.Concat(levels...)
-	slices.SortStableFunc(all, func(x, y proposal) int { return cmp.Compare(y.score, x.score) })
-	all = all[:min(post, len(all))]
-	boxes := make([]Box, len(all))
-	for i, c := range all {
-		boxes[i] = c.box
+	total := 0
+	for _, cs := range levels {
+		total += len(cs)
+	}
+	boxes := make([]Box, 0, min(post, total))
+	heads := make([]int, len(levels))
+	for len(boxes) < cap(boxes) {
+		best := -1
+		for l, cs := range levels {
+			if heads[l] < len(cs) && (best < 0 || cmp.Compare(cs[heads[l]].score, levels[best][heads[best]].score) > 0) {
+				best = l
+			}
+		}
+		boxes = append(boxes, levels[best][heads[best]].box)
+		heads[best]++
 	}
 	return boxes
 }

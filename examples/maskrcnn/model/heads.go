@@ -231,9 +231,9 @@ func (n *Net) allProposals(rpn rpnOutputs, post int) [][]Box {
 		cands[t] = levelProposals(cfg, n.anchors, rpn, l, img, cfg.RPNPreNMS, post, cfg.RPNNMS)
 	})
 	out := make([][]Box, n.batch)
-	for img := range out {
+	parallelImages(n.batch, func(img int) {
 		out[img] = mergeProposals(cands[img*levels:(img+1)*levels], post)
-	}
+	})
 	return out
 }
 

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -277,6 +278,38 @@ func TestProposals(t *testing.T) {
 		for j := range i {
 			if IoU(props[i], props[j]) > 0.7 {
 				t.Fatalf("proposals %d and %d overlap by %v after NMS", j, i, IoU(props[i], props[j]))
+			}
+		}
+	}
+}
+
+// mergeProposals is the first post of a stable sort of the levels'
+// candidates by descending score, on levels with tied scores and NaNs.
+func TestMergeProposals(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for trial := range 200 {
+		levels := make([][]proposal, 1+rng.IntN(5))
+		var all []proposal
+		for l := range levels {
+			for i := range rng.IntN(30) {
+				s := float64(rng.IntN(8))
+				if rng.IntN(20) == 0 {
+					s = math.NaN()
+				}
+				levels[l] = append(levels[l], proposal{box: Box{float64(l), float64(i), 0, 0}, score: s})
+			}
+			// Best first, as levelProposals gives them.
+			slices.SortStableFunc(levels[l], func(x, y proposal) int { return cmp.Compare(y.score, x.score) })
+			all = append(all, levels[l]...)
+		}
+		slices.SortStableFunc(all, func(x, y proposal) int { return cmp.Compare(y.score, x.score) })
+		for _, post := range []int{0, 1, len(all) / 2, len(all), len(all) + 3} {
+			want := make([]Box, min(post, len(all)))
+			for i := range want {
+				want[i] = all[i].box
+			}
+			if got := mergeProposals(levels, post); !slices.Equal(got, want) {
+				t.Fatalf("trial %d, post %d: %v, want %v", trial, post, got, want)
 			}
 		}
 	}
