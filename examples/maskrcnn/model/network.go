@@ -82,6 +82,8 @@ type Net struct {
 	learn    []G.ValueGrad // learnable tensors of this graph with their gradients, in names' order
 	opt      *ops.AdamW
 	bns      []*ops.BatchNorm
+	// maskScratch: per image, sampleHeads' buffers for the mask targets.
+	maskScratch []maskScratch
 
 	// Inference.
 	detVal, maskVal G.Value

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/kernels"
 )
 
 func TestRPNLabels(t *testing.T) {
@@ -175,6 +176,61 @@ func TestMaskTarget(t *testing.T) {
 		}
 		if !slices.Equal(got, c.want) {
 			t.Errorf("MaskTarget(%v, %d) = %v, want %v", c.box, c.size, got, c.want)
+		}
+	}
+}
+
+// maskTargets weighs of its scratch image only what it writes: with the
+// scratch full of ones or of the mask's complement, it gives what RoIAlign
+// over the whole mask as floats gives, for boxes inside, across and
+// outside the border, inverted, tiny and with NaN corners.
+func TestMaskTargetsScratch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const w, h, m = 40, 30, 7
+	for trial := range 100 {
+		mask := data.NewMask(w, h)
+		full := make([]float32, w*h)
+		for i := range mask.Bits {
+			if mask.Bits[i] = rng.IntN(3) > 0; mask.Bits[i] {
+				full[i] = 1
+			}
+		}
+		boxes := make([]Box, 1+rng.IntN(4))
+		for i := range boxes {
+			x, y := rng.Float64()*60-10, rng.Float64()*50-10
+			boxes[i] = Box{x, y, x + rng.Float64()*20 - 2, y + rng.Float64()*20 - 2}
+			if rng.IntN(20) == 0 {
+				boxes[i][rng.IntN(4)] = math.NaN()
+			}
+		}
+		p := kernels.RoIAlignParams{N: 1, C: 1, H: h, W: w, K: len(boxes), PooledH: m, PooledW: m,
+			SpatialScale: 1, SamplingRatio: 2, Aligned: true}
+		var rois []float32
+		for _, b := range boxes {
+			rois = append(rois, 0, float32(b[0]), float32(b[1]), float32(b[2]), float32(b[3]))
+		}
+		want := make([]float32, len(boxes)*m*m)
+		if err := kernels.RoIAlignForward(p, full, rois, want); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range want {
+			want[i] = map[bool]float32{true: 1, false: 0}[v >= 0.5]
+		}
+		for _, fill := range []string{"ones", "complement"} {
+			img := make([]float32, w*h)
+			for i := range img {
+				img[i] = 1
+				if fill == "complement" {
+					img[i] = 1 - full[i]
+				}
+			}
+			got := make([]float32, len(want))
+			if err := maskTargets(mask, boxes, m, img, got); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("trial %d, boxes %v, scratch of %s: %v, want %v", trial, boxes, fill, got, want)
+			}
 		}
 	}
 }
