@@ -1,10 +1,6 @@
 package model
 
-import (
-	"cmp"
-	"math"
-	"slices"
-)
+import "math"
 
 // Box is [x1, y1, x2, y2] in image pixels with an exclusive end, as
 // data.Object.Box: width x2-x1, height y2-y1.
@@ -93,17 +89,7 @@ func Clip(b Box, size float64) Box {
 // cost that grows with the boxes rather than their square: the RPN's
 // thousands of proposals per level are the longest host step otherwise.
 func NMS(boxes []Box, scores []float64, thresh float64, limit int) []int {
-	order := make([]int, len(boxes))
-	for i := range order {
-		order[i] = i
-	}
-	// Best score first, ties in index order: a stable sort's order.
-	slices.SortFunc(order, func(a, b int) int {
-		if c := cmp.Compare(scores[b], scores[a]); c != 0 {
-			return c
-		}
-		return cmp.Compare(a, b)
-	})
+	order := rankOrder(scores[:len(boxes)])
 	side := 0.0
 	for _, b := range boxes {
 		side = max(side, b[2]-b[0], b[3]-b[1])
@@ -145,6 +131,69 @@ func NMS(boxes []Box, scores []float64, thresh float64, limit int) []int {
 		}
 	}
 	return keep
+}
+
+// rankOrder returns the indices of scores best first, ties in index
+// order: a stable sort's order. It sorts the scores' descending rankKey64
+// by radix, a byte at a time from the lowest, each pass stable; passes
+// over a byte all keys share are skipped.
+func rankOrder(scores []float64) []int {
+	n := len(scores)
+	keys, idx := make([]uint64, n), make([]int, n)
+	var counts [8][256]int
+	for i, s := range scores {
+		keys[i], idx[i] = ^rankKey64(s), i
+		for d := range 8 {
+			counts[d][byte(keys[i]>>(8*d))]++
+		}
+	}
+	keys2, idx2 := make([]uint64, n), make([]int, n)
+	for d := range 8 {
+		c := &counts[d]
+		if n == 0 || c[byte(keys[0]>>(8*d))] == n {
+			continue
+		}
+		sum := 0
+		for b, v := range c {
+			c[b] = sum
+			sum += v
+		}
+		for i, key := range keys {
+			o := &c[byte(key>>(8*d))]
+			keys2[*o], idx2[*o] = key, idx[i]
+			*o++
+		}
+		keys, keys2, idx, idx2 = keys2, keys, idx2, idx
+	}
+	return idx
+}
+
+// rankKey maps scores to integers in cmp.Compare's order: NaN lowest
+// (all NaNs equal), then -Inf up to +Inf, -0 equal to +0. Flipping the
+// sign bit of a non-negative float and every bit of a negative one makes
+// its bits order as its value; the flip is a mask, not a branch on the
+// sign, which would be mispredicted half the time on scores of both signs.
+func rankKey(s float32) uint32 {
+	switch {
+	case s != s:
+		return 0
+	case s == 0:
+		s = 0 // -0
+	}
+	b := math.Float32bits(s)
+	return b ^ (uint32(int32(b)>>31) | 1<<31)
+}
+
+// rankKey64 is rankKey for float64 scores.
+func rankKey64(s float64) uint64 {
+	switch {
+	case s != s:
+		return 0
+	case s == 0:
+		s = 0 // -0
+	}
+	b := math.Float64bits(s)
+	return b ^ (uint64(int64(b)>>63) | 1<<63)
 }
 
 // unplaced reports whether NMS keeps b without comparing it: a box with a

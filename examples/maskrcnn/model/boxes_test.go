@@ -137,7 +137,7 @@ func TestAnchors(t *testing.T) {
 }
 
 // NMS keeps exactly what comparing each box with every kept box keeps, on
-// random boxes of mixed sizes with tied scores, duplicates, boxes with
+// random boxes of mixed sizes with tied and NaN scores, duplicates, boxes with
 // NaN or infinite corners, boxes far from the rest, and limits.
 func TestNMSMatchesEveryPairCompared(t *testing.T) {
 	everyPair := func(boxes []Box, scores []float64, thresh float64, limit int) []int {
@@ -186,6 +186,8 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 				// Far from the others: the grid's cells widen.
 				boxes[i][0] += 1e7
 				boxes[i][2] += 1e7
+			case 4:
+				scores[i] = math.NaN() // last, as cmp.Compare orders it
 			}
 			if i > 0 && rng.IntN(3) == 0 {
 				// A neighbour of an earlier box, shifted by up to about
@@ -205,30 +207,62 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 	}
 }
 
-// topK is the first k of a stable sort by descending score, on scores
-// with ties and NaNs, for every k.
-func TestTopK(t *testing.T) {
+// topKSet is the first k of a stable sort by descending score, in index
+// order, for every k: on scores with ties and NaNs, and on spread scores
+// of both signs, zeros of both signs and infinities.
+func TestTopKSet(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	for trial := range 200 {
+	for trial := range 300 {
 		n := rng.IntN(300)
+		if trial%10 == 0 {
+			n = 5000 + rng.IntN(5000)
+		}
 		scores := make([]float32, n)
 		for i := range scores {
-			scores[i] = float32(rng.IntN(1 + trial%50))
-			if rng.IntN(30) == 0 {
+			if trial%2 == 0 {
+				scores[i] = float32(rng.IntN(1 + trial%50))
+			} else {
+				scores[i] = float32(rng.NormFloat64() * math.Exp(rng.Float64()*10-5))
+			}
+			switch rng.IntN(30) {
+			case 0:
 				scores[i] = float32(math.NaN())
+			case 1:
+				scores[i] = float32(math.Copysign(0, rng.NormFloat64()))
+			case 2:
+				scores[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
 			}
 		}
-		want := make([]int, n)
-		for i := range want {
-			want[i] = i
+		order := make([]int, n)
+		for i := range order {
+			order[i] = i
 		}
-		slices.SortStableFunc(want, func(a, b int) int { return cmp.Compare(scores[b], scores[a]) })
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(scores[b], scores[a]) })
 		for _, k := range []int{0, 1, n / 3, n - 1, n, n + 5} {
 			if k < 0 {
 				continue
 			}
-			if got := topK(scores, k); !slices.Equal(got, want[:min(k, n)]) {
-				t.Fatalf("trial %d, k %d: %v, want %v (scores %v)", trial, k, got, want[:min(k, n)], scores)
+			want := slices.Sorted(slices.Values(order[:min(k, n)]))
+			if got := topKSet(scores, k); !slices.Equal(got, want) {
+				t.Fatalf("trial %d, k %d: %v, want %v (scores %v)", trial, k, got, want, scores)
+			}
+		}
+	}
+}
+
+// rankKey and rankKey64 order scores as cmp.Compare does, on special
+// values and their neighbours.
+func TestRankKey(t *testing.T) {
+	vals := []float64{math.NaN(), math.Inf(-1), -math.MaxFloat64, -1.5, -1, -math.SmallestNonzeroFloat64,
+		math.Copysign(0, -1), 0, math.SmallestNonzeroFloat64, 1e-40, 1, 1.5, math.MaxFloat64, math.Inf(1)}
+	for _, a := range vals {
+		for _, b := range vals {
+			if got, want := cmp.Compare(rankKey64(a), rankKey64(b)), cmp.Compare(a, b); got != want {
+				t.Errorf("rankKey64: %v vs %v compares %d, want %d", a, b, got, want)
+			}
+			a32, b32 := float32(a), float32(b)
+			if got, want := cmp.Compare(rankKey(a32), rankKey(b32)), cmp.Compare(a32, b32); got != want {
+				t.Errorf("rankKey: %v vs %v compares %d, want %d", a32, b32, got, want)
 			}
 		}
 	}

@@ -39,15 +39,20 @@ type proposal struct {
 
 // levelProposals is proposals' work on level l of image n: its candidates,
 // best first.
+//
+// The pre best anchors are decoded in anchor order, which reads the deltas
+// and anchors in memory order; NMS then orders them by score, ties in
+// anchor order, as a stable sort by score would.
 func levelProposals(cfg Config, anchors [][]Box, out rpnOutputs, l, n, pre, post int, thresh float64) []proposal {
 	boxes := anchors[l]
 	size := len(boxes)
 	hw := size / cfg.NumAnchors()
 	obj := out.obj[l][n*size : (n+1)*size]
 	del := out.delta[l][n*4*size : (n+1)*4*size]
-	var bs []Box
-	var ss []float64
-	for _, j := range topK(obj, pre) {
+	best := topKSet(obj, pre)
+	bs := make([]Box, 0, len(best))
+	ss := make([]float64, 0, len(best))
+	for _, j := range best {
 		an, p := j/hw, j%hw
 		d := [4]float64{}
 		for k := range 4 {
@@ -202,79 +207,105 @@ func bilinear(g []float32, m int, u, v float64) float64 {
 	return (1-fy)*((1-fx)*at(x0, y0)+fx*at(x1, y0)) + fy*((1-fx)*at(x0, y1)+fx*at(x1, y1))
 }
 
-// topK returns the indices of the k highest of scores (all of them when k
-// >= len(scores)), highest first, ties in index order: the first k of a
-// stable sort by descending score, found by selecting them (the RPN's
-// levels have up to ~50,000 anchors an image, of which 2000 are kept).
-//
-// The order is that of integer keys, (descending score, index) packed in
-// one uint64 (rankKey), so that selecting and sorting compare integers.
-func topK(scores []float32, k int) []int {
-	keys := make([]uint64, len(scores))
-	for i, s := range scores {
-		keys[i] = uint64(^rankKey(s))<<32 | uint64(i)
+// topKSet returns the indices of the k highest of scores (all of them when
+// k >= len(scores)), ties to the lower index: the first k of a stable sort
+// by descending score, in increasing order. It finds them by selecting, in
+// linear time (the RPN's levels have up to ~50,000 anchors an image, of
+// which 2000 are kept), in the order of integer keys: rankKey's, then the
+// index.
+func topKSet(scores []float32, k int) []int {
+	k = min(max(k, 0), len(scores))
+	idx := make([]int, 0, k)
+	if k == 0 {
+		return idx
 	}
-	k = min(max(k, 0), len(keys))
-	if k < len(keys) {
-		// Quickselect: keys[:k] ends up holding the k smallest. Keys are
-		// distinct (they hold their index).
-		lo, hi := 0, len(keys)
-		for hi-lo > 1 {
-			mid := lo + (hi-lo)/2
-			// Median of three as the pivot, moved to hi-1.
-			a, b, c := lo, mid, hi-1
-			if keys[b] < keys[a] {
-				a, b = b, a
-			}
-			if keys[c] < keys[b] {
-				b = c
-				if keys[b] < keys[a] {
-					b = a
-				}
-			}
-			keys[b], keys[hi-1] = keys[hi-1], keys[b]
-			pivot := keys[hi-1]
-			p := lo
-			for i := lo; i < hi-1; i++ {
-				if keys[i] < pivot {
-					keys[i], keys[p] = keys[p], keys[i]
-					p++
-				}
-			}
-			keys[p], keys[hi-1] = keys[hi-1], keys[p]
-			switch {
-			case p == k || p+1 == k:
-				lo, hi = 0, 0
-			case p < k:
-				lo = p + 1
-			default:
-				hi = p
-			}
+	if k == len(scores) {
+		for i := range scores {
+			idx = append(idx, i)
+		}
+		return idx
+	}
+	// A histogram of the keys' top bits finds the bucket of the k-th key:
+	// the keys of the buckets before it are among the k, those after it
+	// not; quickselect picks the rest among the bucket's keys, as
+	// (key, index) pairs packed in a uint64.
+	const bits = 11
+	var hist [1 << bits]int
+	for _, s := range scores {
+		hist[^rankKey(s)>>(32-bits)]++
+	}
+	cut, before := uint32(0), 0
+	for before+hist[cut] < k {
+		before += hist[cut]
+		cut++
+	}
+	// The keys of the buckets before cut, in index order, and the pairs of
+	// the bucket.
+	var bucket []uint64
+	for i, s := range scores {
+		switch key := ^rankKey(s); {
+		case key>>(32-bits) < cut:
+			idx = append(idx, i)
+		case key>>(32-bits) == cut:
+			bucket = append(bucket, uint64(key)<<32|uint64(i))
 		}
 	}
-	keys = keys[:k]
-	slices.Sort(keys)
-	idx := make([]int, k)
-	for i, key := range keys {
-		idx[i] = int(uint32(key))
+	// before < k: the bucket holds the rest.
+	selectSmallest(bucket, k-before)
+	rest := make([]int, k-before)
+	for j, key := range bucket[:k-before] {
+		rest[j] = int(uint32(key))
+	}
+	slices.Sort(rest)
+	// Both in index order: merged in place from the end.
+	idx = idx[:k]
+	i, j := before-1, len(rest)-1
+	for o := k - 1; j >= 0; o-- {
+		if i >= 0 && idx[i] > rest[j] {
+			idx[o] = idx[i]
+			i--
+		} else {
+			idx[o] = rest[j]
+			j--
+		}
 	}
 	return idx
 }
 
-// rankKey maps scores to integers in cmp.Compare's order: NaN lowest
-// (all NaNs equal), then -Inf up to +Inf, -0 equal to +0. Flipping the
-// sign bit of a non-negative float and every bit of a negative one makes
-// its bits order as its value.
-func rankKey(s float32) uint32 {
-	switch {
-	case s != s:
-		return 0
-	case s == 0:
-		s = 0 // -0
+// selectSmallest moves the k smallest of keys, which are distinct, to
+// keys[:k] (quickselect), 0 < k <= len(keys).
+func selectSmallest(keys []uint64, k int) {
+	lo, hi := 0, len(keys)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		// Median of three as the pivot, moved to hi-1.
+		a, b, c := lo, mid, hi-1
+		if keys[b] < keys[a] {
+			a, b = b, a
+		}
+		if keys[c] < keys[b] {
+			b = c
+			if keys[b] < keys[a] {
+				b = a
+			}
+		}
+		keys[b], keys[hi-1] = keys[hi-1], keys[b]
+		pivot := keys[hi-1]
+		p := lo
+		for i := lo; i < hi-1; i++ {
+			if keys[i] < pivot {
+				keys[i], keys[p] = keys[p], keys[i]
+				p++
+			}
+		}
+		keys[p], keys[hi-1] = keys[hi-1], keys[p]
+		switch {
+		case p == k || p+1 == k:
+			return
+		case p < k:
+			lo = p + 1
+		default:
+			hi = p
+		}
 	}
-	b := math.Float32bits(s)
-	if b>>31 == 1 {
-		return ^b
-	}
-	return b | 1<<31
 }
