@@ -78,30 +78,15 @@ func Clip(b Box, size float64) Box {
 // overlaps nothing (IoU 0).
 //
 // A box is compared only with the kept boxes near it: boxes are binned by
-// their top-left corner into square cells, and two boxes whose IoU
-// exceeds thresh lie in the same or neighbouring cells. (Such boxes
-// overlap by at least thresh of either's width, so their left edges are
-// at most (1-thresh) times the wider one's width apart, and likewise their
-// top edges: cells of (1-thresh) times the largest box side suffice, or
-// the largest side itself for thresh <= 0, where any overlap suppresses.)
-// The result is that of comparing with every kept box (a box is kept when
-// no kept box suppresses it, whatever the order of the comparisons), at a
-// cost that grows with the boxes rather than their square: the RPN's
-// thousands of proposals per level are the longest host step otherwise.
+// their top-left corner into square cells, and a box looks in the cells
+// its suppressors' corners can lie in (nmsGrid.reach). The result is that
+// of comparing with every kept box (a box is kept when no kept box
+// suppresses it, whatever the order of the comparisons), at a cost that
+// grows with the boxes rather than their square: the RPN's thousands of
+// proposals per level are the longest host step otherwise.
 func NMS(boxes []Box, scores []float64, thresh float64, limit int) []int {
 	order := rankOrder(scores[:len(boxes)])
-	side := 0.0
-	for _, b := range boxes {
-		side = max(side, b[2]-b[0], b[3]-b[1])
-	}
-	if thresh > 0 && thresh < 1 {
-		// A hair more than (1-thresh) of it, for the rounding of IoU.
-		side *= (1 - thresh) * (1 + 1e-9)
-	}
-	if !(side > 0) || math.IsInf(side, 0) {
-		side = math.Inf(1) // one cell: every kept box is near
-	}
-	g := newNMSGrid(boxes, side)
+	g := newNMSGrid(boxes, thresh)
 	var keep []int
 	for _, i := range order {
 		if limit > 0 && len(keep) == limit {
@@ -116,11 +101,11 @@ func NMS(boxes []Box, scores []float64, thresh float64, limit int) []int {
 		area := Area(b)
 		// The box's own cell first: its likeliest suppressors are there.
 		ok := !g.suppressed(int(c), b, area, thresh)
-		cx, cy := int(c)%g.nx, int(c)/g.nx
-		for y := max(cy-1, 0); ok && y <= min(cy+1, g.ny-1); y++ {
-			for x := max(cx-1, 0); ok && x <= min(cx+1, g.nx-1); x++ {
-				if x != cx || y != cy {
-					ok = !g.suppressed(y*g.nx+x, b, area, thresh)
+		x0, y0, x1, y1 := g.near(b)
+		for y := y0; ok && y <= y1; y++ {
+			for x := x0; ok && x <= x1; x++ {
+				if cx := y*g.nx + x; cx != int(c) {
+					ok = !g.suppressed(cx, b, area, thresh)
 				}
 			}
 		}
@@ -214,42 +199,60 @@ type nmsBox struct {
 // cell c's are slots[start[c]:start[c]+fill[c]], room for every box of
 // the cell, so that a cell's kept boxes lie side by side in memory.
 type nmsGrid struct {
+	thresh float64
+	// bound is the reach of every box: (1-thresh) times the largest side
+	// of all, a hair more, or the largest side for a thresh outside (0, 1).
+	bound       float64
+	side        float64 // the cells'
+	cx0, cy0    float64 // the first cell's indices, floor(corner/side)
 	nx, ny      int
 	cells       []int32 // each box's cell, -1 for the boxes unplaced keeps
 	start, fill []int32
 	slots       []nmsBox
 }
 
-// newNMSGrid is the grid of cells of at least side over boxes. It widens
-// the cells when the boxes would need far more cells than there are
-// boxes (a few small boxes far apart): wider cells only bring more boxes
-// near each other, so NMS's result is the same, and the grid stays small.
-func newNMSGrid(boxes []Box, side float64) *nmsGrid {
-	g := &nmsGrid{nx: 1, ny: 1, cells: make([]int32, len(boxes))}
+// newNMSGrid is the grid of boxes for NMS at thresh. Its cells are as wide
+// as the boxes' mean reach, so that a box looks in a few cells around its
+// own. It widens them when the boxes would need far more cells than there
+// are boxes (a few small boxes far apart): wider cells only bring more
+// boxes near each other, so NMS's result is the same, and the grid stays
+// small.
+func newNMSGrid(boxes []Box, thresh float64) *nmsGrid {
+	g := &nmsGrid{thresh: thresh, nx: 1, ny: 1, cells: make([]int32, len(boxes))}
 	x0, y0 := math.Inf(1), math.Inf(1)
 	x1, y1 := math.Inf(-1), math.Inf(-1)
+	placed := 0
 	for _, b := range boxes {
 		if !unplaced(b) {
 			x0, x1 = min(x0, b[0]), max(x1, b[0])
 			y0, y1 = min(y0, b[1]), max(y1, b[1])
+			g.bound = max(g.bound, b[2]-b[0], b[3]-b[1])
+			placed++
 		}
 	}
-	// The first cell's indices, floor(corner/side).
-	cx0, cy0 := 0.0, 0.0
+	if thresh > 0 && thresh < 1 {
+		// A hair more than (1-thresh) of it, for the rounding of IoU.
+		g.bound *= (1 - thresh) * (1 + 1e-9)
+	}
+	g.side = 0
+	for _, b := range boxes {
+		if !unplaced(b) {
+			rx, ry := g.reach(b)
+			g.side += (rx + ry) / float64(2*placed)
+		}
+	}
 	limit := float64(4*len(boxes) + 64)
-	for x0 <= x1 && !math.IsInf(side, 1) {
-		cx0, cy0 = math.Floor(x0/side), math.Floor(y0/side)
-		nx, ny := math.Floor(x1/side)-cx0+1, math.Floor(y1/side)-cy0+1
+	for placed > 0 && g.side > 0 && !math.IsInf(g.side, 1) {
+		g.cx0, g.cy0 = math.Floor(x0/g.side), math.Floor(y0/g.side)
+		nx, ny := math.Floor(x1/g.side)-g.cx0+1, math.Floor(y1/g.side)-g.cy0+1
 		if cells := nx * ny; cells <= limit {
 			g.nx, g.ny = int(nx), int(ny)
 			break
 		} else if !(cells < math.Inf(1)) {
-			side = math.Inf(1) // corners/side overflow: one cell
-			break
+			break // corners/side overflow: one cell
 		}
-		side *= math.Sqrt(nx*ny/limit) * 1.01
+		g.side *= math.Sqrt(nx*ny/limit) * 1.01
 	}
-	single := math.IsInf(side, 1) || g.nx*g.ny == 1
 	g.start = make([]int32, g.nx*g.ny+1)
 	g.fill = make([]int32, g.nx*g.ny)
 	for i, b := range boxes {
@@ -257,10 +260,10 @@ func newNMSGrid(boxes []Box, side float64) *nmsGrid {
 		case unplaced(b):
 			g.cells[i] = -1
 			continue
-		case single:
+		case g.nx*g.ny == 1:
 			g.cells[i] = 0
 		default:
-			x, y := int(math.Floor(b[0]/side)-cx0), int(math.Floor(b[1]/side)-cy0)
+			x, y := int(math.Floor(b[0]/g.side)-g.cx0), int(math.Floor(b[1]/g.side)-g.cy0)
 			g.cells[i] = int32(y*g.nx + x)
 		}
 		g.start[g.cells[i]+1]++
@@ -270,6 +273,41 @@ func newNMSGrid(boxes []Box, side float64) *nmsGrid {
 	}
 	g.slots = make([]nmsBox, g.start[g.nx*g.ny])
 	return g
+}
+
+// reach bounds how far from b's top-left corner, in x and in y, the corner
+// of a box that suppresses b lies. Boxes of IoU above thresh overlap by
+// more than thresh of either's width, so their widths are within a factor
+// thresh of each other and their left edges less than (1-thresh) times
+// the wider width apart: less than (1-thresh)/thresh times b's width, and
+// less than bound; likewise heights and top edges. A hair more covers the
+// rounding of the widths and of the corners' differences, which grows
+// with the corners' distance from the origin. An inverted box, which
+// nothing suppresses, reaches nowhere but its own cell.
+func (g *nmsGrid) reach(b Box) (rx, ry float64) {
+	rx, ry = g.bound, g.bound
+	if t := g.thresh; t > 0 && t < 1 {
+		rx = min(rx, (1-t)/t*(b[2]-b[0])*(1+1e-9))
+		ry = min(ry, (1-t)/t*(b[3]-b[1])*(1+1e-9))
+	}
+	rx = max(rx, 0) + 1e-12*(math.Abs(b[0])+math.Abs(b[2]))
+	ry = max(ry, 0) + 1e-12*(math.Abs(b[1])+math.Abs(b[3]))
+	return rx, ry
+}
+
+// near returns the cells, [x0, x1] by [y0, y1], within b's reach.
+func (g *nmsGrid) near(b Box) (x0, y0, x1, y1 int) {
+	if g.nx*g.ny == 1 {
+		return 0, 0, 0, 0
+	}
+	rx, ry := g.reach(b)
+	// The floors are monotonic, as the cells' are: a corner within reach
+	// is in a cell of the range. Clamped as floats: reaches can be
+	// infinite.
+	at := func(v, c0 float64, n int) int {
+		return int(min(max(math.Floor(v/g.side)-c0, 0), float64(n-1)))
+	}
+	return at(b[0]-rx, g.cx0, g.nx), at(b[1]-ry, g.cy0, g.ny), at(b[0]+rx, g.cx0, g.nx), at(b[1]+ry, g.cy0, g.ny)
 }
 
 // suppressed reports whether a box of cell c's kept boxes suppresses b,

@@ -138,7 +138,8 @@ func TestAnchors(t *testing.T) {
 
 // NMS keeps exactly what comparing each box with every kept box keeps, on
 // random boxes of mixed sizes with tied and NaN scores, duplicates, boxes with
-// NaN or infinite corners, boxes far from the rest, and limits.
+// NaN or infinite corners, inverted and empty boxes, boxes far from the
+// rest, thresholds from 0 to 1, and limits.
 func TestNMSMatchesEveryPairCompared(t *testing.T) {
 	everyPair := func(boxes []Box, scores []float64, thresh float64, limit int) []int {
 		order := make([]int, len(boxes))
@@ -165,8 +166,9 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 		return keep
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
-	for trial := range 600 {
+	for trial := range 1400 {
 		n := 1 + rng.IntN(400)
+		thresh := []float64{0.3, 0.5, 0.7, 0.05, 0.95, 0, 1}[trial%7]
 		boxes, scores := make([]Box, n), make([]float64, n)
 		for i := range boxes {
 			x, y := rng.Float64()*500-50, rng.Float64()*500-50
@@ -183,11 +185,19 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 					boxes[i][2] = math.Inf(1)
 				}
 			case 3:
-				// Far from the others: the grid's cells widen.
-				boxes[i][0] += 1e7
-				boxes[i][2] += 1e7
+				if trial%5 == 0 {
+					// Far from the others: the grid's cells widen.
+					boxes[i][0] += 1e7
+					boxes[i][2] += 1e7
+				}
 			case 4:
 				scores[i] = math.NaN() // last, as cmp.Compare orders it
+			case 5:
+				boxes[i][0], boxes[i][2] = boxes[i][2], boxes[i][0] // inverted
+			case 6:
+				boxes[i][2] = boxes[i][0] // no width
+			case 7:
+				boxes[i][3] = math.Inf(-1)
 			}
 			if i > 0 && rng.IntN(3) == 0 {
 				// A neighbour of an earlier box, shifted by up to about
@@ -196,9 +206,20 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 				w, h := o[2]-o[0], o[3]-o[1]
 				dx, dy := (rng.Float64()-0.5)*0.8*w, (rng.Float64()-0.5)*0.8*h
 				boxes[i] = Box{o[0] + dx, o[1] + dy, o[2] + dx, o[3] + dy}
+				if rng.IntN(2) == 0 && thresh > 0 {
+					// Around it, nearly 1/thresh times as wide (or high),
+					// sharing its right (or bottom) edge: the farthest
+					// corner that suppresses it, or is suppressed by it.
+					f := min(1/thresh, 1e3) * (1 - 0.01*rng.Float64())
+					boxes[i] = o
+					if d := rng.IntN(2); d == 0 {
+						boxes[i][0] = o[2] - f*w
+					} else {
+						boxes[i][1] = o[3] - f*h
+					}
+				}
 			}
 		}
-		thresh := []float64{0.3, 0.5, 0.7}[trial%3]
 		limit := []int{0, 5, n / 2}[trial%3]
 		got, want := NMS(boxes, scores, thresh, limit), everyPair(boxes, scores, thresh, limit)
 		if !slices.Equal(got, want) {
