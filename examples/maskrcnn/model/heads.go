@@ -251,9 +251,11 @@ func (n *Net) allProposals(rpn rpnOutputs, post int) [][]Box {
 	cfg := n.cfg
 	levels := len(n.anchors)
 	cands := make([][]proposal, n.batch*levels)
+	// The finer levels, with the most anchors and boxes, first: the
+	// coarsest levels' small pieces then fill the workers' ends.
 	parallelImages(len(cands), func(t int) {
-		img, l := t/levels, t%levels
-		cands[t] = levelProposals(cfg, n.anchors, rpn, l, img, cfg.RPNPreNMS, post, cfg.RPNNMS)
+		l, img := t/n.batch, t%n.batch
+		cands[img*levels+l] = levelProposals(cfg, n.anchors, rpn, l, img, cfg.RPNPreNMS, post, cfg.RPNNMS)
 	})
 	out := make([][]Box, n.batch)
 	parallelImages(n.batch, func(img int) {
