@@ -2,14 +2,16 @@ package model
 
 import (
 	"math/rand/v2"
+	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/stheno-ml/stheno/autograd"
 )
 
 // samplerCase is what the training graph's "sample RoIs" host op sees in
-// one step of the r50fpn preset: the Net (built on the host, without a
-// machine: the host op needs its configuration and anchors only), the
+// one step: the Net (built on the host, without a machine: the host op
+// needs its configuration and anchors only), the
 // RPN's outputs of the batch as the op's inputs (objectness logits
 // ~ N(0, 1), deltas ~ N(0, 0.1^2), as an untrained RPN gives), the batch's
 // ground truth (benchBatch's) and the packed output.
@@ -49,6 +51,27 @@ func (c *samplerCase) run(tb testing.TB, seed uint64) {
 	c.net.step.targets, c.net.step.rng = c.targets, rand.New(rand.NewPCG(3, seed))
 	if err := c.net.sampleHeads(c.in, c.out); err != nil {
 		tb.Fatal(err)
+	}
+}
+
+// sampleHeads gives the same output however many goroutines it runs on,
+// and whatever steps ran before on the Net (it keeps buffers across
+// steps), for images whose masks differ.
+func TestSampleHeadsDeterministic(t *testing.T) {
+	c := newSamplerCase(t, DefaultConfig(3, 64), 4)
+	c.targets[2].Masks[0] = nil // no mask loss for this box
+	c.run(t, 7)
+	want := slices.Clone(c.out)
+	for _, procs := range []int{1, 3} {
+		old := runtime.GOMAXPROCS(procs)
+		c.run(t, 8)
+		c.run(t, 7)
+		runtime.GOMAXPROCS(old)
+		for j := range want {
+			if c.out[j] != want[j] {
+				t.Fatalf("GOMAXPROCS %d, after another step: value %d is %v, was %v", procs, j, c.out[j], want[j])
+			}
+		}
 	}
 }
 
