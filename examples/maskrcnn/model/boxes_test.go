@@ -137,8 +137,9 @@ func TestAnchors(t *testing.T) {
 }
 
 // NMS keeps exactly what comparing each box with every kept box keeps, on
-// random boxes of mixed sizes with tied scores, duplicates, boxes with
-// NaN or infinite corners, and limits.
+// random boxes of mixed sizes with tied and NaN scores, duplicates, boxes with
+// NaN or infinite corners, inverted and empty boxes, boxes far from the
+// rest, thresholds from 0 to 1, and limits.
 func TestNMSMatchesEveryPairCompared(t *testing.T) {
 	everyPair := func(boxes []Box, scores []float64, thresh float64, limit int) []int {
 		order := make([]int, len(boxes))
@@ -165,8 +166,9 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 		return keep
 	}
 	rng := rand.New(rand.NewPCG(7, 8))
-	for trial := range 600 {
+	for trial := range 1400 {
 		n := 1 + rng.IntN(400)
+		thresh := []float64{0.3, 0.5, 0.7, 0.05, 0.95, 0, 1}[trial%7]
 		boxes, scores := make([]Box, n), make([]float64, n)
 		for i := range boxes {
 			x, y := rng.Float64()*500-50, rng.Float64()*500-50
@@ -182,6 +184,20 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 				if trial%3 == 0 {
 					boxes[i][2] = math.Inf(1)
 				}
+			case 3:
+				if trial%5 == 0 {
+					// Far from the others: the grid's cells widen.
+					boxes[i][0] += 1e7
+					boxes[i][2] += 1e7
+				}
+			case 4:
+				scores[i] = math.NaN() // last, as cmp.Compare orders it
+			case 5:
+				boxes[i][0], boxes[i][2] = boxes[i][2], boxes[i][0] // inverted
+			case 6:
+				boxes[i][2] = boxes[i][0] // no width
+			case 7:
+				boxes[i][3] = math.Inf(-1)
 			}
 			if i > 0 && rng.IntN(3) == 0 {
 				// A neighbour of an earlier box, shifted by up to about
@@ -190,9 +206,20 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 				w, h := o[2]-o[0], o[3]-o[1]
 				dx, dy := (rng.Float64()-0.5)*0.8*w, (rng.Float64()-0.5)*0.8*h
 				boxes[i] = Box{o[0] + dx, o[1] + dy, o[2] + dx, o[3] + dy}
+				if rng.IntN(2) == 0 && thresh > 0 {
+					// Around it, nearly 1/thresh times as wide (or high),
+					// sharing its right (or bottom) edge: the farthest
+					// corner that suppresses it, or is suppressed by it.
+					f := min(1/thresh, 1e3) * (1 - 0.01*rng.Float64())
+					boxes[i] = o
+					if d := rng.IntN(2); d == 0 {
+						boxes[i][0] = o[2] - f*w
+					} else {
+						boxes[i][1] = o[3] - f*h
+					}
+				}
 			}
 		}
-		thresh := []float64{0.3, 0.5, 0.7}[trial%3]
 		limit := []int{0, 5, n / 2}[trial%3]
 		got, want := NMS(boxes, scores, thresh, limit), everyPair(boxes, scores, thresh, limit)
 		if !slices.Equal(got, want) {
@@ -201,30 +228,62 @@ func TestNMSMatchesEveryPairCompared(t *testing.T) {
 	}
 }
 
-// topK is the first k of a stable sort by descending score, on scores
-// with ties and NaNs, for every k.
-func TestTopK(t *testing.T) {
+// topKSet is the first k of a stable sort by descending score, in index
+// order, for every k: on scores with ties and NaNs, and on spread scores
+// of both signs, zeros of both signs and infinities.
+func TestTopKSet(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	for trial := range 200 {
+	for trial := range 300 {
 		n := rng.IntN(300)
+		if trial%10 == 0 {
+			n = 5000 + rng.IntN(5000)
+		}
 		scores := make([]float32, n)
 		for i := range scores {
-			scores[i] = float32(rng.IntN(1 + trial%50))
-			if rng.IntN(30) == 0 {
+			if trial%2 == 0 {
+				scores[i] = float32(rng.IntN(1 + trial%50))
+			} else {
+				scores[i] = float32(rng.NormFloat64() * math.Exp(rng.Float64()*10-5))
+			}
+			switch rng.IntN(30) {
+			case 0:
 				scores[i] = float32(math.NaN())
+			case 1:
+				scores[i] = float32(math.Copysign(0, rng.NormFloat64()))
+			case 2:
+				scores[i] = float32(math.Inf(1 - 2*rng.IntN(2)))
 			}
 		}
-		want := make([]int, n)
-		for i := range want {
-			want[i] = i
+		order := make([]int, n)
+		for i := range order {
+			order[i] = i
 		}
-		slices.SortStableFunc(want, func(a, b int) int { return cmp.Compare(scores[b], scores[a]) })
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(scores[b], scores[a]) })
 		for _, k := range []int{0, 1, n / 3, n - 1, n, n + 5} {
 			if k < 0 {
 				continue
 			}
-			if got := topK(scores, k); !slices.Equal(got, want[:min(k, n)]) {
-				t.Fatalf("trial %d, k %d: %v, want %v (scores %v)", trial, k, got, want[:min(k, n)], scores)
+			want := slices.Sorted(slices.Values(order[:min(k, n)]))
+			if got := topKSet(scores, k); !slices.Equal(got, want) {
+				t.Fatalf("trial %d, k %d: %v, want %v (scores %v)", trial, k, got, want, scores)
+			}
+		}
+	}
+}
+
+// rankKey and rankKey64 order scores as cmp.Compare does, on special
+// values and their neighbours.
+func TestRankKey(t *testing.T) {
+	vals := []float64{math.NaN(), math.Inf(-1), -math.MaxFloat64, -1.5, -1, -math.SmallestNonzeroFloat64,
+		math.Copysign(0, -1), 0, math.SmallestNonzeroFloat64, 1e-40, 1, 1.5, math.MaxFloat64, math.Inf(1)}
+	for _, a := range vals {
+		for _, b := range vals {
+			if got, want := cmp.Compare(rankKey64(a), rankKey64(b)), cmp.Compare(a, b); got != want {
+				t.Errorf("rankKey64: %v vs %v compares %d, want %d", a, b, got, want)
+			}
+			a32, b32 := float32(a), float32(b)
+			if got, want := cmp.Compare(rankKey(a32), rankKey(b32)), cmp.Compare(a32, b32); got != want {
+				t.Errorf("rankKey: %v vs %v compares %d, want %d", a32, b32, got, want)
 			}
 		}
 	}

@@ -39,15 +39,20 @@ type proposal struct {
 
 // levelProposals is proposals' work on level l of image n: its candidates,
 // best first.
+//
+// The pre best anchors are decoded in anchor order, which reads the deltas
+// and anchors in memory order; NMS then orders them by score, ties in
+// anchor order, as a stable sort by score would.
 func levelProposals(cfg Config, anchors [][]Box, out rpnOutputs, l, n, pre, post int, thresh float64) []proposal {
 	boxes := anchors[l]
 	size := len(boxes)
 	hw := size / cfg.NumAnchors()
 	obj := out.obj[l][n*size : (n+1)*size]
 	del := out.delta[l][n*4*size : (n+1)*4*size]
-	var bs []Box
-	var ss []float64
-	for _, j := range topK(obj, pre) {
+	best := topKSet(obj, pre)
+	bs := make([]Box, 0, len(best))
+	ss := make([]float64, 0, len(best))
+	for _, j := range best {
 		an, p := j/hw, j%hw
 		d := [4]float64{}
 		for k := range 4 {
@@ -69,14 +74,26 @@ func levelProposals(cfg Config, anchors [][]Box, out rpnOutputs, l, n, pre, post
 }
 
 // mergeProposals keeps the post best of an image's levels' candidates,
-// best first (ties: the finer level's, then the level's order).
+// best first (ties: the finer level's, then the level's order): the first
+// post of a stable sort of them all by descending score. Each level's
+// candidates come best first (levelProposals' order, that of cmp.Compare),
+// so merging the levels' lists gives that order.
 func mergeProposals(levels [][]proposal, post int) []Box {
-	all := slices.Concat(levels...)
-	slices.SortStableFunc(all, func(x, y proposal) int { return cmp.Compare(y.score, x.score) })
-	all = all[:min(post, len(all))]
-	boxes := make([]Box, len(all))
-	for i, c := range all {
-		boxes[i] = c.box
+	total := 0
+	for _, cs := range levels {
+		total += len(cs)
+	}
+	boxes := make([]Box, 0, min(post, total))
+	heads := make([]int, len(levels))
+	for len(boxes) < cap(boxes) {
+		best := -1
+		for l, cs := range levels {
+			if heads[l] < len(cs) && (best < 0 || cmp.Compare(cs[heads[l]].score, levels[best][heads[best]].score) > 0) {
+				best = l
+			}
+		}
+		boxes = append(boxes, levels[best][heads[best]].box)
+		heads[best]++
 	}
 	return boxes
 }
@@ -190,61 +207,105 @@ func bilinear(g []float32, m int, u, v float64) float64 {
 	return (1-fy)*((1-fx)*at(x0, y0)+fx*at(x1, y0)) + fy*((1-fx)*at(x0, y1)+fx*at(x1, y1))
 }
 
-// topK returns the indices of the k highest of scores (all of them when k
-// >= len(scores)), highest first, ties in index order: the first k of a
-// stable sort by descending score, found by selecting them (the RPN's
-// levels have up to ~50,000 anchors an image, of which 2000 are kept).
-func topK(scores []float32, k int) []int {
-	idx := make([]int, len(scores))
-	for i := range idx {
-		idx[i] = i
+// topKSet returns the indices of the k highest of scores (all of them when
+// k >= len(scores)), ties to the lower index: the first k of a stable sort
+// by descending score, in increasing order. It finds them by selecting, in
+// linear time (the RPN's levels have up to ~50,000 anchors an image, of
+// which 2000 are kept), in the order of integer keys: rankKey's, then the
+// index.
+func topKSet(scores []float32, k int) []int {
+	k = min(max(k, 0), len(scores))
+	idx := make([]int, 0, k)
+	if k == 0 {
+		return idx
 	}
-	// before is the order: higher score first (NaN last, as cmp.Compare
-	// has it lowest), then lower index. It is total, with no two indices
-	// equal.
-	before := func(a, b int) int {
-		if c := cmp.Compare(scores[b], scores[a]); c != 0 {
-			return c
+	if k == len(scores) {
+		for i := range scores {
+			idx = append(idx, i)
 		}
-		return cmp.Compare(a, b)
+		return idx
 	}
-	if k < len(idx) {
-		// Quickselect: idx[:k] ends up holding the k first.
-		lo, hi := 0, len(idx)
-		for hi-lo > 1 {
-			mid := lo + (hi-lo)/2
-			// Median of three as the pivot, moved to hi-1.
-			a, b, c := lo, mid, hi-1
-			if before(idx[b], idx[a]) < 0 {
-				a, b = b, a
-			}
-			if before(idx[c], idx[b]) < 0 {
-				b = c
-				if before(idx[b], idx[a]) < 0 {
-					b = a
-				}
-			}
-			idx[b], idx[hi-1] = idx[hi-1], idx[b]
-			pivot := idx[hi-1]
-			p := lo
-			for i := lo; i < hi-1; i++ {
-				if before(idx[i], pivot) < 0 {
-					idx[i], idx[p] = idx[p], idx[i]
-					p++
-				}
-			}
-			idx[p], idx[hi-1] = idx[hi-1], idx[p]
-			switch {
-			case p == k || p+1 == k:
-				lo, hi = 0, 0
-			case p < k:
-				lo = p + 1
-			default:
-				hi = p
-			}
+	// A histogram of the keys' top bits finds the bucket of the k-th key:
+	// the keys of the buckets before it are among the k, those after it
+	// not; quickselect picks the rest among the bucket's keys, as
+	// (key, index) pairs packed in a uint64.
+	const bits = 11
+	var hist [1 << bits]int
+	for _, s := range scores {
+		hist[^rankKey(s)>>(32-bits)]++
+	}
+	cut, before := uint32(0), 0
+	for before+hist[cut] < k {
+		before += hist[cut]
+		cut++
+	}
+	// The keys of the buckets before cut, in index order, and the pairs of
+	// the bucket.
+	var bucket []uint64
+	for i, s := range scores {
+		switch key := ^rankKey(s); {
+		case key>>(32-bits) < cut:
+			idx = append(idx, i)
+		case key>>(32-bits) == cut:
+			bucket = append(bucket, uint64(key)<<32|uint64(i))
 		}
-		idx = idx[:max(k, 0)]
 	}
-	slices.SortFunc(idx, before)
+	// before < k: the bucket holds the rest.
+	selectSmallest(bucket, k-before)
+	rest := make([]int, k-before)
+	for j, key := range bucket[:k-before] {
+		rest[j] = int(uint32(key))
+	}
+	slices.Sort(rest)
+	// Both in index order: merged in place from the end.
+	idx = idx[:k]
+	i, j := before-1, len(rest)-1
+	for o := k - 1; j >= 0; o-- {
+		if i >= 0 && idx[i] > rest[j] {
+			idx[o] = idx[i]
+			i--
+		} else {
+			idx[o] = rest[j]
+			j--
+		}
+	}
 	return idx
+}
+
+// selectSmallest moves the k smallest of keys, which are distinct, to
+// keys[:k] (quickselect), 0 < k <= len(keys).
+func selectSmallest(keys []uint64, k int) {
+	lo, hi := 0, len(keys)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		// Median of three as the pivot, moved to hi-1.
+		a, b, c := lo, mid, hi-1
+		if keys[b] < keys[a] {
+			a, b = b, a
+		}
+		if keys[c] < keys[b] {
+			b = c
+			if keys[b] < keys[a] {
+				b = a
+			}
+		}
+		keys[b], keys[hi-1] = keys[hi-1], keys[b]
+		pivot := keys[hi-1]
+		p := lo
+		for i := lo; i < hi-1; i++ {
+			if keys[i] < pivot {
+				keys[i], keys[p] = keys[p], keys[i]
+				p++
+			}
+		}
+		keys[p], keys[hi-1] = keys[hi-1], keys[p]
+		switch {
+		case p == k || p+1 == k:
+			return
+		case p < k:
+			lo = p + 1
+		default:
+			hi = p
+		}
+	}
 }

@@ -54,15 +54,24 @@ func (n *Net) sampleHeads(in [][]float32, out []float32) error {
 	c := carver{buf: out}
 	rois, labels, clsW := c.take(5*k), c.take(k), c.take(k)
 	boxT, boxW := c.take(4*nc*k), c.take(4*nc*k)
-	mrois, maskT, maskW := c.take(5*km), c.take(km*nc*m*m), c.take(km*nc*m*m)
-	clear(out)
+	mrois := c.take(5 * km)
+	// The mask targets and weights, most of the output, are written whole
+	// below, image by image in parallel.
+	clear(out[:c.off])
+	maskT, maskW := c.take(km*nc*m*m), c.take(km*nc*m*m)
 
 	sampled := make([][]sampledRoI, n.batch)
 	withMask := make([][]sampledRoI, n.batch)
 	total, totalMask := 0, 0
 	props := n.allProposals(rpn, cfg.RPNPostNMSTrain)
+	// Each image's candidates labelled in parallel; the draws after, in
+	// image order, as they share rng.
+	cands := make([]roiCandidates, n.batch)
+	parallelImages(n.batch, func(img int) {
+		cands[img] = labelRoIs(cfg, props[img], st.targets[img])
+	})
 	for img := range n.batch {
-		sampled[img] = sampleRoIs(cfg, props[img], st.targets[img], st.rng)
+		sampled[img] = cands[img].sample(cfg, st.targets[img], st.rng)
 		total += len(sampled[img])
 		for _, s := range sampled[img] {
 			if s.label > 0 && st.targets[img].Masks[s.matched] != nil && len(withMask[img]) < mr {
@@ -95,28 +104,44 @@ func (n *Net) sampleHeads(in [][]float32, out []float32) error {
 		}
 	}
 	wm := float32(1 / float64(max(totalMask, 1)*m*m))
+	if len(n.maskScratch) != n.batch {
+		n.maskScratch = make([]maskScratch, n.batch)
+	}
 	errs := make([]error, n.batch)
+	block := m * m
 	parallelImages(n.batch, func(img int) {
-		tg, mp := st.targets[img], withMask[img]
-		// The RoIs of each ground-truth mask, resampled together.
-		byMask := map[int][]int{}
-		for j, s := range mp {
-			byMask[s.matched] = append(byMask[s.matched], j)
+		tg, mp, sc := st.targets[img], withMask[img], &n.maskScratch[img]
+		for j := range mr {
+			// The row's targets and weights: those of the RoI's class are
+			// written with its mask's targets below.
+			o := (img*mr + j) * nc * block
+			clear(maskT[o : o+nc*block])
+			clear(maskW[o : o+nc*block])
 		}
-		for g, js := range byMask {
-			boxes := make([]Box, len(js))
-			for i, j := range js {
-				boxes[i] = mp[j].box
+		// The RoIs of each ground-truth mask, resampled together.
+		var js []int
+		var boxes []Box
+		for g, mask := range tg.Masks {
+			js, boxes = js[:0], boxes[:0]
+			for j, s := range mp {
+				if s.matched == g {
+					js, boxes = append(js, j), append(boxes, s.box)
+				}
 			}
-			ts, err := MaskTargets(tg.Masks[g], boxes, m)
-			if err != nil {
+			if len(js) == 0 {
+				continue
+			}
+			sc.mask = grow(sc.mask, mask.W*mask.H)
+			sc.targets = grow(sc.targets, len(js)*block)
+			ts := sc.targets[:len(js)*block]
+			if err := maskTargets(mask, boxes, m, sc.mask[:mask.W*mask.H], ts); err != nil {
 				errs[img] = err
 				return
 			}
 			for i, j := range js {
-				o := ((img*mr+j)*nc + mp[j].label - 1) * m * m
-				copy(maskT[o:o+m*m], ts[i*m*m:(i+1)*m*m])
-				for q := range m * m {
+				o := ((img*mr+j)*nc + mp[j].label - 1) * block
+				copy(maskT[o:o+block], ts[i*block:(i+1)*block])
+				for q := range block {
 					maskW[o+q] = wm
 				}
 			}
@@ -226,14 +251,16 @@ func (n *Net) allProposals(rpn rpnOutputs, post int) [][]Box {
 	cfg := n.cfg
 	levels := len(n.anchors)
 	cands := make([][]proposal, n.batch*levels)
+	// The finer levels, with the most anchors and boxes, first: the
+	// coarsest levels' small pieces then fill the workers' ends.
 	parallelImages(len(cands), func(t int) {
-		img, l := t/levels, t%levels
-		cands[t] = levelProposals(cfg, n.anchors, rpn, l, img, cfg.RPNPreNMS, post, cfg.RPNNMS)
+		l, img := t/n.batch, t%n.batch
+		cands[img*levels+l] = levelProposals(cfg, n.anchors, rpn, l, img, cfg.RPNPreNMS, post, cfg.RPNNMS)
 	})
 	out := make([][]Box, n.batch)
-	for img := range out {
+	parallelImages(n.batch, func(img int) {
 		out[img] = mergeProposals(cands[img*levels:(img+1)*levels], post)
-	}
+	})
 	return out
 }
 
@@ -253,4 +280,19 @@ func parallelImages(n int, f func(img int)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// maskScratch is what sampleHeads' mask targets of one image work in, kept
+// across steps: a ground-truth mask as floats (maskTargets writes only
+// what it reads of it) and the targets of the mask's RoIs.
+type maskScratch struct {
+	mask, targets []float32
+}
+
+// grow returns s with a length of at least n, s itself if it has one.
+func grow(s []float32, n int) []float32 {
+	if len(s) < n {
+		return make([]float32, n)
+	}
+	return s
 }

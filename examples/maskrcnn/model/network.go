@@ -82,6 +82,8 @@ type Net struct {
 	learn    []G.ValueGrad // learnable tensors of this graph with their gradients, in names' order
 	opt      *ops.AdamW
 	bns      []*ops.BatchNorm
+	// maskScratch: per image, sampleHeads' buffers for the mask targets.
+	maskScratch []maskScratch
 
 	// Inference.
 	detVal, maskVal G.Value
@@ -198,6 +200,17 @@ func (n *Net) rpnOutputs(in [][]float32) rpnOutputs {
 	return rpnOutputs{obj: in[:levels], delta: in[levels : 2*levels]}
 }
 
+// headTargetShapes are the shapes of the parts of the sampler's packed
+// output, in sampleHeads' order.
+func (n *Net) headTargetShapes() []tensor.Shape {
+	k, km := n.batch*n.cfg.RoIsPerImage, n.batch*n.cfg.MaskRoIsPerImage
+	nc, m := n.cfg.NumClasses, n.cfg.MaskSize()
+	return []tensor.Shape{
+		{k, 5}, {k}, {k}, {1, 4 * nc, k, 1}, {1, 4 * nc, k, 1},
+		{km, 5}, {km, nc, m, m}, {km, nc, m, m},
+	}
+}
+
 func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 	cfg, g := n.cfg, n.g
 	n.step = &stepState{}
@@ -220,12 +233,8 @@ func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 
 	// The sampler: proposals from this step's RPN outputs, RoIs and the
 	// heads' targets.
-	k, km := n.batch*cfg.RoIsPerImage, n.batch*cfg.MaskRoIsPerImage
-	nc, m := cfg.NumClasses, cfg.MaskSize()
-	shapes := []tensor.Shape{
-		{k, 5}, {k}, {k}, {1, 4 * nc, k, 1}, {1, 4 * nc, k, 1},
-		{km, 5}, {km, nc, m, m}, {km, nc, m, m},
-	}
+	k, nc := n.batch*cfg.RoIsPerImage, cfg.NumClasses
+	shapes := n.headTargetShapes()
 	sampler := &hostop.Op[float32]{Name: "sample RoIs", Size: autograd.PackedSize(shapes...), Run: n.timed("sample RoIs", n.sampleHeads)}
 	for l := range n.anchors {
 		os, _ := n.rpnLevelShapes(l)

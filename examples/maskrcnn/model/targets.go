@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 
 	"github.com/stheno-ml/stheno/examples/internal/data"
@@ -190,6 +191,21 @@ type sampledRoI struct {
 // reaches RoIFgIoU and as background otherwise, and samples RoIsPerImage of
 // them, at most RoIPositiveFraction foreground. Foreground RoIs come first.
 func sampleRoIs(cfg Config, proposals []Box, tg Target, rng *rand.Rand) []sampledRoI {
+	return labelRoIs(cfg, proposals, tg).sample(cfg, tg, rng)
+}
+
+// roiCandidates are an image's candidate RoIs, labelled: sampleRoIs'
+// work before it draws from its random stream, which images can do in
+// parallel.
+type roiCandidates struct {
+	boxes   []Box
+	matched []int
+	labels  []int8
+}
+
+// labelRoIs is the first half of sampleRoIs: the candidates and their
+// labels.
+func labelRoIs(cfg Config, proposals []Box, tg Target) roiCandidates {
 	cand := append(append([]Box(nil), proposals...), tg.Boxes...)
 	matched, iou := match(cand, tg.Boxes)
 	labels := make([]int8, len(cand))
@@ -198,13 +214,18 @@ func sampleRoIs(cfg Config, proposals []Box, tg Target, rng *rand.Rand) []sample
 			labels[i] = 1
 		}
 	}
-	pos, neg := sample(rng, labels, cfg.RoIsPerImage, cfg.RoIPositiveFraction)
+	return roiCandidates{cand, matched, labels}
+}
+
+// sample is the second half of sampleRoIs: the draw among the candidates.
+func (c roiCandidates) sample(cfg Config, tg Target, rng *rand.Rand) []sampledRoI {
+	pos, neg := sample(rng, c.labels, cfg.RoIsPerImage, cfg.RoIPositiveFraction)
 	out := make([]sampledRoI, 0, len(pos)+len(neg))
 	for _, i := range pos {
-		out = append(out, sampledRoI{box: cand[i], label: tg.Classes[matched[i]] + 1, matched: matched[i]})
+		out = append(out, sampledRoI{box: c.boxes[i], label: tg.Classes[c.matched[i]] + 1, matched: c.matched[i]})
 	}
 	for _, i := range neg {
-		out = append(out, sampledRoI{box: cand[i], matched: -1})
+		out = append(out, sampledRoI{box: c.boxes[i], matched: -1})
 	}
 	return out
 }
@@ -221,13 +242,44 @@ func MaskTarget(mask *data.Mask, box Box, m int) ([]float32, error) {
 // MaskTargets is MaskTarget of several RoIs of one mask, one after the
 // other: the mask is read once for all of them.
 func MaskTargets(mask *data.Mask, boxes []Box, m int) ([]float32, error) {
-	img := make([]float32, mask.W*mask.H)
-	for i, b := range mask.Bits {
-		if b {
-			img[i] = 1
+	out := make([]float32, len(boxes)*m*m)
+	if err := maskTargets(mask, boxes, m, make([]float32, mask.W*mask.H), out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// maskTargets is MaskTargets into out, with img, of the mask's size, for
+// the mask as floats. Of img it writes only the pixels RoIAlign weighs
+// (those within two pixels of the boxes: its samples lie inside the boxes,
+// shifted by half a pixel, and it weighs the pixels either side of a
+// sample), or all of them when a box has a NaN corner: the RoIs of one
+// ground-truth mask cover a small part of the image. img may come from an
+// earlier call; it must hold finite values (what the calls write: 0 and
+// 1), as RoIAlign reads pixels it does not weigh with a weight of 0.
+func maskTargets(mask *data.Mask, boxes []Box, m int, img, out []float32) error {
+	x0, y0, x1, y1 := math.Inf(1), math.Inf(1), math.Inf(-1), math.Inf(-1)
+	for _, b := range boxes {
+		if math.IsNaN(b[0] + b[1] + b[2] + b[3]) {
+			x0, y0, x1, y1 = math.Inf(-1), math.Inf(-1), math.Inf(1), math.Inf(1)
+			break
+		}
+		x0, x1 = min(x0, b[0], b[2]), max(x1, b[0], b[2])
+		y0, y1 = min(y0, b[1], b[3]), max(y1, b[1], b[3])
+	}
+	// Clamped to the image as floats, so that far corners convert safely.
+	clamp := func(v float64, n int) int { return int(min(max(v, 0), float64(n-1))) }
+	c0, c1 := clamp(math.Floor(x0)-2, mask.W), clamp(math.Ceil(x1)+2, mask.W)
+	for y := clamp(math.Floor(y0)-2, mask.H); y <= clamp(math.Ceil(y1)+2, mask.H) && c0 <= c1; y++ {
+		row := y * mask.W
+		for x, b := range mask.Bits[row+c0 : row+c1+1] {
+			v := float32(0)
+			if b {
+				v = 1
+			}
+			img[row+c0+x] = v
 		}
 	}
-	out := make([]float32, len(boxes)*m*m)
 	p := kernels.RoIAlignParams{N: 1, C: 1, H: mask.H, W: mask.W, K: len(boxes), PooledH: m, PooledW: m,
 		SpatialScale: 1, SamplingRatio: 2, Aligned: true}
 	rois := make([]float32, 0, 5*len(boxes))
@@ -235,7 +287,7 @@ func MaskTargets(mask *data.Mask, boxes []Box, m int) ([]float32, error) {
 		rois = append(rois, 0, float32(b[0]), float32(b[1]), float32(b[2]), float32(b[3]))
 	}
 	if err := kernels.RoIAlignForward(p, img, rois, out); err != nil {
-		return nil, fmt.Errorf("model: MaskTarget: %w", err)
+		return fmt.Errorf("model: MaskTarget: %w", err)
 	}
 	for i, v := range out {
 		if v >= 0.5 {
@@ -244,5 +296,5 @@ func MaskTargets(mask *data.Mask, boxes []Box, m int) ([]float32, error) {
 			out[i] = 0
 		}
 	}
-	return out, nil
+	return nil
 }

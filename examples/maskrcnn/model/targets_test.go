@@ -1,12 +1,14 @@
 package model
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
 	"github.com/stheno-ml/stheno/examples/internal/data"
+	"github.com/stheno-ml/stheno/kernels"
 )
 
 func TestRPNLabels(t *testing.T) {
@@ -178,6 +180,61 @@ func TestMaskTarget(t *testing.T) {
 	}
 }
 
+// maskTargets weighs of its scratch image only what it writes: with the
+// scratch full of ones or of the mask's complement, it gives what RoIAlign
+// over the whole mask as floats gives, for boxes inside, across and
+// outside the border, inverted, tiny and with NaN corners.
+func TestMaskTargetsScratch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	const w, h, m = 40, 30, 7
+	for trial := range 100 {
+		mask := data.NewMask(w, h)
+		full := make([]float32, w*h)
+		for i := range mask.Bits {
+			if mask.Bits[i] = rng.IntN(3) > 0; mask.Bits[i] {
+				full[i] = 1
+			}
+		}
+		boxes := make([]Box, 1+rng.IntN(4))
+		for i := range boxes {
+			x, y := rng.Float64()*60-10, rng.Float64()*50-10
+			boxes[i] = Box{x, y, x + rng.Float64()*20 - 2, y + rng.Float64()*20 - 2}
+			if rng.IntN(20) == 0 {
+				boxes[i][rng.IntN(4)] = math.NaN()
+			}
+		}
+		p := kernels.RoIAlignParams{N: 1, C: 1, H: h, W: w, K: len(boxes), PooledH: m, PooledW: m,
+			SpatialScale: 1, SamplingRatio: 2, Aligned: true}
+		var rois []float32
+		for _, b := range boxes {
+			rois = append(rois, 0, float32(b[0]), float32(b[1]), float32(b[2]), float32(b[3]))
+		}
+		want := make([]float32, len(boxes)*m*m)
+		if err := kernels.RoIAlignForward(p, full, rois, want); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range want {
+			want[i] = map[bool]float32{true: 1, false: 0}[v >= 0.5]
+		}
+		for _, fill := range []string{"ones", "complement"} {
+			img := make([]float32, w*h)
+			for i := range img {
+				img[i] = 1
+				if fill == "complement" {
+					img[i] = 1 - full[i]
+				}
+			}
+			got := make([]float32, len(want))
+			if err := maskTargets(mask, boxes, m, img, got); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("trial %d, boxes %v, scratch of %s: %v, want %v", trial, boxes, fill, got, want)
+			}
+		}
+	}
+}
+
 func TestPasteMask(t *testing.T) {
 	// Left column set: pixels whose centre maps left of the middle are in.
 	got := PasteMask([]float32{1, 0, 1, 0}, 2, Box{0, 0, 8, 8}, 10, 9)
@@ -277,6 +334,38 @@ func TestProposals(t *testing.T) {
 		for j := range i {
 			if IoU(props[i], props[j]) > 0.7 {
 				t.Fatalf("proposals %d and %d overlap by %v after NMS", j, i, IoU(props[i], props[j]))
+			}
+		}
+	}
+}
+
+// mergeProposals is the first post of a stable sort of the levels'
+// candidates by descending score, on levels with tied scores and NaNs.
+func TestMergeProposals(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for trial := range 200 {
+		levels := make([][]proposal, 1+rng.IntN(5))
+		var all []proposal
+		for l := range levels {
+			for i := range rng.IntN(30) {
+				s := float64(rng.IntN(8))
+				if rng.IntN(20) == 0 {
+					s = math.NaN()
+				}
+				levels[l] = append(levels[l], proposal{box: Box{float64(l), float64(i), 0, 0}, score: s})
+			}
+			// Best first, as levelProposals gives them.
+			slices.SortStableFunc(levels[l], func(x, y proposal) int { return cmp.Compare(y.score, x.score) })
+			all = append(all, levels[l]...)
+		}
+		slices.SortStableFunc(all, func(x, y proposal) int { return cmp.Compare(y.score, x.score) })
+		for _, post := range []int{0, 1, len(all) / 2, len(all), len(all) + 3} {
+			want := make([]Box, min(post, len(all)))
+			for i := range want {
+				want[i] = all[i].box
+			}
+			if got := mergeProposals(levels, post); !slices.Equal(got, want) {
+				t.Fatalf("trial %d, post %d: %v, want %v", trial, post, got, want)
 			}
 		}
 	}
