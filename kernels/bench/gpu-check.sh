@@ -265,8 +265,9 @@ for step in $what; do
 		# model's first configuration (512x512 x 8, 91 classes, no box
 		# refinement), with box refinement, and with box refinement and
 		# two stage (its third), against the official model itself
-		# ($DETR_DIR/dd_step.py: its three configurations) in this run. The build of $DD_DIR is waited for first, so that it does
-		# not share the CPU with the timings.
+		# ($DETR_DIR/dd_step.py: its three configurations) in this run.
+		# The build of $DD_DIR is waited for first, so that it does not
+		# share the CPU with the timings.
 		wait_dd
 		echo "== Deformable-DETR R50 training step (log $OUT/detr.log)"
 		: >"$OUT/detr.log"
