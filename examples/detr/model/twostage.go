@@ -130,8 +130,9 @@ func selectProposals(cfg Config, batch int) hostRun {
 			})
 		}
 		wg.Wait()
-		// The embedding (most of the op's time: 8*Queries sines and
-		// cosines per box) in chunks of boxes over every core.
+		// The embedding, the op's larger part (a sine and a cosine per
+		// pair of features of every box), in chunks of boxes over every
+		// core.
 		const chunk = 64
 		for lo := 0; lo < batch*k; lo += chunk {
 			hi := min(lo+chunk, batch*k)
