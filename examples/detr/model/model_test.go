@@ -381,3 +381,40 @@ func TestR50TrainableParams(t *testing.T) {
 		}
 	}
 }
+
+// TestSetImagesNormalizes: the input is (pixel - 0.5) / 0.25, in float32
+// exactly the float64 value rounded once, for every image of the batch.
+func TestSetImagesNormalizes(t *testing.T) {
+	cfg := tinyConfig()
+	for _, dt := range []tensor.Dtype{tensor.Float32, tensor.Float64} {
+		n, err := build(cfg, mustParams(t, 1, dt), Infer, 3, nil, buildOpts{noVM: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rng := rand.New(rand.NewPCG(9, 10))
+		pix := make([][]float32, 3)
+		for i := range pix {
+			pix[i] = make([]float32, 3*cfg.ImageSize*cfg.ImageSize)
+			for j := range pix[i] {
+				pix[i][j] = rng.Float32() * float32(math.Pow(10, -float64(j%8)))
+			}
+		}
+		if err := n.setImages(pix); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := float64sOf(n.images)
+		k := 0
+		for _, p := range pix {
+			for _, v := range p {
+				want := (float64(v) - pixelMean) / pixelStd
+				if dt == tensor.Float32 {
+					want = float64(float32(want))
+				}
+				if got[k] != want {
+					t.Fatalf("%v: value %d is %v, want %v", dt, k, got[k], want)
+				}
+				k++
+			}
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	G "gorgonia.org/gorgonia"
@@ -549,29 +550,41 @@ func (n *Net) SetOptimizerState(steps int, moments map[string][2]*tensor.Dense) 
 }
 
 // setImages copies a batch of images (planar RGB in [0, 1], ImageSize
-// square) into the graph's input, normalised.
+// square) into the graph's input, normalised, in place and an image per
+// goroutine: at the GPU preset's size the batch is millions of values, and
+// the GPU waits for them.
 func (n *Net) setImages(pix [][]float32) error {
 	if len(pix) != n.batch {
 		return fmt.Errorf("model: got %d images for a batch of %d", len(pix), n.batch)
 	}
 	size := 3 * n.cfg.ImageSize * n.cfg.ImageSize
-	vals := make([]float64, 0, n.batch*size)
 	for i, p := range pix {
 		if len(p) != size {
 			return fmt.Errorf("model: image %d has %d values, want 3x%dx%d", i, len(p), n.cfg.ImageSize, n.cfg.ImageSize)
 		}
-		for _, v := range p {
-			vals = append(vals, (float64(v)-pixelMean)/pixelStd)
-		}
 	}
-	src := denseOf(n.params.Dtype(), vals, n.images.Shape()...)
-	switch n.params.Dtype() {
-	case tensor.Float64:
-		copy(n.images.Float64s(), src.Float64s())
-	default:
-		copy(n.images.Float32s(), src.Float32s())
+	var wg sync.WaitGroup
+	for i, p := range pix {
+		wg.Go(func() {
+			switch n.params.Dtype() {
+			case tensor.Float64:
+				normalize(n.images.Float64s()[i*size:(i+1)*size], p)
+			default:
+				normalize(n.images.Float32s()[i*size:(i+1)*size], p)
+			}
+		})
 	}
+	wg.Wait()
 	return nil
+}
+
+// normalize writes (pix - pixelMean) / pixelStd into dst. Both constants
+// are powers of two, so float32 arithmetic rounds once, as float64
+// arithmetic converted to float32 does.
+func normalize[T float32 | float64](dst []T, pix []float32) {
+	for j, v := range pix {
+		dst[j] = (T(v) - pixelMean) / pixelStd
+	}
 }
 
 // TrainStep runs one training iteration on a batch: images (planar RGB in
