@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	G "gorgonia.org/gorgonia"
@@ -330,15 +331,23 @@ func (n *Net) setImages(pix [][]float32) error {
 		return fmt.Errorf("model: got %d images for a batch of %d", len(pix), n.batch)
 	}
 	size := 3 * n.cfg.ImageSize * n.cfg.ImageSize
-	dst := n.images.Float32s()
 	for i, p := range pix {
 		if len(p) != size {
 			return fmt.Errorf("model: image %d has %d values, want 3x%dx%d", i, len(p), n.cfg.ImageSize, n.cfg.ImageSize)
 		}
-		for j, v := range p {
-			dst[i*size+j] = (v - pixelMean) / pixelStd
-		}
 	}
+	// An image per goroutine: at the r50fpn preset's size the batch is
+	// millions of values, and the GPU waits for them.
+	dst := n.images.Float32s()
+	var wg sync.WaitGroup
+	for i, p := range pix {
+		wg.Go(func() {
+			for j, v := range p {
+				dst[i*size+j] = (v - pixelMean) / pixelStd
+			}
+		})
+	}
+	wg.Wait()
 	return nil
 }
 
