@@ -31,11 +31,14 @@ type builder struct {
 	// bind, when set, gives the input node of each parameter (the gradient
 	// check's), instead of making one.
 	bind map[string]*G.Node
+	// hostOps makes the graph's host ops (the Net's, timed).
+	hostOps hostOps
 	// fixedProposals, when set, is the two-stage top-k op's output to use
-	// as a constant (the gradient check's); else onProposals, when set,
-	// wraps the op's run (the Net's timing and record of it).
-	fixedProposals []float64
-	onProposals    func(hostRun) hostRun
+	// as a constant (the gradient check's); else recordProposals, when
+	// set, sees the op's output of every float64 run (the Net's record of
+	// it, for that check).
+	fixedProposals  []float64
+	recordProposals func(out []float64)
 
 	reads   map[string]*G.Node // the node the graph reads each parameter from
 	names   []string           // parameters in creation order

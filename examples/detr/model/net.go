@@ -82,8 +82,10 @@ type Net struct {
 	hostTimes map[string]time.Duration // HostTimes
 }
 
-// hostRun is a host op's function (hostop.Op's Run).
-type hostRun = func(in [][]float64, out []float64) error
+// hostRun is a host op's function (hostop.Op's Run) in the graph's
+// dtype: the op then reads its inputs and writes its output in place, with
+// no conversion of either.
+type hostRun[F hostop.Float] = func(in [][]F, out []F) error
 
 // HostTimes returns the time the net's runs have spent in its host steps
 // (the Hungarian matching of a training graph, the top-k proposals under
@@ -95,13 +97,29 @@ func (n *Net) HostTimes() map[string]time.Duration { return maps.Clone(n.hostTim
 func (n *Net) ResetHostTimes() { clear(n.hostTimes) }
 
 // timed wraps a host step so that HostTimes counts its time under name.
-func (n *Net) timed(name string, run hostRun) hostRun {
-	return func(in [][]float64, out []float64) error {
+func timed[F hostop.Float](n *Net, name string, run hostRun[F]) hostRun[F] {
+	return func(in [][]F, out []F) error {
 		start := time.Now()
 		err := run(in, out)
 		n.hostTimes[name] += time.Since(start)
 		return err
 	}
+}
+
+// hostOps makes the graph's host ops, each a hostop.Op of the graph's
+// dtype whose run HostTimes times.
+type hostOps struct {
+	n  *Net
+	dt tensor.Dtype
+}
+
+// op returns a host op named name, timed under timer, of inputs in and an
+// output of size values, running run32 or run64 by the dtype.
+func (h hostOps) op(name, timer string, in []tensor.Shape, size int, run32 hostRun[float32], run64 hostRun[float64]) G.Op {
+	if h.dt == tensor.Float32 {
+		return &hostop.Op[float32]{Name: name, In: in, Size: size, Run: timed(h.n, timer, run32)}
+	}
+	return &hostop.Op[float64]{Name: name, In: in, Size: size, Run: timed(h.n, timer, run64)}
 }
 
 // buildOpts are Build's options that tests reach: see builder.
@@ -161,14 +179,8 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 		return nil, fmt.Errorf("model: Build: params live on %v, the graph is for the host", params.Device())
 	}
 	b := &builder{cfg: cfg, mode: mode, batch: batch, dt: params.Dtype(), g: n.g, params: params, dev: dev, drop: n.drop,
-		bind: opts.bind, reads: map[string]*G.Node{}, fixedProposals: opts.fixedProposals}
-	b.onProposals = func(run hostRun) hostRun {
-		return n.timed("top-k proposals", func(in [][]float64, out []float64) error {
-			err := run(in, out)
-			n.lastProposals = out
-			return err
-		})
-	}
+		bind: opts.bind, reads: map[string]*G.Node{}, fixedProposals: opts.fixedProposals,
+		hostOps: hostOps{n: n, dt: params.Dtype()}, recordProposals: func(out []float64) { n.lastProposals = out }}
 	ok := false
 	defer func() {
 		if !ok {
@@ -284,21 +296,21 @@ func (n *Net) buildLosses(b *builder, outs []layerOutput, enc layerOutput, fixed
 			return fmt.Errorf("model: fixed targets for %d layers (proposals: %v), the graph has %d (%v)", len(fixed.layers), fixed.enc != nil, nl, cfg.TwoStage)
 		}
 		packed := make([]float64, autograd.PackedSize(shapes...))
-		fixed.pack(packed)
+		packTargets(fixed, packed)
 		k := 0
 		for i, s := range shapes {
 			parts = append(parts, b.constant(fmt.Sprintf("target%d", i), packed[k:k+s.TotalSize()], s...))
 			k += s.TotalSize()
 		}
 	} else {
-		matcher := &hostop.Op[float64]{Name: "Hungarian matching", Size: autograd.PackedSize(shapes...), Run: n.timed("matching", n.match)}
 		var in G.Nodes
+		var inShapes []tensor.Shape
 		add := func(x *G.Node, s tensor.Shape) {
 			if n.dev != nil {
 				x = b.check(ops.ToHost(x))
 			}
 			in = append(in, x)
-			matcher.In = append(matcher.In, s)
+			inShapes = append(inShapes, s)
 		}
 		for _, o := range outs {
 			add(o.logits, lg)
@@ -315,6 +327,7 @@ func (n *Net) buildLosses(b *builder, outs []layerOutput, enc layerOutput, fixed
 		if b.err != nil {
 			return b.err
 		}
+		matcher := b.hostOps.op("Hungarian matching", "matching", inShapes, autograd.PackedSize(shapes...), matchRun[float32](n), matchRun[float64](n))
 		packed := b.check(G.ApplyOp(matcher, in...))
 		if n.dev != nil {
 			packed = b.check(ops.ToDevice(packed, n.dev))
@@ -382,25 +395,27 @@ func (n *Net) buildLosses(b *builder, outs []layerOutput, enc layerOutput, fixed
 	return nil
 }
 
-// match is the matching op's run: in holds every layer's logits, then
+// matchRun is the matching op's run: in holds every layer's logits, then
 // every layer's boxes, then under TwoStage the proposals' first-class
 // logits and boxes.
-func (n *Net) match(in [][]float64, out []float64) error {
-	if n.targets == nil {
-		return fmt.Errorf("no targets: run the graph through TrainStep")
+func matchRun[F hostop.Float](n *Net) hostRun[F] {
+	return func(in [][]F, out []F) error {
+		if n.targets == nil {
+			return fmt.Errorf("no targets: run the graph through TrainStep")
+		}
+		nl := n.cfg.DecLayers
+		var encLogits, encBoxes []F
+		if n.cfg.TwoStage {
+			encLogits, encBoxes = in[2*nl], in[2*nl+1]
+		}
+		lt, err := buildTargets(n.cfg, in[:nl], in[nl:2*nl], encLogits, encBoxes, n.targets)
+		if err != nil {
+			return err
+		}
+		packTargets(lt, out)
+		n.lastTargets = lt
+		return nil
 	}
-	nl := n.cfg.DecLayers
-	var encLogits, encBoxes []float64
-	if n.cfg.TwoStage {
-		encLogits, encBoxes = in[2*nl], in[2*nl+1]
-	}
-	lt, err := buildTargets(n.cfg, in[:nl], in[nl:2*nl], encLogits, encBoxes, n.targets)
-	if err != nil {
-		return err
-	}
-	lt.pack(out)
-	n.lastTargets = lt
-	return nil
 }
 
 // Close releases the machine, the optimiser's state and the graph's

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/stheno-ml/stheno/examples/detr/match"
+	"github.com/stheno-ml/stheno/examples/internal/hostop"
 )
 
 // Target is one image's ground truth: a class (0..NumClasses-1) and a
@@ -68,7 +69,7 @@ func MatchImage(cfg Config, logits, boxes []float64, q int, t Target) ([]int, er
 
 // matchImage is MatchImage for logits of c classes: the config's, or one
 // for the encoder's proposals (TwoStage), whose objects are all class 0.
-func matchImage(cfg Config, logits, boxes []float64, q, c int, t Target) ([]int, error) {
+func matchImage[F hostop.Float](cfg Config, logits, boxes []F, q, c int, t Target) ([]int, error) {
 	n := len(t.Labels)
 	if len(logits) != q*c || len(boxes) != q*4 {
 		return nil, fmt.Errorf("model: MatchImage: logits has %d values and boxes %d, want %d and %d", len(logits), len(boxes), q*c, q*4)
@@ -99,12 +100,12 @@ func matchImage(cfg Config, logits, boxes []float64, q, c int, t Target) ([]int,
 	cost := make([]float64, q*n)
 	for i := range q {
 		for k, label := range classes {
-			p := sigmoid(logits[i*c+label])
+			p := sigmoid(float64(logits[i*c+label]))
 			neg := (1 - alpha) * pow(p) * -math.Log(1-p+1e-8)
 			pos := alpha * pow(1-p) * -math.Log(p+1e-8)
 			classCost[k] = cfg.CostClass * (pos - neg)
 		}
-		pb := Box(boxes[4*i : 4*i+4])
+		pb := Box{float64(boxes[4*i]), float64(boxes[4*i+1]), float64(boxes[4*i+2]), float64(boxes[4*i+3])}
 		pxy := pb.XYXY()
 		for j, tb := range t.Boxes {
 			l1 := 0.0
@@ -166,7 +167,7 @@ func newLayerTargets(b, q, c int) layerTargets {
 // outputs too) is matched on its own, as the reference does; the
 // proposals are matched to the same objects with every label 0 (the
 // reference's bin_targets).
-func buildTargets(cfg Config, logits, boxes [][]float64, encLogits, encBoxes []float64, targets []Target) (*lossTargets, error) {
+func buildTargets[F hostop.Float](cfg Config, logits, boxes [][]F, encLogits, encBoxes []F, targets []Target) (*lossTargets, error) {
 	b, q, c := len(targets), cfg.Queries, cfg.NumClasses
 	nb := numBoxes(targets)
 	lt := &lossTargets{focalW: constant(cfg.WeightClass/nb)(nil, b*q*c)}
@@ -175,7 +176,7 @@ func buildTargets(cfg Config, logits, boxes [][]float64, encLogits, encBoxes []f
 	}
 	type task struct {
 		t             *layerTargets
-		logits, boxes []float64
+		logits, boxes []F
 		q, c          int
 		targets       []Target
 		name          string
@@ -223,7 +224,7 @@ func buildTargets(cfg Config, logits, boxes [][]float64, encLogits, encBoxes []f
 
 // matchInto matches image img of a layer's predictions (logits [B, q, c],
 // boxes [B, q, 4]) and writes its rows of t.
-func matchInto(cfg Config, t *layerTargets, logits, boxes []float64, q, c int, targets []Target, img int, nb float64) error {
+func matchInto[F hostop.Float](cfg Config, t *layerTargets, logits, boxes []F, q, c int, targets []Target, img int, nb float64) error {
 	assign, err := matchImage(cfg, logits[img*q*c:(img+1)*q*c], boxes[img*q*4:(img+1)*q*4], q, c, targets[img])
 	if err != nil {
 		return err
@@ -248,24 +249,32 @@ func matchInto(cfg Config, t *layerTargets, logits, boxes []float64, q, c int, t
 	return nil
 }
 
-// pack writes lt in the packed layout of the matching op's output: focalW,
-// then per layer onehot, boxT, l1W, giouT, giouW; under TwoStage then
-// encScale and the proposals' onehot, boxT, l1W, giouT, giouW.
-func (lt *lossTargets) pack(out []float64) {
-	k := copy(out, lt.focalW)
+// packTargets writes lt in the packed layout of the matching op's output:
+// focalW, then per layer onehot, boxT, l1W, giouT, giouW; under TwoStage
+// then encScale and the proposals' onehot, boxT, l1W, giouT, giouW.
+func packTargets[F hostop.Float](lt *lossTargets, out []F) {
+	k := put(out, lt.focalW)
 	layers := lt.layers
 	if lt.enc != nil {
 		layers = append(slices.Clip(layers), *lt.enc)
 	}
 	for i, t := range layers {
 		if i == len(lt.layers) {
-			out[k] = lt.encScale
+			out[k] = F(lt.encScale)
 			k++
 		}
 		for _, s := range [][]float64{t.onehot, t.boxT, t.l1W, t.giouT, t.giouW} {
-			k += copy(out[k:], s)
+			k += put(out[k:], s)
 		}
 	}
+}
+
+// put copies src into dst, converted to dst's type, and returns how many.
+func put[F hostop.Float](dst []F, src []float64) int {
+	for i, v := range src {
+		dst[i] = F(v)
+	}
+	return len(src)
 }
 
 // Detection is one detected object: its box (x1, y1, x2, y2) in pixels,

@@ -96,7 +96,9 @@ func ProposalPosEmbed(unact []float64, feats int) []float64 {
 // TopProposals returns the indices of the k tokens of largest score,
 // best first; among equal scores the lower index comes first (PyTorch's
 // topk leaves their order open). k must not exceed len(scores).
-func TopProposals(scores []float64, k int) []int {
+func TopProposals(scores []float64, k int) []int { return topProposals(scores, k) }
+
+func topProposals[F hostop.Float](scores []F, k int) []int {
 	idx := make([]int, len(scores))
 	for i := range idx {
 		idx[i] = i
@@ -109,12 +111,12 @@ func TopProposals(scores []float64, k int) []int {
 // class logit [B, S, 1] and its boxes' inverse-sigmoid coordinates [B,
 // S, 4]; out gets, per image, the coordinates of the Queries best tokens
 // [B, K, 4], then their ProposalPosEmbed [B, K, 2*DModel].
-func selectProposals(cfg Config, batch int) hostRun {
+func selectProposals[F hostop.Float](cfg Config, batch int) hostRun[F] {
 	s, k, d := cfg.Tokens(), cfg.Queries, cfg.DModel
-	return func(in [][]float64, out []float64) error {
+	return func(in [][]F, out []F) error {
 		scores, unact := in[0], in[1]
 		for _, v := range scores {
-			if math.IsNaN(v) {
+			if v != v {
 				return fmt.Errorf("the encoder's proposal scores hold NaN")
 			}
 		}
@@ -122,7 +124,7 @@ func selectProposals(cfg Config, batch int) hostRun {
 		var wg sync.WaitGroup
 		for img := range batch {
 			wg.Go(func() {
-				top := TopProposals(scores[img*s:(img+1)*s], k)
+				top := topProposals(scores[img*s:(img+1)*s], k)
 				c := coords[img*k*4 : (img+1)*k*4]
 				for r, tok := range top {
 					copy(c[4*r:4*r+4], unact[(img*s+tok)*4:])
@@ -136,7 +138,13 @@ func selectProposals(cfg Config, batch int) hostRun {
 		const chunk = 64
 		for lo := 0; lo < batch*k; lo += chunk {
 			hi := min(lo+chunk, batch*k)
-			wg.Go(func() { copy(embed[lo*2*d:], ProposalPosEmbed(coords[4*lo:4*hi], d/2)) })
+			wg.Go(func() {
+				c := make([]float64, 4*(hi-lo))
+				for i := range c {
+					c[i] = float64(coords[4*lo+i])
+				}
+				put(embed[lo*2*d:], ProposalPosEmbed(c, d/2))
+			})
 		}
 		wg.Wait()
 		return nil
@@ -188,12 +196,17 @@ func (b *builder) twoStageQueries(memory *G.Node) (tgt, qpos, ref *G.Node, enc l
 				ins[i] = b.check(ops.ToHost(x))
 			}
 		}
-		run := selectProposals(cfg, b.batch)
-		if b.onProposals != nil {
-			run = b.onProposals(run)
+		run64 := selectProposals[float64](cfg, b.batch)
+		if record := b.recordProposals; record != nil {
+			base := run64
+			run64 = func(in [][]float64, out []float64) error {
+				err := base(in, out)
+				record(out)
+				return err
+			}
 		}
-		op := &hostop.Op[float64]{Name: "two-stage top-k", In: []tensor.Shape{{b.batch, s, 1}, {b.batch, s, 4}},
-			Size: autograd.PackedSize(shapes...), Run: run}
+		op := b.hostOps.op("two-stage top-k", "top-k proposals", []tensor.Shape{{b.batch, s, 1}, {b.batch, s, 4}},
+			autograd.PackedSize(shapes...), selectProposals[float32](cfg, b.batch), run64)
 		if b.err != nil {
 			return
 		}

@@ -120,7 +120,7 @@ func TestSelectProposals(t *testing.T) {
 		unact[i] = rng.NormFloat64()
 	}
 	out := make([]float64, batch*k*(4+2*d))
-	if err := selectProposals(cfg, batch)([][]float64{scores, unact}, out); err != nil {
+	if err := selectProposals[float64](cfg, batch)([][]float64{scores, unact}, out); err != nil {
 		t.Fatal(err)
 	}
 	for img := range batch {
@@ -138,7 +138,7 @@ func TestSelectProposals(t *testing.T) {
 		}
 	}
 	scores[5] = math.NaN()
-	if err := selectProposals(cfg, batch)([][]float64{scores, unact}, out); err == nil {
+	if err := selectProposals[float64](cfg, batch)([][]float64{scores, unact}, out); err == nil {
 		t.Error("NaN scores were taken")
 	}
 }
@@ -203,9 +203,9 @@ func TestProposalTargets(t *testing.T) {
 	noEnc := *lt
 	noEnc.enc = nil
 	layersOnly := make([]float64, len(lt.focalW)+2*(batch*q*(c+4+4+4+1)))
-	noEnc.pack(layersOnly)
+	packTargets(&noEnc, layersOnly)
 	packed := make([]float64, len(layersOnly)+1+batch*s*(1+4+4+4+1))
-	lt.pack(packed)
+	packTargets(lt, packed)
 	if !slices.Equal(packed[:len(layersOnly)], layersOnly) {
 		t.Error("the proposals' targets moved the layers' in the packed layout")
 	}
