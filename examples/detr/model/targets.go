@@ -251,22 +251,25 @@ func matchInto[F hostop.Float](cfg Config, t *layerTargets, logits, boxes []F, q
 
 // packTargets writes lt in the packed layout of the matching op's output:
 // focalW, then per layer onehot, boxT, l1W, giouT, giouW; under TwoStage
-// then encScale and the proposals' onehot, boxT, l1W, giouT, giouW.
+// then encScale and the proposals' onehot, boxT, l1W, giouT, giouW. The
+// parts are copied in parallel: together they are millions of values,
+// and the GPU waits for them.
 func packTargets[F hostop.Float](lt *lossTargets, out []F) {
-	k := put(out, lt.focalW)
-	layers := lt.layers
-	if lt.enc != nil {
-		layers = append(slices.Clip(layers), *lt.enc)
+	parts := [][]float64{lt.focalW}
+	for _, t := range lt.layers {
+		parts = append(parts, t.onehot, t.boxT, t.l1W, t.giouT, t.giouW)
 	}
-	for i, t := range layers {
-		if i == len(lt.layers) {
-			out[k] = F(lt.encScale)
-			k++
-		}
-		for _, s := range [][]float64{t.onehot, t.boxT, t.l1W, t.giouT, t.giouW} {
-			k += put(out[k:], s)
-		}
+	if t := lt.enc; t != nil {
+		parts = append(parts, []float64{lt.encScale}, t.onehot, t.boxT, t.l1W, t.giouT, t.giouW)
 	}
+	var wg sync.WaitGroup
+	k := 0
+	for _, src := range parts {
+		dst := out[k : k+len(src)]
+		wg.Go(func() { put(dst, src) })
+		k += len(src)
+	}
+	wg.Wait()
 }
 
 // put copies src into dst, converted to dst's type, and returns how many.
