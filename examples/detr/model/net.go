@@ -408,7 +408,7 @@ func matchRun[F hostop.Float](n *Net) hostRun[F] {
 		if n.cfg.TwoStage {
 			encLogits, encBoxes = in[2*nl], in[2*nl+1]
 		}
-		lt, err := buildTargets(n.cfg, in[:nl], in[nl:2*nl], encLogits, encBoxes, n.targets)
+		lt, err := buildTargets(n.cfg, in[:nl], in[nl:2*nl], encLogits, encBoxes, n.targets, n.lastTargets)
 		if err != nil {
 			return err
 		}

@@ -140,6 +140,13 @@ type lossTargets struct {
 	encScale float64       // TwoStage: WeightClass/num_boxes
 }
 
+// fits reports whether lt (nil: no) has the sizes of a step's targets of
+// layers layers, focal weights of focal values, and the proposals' when
+// twoStage, so that buildTargets may write over it.
+func (lt *lossTargets) fits(layers, focal int, twoStage bool) bool {
+	return lt != nil && len(lt.layers) == layers && len(lt.focalW) == focal && (lt.enc != nil) == twoStage
+}
+
 func newLayerTargets(b, q, c int) layerTargets {
 	return layerTargets{
 		onehot: make([]float64, b*q*c),
@@ -167,12 +174,23 @@ func newLayerTargets(b, q, c int) layerTargets {
 // outputs too) is matched on its own, as the reference does; the
 // proposals are matched to the same objects with every label 0 (the
 // reference's bin_targets).
-func buildTargets[F hostop.Float](cfg Config, logits, boxes [][]F, encLogits, encBoxes []F, targets []Target) (*lossTargets, error) {
+//
+// reuse, when not nil, is an earlier result for the same shapes, no longer
+// needed: its memory is written over instead of allocated afresh (the
+// targets of a GPU-sized step are megabytes, and the GPU waits for them).
+func buildTargets[F hostop.Float](cfg Config, logits, boxes [][]F, encLogits, encBoxes []F, targets []Target, reuse *lossTargets) (*lossTargets, error) {
 	b, q, c := len(targets), cfg.Queries, cfg.NumClasses
 	nb := numBoxes(targets)
-	lt := &lossTargets{focalW: constant(cfg.WeightClass/nb)(nil, b*q*c)}
-	for range logits {
-		lt.layers = append(lt.layers, newLayerTargets(b, q, c))
+	lt := reuse
+	if !lt.fits(len(logits), b*q*c, encLogits != nil) {
+		lt = &lossTargets{focalW: make([]float64, b*q*c)}
+		for range logits {
+			lt.layers = append(lt.layers, newLayerTargets(b, q, c))
+		}
+		if encLogits != nil {
+			enc := newLayerTargets(b, cfg.Tokens(), 1)
+			lt.enc = &enc
+		}
 	}
 	type task struct {
 		t             *layerTargets
@@ -180,22 +198,21 @@ func buildTargets[F hostop.Float](cfg Config, logits, boxes [][]F, encLogits, en
 		q, c          int
 		targets       []Target
 		name          string
+		fillFocal     bool // this task also writes its image's focal weights
 	}
 	var tasks []task
 	// The proposals' matching (S queries, several times a layer's) first:
 	// the longest tasks start first and the layers' fill in around them.
 	if encLogits != nil {
-		s := cfg.Tokens()
-		enc := newLayerTargets(b, s, 1)
-		lt.enc, lt.encScale = &enc, cfg.WeightClass/nb
+		lt.encScale = cfg.WeightClass / nb
 		bin := make([]Target, len(targets))
 		for i, t := range targets {
 			bin[i] = Target{Labels: make([]int, len(t.Labels)), Boxes: t.Boxes}
 		}
-		tasks = append(tasks, task{lt.enc, encLogits, encBoxes, s, 1, bin, "the encoder's proposals"})
+		tasks = append(tasks, task{lt.enc, encLogits, encBoxes, cfg.Tokens(), 1, bin, "the encoder's proposals", false})
 	}
 	for l := range logits {
-		tasks = append(tasks, task{&lt.layers[l], logits[l], boxes[l], q, c, targets, fmt.Sprintf("layer %d", l)})
+		tasks = append(tasks, task{&lt.layers[l], logits[l], boxes[l], q, c, targets, fmt.Sprintf("layer %d", l), l == 0})
 	}
 	// Every (layer, image) pair is matched on its own, in parallel: each
 	// writes only its image's rows of its layer's targets.
@@ -208,6 +225,11 @@ func buildTargets[F hostop.Float](cfg Config, logits, boxes [][]F, encLogits, en
 			defer wg.Done()
 			for k := int(next.Add(1) - 1); k < len(errs); k = int(next.Add(1) - 1) {
 				tk, img := tasks[k/b], k%b
+				if tk.fillFocal {
+					for i := range lt.focalW[img*q*c : (img+1)*q*c] {
+						lt.focalW[img*q*c+i] = cfg.WeightClass / nb
+					}
+				}
 				errs[k] = matchInto(cfg, tk.t, tk.logits, tk.boxes, tk.q, tk.c, tk.targets, img, nb)
 				if errs[k] != nil {
 					errs[k] = fmt.Errorf("model: matching %s, image %d: %w", tk.name, img, errs[k])
@@ -229,6 +251,12 @@ func matchInto[F hostop.Float](cfg Config, t *layerTargets, logits, boxes []F, q
 	if err != nil {
 		return err
 	}
+	// The image's rows start at zero (the memory may be an earlier
+	// step's); giouT is written whole below.
+	clear(t.onehot[img*q*c : (img+1)*q*c])
+	clear(t.boxT[img*q*4 : (img+1)*q*4])
+	clear(t.l1W[img*q*4 : (img+1)*q*4])
+	clear(t.giouW[img*q : (img+1)*q])
 	for i, j := range assign {
 		r := img*q + i
 		// Unmatched: a valid box of weight 0, so GIoU stays finite.

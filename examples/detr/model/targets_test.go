@@ -52,7 +52,7 @@ func TestBuildTargetsHandValues(t *testing.T) {
 		{"class decides", []float64{0, -3, 0, 3}, []float64{0.5, 0.5, 0.2, 0.2, 0.5, 0.5, 0.2, 0.2}, 1},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			lt, err := buildTargets(cfg, [][]float64{c.logits}, [][]float64{c.boxes}, nil, nil, target)
+			lt, err := buildTargets(cfg, [][]float64{c.logits}, [][]float64{c.boxes}, nil, nil, target, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -100,7 +100,7 @@ func TestBuildTargetsNormalisation(t *testing.T) {
 	boxesA := []float64{0.25, 0.25, 0.2, 0.2, 0.75, 0.75, 0.2, 0.2, 0.5, 0.5, 0.1, 0.1, 0.5, 0.5, 0.1, 0.1, 0.5, 0.5, 0.5, 0.5, 0.1, 0.1, 0.1, 0.1}
 	boxesB := slices.Clone(boxesA)
 	copy(boxesB[0:8], []float64{0.75, 0.75, 0.2, 0.2, 0.25, 0.25, 0.2, 0.2})
-	lt, err := buildTargets(cfg, [][]float64{logits, logits}, [][]float64{boxesA, boxesB}, nil, nil, targets)
+	lt, err := buildTargets(cfg, [][]float64{logits, logits}, [][]float64{boxesA, boxesB}, nil, nil, targets, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,7 +163,7 @@ func TestProposalTargets(t *testing.T) {
 	logits := [][]float64{random(batch*q*c, rng.NormFloat64), random(batch*q*c, rng.NormFloat64)}
 	boxes := [][]float64{random(batch*q*4, box), random(batch*q*4, box)}
 	encLogits, encBoxes := random(batch*s, rng.NormFloat64), random(batch*s*4, box)
-	lt, err := buildTargets(cfg, logits, boxes, encLogits, encBoxes, targets)
+	lt, err := buildTargets(cfg, logits, boxes, encLogits, encBoxes, targets, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestProposalTargets(t *testing.T) {
 	for i, tg := range targets {
 		bin[i] = Target{Labels: make([]int, len(tg.Labels)), Boxes: tg.Boxes}
 	}
-	want, err := buildTargets(one, [][]float64{encLogits}, [][]float64{encBoxes}, nil, nil, bin)
+	want, err := buildTargets(one, [][]float64{encLogits}, [][]float64{encBoxes}, nil, nil, bin, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,4 +214,73 @@ func TestProposalTargets(t *testing.T) {
 		!slices.Equal(rest[len(rest)-batch*s:], lt.enc.giouW) {
 		t.Error("the proposals' part of the packed layout is not scale, onehot, ..., giouW")
 	}
+}
+
+// TestBuildTargetsReuse: targets built over an earlier step's memory are
+// those built afresh, with and without two-stage, whatever the earlier
+// step matched.
+func TestBuildTargetsReuse(t *testing.T) {
+	for _, twoStage := range []bool{false, true} {
+		cfg := tinyConfig()
+		cfg.TwoStage = twoStage
+		_, targets := tinyBatch(cfg.ImageSize)
+		batch, q, c, s := len(targets), cfg.Queries, cfg.NumClasses, cfg.Tokens()
+		rng := rand.New(rand.NewPCG(5, 6))
+		inputs := func() (logits, boxes [][]float64, encLogits, encBoxes []float64) {
+			r := func(n int, f func() float64) []float64 {
+				v := make([]float64, n)
+				for i := range v {
+					v[i] = f()
+				}
+				return v
+			}
+			box := func() float64 { return 0.2 + 0.6*rng.Float64() }
+			for range cfg.DecLayers {
+				logits = append(logits, r(batch*q*c, rng.NormFloat64))
+				boxes = append(boxes, r(batch*q*4, box))
+			}
+			if twoStage {
+				encLogits, encBoxes = r(batch*s, rng.NormFloat64), r(batch*s*4, box)
+			}
+			return
+		}
+		l1, b1, el1, eb1 := inputs()
+		earlier, err := buildTargets(cfg, l1, b1, el1, eb1, targets, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Fewer objects in the second step, so that the first step's
+		// matches would show where they are not written over.
+		second := []Target{{Labels: targets[0].Labels[:1], Boxes: targets[0].Boxes[:1]}, targets[1]}
+		l2, b2, el2, eb2 := inputs()
+		fresh, err := buildTargets(cfg, l2, b2, el2, eb2, second, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reused, err := buildTargets(cfg, l2, b2, el2, eb2, second, earlier)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reused != earlier {
+			t.Errorf("two stage %v: the earlier targets' memory was not reused", twoStage)
+		}
+		a, b := make([]float64, packedLen(fresh)), make([]float64, packedLen(reused))
+		packTargets(fresh, a)
+		packTargets(reused, b)
+		if !slices.Equal(a, b) {
+			t.Errorf("two stage %v: targets over the earlier step's memory differ from fresh ones", twoStage)
+		}
+	}
+}
+
+// packedLen is the length of lt's packed layout.
+func packedLen(lt *lossTargets) int {
+	n := len(lt.focalW)
+	for _, t := range lt.layers {
+		n += len(t.onehot) + len(t.boxT) + len(t.l1W) + len(t.giouT) + len(t.giouW)
+	}
+	if t := lt.enc; t != nil {
+		n += 1 + len(t.onehot) + len(t.boxT) + len(t.l1W) + len(t.giouT) + len(t.giouW)
+	}
+	return n
 }
