@@ -151,18 +151,7 @@ func TestProposalTargets(t *testing.T) {
 	cfg.TwoStage = true
 	_, targets := tinyBatch(cfg.ImageSize)
 	batch, q, c, s := len(targets), cfg.Queries, cfg.NumClasses, cfg.Tokens()
-	rng := rand.New(rand.NewPCG(3, 4))
-	random := func(n int, f func() float64) []float64 {
-		v := make([]float64, n)
-		for i := range v {
-			v[i] = f()
-		}
-		return v
-	}
-	box := func() float64 { return 0.2 + 0.6*rng.Float64() }
-	logits := [][]float64{random(batch*q*c, rng.NormFloat64), random(batch*q*c, rng.NormFloat64)}
-	boxes := [][]float64{random(batch*q*4, box), random(batch*q*4, box)}
-	encLogits, encBoxes := random(batch*s, rng.NormFloat64), random(batch*s*4, box)
+	logits, boxes, encLogits, encBoxes := randomPredictions(cfg, batch, rand.New(rand.NewPCG(3, 4)))
 	lt, err := buildTargets(cfg, logits, boxes, encLogits, encBoxes, targets, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -224,25 +213,10 @@ func TestBuildTargetsReuse(t *testing.T) {
 		cfg := tinyConfig()
 		cfg.TwoStage = twoStage
 		_, targets := tinyBatch(cfg.ImageSize)
-		batch, q, c, s := len(targets), cfg.Queries, cfg.NumClasses, cfg.Tokens()
+		batch := len(targets)
 		rng := rand.New(rand.NewPCG(5, 6))
 		inputs := func() (logits, boxes [][]float64, encLogits, encBoxes []float64) {
-			r := func(n int, f func() float64) []float64 {
-				v := make([]float64, n)
-				for i := range v {
-					v[i] = f()
-				}
-				return v
-			}
-			box := func() float64 { return 0.2 + 0.6*rng.Float64() }
-			for range cfg.DecLayers {
-				logits = append(logits, r(batch*q*c, rng.NormFloat64))
-				boxes = append(boxes, r(batch*q*4, box))
-			}
-			if twoStage {
-				encLogits, encBoxes = r(batch*s, rng.NormFloat64), r(batch*s*4, box)
-			}
-			return
+			return randomPredictions(cfg, batch, rng)
 		}
 		l1, b1, el1, eb1 := inputs()
 		earlier, err := buildTargets(cfg, l1, b1, el1, eb1, targets, nil)
@@ -283,4 +257,27 @@ func packedLen(lt *lossTargets) int {
 		n += 1 + len(t.onehot) + len(t.boxT) + len(t.l1W) + len(t.giouT) + len(t.giouW)
 	}
 	return n
+}
+
+// randomPredictions are every decoder layer's logits (normal) and boxes
+// (coordinates in [0.2, 0.8)) for a batch, and under TwoStage the
+// proposals' first-class logits and boxes (else nil).
+func randomPredictions(cfg Config, batch int, rng *rand.Rand) (logits, boxes [][]float64, encLogits, encBoxes []float64) {
+	random := func(n int, f func() float64) []float64 {
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = f()
+		}
+		return v
+	}
+	box := func() float64 { return 0.2 + 0.6*rng.Float64() }
+	q, c, s := cfg.Queries, cfg.NumClasses, cfg.Tokens()
+	for range cfg.DecLayers {
+		logits = append(logits, random(batch*q*c, rng.NormFloat64))
+		boxes = append(boxes, random(batch*q*4, box))
+	}
+	if cfg.TwoStage {
+		encLogits, encBoxes = random(batch*s, rng.NormFloat64), random(batch*s*4, box)
+	}
+	return logits, boxes, encLogits, encBoxes
 }
