@@ -114,12 +114,14 @@ type hostOps struct {
 }
 
 // op returns a host op named name, timed under timer, of inputs in and an
-// output of size values, running run32 or run64 by the dtype.
+// output of size values, running run32 or run64 by the dtype. Both of the
+// model's host steps write their whole output every run: the op keeps its
+// memory (hostop.Op.Reuse).
 func (h hostOps) op(name, timer string, in []tensor.Shape, size int, run32 hostRun[float32], run64 hostRun[float64]) G.Op {
 	if h.dt == tensor.Float32 {
-		return &hostop.Op[float32]{Name: name, In: in, Size: size, Run: timed(h.n, timer, run32)}
+		return &hostop.Op[float32]{Name: name, In: in, Size: size, Run: timed(h.n, timer, run32), Reuse: true}
 	}
-	return &hostop.Op[float64]{Name: name, In: in, Size: size, Run: timed(h.n, timer, run64)}
+	return &hostop.Op[float64]{Name: name, In: in, Size: size, Run: timed(h.n, timer, run64), Reuse: true}
 }
 
 // buildOpts are Build's options that tests reach: see builder.

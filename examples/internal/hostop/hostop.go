@@ -29,6 +29,14 @@ type Op[T Float] struct {
 	In   []tensor.Shape
 	Size int
 	Run  func(in [][]T, out []T) error
+	// Reuse says that Run writes every value of out, every run: the op
+	// then keeps out's memory from one run to the next rather than
+	// allocating it afresh, and a run's output is overwritten by the
+	// next run's (a graph's consumers copy it within the run: Unpack,
+	// ToDevice). Without it out starts as zeros.
+	Reuse bool
+
+	buf []T // Reuse: the last run's out
 }
 
 func (op *Op[T]) Arity() int { return len(op.In) }
@@ -80,7 +88,13 @@ func (op *Op[T]) Do(in ...G.Value) (G.Value, error) {
 			return nil, fmt.Errorf("hostop: %s: input %d holds %T", op.Name, i, d.Data())
 		}
 	}
-	out := make([]T, op.Size)
+	out := op.buf
+	if !op.Reuse || len(out) != op.Size {
+		out = make([]T, op.Size)
+	}
+	if op.Reuse {
+		op.buf = out
+	}
 	if err := op.Run(vals, out); err != nil {
 		return nil, fmt.Errorf("hostop: %s: %w", op.Name, err)
 	}

@@ -59,3 +59,42 @@ func TestDo(t *testing.T) {
 		t.Errorf("DiffWRT = %v, want no input differentiable", diff)
 	}
 }
+
+// With Reuse the op writes every run's output into the same memory; without
+// it each run's output is its own and starts as zeros.
+func TestReuse(t *testing.T) {
+	runs := 0
+	count := func(in [][]float32, out []float32) error {
+		runs++
+		for i := range out {
+			out[i] += float32(runs) // reads what is there: zeros or the last run's
+		}
+		return nil
+	}
+	x := tensor.New(tensor.WithShape(1), tensor.WithBacking([]float32{0}))
+	for _, reuse := range []bool{false, true} {
+		runs = 0
+		op := &Op[float32]{Name: "count", In: []tensor.Shape{{1}}, Size: 3, Run: count, Reuse: reuse}
+		v1, err := op.Do(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := v1.(*tensor.Dense).Float32s()
+		v2, err := op.Do(x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		second := v2.(*tensor.Dense).Float32s()
+		shared := &first[0] == &second[0]
+		if shared != reuse {
+			t.Errorf("Reuse %v: the two runs' outputs share memory: %v", reuse, shared)
+		}
+		want := float32(2) // a fresh output of zeros, plus 2
+		if reuse {
+			want = 3 // the first run's 1, plus 2
+		}
+		if second[0] != want {
+			t.Errorf("Reuse %v: the second run saw %v, want %v", reuse, second[0], want)
+		}
+	}
+}

@@ -236,7 +236,9 @@ func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 	// heads' targets.
 	k, nc := n.batch*cfg.RoIsPerImage, cfg.NumClasses
 	shapes := n.headTargetShapes()
-	sampler := &hostop.Op[float32]{Name: "sample RoIs", Size: autograd.PackedSize(shapes...), Run: n.timed("sample RoIs", n.sampleHeads)}
+	// sampleHeads writes its whole output every run (clearing what it
+	// leaves unset): the op keeps the output's memory.
+	sampler := &hostop.Op[float32]{Name: "sample RoIs", Size: autograd.PackedSize(shapes...), Run: n.timed("sample RoIs", n.sampleHeads), Reuse: true}
 	for l := range n.anchors {
 		os, _ := n.rpnLevelShapes(l)
 		sampler.In = append(sampler.In, os)
