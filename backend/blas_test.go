@@ -344,19 +344,27 @@ func TestGemmErrors(t *testing.T) {
 // workspace are made once and destroyed by Close.
 func TestGemmCall(t *testing.T) {
 	d := openFake(t)
-	f := d.drv.(*fakeDriver)
+	f, _ := fakeOf(d)
 	x := toDevice(t, d, hostOf(tensor.Float32, make([]float64, 64)))
 	p, _ := d.Ptr(x)
 	before := d.MemStats()
+	// The call reaches cuBLAS when the Device issues its held-back work.
+	gemm := func(g Gemm) {
+		t.Helper()
+		if err := d.Gemm(g); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s, err := d.BeginScope()
 	if err != nil {
 		t.Fatal(err)
 	}
 	g := Gemm{TransB: true, M: 2, N: 3, K: 4, A: p, B: p + 64, C: p + 128, LDA: 5, LDC: 6,
 		Batch: 2, StrideA: 16, StrideB: 0, StrideC: 12, Alpha: 2, Beta: 3, Dtype: tensor.Float32}
-	if err := d.Gemm(g); err != nil {
-		t.Fatal(err)
-	}
+	gemm(g)
 	want := gemmCall{transA: true, transB: false, m: 3, n: 2, k: 4,
 		a: p + 64, lda: 4, strideA: 0, b: p, ldb: 5, strideB: 16, c: p + 128, ldc: 6, strideC: 12,
 		batch: 2, alpha: 2, beta: 3, dtype: tensor.Float32, tf32: true, elem: 4}
@@ -371,26 +379,20 @@ func TestGemmCall(t *testing.T) {
 		t.Errorf("after the first Gemm and the Scope's end, %d more bytes in use; want the 4 MiB workspace", got)
 	}
 	d.SetGemmMath(GemmExact)
-	if err := d.Gemm(g); err != nil {
-		t.Fatal(err)
-	}
+	gemm(g)
 	if f.lastGemm.tf32 {
 		t.Errorf("GemmExact: cuBLAS was allowed TF32")
 	}
 	d.SetGemmMath(GemmTF32)
 	exact := g
 	exact.Exact = true
-	if err := d.Gemm(exact); err != nil {
-		t.Fatal(err)
-	}
+	gemm(exact)
 	if f.lastGemm.tf32 {
 		t.Errorf("Gemm.Exact on a GemmTF32 device: cuBLAS was allowed TF32")
 	}
 	g.Dtype, g.B, g.C, g.StrideC = tensor.Float64, p, p+128, 6
 	g.Batch = 1
-	if err := d.Gemm(g); err != nil {
-		t.Fatal(err)
-	}
+	gemm(g)
 	if f.lastGemm.tf32 || f.lastGemm.batch != 1 {
 		t.Errorf("float64: cuBLAS got %+v", f.lastGemm)
 	}
@@ -415,7 +417,7 @@ func TestGemmCall(t *testing.T) {
 // every time, and everything else works.
 func TestGemmWithoutCUBLAS(t *testing.T) {
 	d := openFake(t)
-	f := d.drv.(*fakeDriver)
+	f, _ := fakeOf(d)
 	f.blasErr = &LoadError{Library: "cuBLAS", Env: CUBLASEnv, Tried: []LoadAttempt{
 		{Name: "libcublas.so.13", Err: errors.New("libcublas.so.13: cannot open shared object file: No such file or directory")},
 	}}

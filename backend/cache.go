@@ -1,9 +1,11 @@
 package backend
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/bits"
+	"slices"
 	"sort"
 	"sync"
 )
@@ -73,10 +75,13 @@ type cache struct {
 	// is open are tagged with it in tags until freed or kept.
 	scope uint64
 	tags  map[uint64]uint64
+	// unsorted are the size classes whose cached blocks are no longer in
+	// canonical order (see endScope).
+	unsorted map[uint64]bool
 }
 
 func newCache(drv memDriver) *cache {
-	return &cache{drv: drv, live: map[uint64]uint64{}, cached: map[uint64][]uint64{}, tags: map[uint64]uint64{}}
+	return &cache{drv: drv, live: map[uint64]uint64{}, cached: map[uint64][]uint64{}, tags: map[uint64]uint64{}, unsorted: map[uint64]bool{}}
 }
 
 // alloc returns the base of a block of at least n bytes.
@@ -137,6 +142,7 @@ func (c *cache) freeLocked(base uint64) error {
 	delete(c.live, base)
 	delete(c.tags, base)
 	c.cached[size] = append(c.cached[size], base)
+	c.unsorted[size] = true
 	c.stats.InUse -= int64(size)
 	c.stats.InUseBlocks--
 	c.stats.Cached += int64(size)
@@ -268,7 +274,24 @@ func (c *cache) endScope(id uint64) ([]uint64, error) {
 			return bases, err
 		}
 	}
+	c.canonical()
 	return bases, nil
+}
+
+// canonical puts every size class's cached blocks in one order, the
+// lowest address handed out first, so that what a step is handed depends
+// only on which blocks the cache holds when it begins, not on the order
+// in which the last step's blocks came back (endScope frees them in map
+// order). A step that asks for the same sizes in the same order as the
+// step before then gets the same addresses, which lets the Device replay
+// its work as a CUDA graph (GraphsEnv) without changing it.
+func (c *cache) canonical() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for size := range c.unsorted {
+		slices.SortFunc(c.cached[size], func(a, b uint64) int { return cmp.Compare(b, a) })
+	}
+	clear(c.unsorted)
 }
 
 func (c *cache) resetPeak() {

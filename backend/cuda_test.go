@@ -40,3 +40,19 @@ func TestModulesEmbedded(t *testing.T) {
 		}
 	}
 }
+
+// TestGPUGraphsReplayLikeDirect: on the GPU, steps captured as CUDA graphs
+// and replayed with new kernel arguments give what the same steps issued
+// call by call give (graphs.go).
+func TestGPUGraphsReplayLikeDirect(t *testing.T) {
+	if !inChild(t, deviceKind{isolate: true}) {
+		return
+	}
+	open := func(on string) *Device {
+		t.Setenv(GraphsEnv, on)
+		t.Setenv(SyncEnv, "0")
+		return openCUDA(t)
+	}
+	direct, replay := open("0"), open("1")
+	checkReplayLikeDirect(t, direct, replay)
+}

@@ -70,10 +70,14 @@ type Device struct {
 
 // Open opens GPU ordinal (0 is the first) and creates the Device's stream.
 // Kernel modules are loaded when a kernel of theirs is first asked for.
-// Open reads SyncEnv. Without a GPU, or in a build without the stheno_cuda
+// Open reads SyncEnv and GraphsEnv. Without a GPU, or in a build without the stheno_cuda
 // tag, it returns an error wrapping ErrNoDevice.
 func Open(ordinal int) (*Device, error) {
 	syncLaunches, err := syncFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	graphs, err := graphsFromEnv()
 	if err != nil {
 		return nil, err
 	}
@@ -81,7 +85,7 @@ func Open(ordinal int) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newDevice(drv, images, syncLaunches), nil
+	return newDevice(withGraphs(drv, graphs, syncLaunches), images, syncLaunches), nil
 }
 
 // BuiltWithCUDA reports whether this program was built with the

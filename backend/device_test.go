@@ -381,7 +381,7 @@ func TestClose(t *testing.T) {
 
 // openSameKind opens another Device of d's kind.
 func openSameKind(tb testing.TB, d *Device) *Device {
-	if _, ok := d.drv.(*fakeDriver); ok {
+	if _, ok := fakeOf(d); ok {
 		return openFake(tb)
 	}
 	for _, k := range deviceKinds {

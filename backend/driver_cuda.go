@@ -123,6 +123,71 @@ static CUresult sth_launch(CUcontext ctx, CUstream s, CUfunction f,
 	void* args[1] = {params};
 	return cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, args, NULL);
 }
+// CUDA graphs (graphs.go). Capture is relaxed: another goroutine may
+// allocate (cuMemAlloc) while this one captures.
+static CUresult sth_capture_begin(CUcontext ctx, CUstream s) {
+	CUresult r = cuCtxSetCurrent(ctx);
+	return r != CUDA_SUCCESS ? r : cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED);
+}
+
+// The node the last captured call added: after a kernel launch, the
+// stream's one dependency.
+static CUresult sth_capture_node(CUcontext ctx, CUstream s, CUgraphNode* node) {
+	CUresult r = cuCtxSetCurrent(ctx);
+	if (r != CUDA_SUCCESS) return r;
+	CUstreamCaptureStatus st;
+	cuuint64_t id;
+	CUgraph g;
+	const CUgraphNode* deps = NULL;
+	size_t n = 0;
+	r = cuStreamGetCaptureInfo_v2(s, &st, &id, &g, &deps, &n);
+	if (r != CUDA_SUCCESS) return r;
+	if (st != CU_STREAM_CAPTURE_STATUS_ACTIVE || n != 1) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	*node = deps[0];
+	return CUDA_SUCCESS;
+}
+
+static CUresult sth_capture_end(CUcontext ctx, CUstream s, CUgraph* g) {
+	CUresult r = cuCtxSetCurrent(ctx);
+	return r != CUDA_SUCCESS ? r : cuStreamEndCapture(s, g);
+}
+
+static CUresult sth_graph_instantiate(CUcontext ctx, CUgraphExec* e, CUgraph g) {
+	CUresult r = cuCtxSetCurrent(ctx);
+	return r != CUDA_SUCCESS ? r : cuGraphInstantiateWithFlags(e, g, 0);
+}
+
+static CUresult sth_graph_launch(CUcontext ctx, CUstream s, CUgraphExec e) {
+	CUresult r = cuCtxSetCurrent(ctx);
+	return r != CUDA_SUCCESS ? r : cuGraphLaunch(e, s);
+}
+
+// As sth_launch, the params struct is the kernel's one argument; the
+// driver copies it before returning.
+static CUresult sth_graph_kernel_params(CUcontext ctx, CUgraphExec e, CUgraphNode node, CUfunction f,
+		unsigned int gx, unsigned int gy, unsigned int gz,
+		unsigned int bx, unsigned int by, unsigned int bz,
+		unsigned int shared, void* params) {
+	CUresult r = cuCtxSetCurrent(ctx);
+	if (r != CUDA_SUCCESS) return r;
+	void* args[1] = {params};
+	CUDA_KERNEL_NODE_PARAMS p = {0};
+	p.func = f;
+	p.gridDimX = gx; p.gridDimY = gy; p.gridDimZ = gz;
+	p.blockDimX = bx; p.blockDimY = by; p.blockDimZ = bz;
+	p.sharedMemBytes = shared;
+	p.kernelParams = args;
+	return cuGraphExecKernelNodeSetParams(e, node, &p);
+}
+
+static CUresult sth_graph_destroy(CUcontext ctx, CUgraph g, CUgraphExec e) {
+	CUresult r = cuCtxSetCurrent(ctx);
+	if (r != CUDA_SUCCESS) return r;
+	CUresult r1 = e == NULL ? CUDA_SUCCESS : cuGraphExecDestroy(e);
+	CUresult r2 = cuGraphDestroy(g);
+	return r1 != CUDA_SUCCESS ? r1 : r2;
+}
+
 static CUresult sth_event_record(CUcontext ctx, CUstream s, CUevent* e) {
 	CUresult r = cuCtxSetCurrent(ctx);
 	if (r == CUDA_SUCCESS) r = cuEventCreate(e, CU_EVENT_DEFAULT);
@@ -379,6 +444,55 @@ func (d *cudaDriver) launch(fn any, cfg LaunchConfig, params unsafe.Pointer, siz
 	return check("cuLaunchKernel", C.sth_launch(d.ctx, d.stream, fn.(C.CUfunction),
 		C.uint(g.X), C.uint(g.Y), C.uint(g.Z), C.uint(b.X), C.uint(b.Y), C.uint(b.Z),
 		C.uint(cfg.SharedMem), params))
+}
+
+func (d *cudaDriver) beginCapture() error {
+	return check("cuStreamBeginCapture", C.sth_capture_begin(d.ctx, d.stream))
+}
+
+func (d *cudaDriver) capturedNode() (any, error) {
+	var n C.CUgraphNode
+	if err := check("cuStreamGetCaptureInfo", C.sth_capture_node(d.ctx, d.stream, &n)); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (d *cudaDriver) endCapture() (any, error) {
+	var g C.CUgraph
+	err := check("cuStreamEndCapture", C.sth_capture_end(d.ctx, d.stream, &g))
+	if g == nil {
+		return nil, err
+	}
+	return g, err
+}
+
+func (d *cudaDriver) instantiate(graph any) (any, error) {
+	var e C.CUgraphExec
+	if err := check("cuGraphInstantiateWithFlags", C.sth_graph_instantiate(d.ctx, &e, graph.(C.CUgraph))); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func (d *cudaDriver) launchGraph(exec any) error {
+	return check("cuGraphLaunch", C.sth_graph_launch(d.ctx, d.stream, exec.(C.CUgraphExec)))
+}
+
+func (d *cudaDriver) setKernelParams(exec, node, fn any, cfg LaunchConfig, params unsafe.Pointer) error {
+	g, b := cfg.Grid, cfg.Block
+	return check("cuGraphExecKernelNodeSetParams", C.sth_graph_kernel_params(d.ctx, exec.(C.CUgraphExec),
+		node.(C.CUgraphNode), fn.(C.CUfunction),
+		C.uint(g.X), C.uint(g.Y), C.uint(g.Z), C.uint(b.X), C.uint(b.Y), C.uint(b.Z),
+		C.uint(cfg.SharedMem), params))
+}
+
+func (d *cudaDriver) destroyGraph(graph, exec any) error {
+	var e C.CUgraphExec
+	if exec != nil {
+		e = exec.(C.CUgraphExec)
+	}
+	return check("cuGraphDestroy", C.sth_graph_destroy(d.ctx, graph.(C.CUgraph), e))
 }
 
 func (d *cudaDriver) eventRecord() (any, error) {

@@ -39,6 +39,119 @@ type fakeDriver struct {
 	blasErr  error
 	handles  int
 	lastGemm gemmCall
+
+	// CUDA graphs: while capturing, stream calls are added to capturing
+	// instead of running; captureErr makes beginCapture fail (a driver or
+	// library that cannot capture); graphs counts graphs alive.
+	capturing  *fakeGraph
+	captureErr error
+	graphs     int
+}
+
+// fakeGraph is a captured graph, or an instantiated one (an exec): its
+// calls in order. A kernel call's node can have its arguments changed.
+type fakeGraph struct {
+	nodes []*fakeNode
+	from  map[*fakeNode]*fakeNode // exec: the graph's node -> the exec's
+}
+
+type fakeNode struct {
+	fn     any
+	cfg    LaunchConfig
+	params []byte
+	run    func() error // the calls other than kernels
+}
+
+// captured adds a call to the graph being captured, if any: the kernel
+// (fn, cfg, params) or run; f.mu is held.
+func (f *fakeDriver) captured(n *fakeNode) bool {
+	if f.capturing == nil {
+		return false
+	}
+	f.capturing.nodes = append(f.capturing.nodes, n)
+	return true
+}
+
+func (f *fakeDriver) beginCapture() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.usable("cuStreamBeginCapture"); err != nil {
+		return err
+	}
+	if f.captureErr != nil {
+		return f.captureErr
+	}
+	f.capturing = &fakeGraph{}
+	return nil
+}
+
+func (f *fakeDriver) capturedNode() (any, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.capturing == nil || len(f.capturing.nodes) == 0 {
+		return nil, fakeError("cuStreamGetCaptureInfo", codeInvalidValue)
+	}
+	return f.capturing.nodes[len(f.capturing.nodes)-1], nil
+}
+
+func (f *fakeDriver) endCapture() (any, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := f.capturing
+	f.capturing = nil
+	if g == nil {
+		return nil, fakeError("cuStreamEndCapture", codeInvalidValue)
+	}
+	f.graphs++
+	return g, nil
+}
+
+func (f *fakeDriver) instantiate(graph any) (any, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := graph.(*fakeGraph)
+	e := &fakeGraph{from: map[*fakeNode]*fakeNode{}}
+	for _, n := range g.nodes {
+		c := *n
+		c.params = append([]byte(nil), n.params...)
+		e.nodes = append(e.nodes, &c)
+		e.from[n] = &c
+	}
+	return e, nil
+}
+
+func (f *fakeDriver) launchGraph(exec any) error {
+	for _, n := range exec.(*fakeGraph).nodes {
+		var err error
+		if n.run != nil {
+			err = n.run()
+		} else {
+			err = f.launch(n.fn, n.cfg, unsafe.Pointer(&n.params[0]), uintptr(len(n.params)))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeDriver) setKernelParams(exec, node, fn any, cfg LaunchConfig, params unsafe.Pointer) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := exec.(*fakeGraph).from[node.(*fakeNode)]
+	if n == nil || n.fn != fn || n.run != nil {
+		return fakeError("cuGraphExecKernelNodeSetParams", codeInvalidValue)
+	}
+	n.cfg = cfg
+	copy(n.params, unsafe.Slice((*byte)(params), len(n.params)))
+	return nil
+}
+
+func (f *fakeDriver) destroyGraph(graph, exec any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.graphs--
+	return nil
 }
 
 // fakeGPU is the memory of the one fake GPU that all fake drivers (like
@@ -187,6 +300,9 @@ func (f *fakeDriver) copyDtoH(dst []byte, src uint64) error {
 func (f *fakeDriver) copyDtoD(dst, src, bytes uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.captured(&fakeNode{run: func() error { return f.copyDtoD(dst, src, bytes) }}) {
+		return nil
+	}
 	if err := f.usable("cuMemcpyDtoDAsync"); err != nil {
 		return err
 	}
@@ -202,6 +318,9 @@ func (f *fakeDriver) copyDtoD(dst, src, bytes uint64) error {
 func (f *fakeDriver) memset(dst uint64, width int, value uint32, n uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.captured(&fakeNode{run: func() error { return f.memset(dst, width, value, n) }}) {
+		return nil
+	}
 	call := fmt.Sprintf("cuMemsetD%dAsync", 8*width)
 	if err := f.usable(call); err != nil {
 		return err
@@ -275,6 +394,9 @@ func (f *fakeDriver) launch(fn any, cfg LaunchConfig, params unsafe.Pointer, siz
 	defer f.mu.Unlock()
 	if err := f.usable("cuLaunchKernel"); err != nil {
 		return err
+	}
+	if f.captured(&fakeNode{fn: fn, cfg: cfg, params: append([]byte(nil), unsafe.Slice((*byte)(params), size)...)}) {
+		return nil
 	}
 	ff := fn.(*fakeFunc)
 	if int(cfg.SharedMem) > ff.maxShared {
@@ -387,6 +509,9 @@ func (b *fakeBLAS) gemm(c gemmCall) error {
 	f := b.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.captured(&fakeNode{run: func() error { return b.gemm(c) }}) {
+		return nil
+	}
 	call := "cublasGemmEx"
 	if c.batch > 1 {
 		call = "cublasGemmStridedBatchedEx"
@@ -565,7 +690,22 @@ func openFake(tb testing.TB) *Device {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	d := newDevice(newFakeDriver(tb), fakeImages, syncLaunches)
+	graphs, err := graphsFromEnv()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	d := newDevice(withGraphs(newFakeDriver(tb), graphs, syncLaunches), fakeImages, syncLaunches)
 	tb.Cleanup(func() { _ = d.Close() })
 	return d
+}
+
+// fakeOf returns the fake driver under d, which may be wrapped in a
+// replayDriver.
+func fakeOf(d *Device) (*fakeDriver, bool) {
+	drv := d.drv
+	if r, ok := drv.(*replayDriver); ok {
+		drv = r.driver
+	}
+	f, ok := drv.(*fakeDriver)
+	return f, ok
 }

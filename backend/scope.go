@@ -39,6 +39,11 @@ func (d *Device) BeginScope() (*Scope, error) {
 		return nil, err
 	}
 	defer d.exit()
+	if r, ok := d.drv.(*replayDriver); ok {
+		if err := r.beginStep(); err != nil {
+			return nil, d.asyncError("BeginScope", err)
+		}
+	}
 	d.smu.Lock()
 	defer d.smu.Unlock()
 	d.nextScope++

@@ -202,7 +202,7 @@ func benchEncoderStep(b *testing.B, dev *backend.Device, n, layers int, plan boo
 
 	dev.ResetPeakMemory()
 	host = 0
-	counts := dev.Counters()
+	counts, graphs := dev.Counters(), dev.GraphStats()
 	first, err := dev.Record()
 	if err != nil {
 		b.Fatal(err)
@@ -228,6 +228,7 @@ func benchEncoderStep(b *testing.B, dev *backend.Device, n, layers int, plan boo
 	first.Release()
 	last.Release()
 	per := dev.Counters().Sub(counts)
+	replays := dev.GraphStats().Replays - graphs.Replays
 	per.Waits-- // Elapsed's own
 	steps := float64(b.N)
 	queued := host
@@ -260,6 +261,7 @@ func benchEncoderStep(b *testing.B, dev *backend.Device, n, layers int, plan boo
 	b.ReportMetric(float64(per.Gemms)/steps, "gemms")
 	b.ReportMetric(float64(per.Waits)/steps, "waits")
 	b.ReportMetric(float64(nodes), "nodes")
+	b.ReportMetric(float64(replays)/steps, "graph-replays")
 	b.Logf("n=%d layers=%d tokens=%d: %d nodes, %d parameters, loss %.5f; the cache after the steps: %+v",
 		n, layers, n*s, nodes, len(params), lossValue, dev.MemStats())
 }

@@ -27,7 +27,8 @@ func GPU(b testing.TB) *backend.Device {
 // Steps runs step warm times, then b.N times timed (reset is called
 // between, to clear what the net counts), and reports per step: ms, img/s
 // of batch images, the peak of dev's memory in GiB, and its kernel
-// launches, GEMMs and waits. It returns the milliseconds per step.
+// launches, GEMMs, waits and the stretches of them replayed as CUDA graphs
+// (backend.GraphsEnv). It returns the milliseconds per step.
 func Steps(b *testing.B, dev *backend.Device, batch, warm int, reset, step func()) float64 {
 	for range warm {
 		step()
@@ -37,7 +38,7 @@ func Steps(b *testing.B, dev *backend.Device, batch, warm int, reset, step func(
 	}
 	dev.ResetPeakMemory()
 	reset()
-	counts := dev.Counters()
+	counts, graphs := dev.Counters(), dev.GraphStats()
 	b.ResetTimer()
 	start := time.Now()
 	for range b.N {
@@ -56,6 +57,7 @@ func Steps(b *testing.B, dev *backend.Device, batch, warm int, reset, step func(
 	b.ReportMetric(float64(per.Launches)/float64(b.N), "launches")
 	b.ReportMetric(float64(per.Gemms)/float64(b.N), "gemms")
 	b.ReportMetric(float64(per.Waits)/float64(b.N), "waits")
+	b.ReportMetric(float64(dev.GraphStats().Replays-graphs.Replays)/float64(b.N), "graph-replays")
 	return ms
 }
 
