@@ -93,7 +93,7 @@ type convPassKernels struct {
 // kernels/cuda exports them.
 var convKernels = [3]convPassKernels{
 	convFprop: {
-		fmaM64I64:     convKernelChoice{cuda.ConvFpropFmaM64I64F64, cuda.ConvFpropFmaM64I64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
+		fmaM64I64:     convKernelChoice{cuda.ConvFpropFmaM64I64F64, cuda.ConvFpropFmaM64I64F64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
 		mmaM128I64:    convKernelChoice{cuda.ConvFpropMmaM128I64F32, cuda.ConvFpropMmaM128I64SmemBytes, cuda.ConvMmaM128I64TileM, cuda.ConvF32Threads},
 		mmaM128S3:     convKernelChoice{cuda.ConvFpropMmaM128S3F32, cuda.ConvFpropMmaM128S3SmemBytes, cuda.ConvMmaM128S3TileM, cuda.ConvF32Threads},
 		mmaM256S4:     convKernelChoice{cuda.ConvFpropMmaM256S4F32, cuda.ConvFpropMmaM256S4SmemBytes, cuda.ConvMmaM256S4TileM, cuda.ConvF32Threads},
@@ -103,7 +103,7 @@ var convKernels = [3]convPassKernels{
 		wgmmaM128S4:   convKernelChoice{cuda.ConvFpropWgmmaM128S4F32, cuda.ConvFpropWgmmaM128S4SmemBytes, cuda.ConvWgmmaM128S4TileM, cuda.ConvWgmmaThreads},
 	},
 	convDgrad: {
-		fmaM64I64:   convKernelChoice{cuda.ConvDgradFmaM64I64F64, cuda.ConvDgradFmaM64I64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
+		fmaM64I64:   convKernelChoice{cuda.ConvDgradFmaM64I64F64, cuda.ConvDgradFmaM64I64F64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
 		mmaM128I64:  convKernelChoice{cuda.ConvDgradMmaM128I64F32, cuda.ConvDgradMmaM128I64SmemBytes, cuda.ConvMmaM128I64TileM, cuda.ConvF32Threads},
 		mmaM128S3:   convKernelChoice{cuda.ConvDgradMmaM128S3F32, cuda.ConvDgradMmaM128S3SmemBytes, cuda.ConvMmaM128S3TileM, cuda.ConvF32Threads},
 		wgmmaM128S3: convKernelChoice{cuda.ConvDgradWgmmaM128S3F32, cuda.ConvDgradWgmmaM128S3SmemBytes, cuda.ConvWgmmaM128S3TileM, cuda.ConvWgmmaThreads},
@@ -111,7 +111,7 @@ var convKernels = [3]convPassKernels{
 		wgmmaM128S4: convKernelChoice{cuda.ConvDgradWgmmaM128S4F32, cuda.ConvDgradWgmmaM128S4SmemBytes, cuda.ConvWgmmaM128S4TileM, cuda.ConvWgmmaThreads},
 	},
 	convWgrad: {
-		fmaM64I64:   convKernelChoice{cuda.ConvWgradFmaM64I64F64, cuda.ConvWgradFmaM64I64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
+		fmaM64I64:   convKernelChoice{cuda.ConvWgradFmaM64I64F64, cuda.ConvWgradFmaM64I64F64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
 		mmaM128I64:  convKernelChoice{cuda.ConvWgradMmaM128I64F32, cuda.ConvWgradMmaM128I64SmemBytes, cuda.ConvMmaM128I64TileM, cuda.ConvF32Threads},
 		mmaM128S3:   convKernelChoice{cuda.ConvWgradMmaM128S3F32, cuda.ConvWgradMmaM128S3SmemBytes, cuda.ConvMmaM128S3TileM, cuda.ConvF32Threads},
 		wgmmaM128S3: convKernelChoice{cuda.ConvWgradWgmmaM128S3F32, cuda.ConvWgradWgmmaM128S3SmemBytes, cuda.ConvWgmmaM128S3TileM, cuda.ConvWgmmaThreads},
