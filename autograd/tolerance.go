@@ -64,6 +64,22 @@ var (
 	// ranges keep to.
 	TolTF32 = Tolerance{Abs: 1e-2, Rel: 1e-3}
 
+	// TolGemm32 compares a float32 GEMM that multiplies and accumulates in
+	// full float32 (a convolution on a GPU whose GemmMath is GemmExact: a
+	// chain of fused multiply-adds per output) with a float64 reference on
+	// the same inputs. No product is rounded; each of the K additions
+	// rounds the running sum, of size r*sqrt(k) after k products of rms
+	// size r, by up to 2^-24 of itself (rms 3.4e-8): a walk whose standard
+	// deviation, 2.4e-8*r*K = 2.4e-8*size*sqrt(K) for a result of natural
+	// size r*sqrt(K), grows with the reduction's length, unlike TF32's.
+	// Abs is five of them for natural sizes up to 5 and reductions of up
+	// to 4096 products (a weight gradient's N*OutH*OutW; TolForward32's
+	// 1e-6 holds only to size*sqrt(K) of about 8). Rel bounds sums whose
+	// terms share a sign: five standard deviations, 2e-8*sqrt(K) of the
+	// result each, at K = 4096. It is 250 times tighter than TolTF32 in
+	// Abs and 100 times in Rel: TF32's operand rounding does not fit it.
+	TolGemm32 = Tolerance{Abs: 4e-5, Rel: 1e-5}
+
 	// TolTraining compares two training runs from the same weights and
 	// data, one on the CPU and one on a GPU: the means of each loss over
 	// windows of 40 iterations (examples/maskrcnn's first 200). Each step

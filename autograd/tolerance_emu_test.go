@@ -30,6 +30,7 @@ func TestEmuHarnessTolerances(t *testing.T) {
 		"TolParity64":  TolParity64,
 		"TolParity32":  TolParity32,
 		"TolTF32":      TolTF32,
+		"TolGemm32":    TolGemm32,
 		"TolTraining":  TolTraining,
 	}
 	// Every Tolerance of tolerance.go is in table (a new one goes there and

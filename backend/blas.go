@@ -74,7 +74,10 @@ func (m GemmMath) String() string {
 }
 
 // SetGemmMath sets how d's float32 Gemms multiply; float64 ones are always
-// exact. It applies to Gemms queued after it returns.
+// exact. It applies to Gemms queued after it returns, and to the float32
+// convolutions that package ops queues on d after it (Conv, ConvBN and
+// ConvTranspose, forward and backward), whose GEMMs run on kernels of their
+// own.
 func (d *Device) SetGemmMath(m GemmMath) { d.gemmMath.Store(int32(m)) }
 
 // GemmMath returns how d's float32 Gemms multiply (GemmTF32 unless

@@ -20,7 +20,9 @@
 // k-tile t and stored to the other shared-memory stage after it, so their
 // latency hides behind the math, with one barrier per k-tile. float32 runs
 // on the tensor cores in TF32 (operands rounded once, as they are staged;
-// FP32 accumulation); float64, used for gradient checks, on the CUDA cores.
+// FP32 accumulation), or, for a Device whose GemmMath is GemmExact, on the
+// CUDA cores in full float32 (fused multiply-adds, nothing rounded to TF32);
+// float64, used for gradient checks, on the CUDA cores.
 //
 // The float32 GEMMs have faster kernels of their own, conv_pipe: cp.async
 // pipelines that compute the same results; the conv_gemm kernels stay for
@@ -30,8 +32,8 @@
 //
 // The kernels are named conv_<pass>_<math>_m<rows>_<loads>[_t<threads>]_<dtype>:
 // math mma (TF32 mma.sync), wgmma (Hopper's warpgroup MMA) or fma (the
-// CUDA cores); m<rows> the output channels of a block's tile (its pixels
-// are 128 in float32, 64 in float64); loads i64 (conv_gemm: registers
+// CUDA cores, in the dtype itself); m<rows> the output channels of a
+// block's tile (its pixels are 128 in float32, 64 in float64); loads i64 (conv_gemm: registers
 // double-buffer the loads, offsets in 64 bits) or s<N> (an N-stage cp.async
 // ring, offsets in 32 bits); t<threads> when a block is not 256 threads.
 //
@@ -48,12 +50,22 @@ namespace stheno {
 
 enum ConvMode : int { kFprop = 0, kDgrad = 1, kWgrad = 2 };
 
+// How a conv_gemm kernel multiplies: TF32 MMAs on the tensor cores (float32
+// only, each operand rounded to TF32 once, as it is staged), or fused
+// multiply-adds on the CUDA cores in the dtype itself (float64, and float32
+// in full precision).
+enum ConvMath : int { kMma = 0, kFma = 1 };
+
+// The math of a dtype's conv_gemm kernels unless one says otherwise.
+template <typename T>
+inline constexpr int kDefaultMath = sizeof(T) == 4 ? kMma : kFma;
+
 // stheno:const ConvFarIndex
 // An index far enough outside any image that a row or column marked with it
 // fails every bounds check, whatever tap offset is added.
 constexpr int kFar = 1 << 29;
 
-template <typename T>
+template <typename T, int kMath>
 struct ConvTile;
 
 // float32 on the tensor cores: 8 warps of 64x32 (4x4 MMAs of 16x8x8 per
@@ -62,7 +74,7 @@ struct ConvTile;
 // 4 words (lanes g, t of a fragment hit banks 4g+t), k-major B rows by 8
 // (banks 8t+g), C rows by 8 (64-bit stores by half-warps).
 template <>
-struct ConvTile<float> {
+struct ConvTile<float, kMma> {
   static constexpr int kBM = 128, kBN = 128, kBK = 32, kThreads = 256;
   static constexpr int kWarpsM = 2, kWarpsN = 4;
   static constexpr int kPadA = 4, kPadB = 8, kPadC = 8;
@@ -70,8 +82,20 @@ struct ConvTile<float> {
 
 // float64 on the CUDA cores: 16x16 threads of 4x4 outputs.
 template <>
-struct ConvTile<double> {
+struct ConvTile<double, kFma> {
   static constexpr int kBM = 64, kBN = 64, kBK = 16, kThreads = 256;
+  static constexpr int kPadA = 1, kPadB = 1, kPadC = 1;
+};
+
+// float32 in full precision on the CUDA cores: 16x16 threads of 4x8
+// outputs. The tile is 128 pixels wide and its k-tiles 32 deep, as every
+// float32 kernel's: a ConvBN layer's statistics hold one record per column
+// tile of ConvF32TileN pixels whichever kernel ran its forward. Rows padded
+// by a word as float64's: the fragment reads of A (two rows per warp) and
+// of n-major B (16 rows) fall in distinct banks.
+template <>
+struct ConvTile<float, kFma> {
+  static constexpr int kBM = 64, kBN = 128, kBK = 32, kThreads = 256;
   static constexpr int kPadA = 1, kPadB = 1, kPadC = 1;
 };
 
@@ -79,9 +103,9 @@ struct ConvTile<double> {
 // (As[m][k]); B k-major (Bs[k][n]) when its gather runs along output pixels
 // (fprop, dgrad) and n-major (Bt[n][k]) when it runs along the reduction
 // (wgrad), so that consecutive lanes always stage consecutive addresses.
-template <typename T, int kMode>
+template <typename T, int kMode, int kMath = kDefaultMath<T>>
 struct GemmShape {
-  using Cfg = ConvTile<T>;
+  using Cfg = ConvTile<T, kMath>;
   static constexpr int BM = Cfg::kBM, BN = Cfg::kBN, BK = Cfg::kBK, NT = Cfg::kThreads;
   static constexpr bool kNMajorB = kMode == kWgrad;
   static constexpr int LDA = BK + Cfg::kPadA;
@@ -111,22 +135,29 @@ struct GemmShape {
 };
 
 // What a launch of the conv_gemm kernels needs, for kernels/cuda: the
-// shared memory of conv_<pass>_mma_m128_i64_f32 and
-// conv_<pass>_fma_m64_i64_f64, their block tiles and threads. Every float32
-// kernel's tile is ConvF32TileN pixels wide and its k-tiles ConvF32TileK
-// deep (conv_pipe's and conv_sm90a.cu's included, which static_asserts
-// pin), every float64 one's ConvF64TileN and ConvF64TileK.
+// shared memory of conv_<pass>_mma_m128_i64_f32, conv_<pass>_fma_m64_i64_f32
+// and conv_<pass>_fma_m64_i64_f64, their block tiles and threads. Every
+// float32 kernel's tile is ConvF32TileN pixels wide and its k-tiles
+// ConvF32TileK deep (conv_pipe's, conv_sm90a.cu's and the fma ones
+// included, which static_asserts pin), every float64 one's ConvF64TileN and
+// ConvF64TileK.
 // stheno:const ConvFpropMmaM128I64SmemBytes
 static_assert(GemmShape<float, kFprop>::kSmemBytes == 71680, "kernels/cuda exports it");
 // stheno:const ConvDgradMmaM128I64SmemBytes
 static_assert(GemmShape<float, kDgrad>::kSmemBytes == 71680, "kernels/cuda exports it");
 // stheno:const ConvWgradMmaM128I64SmemBytes
 static_assert(GemmShape<float, kWgrad>::kSmemBytes == 75776, "kernels/cuda exports it");
-// stheno:const ConvFpropFmaM64I64SmemBytes
+// stheno:const ConvFpropFmaM64I64F32SmemBytes
+static_assert(GemmShape<float, kFprop, kFma>::kSmemBytes == 49920, "kernels/cuda exports it");
+// stheno:const ConvDgradFmaM64I64F32SmemBytes
+static_assert(GemmShape<float, kDgrad, kFma>::kSmemBytes == 49920, "kernels/cuda exports it");
+// stheno:const ConvWgradFmaM64I64F32SmemBytes
+static_assert(GemmShape<float, kWgrad, kFma>::kSmemBytes == 52736, "kernels/cuda exports it");
+// stheno:const ConvFpropFmaM64I64F64SmemBytes
 static_assert(GemmShape<double, kFprop>::kSmemBytes == 34048, "kernels/cuda exports it");
-// stheno:const ConvDgradFmaM64I64SmemBytes
+// stheno:const ConvDgradFmaM64I64F64SmemBytes
 static_assert(GemmShape<double, kDgrad>::kSmemBytes == 34048, "kernels/cuda exports it");
-// stheno:const ConvWgradFmaM64I64SmemBytes
+// stheno:const ConvWgradFmaM64I64F64SmemBytes
 static_assert(GemmShape<double, kWgrad>::kSmemBytes == 35840, "kernels/cuda exports it");
 // stheno:const ConvMmaM128I64TileM
 static_assert(GemmShape<float, kFprop>::BM == 128, "kernels/cuda exports it");
@@ -144,11 +175,24 @@ static_assert(GemmShape<double, kFprop>::BN == 64, "kernels/cuda exports it");
 static_assert(GemmShape<double, kFprop>::BK == 16, "kernels/cuda exports it");
 // stheno:const ConvF64Threads
 static_assert(GemmShape<double, kFprop>::NT == 256, "kernels/cuda exports it");
+static_assert(GemmShape<float, kFprop, kFma>::BM == GemmShape<double, kFprop>::BM &&
+                  GemmShape<float, kFprop, kFma>::BN == GemmShape<float, kFprop>::BN &&
+                  GemmShape<float, kFprop, kFma>::BK == GemmShape<float, kFprop>::BK &&
+                  GemmShape<float, kFprop, kFma>::NT == GemmShape<float, kFprop>::NT,
+              "fma_m64_i64_f32: ConvFmaM64I64TileM rows, ConvF32TileN, ConvF32TileK and ConvF32Threads");
 
-// What the math reads from shared memory: float32 rounded to TF32 once, as
-// it is staged (every element is read by several warps), float64 as is.
-__device__ __forceinline__ float as_operand(float v) { return bits_to_float(to_tf32(v)); }
-__device__ __forceinline__ double as_operand(double v) { return v; }
+// What the math reads from shared memory: for the tensor cores, float32
+// rounded to TF32 once, as it is staged (every element is read by several
+// warps); for the CUDA cores, the value as it is.
+template <int kMath, typename T>
+__device__ __forceinline__ T as_operand(T v) {
+  if constexpr (kMath == kMma) {
+    static_assert(sizeof(T) == 4, "TF32 MMAs are for float32");
+    return bits_to_float(to_tf32(v));
+  } else {
+    return v;
+  }
+}
 
 // ---------------------------------------------------------------------------
 // Operand staging. Each loader has load(), which only issues global loads
@@ -158,9 +202,9 @@ __device__ __forceinline__ double as_operand(double v) { return v; }
 // A, an m x k matrix read along k. fprop: w [Cout][K]; dgrad: the transposed
 // weights [Cin][Cout*KH*KW]; wgrad: dy [N][Cout][P] as Cout x (N*P), masked,
 // with its row sums (the bias gradient) gathered on the way.
-template <typename T, int kMode>
+template <typename T, int kMode, int kMath>
 struct ALoader {
-  using S = GemmShape<T, kMode>;
+  using S = GemmShape<T, kMode, kMath>;
   T val[S::kAPer];
   T msk[kMode == kWgrad ? S::kAPer : 1];
   T bsum[kMode == kWgrad ? S::kAPer : 1];
@@ -209,7 +253,7 @@ struct ALoader {
         if (masked && !(msk[i] > T(0))) v = T(0);
         if (sum_bias) bsum[i] += v;
       }
-      sa[(row + S::kARows * i) * S::LDA + kq] = as_operand(v);
+      sa[(row + S::kARows * i) * S::LDA + kq] = as_operand<kMath>(v);
     }
   }
 
@@ -230,9 +274,9 @@ struct ALoader {
 // that tap (co,kh,kw) carries to input pixel (n,ih,iw), zero where no output
 // pixel does). A thread stages rows warp + kBRows*a and columns lane + 32*b;
 // its columns are fixed, so their decomposition is done once.
-template <typename T, int kMode>
+template <typename T, int kMode, int kMath>
 struct BLoaderK {
-  using S = GemmShape<T, kMode>;
+  using S = GemmShape<T, kMode, kMath>;
   T val[S::kBKPer][S::kBNPer];
   T msk[kMode == kDgrad ? S::kBKPer : 1][kMode == kDgrad ? S::kBNPer : 1];
   int64_t cbase[S::kBNPer];
@@ -330,7 +374,7 @@ struct BLoaderK {
         if constexpr (kMode == kDgrad) {
           if (masked && !(msk[a][b] > T(0))) v = T(0);
         }
-        sb[(krow + S::kBRows * a) * S::LDB + lane + 32 * b] = as_operand(v);
+        sb[(krow + S::kBRows * a) * S::LDB + lane + 32 * b] = as_operand<kMath>(v);
       }
     }
   }
@@ -341,9 +385,9 @@ struct BLoaderK {
 // taps whose channel offset and displacement sit in a table in shared
 // memory, built once; a thread decomposes its one reduction index per
 // k-tile.
-template <typename T>
+template <typename T, int kMath>
 struct BLoaderN {
-  using S = GemmShape<T, kWgrad>;
+  using S = GemmShape<T, kWgrad, kMath>;
   T val[S::kBTPer];
   int kq, nrow;
 
@@ -396,29 +440,29 @@ struct BLoaderN {
 
   __device__ __forceinline__ void store(T* sb, bool) {
 #pragma unroll
-    for (int a = 0; a < S::kBTPer; ++a) sb[(nrow + S::kBTRows * a) * S::LDB + kq] = as_operand(val[a]);
+    for (int a = 0; a < S::kBTPer; ++a) sb[(nrow + S::kBTRows * a) * S::LDB + kq] = as_operand<kMath>(val[a]);
   }
 };
 
-template <typename T, int kMode>
+template <typename T, int kMode, int kMath>
 struct BLoaderFor {
-  using type = BLoaderK<T, kMode>;
+  using type = BLoaderK<T, kMode, kMath>;
 };
-template <typename T>
-struct BLoaderFor<T, kWgrad> {
-  using type = BLoaderN<T>;
+template <typename T, int kMath>
+struct BLoaderFor<T, kWgrad, kMath> {
+  using type = BLoaderN<T, kMath>;
 };
 
 // ---------------------------------------------------------------------------
 // The math of one stage, and the accumulators.
 
-template <typename T, int kMode>
+template <typename T, int kMode, int kMath = kDefaultMath<T>>
 struct WarpMath;
 
 template <int kMode>
-struct WarpMath<float, kMode> {
-  using S = GemmShape<float, kMode>;
-  using Cfg = ConvTile<float>;
+struct WarpMath<float, kMode, kMma> {
+  using S = GemmShape<float, kMode, kMma>;
+  using Cfg = ConvTile<float, kMma>;
   static constexpr int kWM = S::BM / Cfg::kWarpsM, kWN = S::BN / Cfg::kWarpsN;
   static constexpr int kMI = kWM / 16, kNI = kWN / 8;
   static_assert(Cfg::kWarpsM * Cfg::kWarpsN * 32 == S::NT, "one warp per warp tile");
@@ -482,42 +526,46 @@ struct WarpMath<float, kMode> {
   }
 };
 
-template <int kMode>
-struct WarpMath<double, kMode> {
-  using S = GemmShape<double, kMode>;
-  static_assert(S::BM == 64 && S::BN == 64 && S::NT == 256, "16x16 threads of 4x4");
-  double acc[4][4];
+// The CUDA cores, in T: 16x16 threads, thread (ty, tx) holding rows ty +
+// 16i and columns tx + 16j of the tile (4x4 outputs in float64, 4x8 in
+// float32), each output one chain of fused multiply-adds along k.
+template <typename T, int kMode>
+struct WarpMath<T, kMode, kFma> {
+  using S = GemmShape<T, kMode, kFma>;
+  static_assert(S::NT == 256 && S::BM % 16 == 0 && S::BN % 16 == 0, "16x16 threads");
+  static constexpr int kTM = S::BM / 16, kTN = S::BN / 16;
+  T acc[kTM][kTN];
   int ty, tx;
 
   __device__ __forceinline__ void init(int tid) {
     ty = tid / 16;
     tx = tid % 16;
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < kTM; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) acc[i][j] = 0.0;
+      for (int j = 0; j < kTN; ++j) acc[i][j] = T(0);
   }
 
-  __device__ __forceinline__ void step(const double* sa, const double* sb) {
+  __device__ __forceinline__ void step(const T* sa, const T* sb) {
 #pragma unroll 4
     for (int k = 0; k < S::BK; ++k) {
-      double a[4], b[4];
+      T a[kTM], b[kTN];
 #pragma unroll
-      for (int i = 0; i < 4; ++i) a[i] = sa[(ty + 16 * i) * S::LDA + k];
+      for (int i = 0; i < kTM; ++i) a[i] = sa[(ty + 16 * i) * S::LDA + k];
 #pragma unroll
-      for (int j = 0; j < 4; ++j) b[j] = S::kNMajorB ? sb[(tx + 16 * j) * S::LDB + k] : sb[k * S::LDB + tx + 16 * j];
+      for (int j = 0; j < kTN; ++j) b[j] = S::kNMajorB ? sb[(tx + 16 * j) * S::LDB + k] : sb[k * S::LDB + tx + 16 * j];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
+      for (int i = 0; i < kTM; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
+        for (int j = 0; j < kTN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
     }
   }
 
-  __device__ __forceinline__ void store(double* sc) const {
+  __device__ __forceinline__ void store(T* sc) const {
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < kTM; ++i)
 #pragma unroll
-      for (int j = 0; j < 4; ++j) sc[(ty + 16 * i) * S::LDC + tx + 16 * j] = acc[i][j];
+      for (int j = 0; j < kTN; ++j) sc[(ty + 16 * i) * S::LDC + tx + 16 * j] = acc[i][j];
   }
 };
 
@@ -608,9 +656,9 @@ __device__ __forceinline__ void epilogue(const ConvGemmParams& p, const T* sc, i
 
 // ---------------------------------------------------------------------------
 
-template <typename T, int kMode>
+template <typename T, int kMode, int kMath = kDefaultMath<T>>
 __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
-  using S = GemmShape<T, kMode>;
+  using S = GemmShape<T, kMode, kMath>;
   unsigned char* smem = dynamic_smem();
   T* sa = reinterpret_cast<T*>(smem);
   T* sb = sa + 2 * S::kAElems;
@@ -630,15 +678,15 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
   // column tile stages the same rows of dy.
   const bool sum_bias = kMode == kWgrad && p.bias_grad != 0 && tile_n == 0;
 
-  ALoader<T, kMode> al;
+  ALoader<T, kMode, kMath> al;
   al.init(p, tid, m0);
-  typename BLoaderFor<T, kMode>::type bl;
+  typename BLoaderFor<T, kMode, kMath>::type bl;
   bl.init(p, tid, n0);
   if constexpr (kMode == kWgrad) {
-    BLoaderN<T>::build_table(p, n0, tab);
+    BLoaderN<T, kMath>::build_table(p, n0, tab);
     __syncthreads();
   }
-  WarpMath<T, kMode> mm;
+  WarpMath<T, kMode, kMath> mm;
   mm.init(tid);
 
   if (kt0 < kt1) {
@@ -669,7 +717,7 @@ __device__ __forceinline__ void conv_gemm(const ConvGemmParams& p) {
   mm.store(reinterpret_cast<T*>(smem));
   if (sum_bias) al.flush_bias(p, m0, split);
   __syncthreads();
-  epilogue<T, kMode>(p, reinterpret_cast<const T*>(smem), m0, n0, tile_n, split);
+  epilogue<T, kMode, S>(p, reinterpret_cast<const T*>(smem), m0, n0, tile_n, split);
 }
 
 // ---------------------------------------------------------------------------
@@ -744,7 +792,7 @@ struct FpropPipe {
   // n-major (Bt[n][k]) when gathered along the reduction (wgrad), as in
   // GemmShape: consecutive lanes copy consecutive addresses.
   static constexpr bool kNMajorB = kBNMajor;
-  // Rows padded as in ConvTile<float>: conflict-free fragment loads.
+  // Rows padded as in ConvTile<float, kMma>: conflict-free fragment loads.
   static constexpr int LDA = BK + 4, LDB = kNMajorB ? BK + 4 : BN + 8, LDC = BN + 8;
   static constexpr int kAElems = BM * LDA, kBElems = kNMajorB ? BN * LDB : BK * LDB;
   static constexpr int kStageElems = kAElems + kBElems;
@@ -1417,6 +1465,17 @@ __global__ void __launch_bounds__(256, 1) conv_wgrad_mma_m128_i64_f32(stheno::Co
 // dy already masked. Two blocks per SM where shared memory allows (sm_90).
 __global__ void __launch_bounds__(256, 2) conv_wgrad_mma_m128_s3_f32(stheno::ConvGemmParams p) {
   stheno::conv_pipe<stheno::WgradPipeM128S3, stheno::kWgrad>(p);
+}
+// Full float32 on the CUDA cores, for a Device whose GemmMath is GemmExact:
+// conv_gemm's loads, masks and epilogue, nothing rounded to TF32.
+__global__ void __launch_bounds__(256) conv_fprop_fma_m64_i64_f32(stheno::ConvGemmParams p) {
+  stheno::conv_gemm<float, stheno::kFprop, stheno::kFma>(p);
+}
+__global__ void __launch_bounds__(256) conv_dgrad_fma_m64_i64_f32(stheno::ConvGemmParams p) {
+  stheno::conv_gemm<float, stheno::kDgrad, stheno::kFma>(p);
+}
+__global__ void __launch_bounds__(256) conv_wgrad_fma_m64_i64_f32(stheno::ConvGemmParams p) {
+  stheno::conv_gemm<float, stheno::kWgrad, stheno::kFma>(p);
 }
 __global__ void __launch_bounds__(256) conv_fprop_fma_m64_i64_f64(stheno::ConvGemmParams p) {
   stheno::conv_gemm<double, stheno::kFprop>(p);

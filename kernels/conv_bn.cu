@@ -25,11 +25,12 @@
 // instead of three. That second read is also the only pass the
 // convolution's backward GEMMs get over their operand: the _tf32 variants
 // store dz rounded to TF32 (what the tensor cores read; conv_sm90a.cu's
-// wgrad reads it from shared memory as it is).
+// wgrad reads it from shared memory as it is), the others as it is (float64,
+// and float32 for full-float32 GEMMs).
 //
 // A plain Conv layer's backward has one pass too, relu_mask_sum: g (dy
-// masked by the ReLU) for both GEMMs, rounded to TF32 in float32, and the
-// bias gradient summed from the unrounded values.
+// masked by the ReLU) for both GEMMs, rounded to TF32 in float32 by the
+// _tf32 variants, and the bias gradient summed from the unrounded values.
 #include "conv.cuh"
 
 namespace stheno {
@@ -563,5 +564,7 @@ __global__ void relu_mask_f32(stheno::MaskParams p) { stheno::relu_mask<float>(p
 __global__ void relu_mask_f64(stheno::MaskParams p) { stheno::relu_mask<double>(p); }
 __global__ void relu_mask_sum_tf32_f32(stheno::MaskSumParams p) { stheno::relu_mask_sum<float, true>(p); }
 __global__ void relu_mask_sum_tf32_vec4_f32(stheno::MaskSumParams p) { stheno::relu_mask_sum_vec4<true>(p); }
+__global__ void relu_mask_sum_f32(stheno::MaskSumParams p) { stheno::relu_mask_sum<float, false>(p); }
+__global__ void relu_mask_sum_vec4_f32(stheno::MaskSumParams p) { stheno::relu_mask_sum_vec4<false>(p); }
 __global__ void relu_mask_sum_f64(stheno::MaskSumParams p) { stheno::relu_mask_sum<double, false>(p); }
 }

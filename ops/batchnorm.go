@@ -87,7 +87,8 @@ func NewBatchNorm(g *G.ExprGraph, dt tensor.Dtype, channels int, name string) (*
 // residual, for the ReLU's mask of a layer with both): once to reduce the
 // gradients of Gamma and Beta and the constants of dz, once to write dz
 // (masked by the ReLU and, on a GPU, in the TF32 precision of the tensor
-// cores), which the convolution's two GEMMs read as it is. The ReLU's mask
+// cores unless the device's GemmMath is GemmExact), which the convolution's
+// two GEMMs read as it is. The ReLU's mask
 // is recomputed from z with the forward's constants and expressions, so it
 // is the forward's y > 0 bit for bit without a read of y.
 func ConvBN(x, w *G.Node, bn *BatchNorm, residual *G.Node, cfg ConvConfig) (*G.Node, error) {
@@ -102,8 +103,8 @@ func ConvBN(x, w *G.Node, bn *BatchNorm, residual *G.Node, cfg ConvConfig) (*G.N
 	// z is the convolution's [z | statistics], which the BatchNorm ops
 	// take as it is: the statistics flow to the constants through the
 	// graph. dz reaches the convolution's backward GEMMs ready to read
-	// (rounded to TF32 on a GPU by BatchNorm's backward pass), z being
-	// this layer's alone.
+	// (rounded to TF32 by BatchNorm's backward pass on a GPU whose
+	// convolutions multiply in TF32), z being this layer's alone.
 	s.convStats, s.gemmDz = true, true
 	z, err := G.ApplyOp(convOp(convShape{p: p, dt: dt, bn: bn, gradReady: true, noDx: cfg.NoInputGrad}), x, w)
 	if err != nil {
@@ -187,9 +188,9 @@ type bnShape struct {
 	// Without it z is a plain tensor, and bnCoefOp reduces it itself.
 	convStats bool
 	// gemmDz says that dz feeds only the layer's convolution's backward
-	// GEMMs: on a GPU in float32, bnGradApplyOp stores it rounded to TF32,
-	// the precision they read it in, so that they take no pass of their
-	// own over it.
+	// GEMMs: on a GPU whose float32 convolutions multiply in TF32
+	// (convTF32), bnGradApplyOp stores it rounded to TF32, the precision
+	// they read it in, so that they take no pass of their own over it.
 	gemmDz bool
 }
 
@@ -421,9 +422,10 @@ func bnGradStats[T kernels.Float](s bnShape, in [][]T, out []T) error {
 // bnGradApplyOp is the backward pass's second read: (z, coef, dy, stats[,
 // residual]) -> dz, with the forward's constants (coef) for the ReLU's mask
 // as bnGradStatsOp makes it and bnGradStatsOp's constants (stats). With
-// gemmDz (a ConvBN layer), dz is stored rounded to TF32 on a GPU in
-// float32: it is the operand of the convolution's TF32 backward GEMMs,
-// which read it as it is; elsewhere it is exact. With convStats dz comes
+// gemmDz (a ConvBN layer), dz is stored rounded to TF32 on a GPU whose
+// float32 convolutions multiply in TF32 (convTF32): it is the operand of the
+// convolution's TF32 backward GEMMs, which read it as it is; elsewhere
+// (float64, a device in GemmExact, the CPU) it is exact. With convStats dz comes
 // shaped as z does, [dz | zeros]: the statistics are not differentiated.
 func bnGradApplyOp(s bnShape) *specOp {
 	in := s.withResidual(s.zArg(), s.coefArg(), s.gradArg(), argSpec{name: "statistics", shape: s.statsShape()})

@@ -326,13 +326,14 @@ func (s bnShape) finalize(op string, dev *backend.Device, args cuda.BNParams) er
 
 // apply queues the forward or backward apply kernel over the planes, four
 // elements at a time in float32 when the planes allow (the backward one
-// rounding dz to TF32 with gemmDz).
+// rounding dz to TF32 with gemmDz where the convolution's GEMMs multiply in
+// TF32, convTF32).
 func (s bnShape) apply(op string, dev *backend.Device, args cuda.BNParams, backward bool) error {
 	hw := s.h * s.w
 	// Planes of whole float4s: every plane starts 16-byte aligned when the
 	// tensors do (a view may not).
 	vec4 := s.dt == tensor.Float32 && hw%4 == 0 && (args.Z|args.DY|args.Residual|args.Out)%16 == 0
-	tf32 := backward && s.gemmDz && s.dt == tensor.Float32
+	tf32 := backward && s.gemmDz && convTF32(dev, s.dt)
 	var k cuda.Kernel[cuda.BNParams]
 	var err error
 	switch {

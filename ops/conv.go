@@ -125,8 +125,10 @@ func convParams(op string, x, w *G.Node, cfg ConvConfig) (p kernels.ConvParams, 
 // followed by the activation. Differentiable with respect to x, w and bias.
 // The backward pass makes one elementwise pass over the gradient (with a
 // ReLU: it masks it, sums the bias gradient and, on a GPU, leaves it in the
-// TF32 precision of the tensor cores), and its two GEMMs (data and weight
-// gradients) read the result where it lies.
+// TF32 precision of the tensor cores unless the device's GemmMath is
+// GemmExact), and its two GEMMs (data and weight gradients) read the result
+// where it lies. On a device in GemmExact every float32 convolution GEMM,
+// forward and backward, multiplies in full float32.
 func Conv(x, w, bias *G.Node, cfg ConvConfig) (*G.Node, error) {
 	p, dt, err := convParams("Conv", x, w, cfg)
 	if err != nil {
@@ -162,8 +164,9 @@ type convShape struct {
 	bn *BatchNorm
 	// gradReady says that the gradient reaching the backward ops comes
 	// from the layer's one pass over it (convGradOp, or bnGradApplyOp in a
-	// ConvBN layer): already masked and, on a GPU in float32, rounded to
-	// TF32, so that the wgrad takes no pass of its own over it.
+	// ConvBN layer): already masked and, on a GPU whose float32
+	// convolutions multiply in TF32 (convTF32), rounded to TF32, so that
+	// the wgrad takes no pass of its own over it.
 	gradReady bool
 	// gradPacked says that the gradient the backward ops take is
 	// convGradOp's packed [g | dbias]: they read g, its first
@@ -266,10 +269,11 @@ func convForward[T kernels.Float](s convShape, in [][]T, out []T) error {
 // backward is Conv's SymDiff.
 func (s convShape) backward(in G.Nodes, output, grad *G.Node) (G.Nodes, error) {
 	// With a ReLU, one pass over dy (convGradOp) masks it for both GEMMs,
-	// rounds it to TF32 on a GPU (the precision they read it in) and sums
-	// the bias gradient; the GEMMs then read it as it is. The fast GPU
-	// kernels copy their operands with cp.async or read them from shared
-	// memory with wgmma, and cannot mask or round as they do.
+	// rounds it to TF32 on a GPU whose convolutions multiply in TF32 (the
+	// precision they read it in) and sums the bias gradient; the GEMMs then
+	// read it as it is. The fast GPU kernels copy their operands with
+	// cp.async or read them from shared memory with wgmma, and cannot mask
+	// or round as they do.
 	back := s
 	var db *G.Node
 	if back.p.ReLU {

@@ -20,6 +20,19 @@ import (
 // Hopper, conv_sm90a.cu's warpgroup MMAs. conv.cu's header says how the
 // kernels' names spell their design.
 
+// convTF32 reports whether dt's convolutions on dev multiply in TF32 on the
+// tensor cores: float32 ones do unless dev's GemmMath is GemmExact
+// (backend.Device.SetGemmMath), which runs every float32 convolution GEMM
+// (forward, data and weight gradients; Conv, ConvBN, ConvTranspose) on
+// conv.cu's fma_m64_i64_f32 kernels in full float32, with no operand
+// rounded to TF32 on the way: not the weights' copies, not the gradient
+// that the ReLU's or BatchNorm's backward pass leaves for the GEMMs. This is
+// the one place that decides; every kernel choice and every rounding for
+// the tensor cores asks it.
+func convTF32(dev *backend.Device, dt tensor.Dtype) bool {
+	return dt == tensor.Float32 && dev.GemmMath() != backend.GemmExact
+}
+
 // fastDiv returns the constants of FastDiv (conv.cuh) for divisor d >= 1:
 // with l = ceil(log2 d), mul = ceil(2^(31+l)/d) and shr = l-1,
 // umulhi(n, mul) >> shr = n/d for every 0 <= n < 2^31 (conv.cuh explains
@@ -76,10 +89,11 @@ type convKernelChoice struct {
 // convWgrad), by design; a pass that has no kernel of a design has a zero
 // choice there.
 type convPassKernels struct {
-	// conv_gemm: the float64 kernel, and the float32 one of last resort,
-	// which runs every GEMM (loads double-buffered in registers, 64-bit
-	// offsets, dy's ReLU mask applied as it is staged).
-	fmaM64I64, mmaM128I64 convKernelChoice
+	// conv_gemm (loads double-buffered in registers, 64-bit offsets, dy's
+	// ReLU mask applied as it is staged): the float64 kernel, the full
+	// float32 one (a device in GemmExact: convTF32), and the TF32 one of
+	// last resort, which runs every GEMM.
+	fmaM64I64F64, fmaM64I64F32, mmaM128I64 convKernelChoice
 	// conv_pipe: the cp.async ring of 3 stages, where its 32-bit offsets
 	// fit (convPipeFits); fprop's other tiles are variants, launched only
 	// when forced (setConvKernel).
@@ -93,7 +107,8 @@ type convPassKernels struct {
 // kernels/cuda exports them.
 var convKernels = [3]convPassKernels{
 	convFprop: {
-		fmaM64I64:     convKernelChoice{cuda.ConvFpropFmaM64I64F64, cuda.ConvFpropFmaM64I64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
+		fmaM64I64F64:  convKernelChoice{cuda.ConvFpropFmaM64I64F64, cuda.ConvFpropFmaM64I64F64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
+		fmaM64I64F32:  convKernelChoice{cuda.ConvFpropFmaM64I64F32, cuda.ConvFpropFmaM64I64F32SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF32Threads},
 		mmaM128I64:    convKernelChoice{cuda.ConvFpropMmaM128I64F32, cuda.ConvFpropMmaM128I64SmemBytes, cuda.ConvMmaM128I64TileM, cuda.ConvF32Threads},
 		mmaM128S3:     convKernelChoice{cuda.ConvFpropMmaM128S3F32, cuda.ConvFpropMmaM128S3SmemBytes, cuda.ConvMmaM128S3TileM, cuda.ConvF32Threads},
 		mmaM256S4:     convKernelChoice{cuda.ConvFpropMmaM256S4F32, cuda.ConvFpropMmaM256S4SmemBytes, cuda.ConvMmaM256S4TileM, cuda.ConvF32Threads},
@@ -103,23 +118,26 @@ var convKernels = [3]convPassKernels{
 		wgmmaM128S4:   convKernelChoice{cuda.ConvFpropWgmmaM128S4F32, cuda.ConvFpropWgmmaM128S4SmemBytes, cuda.ConvWgmmaM128S4TileM, cuda.ConvWgmmaThreads},
 	},
 	convDgrad: {
-		fmaM64I64:   convKernelChoice{cuda.ConvDgradFmaM64I64F64, cuda.ConvDgradFmaM64I64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
-		mmaM128I64:  convKernelChoice{cuda.ConvDgradMmaM128I64F32, cuda.ConvDgradMmaM128I64SmemBytes, cuda.ConvMmaM128I64TileM, cuda.ConvF32Threads},
-		mmaM128S3:   convKernelChoice{cuda.ConvDgradMmaM128S3F32, cuda.ConvDgradMmaM128S3SmemBytes, cuda.ConvMmaM128S3TileM, cuda.ConvF32Threads},
-		wgmmaM128S3: convKernelChoice{cuda.ConvDgradWgmmaM128S3F32, cuda.ConvDgradWgmmaM128S3SmemBytes, cuda.ConvWgmmaM128S3TileM, cuda.ConvWgmmaThreads},
-		wgmmaM256S4: convKernelChoice{cuda.ConvDgradWgmmaM256S4F32, cuda.ConvDgradWgmmaM256S4SmemBytes, cuda.ConvWgmmaM256S4TileM, cuda.ConvWgmmaThreads},
-		wgmmaM128S4: convKernelChoice{cuda.ConvDgradWgmmaM128S4F32, cuda.ConvDgradWgmmaM128S4SmemBytes, cuda.ConvWgmmaM128S4TileM, cuda.ConvWgmmaThreads},
+		fmaM64I64F64: convKernelChoice{cuda.ConvDgradFmaM64I64F64, cuda.ConvDgradFmaM64I64F64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
+		fmaM64I64F32: convKernelChoice{cuda.ConvDgradFmaM64I64F32, cuda.ConvDgradFmaM64I64F32SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF32Threads},
+		mmaM128I64:   convKernelChoice{cuda.ConvDgradMmaM128I64F32, cuda.ConvDgradMmaM128I64SmemBytes, cuda.ConvMmaM128I64TileM, cuda.ConvF32Threads},
+		mmaM128S3:    convKernelChoice{cuda.ConvDgradMmaM128S3F32, cuda.ConvDgradMmaM128S3SmemBytes, cuda.ConvMmaM128S3TileM, cuda.ConvF32Threads},
+		wgmmaM128S3:  convKernelChoice{cuda.ConvDgradWgmmaM128S3F32, cuda.ConvDgradWgmmaM128S3SmemBytes, cuda.ConvWgmmaM128S3TileM, cuda.ConvWgmmaThreads},
+		wgmmaM256S4:  convKernelChoice{cuda.ConvDgradWgmmaM256S4F32, cuda.ConvDgradWgmmaM256S4SmemBytes, cuda.ConvWgmmaM256S4TileM, cuda.ConvWgmmaThreads},
+		wgmmaM128S4:  convKernelChoice{cuda.ConvDgradWgmmaM128S4F32, cuda.ConvDgradWgmmaM128S4SmemBytes, cuda.ConvWgmmaM128S4TileM, cuda.ConvWgmmaThreads},
 	},
 	convWgrad: {
-		fmaM64I64:   convKernelChoice{cuda.ConvWgradFmaM64I64F64, cuda.ConvWgradFmaM64I64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
-		mmaM128I64:  convKernelChoice{cuda.ConvWgradMmaM128I64F32, cuda.ConvWgradMmaM128I64SmemBytes, cuda.ConvMmaM128I64TileM, cuda.ConvF32Threads},
-		mmaM128S3:   convKernelChoice{cuda.ConvWgradMmaM128S3F32, cuda.ConvWgradMmaM128S3SmemBytes, cuda.ConvMmaM128S3TileM, cuda.ConvF32Threads},
-		wgmmaM128S3: convKernelChoice{cuda.ConvWgradWgmmaM128S3F32, cuda.ConvWgradWgmmaM128S3SmemBytes, cuda.ConvWgmmaM128S3TileM, cuda.ConvWgmmaThreads},
-		wgmmaM256S4: convKernelChoice{cuda.ConvWgradWgmmaM256S4F32, cuda.ConvWgradWgmmaM256S4SmemBytes, cuda.ConvWgmmaM256S4TileM, cuda.ConvWgmmaThreads},
+		fmaM64I64F64: convKernelChoice{cuda.ConvWgradFmaM64I64F64, cuda.ConvWgradFmaM64I64F64SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF64Threads},
+		fmaM64I64F32: convKernelChoice{cuda.ConvWgradFmaM64I64F32, cuda.ConvWgradFmaM64I64F32SmemBytes, cuda.ConvFmaM64I64TileM, cuda.ConvF32Threads},
+		mmaM128I64:   convKernelChoice{cuda.ConvWgradMmaM128I64F32, cuda.ConvWgradMmaM128I64SmemBytes, cuda.ConvMmaM128I64TileM, cuda.ConvF32Threads},
+		mmaM128S3:    convKernelChoice{cuda.ConvWgradMmaM128S3F32, cuda.ConvWgradMmaM128S3SmemBytes, cuda.ConvMmaM128S3TileM, cuda.ConvF32Threads},
+		wgmmaM128S3:  convKernelChoice{cuda.ConvWgradWgmmaM128S3F32, cuda.ConvWgradWgmmaM128S3SmemBytes, cuda.ConvWgmmaM128S3TileM, cuda.ConvWgmmaThreads},
+		wgmmaM256S4:  convKernelChoice{cuda.ConvWgradWgmmaM256S4F32, cuda.ConvWgradWgmmaM256S4SmemBytes, cuda.ConvWgmmaM256S4TileM, cuda.ConvWgmmaThreads},
 	},
 }
 
-// find returns the float32 kernel of ks that k names.
+// find returns the TF32 kernel of ks that k names (the kernels that can be
+// forced, setConvKernel).
 func (ks *convPassKernels) find(k convGemmKernel) (convKernelChoice, bool) {
 	for _, c := range [...]convKernelChoice{ks.mmaM128I64, ks.mmaM128S3, ks.mmaM256S4, ks.mmaM128S3T128,
 		ks.wgmmaM128S3, ks.wgmmaM256S4, ks.wgmmaM128S4} {
@@ -141,7 +159,7 @@ func convWgmma(k convGemmKernel) bool {
 // at the data.
 func convRegisterStaged(k convGemmKernel) bool {
 	for _, ks := range &convKernels {
-		if k == ks.mmaM128I64.kernel || k == ks.fmaM64I64.kernel {
+		if k == ks.mmaM128I64.kernel || k == ks.fmaM64I64F32.kernel || k == ks.fmaM64I64F64.kernel {
 			return true
 		}
 	}
@@ -161,7 +179,7 @@ func convWgmmaError(dev *backend.Device) error {
 	return sm90aError(dev, k.Module(), k.Name())
 }
 
-// convKernelKey keys, on a Device, the float32 kernel that tests and
+// convKernelKey keys, on a Device, the TF32 kernel that tests and
 // benchmarks which compare the kernels force for one of the GEMMs
 // (convFprop, convDgrad or convWgrad) instead of convKernel's choice: a
 // convGemmKernel, which must fit the launch.
@@ -207,7 +225,9 @@ func convPipeFits(mode int, args cuda.ConvGemmParams) (bool, string) {
 // convKernel chooses the kernel of a GEMM on gpu: the first of those that
 // can run it, in the order below, whose dynamic shared memory the GPU
 // gives a block (convGPU.fit); where none does, an error naming the GEMM,
-// its convolution and the bytes. float64: fma_m64_i64. float32:
+// its convolution and the bytes. float64: fma_m64_i64_f64. float32 on a
+// device in GemmExact (convTF32): fma_m64_i64_f32, which runs every GEMM;
+// a kernel forced there is an error, all of them being TF32. Otherwise:
 // conv_sm90a.cu's where they run (convWgmmaFits, and conv_pipe's
 // conditions, convPipeFits; which one by convWgmmaPick), then mma_m128_s3
 // where its conditions hold, then mma_m128_i64, which runs every GEMM in
@@ -221,8 +241,13 @@ func convPipeFits(mode int, args cuda.ConvGemmParams) (bool, string) {
 // run the GEMM.
 func convKernel(dt tensor.Dtype, mode int, args cuda.ConvGemmParams, gpu convGPU) (convKernelChoice, error) {
 	ks := &convKernels[mode]
-	if dt != tensor.Float32 {
-		return gpu.fit(mode, args, ks.fmaM64I64)
+	switch {
+	case dt != tensor.Float32:
+		return gpu.fit(mode, args, ks.fmaM64I64F64)
+	case gpu.exact && gpu.forced[mode] != "":
+		return convKernelChoice{}, fmt.Errorf("%s multiplies in TF32, and the device's float32 GEMMs are %v", gpu.forced[mode].Name(), backend.GemmExact)
+	case gpu.exact:
+		return gpu.fit(mode, args, ks.fmaM64I64F32)
 	}
 	fits, why := convPipeFits(mode, args)
 	wgmmaOK, wgmmaWhy := convWgmmaFits(mode, args, gpu.sm90a)
@@ -265,12 +290,13 @@ type convGPU struct {
 	optIn  int               // shared memory a block may opt in to
 	sms    int               // streaming multiprocessors
 	sm90a  bool              // runs conv_sm90a.cu's kernels (convSM90a)
+	exact  bool              // float32 GEMMs in full float32, not TF32 (convTF32)
 	forced [3]convGemmKernel // per GEMM, the float32 kernel forced there (setConvKernel), or ""
 }
 
 func convGPUOf(dev *backend.Device) convGPU {
 	_, optIn := dev.MaxSharedMemory()
-	gpu := convGPU{optIn: optIn, sms: dev.SMCount(), sm90a: convSM90a(dev)}
+	gpu := convGPU{optIn: optIn, sms: dev.SMCount(), sm90a: convSM90a(dev), exact: !convTF32(dev, tensor.Float32)}
 	for mode := range gpu.forced {
 		gpu.forced[mode], _ = dev.Value(convKernelKey(mode)).(convGemmKernel)
 	}
@@ -583,10 +609,10 @@ func (s convShape) dgrad(op string, dev *backend.Device, w, y, dy, dx backend.De
 	if err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
-	// float32: rounded to TF32 as well, which the wgmma kernels need and
+	// TF32 GEMMs: rounded to TF32 as well, which the wgmma kernels need and
 	// the others do anyway as they stage their operands.
 	targs := cuda.WeightTParams{W: w, WT: wt, N: int64(nw), Cout: int32(p.Cout), Cin: int32(p.Cin), KK: int32(kk),
-		RoundTF32: boolInt32(s.dt == tensor.Float32)}
+		RoundTF32: boolInt32(convTF32(dev, s.dt))}
 	if err := tk.Launch(dev, dev.GridStride(int64(nw), 256), targs); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}
@@ -761,27 +787,31 @@ func (s convShape) maskedGradTF32(op string, dev *backend.Device, y, dy, db back
 }
 
 // gradOperand queues g = dy masked by y > 0 (y may be 0: no mask) into out,
-// rounded to TF32 in float32 (what the backward GEMMs read:
-// relu_mask_sum_tf32), as it is in float64 (relu_mask_sum); with db != 0
-// also db = the
-// per-channel sums of the unrounded g (per chunk of each plane, then over
-// the chunks in a fixed order). One pass over dy and y.
+// rounded to TF32 where the backward GEMMs multiply in TF32 (convTF32:
+// relu_mask_sum_tf32), else as it is (relu_mask_sum); with db != 0 also db
+// = the per-channel sums of the unrounded g (per chunk of each plane, then
+// over the chunks in a fixed order). One pass over dy and y.
 func (s convShape) gradOperand(op string, dev *backend.Device, y, dy, out, db backend.DevicePtr) error {
 	p := s.p
 	plane := p.OutH * p.OutW
 	chunks := ceilDiv(plane, maskSumChunk)
-	k := cuda.ReLUMaskSumF64
-	if s.dt == tensor.Float32 {
+	k, err := cuda.ReLUMaskSum(s.dt)
+	if err != nil {
+		return fmt.Errorf("ops: %s: %w", op, err)
+	}
+	// Planes of whole float4s: every plane starts 16-byte aligned when the
+	// tensors do (a view may not).
+	vec4 := s.dt == tensor.Float32 && plane%4 == 0 && (y|dy|out)%16 == 0
+	switch tf32 := convTF32(dev, s.dt); {
+	case tf32 && vec4:
+		k = cuda.ReLUMaskSumTF32Vec4F32
+	case tf32:
 		k = cuda.ReLUMaskSumTF32F32
-		if plane%4 == 0 && (y|dy|out)%16 == 0 {
-			// Planes of whole float4s: every plane starts 16-byte aligned
-			// when the tensors do (a view may not).
-			k = cuda.ReLUMaskSumTF32Vec4F32
-		}
+	case vec4:
+		k = cuda.ReLUMaskSumVec4F32
 	}
 	var partial backend.DevicePtr
 	if db != 0 {
-		var err error
 		if partial, err = dev.Alloc(int64(s.dt.Size()) * int64(p.N*chunks*p.Cout)); err != nil {
 			return fmt.Errorf("ops: %s: bias gradient: %w", op, err)
 		}

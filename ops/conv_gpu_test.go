@@ -69,20 +69,18 @@ func TestConvFastDiv(t *testing.T) {
 func TestConvKernelTable(t *testing.T) {
 	seen := map[convGemmKernel]bool{}
 	for mode, ks := range convKernels {
-		for design, c := range map[string]convKernelChoice{
-			"fma_m64_i64": ks.fmaM64I64, "mma_m128_i64": ks.mmaM128I64, "mma_m128_s3": ks.mmaM128S3,
-			"mma_m256_s4": ks.mmaM256S4, "mma_m128_s3_t128": ks.mmaM128S3T128,
-			"wgmma_m128_s3": ks.wgmmaM128S3, "wgmma_m256_s4": ks.wgmmaM256S4, "wgmma_m128_s4": ks.wgmmaM128S4,
+		for named, c := range map[string]convKernelChoice{
+			"fma_m64_i64_f64": ks.fmaM64I64F64, "fma_m64_i64_f32": ks.fmaM64I64F32,
+			"mma_m128_i64_f32": ks.mmaM128I64, "mma_m128_s3_f32": ks.mmaM128S3,
+			"mma_m256_s4_f32": ks.mmaM256S4, "mma_m128_s3_t128_f32": ks.mmaM128S3T128,
+			"wgmma_m128_s3_f32": ks.wgmmaM128S3, "wgmma_m256_s4_f32": ks.wgmmaM256S4, "wgmma_m128_s4_f32": ks.wgmmaM128S4,
 		} {
 			if c.kernel == "" {
 				continue
 			}
 			seen[c.kernel] = true
-			dtype := "f32"
-			if design == "fma_m64_i64" {
-				dtype = "f64"
-			}
-			if want := "conv_" + convModeNames[mode] + "_" + design + "_" + dtype; c.kernel.Name() != want {
+			design := named[:len(named)-len("_f32")]
+			if want := "conv_" + convModeNames[mode] + "_" + named; c.kernel.Name() != want {
 				t.Errorf("%s's %s is %s, want %s", convModeNames[mode], design, c.kernel.Name(), want)
 			}
 			if want := map[bool]string{true: "conv_sm90a", false: "conv"}[strings.HasPrefix(design, "wgmma")]; c.kernel.Module() != want {
@@ -123,7 +121,9 @@ func TestConvKernelTable(t *testing.T) {
 // dgrad and wgrad,
 // mma_m128_s3 where it applies (stride 1; OutH*OutW % 4 == 0 and dy
 // aligned) and fits, else mma_m128_i64; unless the overrides say otherwise;
-// and conv_gemm's fma_m64_i64 kernels for float64.
+// conv_gemm's fma_m64_i64_f64 kernels for float64; and on a device in
+// GemmExact its fma_m64_i64_f32 kernels for every float32 GEMM, which no
+// forced TF32 kernel replaces.
 func TestConvKernelChoice(t *testing.T) {
 	const hopper, ampere = 232448, 166912
 	// Stride 1 and an output the size of the input (3x3 pad 1, or 1x1).
@@ -136,7 +136,7 @@ func TestConvKernelChoice(t *testing.T) {
 	c4 := gemm(8, 1024, 28, 28, 256, 8*28*28)
 	huge := gemm(64, 256, 400, 400, 64, 64*400*400) // (N+1)*Cin*H*W > 2^31: mma_m128_i64
 	fk, dk, wk := &convKernels[convFprop], &convKernels[convDgrad], &convKernels[convWgrad]
-	i64, s3, m256, t128, f64 := fk.mmaM128I64, fk.mmaM128S3, fk.mmaM256S4, fk.mmaM128S3T128, fk.fmaM64I64
+	i64, s3, m256, t128, f64 := fk.mmaM128I64, fk.mmaM128S3, fk.mmaM256S4, fk.mmaM128S3T128, fk.fmaM64I64F64
 	di64, ds3 := dk.mmaM128I64, dk.mmaM128S3
 	wi64, ws3 := wk.mmaM128I64, wk.mmaM128S3
 	for _, c := range []struct {
@@ -144,8 +144,9 @@ func TestConvKernelChoice(t *testing.T) {
 		smem, bm, threads int
 	}{
 		{i64, 71680, 128, 256}, {s3, 109568, 128, 256}, {m256, 219136, 256, 256}, {t128, 109568, 128, 128},
-		{f64, 34048, 64, 256}, {di64, 71680, 128, 256}, {ds3, 109568, 128, 256}, {dk.fmaM64I64, 34048, 64, 256},
-		{wi64, 75776, 128, 256}, {ws3, 112640, 128, 256}, {wk.fmaM64I64, 35840, 64, 256},
+		{f64, 34048, 64, 256}, {di64, 71680, 128, 256}, {ds3, 109568, 128, 256}, {dk.fmaM64I64F64, 34048, 64, 256},
+		{wi64, 75776, 128, 256}, {ws3, 112640, 128, 256}, {wk.fmaM64I64F64, 35840, 64, 256},
+		{fk.fmaM64I64F32, 49920, 64, 256}, {dk.fmaM64I64F32, 49920, 64, 256}, {wk.fmaM64I64F32, 52736, 64, 256},
 	} {
 		// conv.cu's values, as kernels/cuda exports them.
 		if c.choice.smem != c.smem || c.choice.bm != c.bm || c.choice.threads != c.threads {
@@ -185,7 +186,7 @@ func TestConvKernelChoice(t *testing.T) {
 		{"", tensor.Float32, convWgrad, unaligned, hopper, wi64},
 		{"", tensor.Float32, convWgrad, huge, hopper, wi64},
 		{"", tensor.Float32, convWgrad, fpn, 100000, wi64}, // too little shared memory
-		{"", tensor.Float64, convDgrad, fpn, hopper, dk.fmaM64I64},
+		{"", tensor.Float64, convDgrad, fpn, hopper, dk.fmaM64I64F64},
 		{di64.kernel, tensor.Float32, convDgrad, fpn, hopper, di64},
 		{ds3.kernel, tensor.Float32, convDgrad, fpn, hopper, ds3},
 		{ds3.kernel, tensor.Float32, convDgrad, strided, hopper, convKernelChoice{}},
@@ -195,7 +196,7 @@ func TestConvKernelChoice(t *testing.T) {
 		{ws3.kernel, tensor.Float32, convWgrad, c4, hopper, ws3},
 		{ws3.kernel, tensor.Float32, convWgrad, oddOut, hopper, convKernelChoice{}},
 		{ws3.kernel, tensor.Float32, convWgrad, fpn, 100000, convKernelChoice{}},
-		{ws3.kernel, tensor.Float64, convWgrad, fpn, hopper, wk.fmaM64I64},
+		{ws3.kernel, tensor.Float64, convWgrad, fpn, hopper, wk.fmaM64I64F64},
 		{"", tensor.Float64, convFprop, fpn, hopper, f64},
 		{i64.kernel, tensor.Float32, convFprop, fpn, hopper, i64},
 		{s3.kernel, tensor.Float32, convFprop, fpn, hopper, s3},
@@ -219,6 +220,34 @@ func TestConvKernelChoice(t *testing.T) {
 		}
 		if err != nil || got != c.want {
 			t.Errorf("%s: got %+v, %v; want %+v", what, got, err, c.want)
+		}
+	}
+	// GemmExact: every float32 GEMM on fma_m64_i64_f32, whatever its shape
+	// and the GPU; float64 as before; a forced kernel, TF32 all, an error;
+	// and an error where the GPU gives a block less than its shared memory.
+	for _, args := range []cuda.ConvGemmParams{fpn, c3, c4, huge, strided, oddOut, unaligned} {
+		for mode := range convKernels {
+			ks := &convKernels[mode]
+			for _, sm90a := range []bool{false, true} {
+				for _, optIn := range []int{hopper, ampere, 101376, 48 << 10} {
+					gpu := convGPU{optIn: optIn, sms: 132, sm90a: sm90a, exact: true}
+					what := fmt.Sprintf("GemmExact, %s, sm90a %v, opt-in %d, %+v", convModeNames[mode], sm90a, optIn, args)
+					got, err := convKernel(tensor.Float32, mode, args, gpu)
+					switch {
+					case optIn < ks.fmaM64I64F32.smem && err == nil:
+						t.Errorf("%s: got %+v, want an error: it does not fit", what, got)
+					case optIn >= ks.fmaM64I64F32.smem && (err != nil || got != ks.fmaM64I64F32):
+						t.Errorf("%s: got %+v, %v; want %s", what, got, err, ks.fmaM64I64F32.kernel.Name())
+					}
+					if got, err := convKernel(tensor.Float64, mode, args, gpu); err != nil || got != ks.fmaM64I64F64 {
+						t.Errorf("%s, float64: got %+v, %v; want %s", what, got, err, ks.fmaM64I64F64.kernel.Name())
+					}
+					gpu.forced[mode] = ks.mmaM128I64.kernel
+					if got, err := convKernel(tensor.Float32, mode, args, gpu); err == nil {
+						t.Errorf("%s, %s forced: got %+v, want an error", what, ks.mmaM128I64.kernel.Name(), got)
+					}
+				}
+			}
 		}
 	}
 }
@@ -416,7 +445,7 @@ func TestConvKernelSharedMemory(t *testing.T) {
 					if c.smem > g.gpu.optIn {
 						t.Errorf("%s: %s needs %d bytes of shared memory; the GPU allows %d", what, c.kernel.Name(), c.smem, g.gpu.optIn)
 					}
-					want := convKernels[mode].fmaM64I64.kernel.Name()
+					want := convKernels[mode].fmaM64I64F64.kernel.Name()
 					if dt == tensor.Float32 {
 						switch g.name {
 						case "sm_86", "sm_89":
@@ -459,7 +488,7 @@ func TestConvKernelSharedMemory(t *testing.T) {
 	// Every limit: a choice that fits, or the error where nothing can.
 	limits := []int{48 << 10, 64 << 10}
 	for _, ks := range convKernels {
-		for _, c := range []convKernelChoice{ks.fmaM64I64, ks.mmaM128I64, ks.mmaM128S3, ks.wgmmaM128S3, ks.wgmmaM256S4, ks.wgmmaM128S4} {
+		for _, c := range []convKernelChoice{ks.fmaM64I64F64, ks.fmaM64I64F32, ks.mmaM128I64, ks.mmaM128S3, ks.wgmmaM128S3, ks.wgmmaM256S4, ks.wgmmaM128S4} {
 			if c.kernel != "" {
 				limits = append(limits, c.smem-1, c.smem)
 			}
@@ -476,7 +505,7 @@ func TestConvKernelSharedMemory(t *testing.T) {
 						ks := &convKernels[mode]
 						least := ks.mmaM128I64.smem
 						if dt == tensor.Float64 {
-							least = ks.fmaM64I64.smem
+							least = ks.fmaM64I64F64.smem
 						}
 						c, err := convKernel(dt, mode, s.gemm(mode), gpu)
 						what := fmt.Sprintf("%s, %v %s, sm90a %v, opt-in %d", sc.name, dt, convModeNames[mode], sm90a, optIn)

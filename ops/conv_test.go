@@ -19,9 +19,10 @@ import (
 type convBuilder = func(g *G.ExprGraph, in G.Nodes) (*G.Node, error)
 
 // runWithGrads builds a graph with one input node per tensor, applies build,
-// and runs it once. It returns the output and, when proj is non-nil, the
-// gradients of sum(output ⊙ proj) with respect to every input, as float64.
-func runWithGrads(t testing.TB, inputs []*tensor.Dense, proj *tensor.Dense, build convBuilder) (y []float64, grads [][]float64, err error) {
+// and runs it once on a TapeMachine made with opts. It returns the output
+// and, when proj is non-nil, the gradients of sum(output ⊙ proj) with
+// respect to every input, as float64.
+func runWithGrads(t testing.TB, inputs []*tensor.Dense, proj *tensor.Dense, build convBuilder, opts ...G.VMOpt) (y []float64, grads [][]float64, err error) {
 	t.Helper()
 	g := G.NewGraph()
 	nodes := make(G.Nodes, len(inputs))
@@ -54,7 +55,7 @@ func runWithGrads(t testing.TB, inputs []*tensor.Dense, proj *tensor.Dense, buil
 			G.Read(gs[i], &gv[i])
 		}
 	}
-	m := G.NewTapeMachine(g)
+	m := G.NewTapeMachine(g, opts...)
 	defer m.Close()
 	if err := m.RunAll(); err != nil {
 		return nil, nil, err

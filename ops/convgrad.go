@@ -13,12 +13,13 @@ import (
 //
 // g is the operand of the layer's two backward GEMMs, which read it where it
 // lies, packed or not (convShape.gradReady, gradPacked): no copy, no pass of
-// their own. On a GPU in float32, g is stored rounded to TF32, the precision
-// the tensor cores read: the GEMMs round their operands as they load them
-// anyway (rounding twice gives what rounding once does), and the Hopper
-// wgrad reads it from shared memory as it is, where nothing could round it.
-// The bias gradient is summed from the unrounded values. Elsewhere g is
-// exact, as the CPU GEMMs are.
+// their own. On a GPU whose float32 convolutions multiply in TF32
+// (convTF32), g is stored rounded to TF32, the precision the tensor cores
+// read: the GEMMs round their operands as they load them anyway (rounding
+// twice gives what rounding once does), and the Hopper wgrad reads it from
+// shared memory as it is, where nothing could round it. The bias gradient
+// is summed from the unrounded values. Elsewhere (float64, a device in
+// GemmExact, the CPU) g is exact, as the GEMMs that read it are.
 //
 // Its DiffWRT claims dy so that a second derivative reaches SymDiff and its
 // error, as the GEMM ops after it do.

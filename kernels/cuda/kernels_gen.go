@@ -1217,6 +1217,15 @@ const (
 	//
 	// dy already masked. Two blocks per SM where shared memory allows (sm_90).
 	ConvWgradMmaM128S3F32 Kernel[ConvGemmParams] = "conv.conv_wgrad_mma_m128_s3_f32"
+	// ConvFpropFmaM64I64F32 is conv_fprop_fma_m64_i64_f32, __launch_bounds__(256).
+	//
+	// Full float32 on the CUDA cores, for a Device whose GemmMath is GemmExact:
+	// conv_gemm's loads, masks and epilogue, nothing rounded to TF32.
+	ConvFpropFmaM64I64F32 Kernel[ConvGemmParams] = "conv.conv_fprop_fma_m64_i64_f32"
+	// ConvDgradFmaM64I64F32 is conv_dgrad_fma_m64_i64_f32, __launch_bounds__(256).
+	ConvDgradFmaM64I64F32 Kernel[ConvGemmParams] = "conv.conv_dgrad_fma_m64_i64_f32"
+	// ConvWgradFmaM64I64F32 is conv_wgrad_fma_m64_i64_f32, __launch_bounds__(256).
+	ConvWgradFmaM64I64F32 Kernel[ConvGemmParams] = "conv.conv_wgrad_fma_m64_i64_f32"
 	// ConvFpropFmaM64I64F64 is conv_fprop_fma_m64_i64_f64, __launch_bounds__(256).
 	ConvFpropFmaM64I64F64 Kernel[ConvGemmParams] = "conv.conv_fprop_fma_m64_i64_f64"
 	// ConvDgradFmaM64I64F64 is conv_dgrad_fma_m64_i64_f64, __launch_bounds__(256).
@@ -1271,6 +1280,10 @@ const (
 	ReLUMaskSumTF32F32 Kernel[MaskSumParams] = "conv_bn.relu_mask_sum_tf32_f32"
 	// ReLUMaskSumTF32Vec4F32 is relu_mask_sum_tf32_vec4_f32.
 	ReLUMaskSumTF32Vec4F32 Kernel[MaskSumParams] = "conv_bn.relu_mask_sum_tf32_vec4_f32"
+	// ReLUMaskSumF32 is relu_mask_sum_f32.
+	ReLUMaskSumF32 Kernel[MaskSumParams] = "conv_bn.relu_mask_sum_f32"
+	// ReLUMaskSumVec4F32 is relu_mask_sum_vec4_f32.
+	ReLUMaskSumVec4F32 Kernel[MaskSumParams] = "conv_bn.relu_mask_sum_vec4_f32"
 	// ReLUMaskSumF64 is relu_mask_sum_f64.
 	ReLUMaskSumF64 Kernel[MaskSumParams] = "conv_bn.relu_mask_sum_f64"
 )
@@ -1931,6 +1944,21 @@ func AttentionHeadMeanBwd(dt tensor.Dtype) (Kernel[HeadMeanParams], error) {
 	return byDtype(dt, "attention_head_mean_bwd", AttentionHeadMeanBwdF32, AttentionHeadMeanBwdF64)
 }
 
+// ConvFpropFmaM64I64 returns ConvFpropFmaM64I64F32 for float32 and ConvFpropFmaM64I64F64 for float64.
+func ConvFpropFmaM64I64(dt tensor.Dtype) (Kernel[ConvGemmParams], error) {
+	return byDtype(dt, "conv_fprop_fma_m64_i64", ConvFpropFmaM64I64F32, ConvFpropFmaM64I64F64)
+}
+
+// ConvDgradFmaM64I64 returns ConvDgradFmaM64I64F32 for float32 and ConvDgradFmaM64I64F64 for float64.
+func ConvDgradFmaM64I64(dt tensor.Dtype) (Kernel[ConvGemmParams], error) {
+	return byDtype(dt, "conv_dgrad_fma_m64_i64", ConvDgradFmaM64I64F32, ConvDgradFmaM64I64F64)
+}
+
+// ConvWgradFmaM64I64 returns ConvWgradFmaM64I64F32 for float32 and ConvWgradFmaM64I64F64 for float64.
+func ConvWgradFmaM64I64(dt tensor.Dtype) (Kernel[ConvGemmParams], error) {
+	return byDtype(dt, "conv_wgrad_fma_m64_i64", ConvWgradFmaM64I64F32, ConvWgradFmaM64I64F64)
+}
+
 // ConvSplitKReduce returns ConvSplitKReduceF32 for float32 and ConvSplitKReduceF64 for float64.
 func ConvSplitKReduce(dt tensor.Dtype) (Kernel[SplitKParams], error) {
 	return byDtype(dt, "conv_splitk_reduce", ConvSplitKReduceF32, ConvSplitKReduceF64)
@@ -1969,6 +1997,11 @@ func BNBackwardApply(dt tensor.Dtype) (Kernel[BNParams], error) {
 // ReLUMask returns ReLUMaskF32 for float32 and ReLUMaskF64 for float64.
 func ReLUMask(dt tensor.Dtype) (Kernel[MaskParams], error) {
 	return byDtype(dt, "relu_mask", ReLUMaskF32, ReLUMaskF64)
+}
+
+// ReLUMaskSum returns ReLUMaskSumF32 for float32 and ReLUMaskSumF64 for float64.
+func ReLUMaskSum(dt tensor.Dtype) (Kernel[MaskSumParams], error) {
+	return byDtype(dt, "relu_mask_sum", ReLUMaskSumF32, ReLUMaskSumF64)
 }
 
 // ConvTransposeEpilogue returns ConvTransposeEpilogueF32 for float32 and ConvTransposeEpilogueF64 for float64.
@@ -2526,12 +2559,18 @@ const (
 	ConvDgradMmaM128I64SmemBytes = 71680
 	// ConvWgradMmaM128I64SmemBytes is GemmShape<float, kWgrad>::kSmemBytes in kernels/conv.cu.
 	ConvWgradMmaM128I64SmemBytes = 75776
-	// ConvFpropFmaM64I64SmemBytes is GemmShape<double, kFprop>::kSmemBytes in kernels/conv.cu.
-	ConvFpropFmaM64I64SmemBytes = 34048
-	// ConvDgradFmaM64I64SmemBytes is GemmShape<double, kDgrad>::kSmemBytes in kernels/conv.cu.
-	ConvDgradFmaM64I64SmemBytes = 34048
-	// ConvWgradFmaM64I64SmemBytes is GemmShape<double, kWgrad>::kSmemBytes in kernels/conv.cu.
-	ConvWgradFmaM64I64SmemBytes = 35840
+	// ConvFpropFmaM64I64F32SmemBytes is GemmShape<float, kFprop, kFma>::kSmemBytes in kernels/conv.cu.
+	ConvFpropFmaM64I64F32SmemBytes = 49920
+	// ConvDgradFmaM64I64F32SmemBytes is GemmShape<float, kDgrad, kFma>::kSmemBytes in kernels/conv.cu.
+	ConvDgradFmaM64I64F32SmemBytes = 49920
+	// ConvWgradFmaM64I64F32SmemBytes is GemmShape<float, kWgrad, kFma>::kSmemBytes in kernels/conv.cu.
+	ConvWgradFmaM64I64F32SmemBytes = 52736
+	// ConvFpropFmaM64I64F64SmemBytes is GemmShape<double, kFprop>::kSmemBytes in kernels/conv.cu.
+	ConvFpropFmaM64I64F64SmemBytes = 34048
+	// ConvDgradFmaM64I64F64SmemBytes is GemmShape<double, kDgrad>::kSmemBytes in kernels/conv.cu.
+	ConvDgradFmaM64I64F64SmemBytes = 34048
+	// ConvWgradFmaM64I64F64SmemBytes is GemmShape<double, kWgrad>::kSmemBytes in kernels/conv.cu.
+	ConvWgradFmaM64I64F64SmemBytes = 35840
 	// ConvMmaM128I64TileM is GemmShape<float, kFprop>::BM in kernels/conv.cu.
 	ConvMmaM128I64TileM = 128
 	// ConvF32TileN is GemmShape<float, kFprop>::BN in kernels/conv.cu.
@@ -2867,6 +2906,9 @@ var kernelTable = [...]KernelInfo{
 	{Module: "conv", Name: "conv_dgrad_mma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
 	{Module: "conv", Name: "conv_wgrad_mma_m128_i64_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},
 	{Module: "conv", Name: "conv_wgrad_mma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
+	{Module: "conv", Name: "conv_fprop_fma_m64_i64_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "conv", Name: "conv_dgrad_fma_m64_i64_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
+	{Module: "conv", Name: "conv_wgrad_fma_m64_i64_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "conv", Name: "conv_fprop_fma_m64_i64_f64", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "conv", Name: "conv_dgrad_fma_m64_i64_f64", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
 	{Module: "conv", Name: "conv_wgrad_fma_m64_i64_f64", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 0, Variant: false},
@@ -2892,6 +2934,8 @@ var kernelTable = [...]KernelInfo{
 	{Module: "conv_bn", Name: "relu_mask_f64", Params: "MaskParams", ParamsSize: 32, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "relu_mask_sum_tf32_f32", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "relu_mask_sum_tf32_vec4_f32", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "relu_mask_sum_f32", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
+	{Module: "conv_bn", Name: "relu_mask_sum_vec4_f32", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_bn", Name: "relu_mask_sum_f64", Params: "MaskSumParams", ParamsSize: 48, MaxThreads: 0, MinBlocks: 0, Variant: false},
 	{Module: "conv_sm90a", Name: "conv_fprop_wgmma_m128_s3_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 2, Variant: false},
 	{Module: "conv_sm90a", Name: "conv_fprop_wgmma_m256_s4_f32", Params: "ConvGemmParams", ParamsSize: 288, MaxThreads: 256, MinBlocks: 1, Variant: false},

@@ -1,7 +1,8 @@
 // Emulated runs of kernels/conv.cu and conv_bn.cu (see emu.h) against double
 // references, with the tolerances of autograd/tolerance.go: the TF32 kernels
-// TolTF32, the float64 ones TolForward64, BatchNorm and the other float32
-// sums TolForward32 or, where the GPU tests compare with the CPU twin,
+// TolTF32, the full-float32 ones (conv_*_fma_m64_i64_f32) TolGemm32, the
+// float64 ones TolForward64, BatchNorm and the other float32 sums
+// TolForward32 or, where the GPU tests compare with the CPU twin,
 // TolParity32. The cp.async kernels (conv_fprop_mma_m128_s3_f32,
 // _m256_s4_f32, _m128_s3_t128_f32, conv_dgrad_ and conv_wgrad_mma_m128_s3_f32)
 // are also compared bit for bit with conv_gemm's (conv_*_mma_m128_i64_f32),
@@ -67,24 +68,33 @@ static ConvGemmParams common(const Geom& g) {
 // The float32 forward kernels: conv_gemm's, and conv_pipe's by their tiles.
 enum FpropKernel { kGemm, kPipeM128S3, kPipeM256S4, kPipeM128S3T128 };
 
-template <class T, int kMode>
+// conv_gemm's kernels by dtype and math (kMma: TF32; kFma: the CUDA cores).
+template <class T, int kMode, int kMath>
+void (*gemm_kernel())(ConvGemmParams) {
+  if constexpr (std::is_same<T, double>::value)
+    return kMode == stheno::kFprop ? conv_fprop_fma_m64_i64_f64
+           : kMode == stheno::kDgrad ? conv_dgrad_fma_m64_i64_f64
+                                     : conv_wgrad_fma_m64_i64_f64;
+  else if constexpr (kMath == stheno::kFma)
+    return kMode == stheno::kFprop ? conv_fprop_fma_m64_i64_f32
+           : kMode == stheno::kDgrad ? conv_dgrad_fma_m64_i64_f32
+                                     : conv_wgrad_fma_m64_i64_f32;
+  else
+    return kMode == stheno::kFprop ? conv_fprop_mma_m128_i64_f32
+           : kMode == stheno::kDgrad ? conv_dgrad_mma_m128_i64_f32
+                                     : conv_wgrad_mma_m128_i64_f32;
+}
+
+template <class T, int kMode, int kMath = stheno::kDefaultMath<T>>
 void run(ConvGemmParams p, int splits_wanted, FpropKernel fprop = kGemm) {
-  using S = stheno::GemmShape<T, kMode>;
+  using S = stheno::GemmShape<T, kMode, kMath>;
   const int tiles_m = (p.m + S::BM - 1) / S::BM, tiles_n = (p.ncols + S::BN - 1) / S::BN;
   const int kt = (p.k + S::BK - 1) / S::BK;
   const int kps = (kt + splits_wanted - 1) / splits_wanted;
   const int splits = (kt + kps - 1) / kps;
   p.tiles_m = tiles_m;
   p.k_tiles_per_split = kps;
-  void (*k)(ConvGemmParams);
-  if (std::is_same<T, float>::value)
-    k = kMode == stheno::kFprop   ? conv_fprop_mma_m128_i64_f32
-        : kMode == stheno::kDgrad ? conv_dgrad_mma_m128_i64_f32
-                                  : conv_wgrad_mma_m128_i64_f32;
-  else
-    k = kMode == stheno::kFprop   ? conv_fprop_fma_m64_i64_f64
-        : kMode == stheno::kDgrad ? conv_dgrad_fma_m64_i64_f64
-                                  : conv_wgrad_fma_m64_i64_f64;
+  void (*k)(ConvGemmParams) = gemm_kernel<T, kMode, kMath>();
   if (splits != splits_wanted) printf("  (splits %d -> %d)\n", splits_wanted, splits);
   if (fprop == kPipeM128S3) {
     emu::launch(conv_fprop_mma_m128_s3_f32, dim3(tiles_m * tiles_n, 1, splits), dim3(S::NT),
@@ -168,9 +178,14 @@ static std::vector<float> masked_dy(const std::vector<float>& dy, const std::vec
 // (and cost most of the emulator's time on the other).
 enum { kFwd = 1, kBwd = 2, kBoth = 3 };
 
-template <class T>
+// The convolution's three GEMMs by conv_gemm's kernels of T and kMath (in
+// float32, kMma: TF32, with conv_pipe's kernels compared bit for bit;
+// kFma: full float32, which must hold TolGemm32, a bound TF32's rounding
+// does not fit), against double references.
+template <class T, int kMath = stheno::kDefaultMath<T>>
 void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int passes = kBoth) {
-  printf("%s %s\n", name, sizeof(T) == 4 ? "f32" : "f64");
+  constexpr bool kTF32 = std::is_same<T, float>::value && kMath == stheno::kMma;
+  printf("%s %s\n", name, sizeof(T) == 8 ? "f64" : kTF32 ? "f32" : "f32 fma (full float32)");
   struct Timer {
     std::chrono::steady_clock::time_point t0 = std::chrono::steady_clock::now();
     ~Timer() { printf("  (%.1f s)\n", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()); }
@@ -200,7 +215,7 @@ void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int p
           z[i] = s;
           y[i] = relu && s < 0 ? 0 : s;
         }
-  const Tol tol = sizeof(T) == 4 ? TolTF32 : TolForward64;
+  const Tol tol = sizeof(T) == 8 ? TolForward64 : kTF32 ? TolTF32 : TolGemm32;
   // fprop
   std::vector<T> yg(y.size(), T(NAN));
   std::vector<double> stats;
@@ -209,15 +224,15 @@ void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int p
     p.a = ptr(w), p.b = ptr(x), p.out = ptr(yg), p.shift = ptr(b), p.relu = relu;
     p.m = g.cout, p.ncols = g.n * P, p.k = K;
     p.div_img = fastdiv(P), p.div_row = fastdiv(ow);
-    const int tiles_n = (p.ncols + stheno::GemmShape<T, 0>::BN - 1) / stheno::GemmShape<T, 0>::BN;
+    using S = stheno::GemmShape<T, stheno::kFprop, kMath>;
+    const int tiles_n = (p.ncols + S::BN - 1) / S::BN;
     stats.assign(size_t(tiles_n) * g.cout * 3, NAN);
     p.stats = ptr(stats);
-    run<T, stheno::kFprop>(p, 1);
+    run<T, stheno::kFprop, kMath>(p, 1);
     check("fprop", y, yg, tol);
-    if (std::is_same<T, float>::value) fprop_pipe_vs_gemm(g, p, y, yg, stats, tol);
+    if constexpr (kTF32) fprop_pipe_vs_gemm(g, p, y, yg, stats, tol);
     // Stats: each (column tile, channel) record holds the count, sum and M2
     // (about the tile's mean) of the kernel's own outputs, summed in T.
-    using S = stheno::GemmShape<T, stheno::kFprop>;
     std::vector<double> sref(stats.size()), sgot(stats.begin(), stats.end());
     for (int t = 0; t < tiles_n; ++t)
       for (int co = 0; co < g.cout; ++co) {
@@ -262,9 +277,9 @@ void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int p
     p.a = ptr(wt), p.b = ptr(dy), p.mask = relu ? ptr(ymask) : 0, p.out = ptr(dxg);
     p.m = g.cin, p.ncols = g.n * g.h * g.w, p.k = g.cout * KK;
     p.div_img = fastdiv(g.h * g.w), p.div_row = fastdiv(g.w);
-    run<T, stheno::kDgrad>(p, 1);
+    run<T, stheno::kDgrad, kMath>(p, 1);
     check("dgrad", dx, dxg, tol);
-    if constexpr (std::is_same<T, float>::value) {
+    if constexpr (kTF32) {
       if (g.sh == 1 && g.sw == 1) {
         // conv_dgrad_mma_m128_s3_f32 on dy' (no mask): the reference, and
         // conv_dgrad_mma_m128_i64_f32 bit for bit.
@@ -300,7 +315,7 @@ void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int p
                   dw[((size_t(co) * g.cin + ci) * g.kh + kh) * g.kw + kw] +=
                       d * X(n, ci, a * g.sh - g.ph + kh * g.dh, bb * g.sw - g.pw + kw * g.dw);
           }
-    using S = stheno::GemmShape<T, stheno::kWgrad>;
+    using S = stheno::GemmShape<T, stheno::kWgrad, kMath>;
     const int kt = (g.n * P + S::BK - 1) / S::BK;
     const int kps = (kt + splits - 1) / splits;
     const int sp = (kt + kps - 1) / kps;
@@ -312,7 +327,7 @@ void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int p
     p.bias_grad = sp > 1 ? ptr(bws) : reinterpret_cast<uint64_t>(out.data() + dw.size());
     p.m = g.cout, p.ncols = K, p.k = g.n * P;
     p.div_q = fastdiv(P), p.div_qw = fastdiv(ow);
-    run<T, stheno::kWgrad>(p, splits);
+    run<T, stheno::kWgrad, kMath>(p, splits);
     if (sp > 1) {
       stheno::SplitKParams sk{ptr(ws), ptr(out), ptr(bws), reinterpret_cast<uint64_t>(out.data() + dw.size()),
                               int64_t(dw.size()), g.cout, sp};
@@ -323,7 +338,7 @@ void test_conv(const char* name, Geom g, bool bias, bool relu, int splits, int p
     std::vector<T> dwg(out.begin(), out.begin() + dw.size()), dbg(out.begin() + dw.size(), out.end());
     check("wgrad dw", dw, dwg, tol);
     check("wgrad db", db, dbg, sizeof(T) == 4 ? TolForward32 : TolForward64);
-    if constexpr (std::is_same<T, float>::value) {
+    if constexpr (kTF32) {
       if (P % 4 == 0) {
         // conv_wgrad_mma_m128_s3_f32 on dy' (no mask), same splits: the
         // reference, and dw bit for bit with conv_wgrad_mma_m128_i64_f32's
@@ -501,10 +516,11 @@ void test_bn(int n, int c, int hw, int chunk, bool relu, bool residual, bool tra
   expect_none("bn coef padding", nonzero, "non-zero");
 }
 
-// relu_mask_sum_tf32_f32 (and its float4 variant) and relu_mask_sum_f64: g = dy
-// masked by y > 0 (or not masked), rounded to TF32 in float32, bit for bit
-// against the host; the per-chunk sums of the unrounded g against double
-// sums.
+// relu_mask_sum_tf32_f32 (and its float4 variant), relu_mask_sum_f32 (and
+// its float4 variant, for full-float32 GEMMs) and relu_mask_sum_f64: g = dy
+// masked by y > 0 (or not masked), rounded to TF32 by the _tf32 ones, bit
+// for bit against the host; the per-chunk sums of the unrounded g against
+// double sums.
 template <class T>
 void test_mask_sum(int n, int c, int plane, int chunk, bool mask) {
   const bool f = std::is_same<T, float>::value;
@@ -513,7 +529,7 @@ void test_mask_sum(int n, int c, int plane, int chunk, bool mask) {
   const int chunks = (plane + chunk - 1) / chunk;
   auto y = rng.uniform<T>(total), dy = rng.uniform<T>(total);
   y[3] = T(NAN), y[5] = T(0);  // neither passes the gradient
-  std::vector<T> want(total);
+  std::vector<T> want(total), want_tf32(total);
   std::vector<double> sums(size_t(n) * chunks * c, 0);
   for (int i = 0; i < n; ++i)
     for (int ch = 0; ch < c; ++ch)
@@ -521,25 +537,31 @@ void test_mask_sum(int n, int c, int plane, int chunk, bool mask) {
         const size_t k = (size_t(i) * c + ch) * plane + q;
         const T g = mask && !(y[k] > T(0)) ? T(0) : dy[k];
         sums[(size_t(i) * chunks + q / chunk) * c + ch] += double(g);
-        if constexpr (std::is_same<T, float>::value) {
-          want[k] = bits_to_float(emu_to_tf32(g));
-        } else {
-          want[k] = g;
-        }
+        want[k] = g;
+        if constexpr (std::is_same<T, float>::value) want_tf32[k] = bits_to_float(emu_to_tf32(g));
       }
   using K = void (*)(stheno::MaskSumParams);
-  std::vector<std::pair<const char*, K>> kernels;
+  struct Case {
+    const char* name;
+    K kernel;
+    bool tf32;
+  };
+  std::vector<Case> kernels;
   if constexpr (std::is_same<T, float>::value) {
-    kernels.push_back({"relu_mask_sum_tf32_f32", relu_mask_sum_tf32_f32});
-    if (plane % 4 == 0) kernels.push_back({"relu_mask_sum_tf32_vec4_f32", relu_mask_sum_tf32_vec4_f32});
+    kernels.push_back({"relu_mask_sum_tf32_f32", relu_mask_sum_tf32_f32, true});
+    kernels.push_back({"relu_mask_sum_f32", relu_mask_sum_f32, false});
+    if (plane % 4 == 0) {
+      kernels.push_back({"relu_mask_sum_tf32_vec4_f32", relu_mask_sum_tf32_vec4_f32, true});
+      kernels.push_back({"relu_mask_sum_vec4_f32", relu_mask_sum_vec4_f32, false});
+    }
   } else {
-    kernels.push_back({"relu_mask_sum_f64", relu_mask_sum_f64});
+    kernels.push_back({"relu_mask_sum_f64", relu_mask_sum_f64, false});
   }
-  for (auto [name, k] : kernels) {
+  for (auto [name, k, tf32] : kernels) {
     std::vector<T> g(total, T(NAN)), part(sums.size(), T(NAN));
     stheno::MaskSumParams mp{mask ? ptr(y) : 0, ptr(dy), ptr(g), ptr(part), c, plane, chunk, chunks};
     emu::launch(k, dim3(n * c * chunks), dim3(64), stheno::kMaskSumScratchBytes, mp);
-    expect_none(name, bits_differ(want, g));
+    expect_none(name, bits_differ(tf32 ? want_tf32 : want, g));
     check("  chunk sums", sums, part, f ? TolForward32 : TolForward64);
   }
 }
@@ -554,7 +576,15 @@ int main(int argc, char** argv) {
   test_conv<double>("3x3 wgrad split 3", Geom{2, 3, 9, 11, 7, 3, 3, 1, 1, 1, 1, 1, 1}, false, true, 3);
   test_conv<float>("7x7 stride 2 pad 3", Geom{1, 3, 13, 11, 6, 7, 7, 2, 2, 3, 3, 1, 1}, true, false, 1);
   test_conv<double>("7x7 stride 2 pad 3", Geom{1, 3, 13, 11, 6, 7, 7, 2, 2, 3, 3, 1, 1}, true, false, 1);
+  // Full float32: a bias and the ReLU's mask staged with dy, split-K, a
+  // stride (dgrad's strided gather), several tiles of rows and columns.
+  using stheno::kFma;
+  test_conv<float, kFma>("3x3 pad 1", Geom{2, 5, 7, 9, 11, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 1);
+  test_conv<float, kFma>("7x7 stride 2 pad 3", Geom{1, 3, 13, 11, 6, 7, 7, 2, 2, 3, 3, 1, 1}, true, false, 1);
   if (!quick) {
+    test_conv<float, kFma>("3x3 wgrad split 3", Geom{2, 3, 9, 11, 7, 3, 3, 1, 1, 1, 1, 1, 1}, false, true, 3);
+    test_conv<float, kFma>("2x3 s(2,1) p(0,1) d(1,2)", Geom{2, 2, 6, 7, 3, 2, 3, 2, 1, 0, 1, 1, 2}, false, true, 1);
+    test_conv<float, kFma>("3x3 Cout 70 Cin 66 2x2 tiles", Geom{2, 66, 9, 10, 70, 3, 3, 1, 1, 1, 1, 1, 1}, true, true, 2);
     test_conv<float>("2x3 s(2,1) p(0,1) d(1,2)", Geom{2, 2, 6, 7, 3, 2, 3, 2, 1, 0, 1, 1, 2}, false, true, 1);
     test_conv<double>("2x3 s(2,1) p(0,1) d(1,2)", Geom{2, 2, 6, 7, 3, 2, 3, 2, 1, 0, 1, 1, 2}, false, true, 1);
     test_conv<float>("1x1 two M tiles", Geom{2, 9, 9, 10, 130, 1, 1, 1, 1, 0, 0, 1, 1}, true, true, 2);

@@ -33,6 +33,7 @@ inline constexpr Tol TolGrad{.abs = 1e-8, .rel = 1e-6};
 inline constexpr Tol TolParity64{.abs = 1e-12, .rel = 1e-10};
 inline constexpr Tol TolParity32{.abs = 1e-5, .rel = 1e-4};
 inline constexpr Tol TolTF32{.abs = 1e-2, .rel = 1e-3};
+inline constexpr Tol TolGemm32{.abs = 4e-5, .rel = 1e-5};
 inline constexpr Tol TolTraining{.abs = 1e-3, .rel = 0.1};
 
 // TolForward32/64 and TolParity32/64 for a kernel computing in T.

@@ -104,8 +104,8 @@ func Only(given map[string]bool, mode string, allowed []string) error {
 }
 
 // OpenDevice opens the GPU spec names (nil for the CPU) with device.Open,
-// its errors usage errors, and with cuBLAS's products in full float32
-// unless tf32. closeDev closes it (nothing for the CPU).
+// its errors usage errors, and with cuBLAS's products and the convolutions
+// in full float32 unless tf32 (backend.GemmExact). closeDev closes it (nothing for the CPU).
 func (p Program) OpenDevice(spec string, tf32 bool) (dev *backend.Device, closeDev func(), err error) {
 	dev, err = device.Open(spec, "go run "+p.Pkg)
 	if err != nil {

@@ -52,8 +52,8 @@ func gpuParityIters(t *testing.T) int {
 // losses differ by a sample's worth from the first steps on, whatever the
 // precision. What must agree is the training: the means of the losses
 // over windows of windowIters iterations, within TolTraining, with
-// cuBLAS's products in TF32 (as runs use it) and in full float32
-// (-tf32=false). The test prints how far apart the runs are.
+// cuBLAS's products and the convolutions in TF32 (as runs use it) and in
+// full float32 (-tf32=false). The test prints how far apart the runs are.
 func TestGPUTrainingFollowsCPU(t *testing.T) {
 	const windowIters = 40
 	dev := openGPU(t)
