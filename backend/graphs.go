@@ -73,8 +73,10 @@ type graphAPI interface {
 // How replay is tried: stretches shorter than graphMinCalls are issued
 // call by call (one graph launch costs about what a few kernel launches
 // do); a step's first graphMaxStretches stretches may be replayed (a
-// program without Scopes has one endless step); a place whose stretch
-// changed graphMaxMisses times is no longer tried.
+// program without Scopes has one endless step); a place whose captured
+// stretch changed graphMaxMisses times in a row is issued call by call for
+// its next graphRest stretches, then tried again (a training loop that
+// evaluates now and then changes its steps' work for a while).
 //
 // Work held back is work the GPU is not doing, so a long run of it is cut
 // into stretches of its own: the first graphFirstChunk calls, then twice
@@ -84,6 +86,7 @@ const (
 	graphMinCalls     = 8
 	graphMaxStretches = 256
 	graphMaxMisses    = 3
+	graphRest         = 64
 	graphFirstChunk   = 32
 	graphMaxChunk     = 256
 )
@@ -159,8 +162,8 @@ type graphSlot struct {
 	last        stretch // the stretch last issued here
 	graph, exec any     // its graph, once captured
 	nodes       []any   // the graph's kernel node of each of last's calls
-	misses      int
-	off         bool // stopped trying
+	misses      int // captured stretches that changed, in a row
+	rest        int // stretches still to issue call by call before trying again
 }
 
 // GraphStats counts what became of the stretches of held-back work
@@ -392,9 +395,14 @@ func (r *replayDriver) issueLocked() error {
 		r.slots = append(r.slots, &graphSlot{})
 	}
 	slot := r.slots[place]
-	if slot.off {
-		r.stats.Direct++
-		return r.direct(s)
+	if slot.rest > 0 {
+		slot.rest--
+		if slot.rest == 0 {
+			slot.last.reset() // start afresh: record this one
+		} else {
+			r.stats.Direct++
+			return r.direct(s)
+		}
 	}
 	// From here on s becomes slot.last, and slot.last's memory the next
 	// pending stretch.
@@ -402,7 +410,9 @@ func (r *replayDriver) issueLocked() error {
 	if !s.repeats(&slot.last) {
 		if slot.exec != nil {
 			slot.misses++
-			slot.off = slot.misses >= graphMaxMisses
+			if slot.misses >= graphMaxMisses {
+				slot.misses, slot.rest = 0, graphRest
+			}
 		}
 		err := r.dropGraph(slot)
 		r.stats.Direct++
@@ -415,8 +425,9 @@ func (r *replayDriver) issueLocked() error {
 			return r.g.launchGraph(slot.exec)
 		}
 		// A stretch that cannot be captured (on this driver, with this
-		// cuBLAS) is not tried again; its work still has to run.
-		slot.off = true
+		// cuBLAS) rests as one that keeps changing does; its work still
+		// has to run.
+		slot.rest = graphRest
 		r.stats.Direct++
 		return r.direct(s)
 	}
@@ -439,6 +450,7 @@ func (r *replayDriver) issueLocked() error {
 		r.stats.Updated++
 	}
 	r.stats.Replays++
+	slot.misses = 0
 	return r.g.launchGraph(slot.exec)
 }
 

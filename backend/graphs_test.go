@@ -137,25 +137,34 @@ func checkReplayLikeDirect(t *testing.T, direct, replay *Device) {
 
 // TestGraphsChangingWork: a stretch that differs from the step before's
 // (here its memset's size) is issued call by call, right; a place whose
-// captured stretch keeps changing stops being tried.
+// captured stretch keeps changing rests for graphRest stretches, then is
+// tried again.
 func TestGraphsChangingWork(t *testing.T) {
 	direct, _ := openGraphsFake(t, false)
 	replay, _ := openGraphsFake(t, true)
 	dw, dx := graphParams(t, direct)
 	rw, rx := graphParams(t, replay)
 	// Two steps alike (captured), then one of another size (a miss),
-	// and so on: the third miss turns the place off.
-	sizes := []int{64, 64, 32, 32, 64, 64, 32, 32, 64, 64}
+	// and so on: the third miss in a row rests the place.
+	sizes := []int{64, 64, 32, 32, 64, 64, 32, 32, 64}
+	for range graphRest + 2 {
+		sizes = append(sizes, 64)
+	}
 	for step, n := range sizes {
 		want := graphStep(t, direct, dw, dx, step, n)
 		got := graphStep(t, replay, rw, rx, step, n)
 		if !slices.Equal(got, want) {
 			t.Fatalf("step %d: with graphs %v, call by call %v", step, got, want)
 		}
+		if step == 9+graphRest-2 {
+			if st := replay.GraphStats(); st.Captures != 3 || st.Replays != 0 {
+				t.Fatalf("after the rest: GraphStats = %+v; want 3 captures (then the place rests) and no replay", st)
+			}
+		}
 	}
-	st := replay.GraphStats()
-	if st.Captures != 3 || st.Replays != 0 {
-		t.Errorf("GraphStats = %+v; want 3 captures (then the place is off) and no replay", st)
+	// After the rest: recorded, captured, replayed.
+	if st := replay.GraphStats(); st.Captures != 4 || st.Replays != 1 {
+		t.Errorf("GraphStats = %+v; want a fourth capture and a replay after the rest", st)
 	}
 }
 
