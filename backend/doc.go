@@ -53,11 +53,26 @@
 // naming the kernel. It is slow; use it to find a failing kernel. (A fault
 // leaves the CUDA context unusable: close the Device.)
 //
+// # Replaying steps as CUDA graphs: STHENO_CUDA_GRAPHS
+//
+// A Device holds its stream work back (kernel launches, cuBLAS products,
+// memsets and copies between device buffers) until something needs it
+// issued: a copy to or from the host, a wait, timing events, the next
+// Scope, or a run of 32 to 256 calls. A stretch of work that repeats the
+// one at its place in the step before (a step begins with BeginScope) is
+// captured once as a CUDA graph and then replayed with one launch, after
+// the kernels' arguments that changed (AdamW's step count, an address)
+// are written into the graph. It is on unless STHENO_CUDA_GRAPHS=0 is in
+// the environment when the Device is opened; GraphStats counts what
+// became of the stretches. GraphsEnv says more.
+//
 // # Memory
 //
 // Device memory comes from a caching allocator: freed blocks are kept by
 // size class and handed out again, so a training step that repeats the
 // same sizes calls neither cuMemAlloc nor cuMemFree after its first run.
+// A size class hands out its lowest free block first, so a step that asks
+// for the same sizes in the same order gets the same addresses every time.
 // MemStats reports bytes in use, cached and at peak and the driver calls
 // made; ReleaseCached and Close give memory back to the driver. Gorgonia
 // never frees values, so device tensors are freed explicitly: FreeDense for

@@ -162,8 +162,8 @@ type graphSlot struct {
 	last        stretch // the stretch last issued here
 	graph, exec any     // its graph, once captured
 	nodes       []any   // the graph's kernel node of each of last's calls
-	misses      int // captured stretches that changed, in a row
-	rest        int // stretches still to issue call by call before trying again
+	misses      int     // captured stretches that changed, in a row
+	rest        int     // stretches still to issue call by call before trying again
 }
 
 // GraphStats counts what became of the stretches of held-back work
