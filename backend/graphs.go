@@ -19,8 +19,9 @@ import (
 // takes to run the short ones. So a Device holds its stream work back:
 // kernel launches, cuBLAS products, memsets and device-to-device copies
 // are recorded as the ops queue them, and issued together when something
-// needs them issued: a copy to or from the host, a wait (Synchronize,
-// timing events), a cudaFree, the next step. Each such stretch of work has
+// needs them issued (a copy to or from the host, a wait: Synchronize,
+// timing events; a cuMemFree; the next step) or when enough of them have
+// queued (graphFirstChunk to graphMaxChunk). Each such stretch of work has
 // its place in the step (the first, the second, ... since BeginScope).
 // When a stretch repeats the one at its place in the step before (the same
 // calls with the same sizes, cuBLAS's and the copies with the same
