@@ -44,7 +44,7 @@ type Config struct {
 	SheetScoreMin           float64 // lowest score drawn in val_*.png
 
 	Device  *backend.Device // nil: the host
-	Verbose bool            // print the device's memory every 100 iterations
+	Verbose bool            // print the device's memory and graph replays every 100 iterations
 
 	// Model and Optimizer describe the run in its introduction: Model is
 	// the first line, Optimizer the optimiser's part of the second
@@ -186,9 +186,9 @@ func Run[M fmt.Stringer](ctx context.Context, cfg Config, h Hooks[M]) (*Result[M
 		remaining := time.Duration(float64(cfg.Iters-done) * float64(cfg.Batch) / rate * float64(time.Second))
 		prog.Update(done, fmt.Sprintf("%s lr %.1e %.1f img/s ETA %s", h.Losses(losses), lr, rate, progress.ETA(remaining)), last)
 		if cfg.Verbose && cfg.Device != nil && (done%100 == 0 || last) {
-			m := cfg.Device.MemStats()
-			prog.Println("iteration %d: device memory in use %.1f MiB, high-water mark %.1f MiB, cached %.1f MiB, driver allocations %d",
-				done, mib(m.InUse), mib(m.PeakInUse), mib(m.Cached), m.DriverAllocs)
+			m, g := cfg.Device.MemStats(), cfg.Device.GraphStats()
+			prog.Println("iteration %d: device memory in use %.1f MiB, high-water mark %.1f MiB, cached %.1f MiB, driver allocations %d; stretches of launches replayed as CUDA graphs %d, issued one by one %d",
+				done, mib(m.InUse), mib(m.PeakInUse), mib(m.Cached), m.DriverAllocs, g.Replays, g.Direct)
 		}
 
 		periodic := done%cfg.EvalEvery == 0 || last
