@@ -229,6 +229,9 @@ for step in $what; do
 		echo "== encoder-shaped training step (log $OUT/encoder.log)"
 		(cd ops && "$root/bin/ops.test" -test.run '^$' -test.bench 'GPUEncoderStep' -test.benchtime 20x >"$OUT/encoder.log" 2>&1)
 		grep -E "^(Benchmark|FAIL|panic)|encoder_bench_test" "$OUT/encoder.log"
+		echo "== the same without CUDA graphs (log $OUT/encoder-nographs.log)"
+		(cd ops && STHENO_CUDA_GRAPHS=0 "$root/bin/ops.test" -test.run '^$' -test.bench 'GPUEncoderStep' -test.benchtime 20x >"$OUT/encoder-nographs.log" 2>&1)
+		grep -E "^(Benchmark|FAIL|panic)" "$OUT/encoder-nographs.log"
 		: >"$OUT/encoder-anchor.log"
 		if [ -f "$ENC_DIR/encoder_step.py" ] && ls "$DD_DIR"/msda_ext*.so >/dev/null 2>&1; then
 			for cfg in 1:1 1:6 1:12 2:6 8:6; do
@@ -252,6 +255,10 @@ for step in $what; do
 		(cd examples/maskrcnn/model && "$root/bin/examples_maskrcnn_model.test" -test.run '^$' -test.bench 'GPUR50FPN' \
 			-test.benchtime 20x -test.v >"$OUT/maskrcnn.log" 2>&1)
 		grep -E "^(Benchmark|FAIL|panic)|bench_gpu_test" "$OUT/maskrcnn.log"
+		echo "== the training step without CUDA graphs (log $OUT/maskrcnn-nographs.log)"
+		(cd examples/maskrcnn/model && STHENO_CUDA_GRAPHS=0 "$root/bin/examples_maskrcnn_model.test" -test.run '^$' -test.bench 'GPUR50FPNStep' \
+			-test.benchtime 20x -test.v >"$OUT/maskrcnn-nographs.log" 2>&1)
+		grep -E "^(Benchmark|FAIL|panic)" "$OUT/maskrcnn-nographs.log"
 		if [ -f "$MRCNN_DIR/maskrcnn_step.py" ]; then
 			python3 "$MRCNN_DIR/maskrcnn_step.py" --size 512 --batch 8 --amp off --optimizer adamw --steps 20 2>&1 | tee "$OUT/maskrcnn-anchor.log"
 		else
@@ -271,8 +278,11 @@ for step in $what; do
 		wait_dd
 		echo "== Deformable-DETR R50 training step (log $OUT/detr.log)"
 		: >"$OUT/detr.log"
-		for cfg in refine=0 refine=1 refine=1,two_stage=1; do
-			(cd examples/detr/model && STHENO_DETR_BENCH="size=512,batch=8,$cfg" "$root/bin/examples_detr_model.test" \
+		# graphs=0: the same step without CUDA graphs (STHENO_CUDA_GRAPHS=0).
+		for run in refine=0:1 refine=0:0 refine=1:1 refine=1,two_stage=1:1 refine=1,two_stage=1:0; do
+			cfg=${run%:*}
+			echo "== $cfg graphs=${run#*:}" | tee -a "$OUT/detr.log"
+			(cd examples/detr/model && STHENO_CUDA_GRAPHS=${run#*:} STHENO_DETR_BENCH="size=512,batch=8,$cfg" "$root/bin/examples_detr_model.test" \
 				-test.run '^$' -test.bench 'GPUDETRStep' -test.benchtime 10x -test.v 2>&1) | tee -a "$OUT/detr.log" |
 				grep -E "^(Benchmark|FAIL|panic)|bench_gpu_test"
 		done
