@@ -183,3 +183,68 @@ func TestGPUCheckpointsTravel(t *testing.T) {
 		t.Errorf("a run left %d bytes in use (%d before it)", after.InUse, before.InUse)
 	}
 }
+
+// Training steps replayed as CUDA graphs (backend.GraphsEnv, on by
+// default) follow the same steps issued call by call: two Devices on the
+// GPU, one with graphs and one without, train the same model from the same
+// weights on the same batches. The GPU runs the same kernels on the same
+// memory either way; only the order of atomic sums may differ. And after
+// the first steps, the steps' work is replayed.
+func TestGPUGraphsFollowDirectSteps(t *testing.T) {
+	open := func(graphs string) *backend.Device {
+		t.Setenv(backend.GraphsEnv, graphs)
+		return openGPU(t)
+	}
+	devs := []*backend.Device{open("0"), open("1")}
+	if devs[0].Graphs() || !devs[1].Graphs() {
+		t.Fatalf("Graphs(): %v and %v, want false and true", devs[0].Graphs(), devs[1].Graphs())
+	}
+	o := tinyOptions(t.TempDir())
+	o.Model.Dropout = 0.1
+	ds, _, err := data.Load("", o.Seed, o.TrainImages, 0, o.Model.ImageSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Model.NumClasses = len(ds.Classes)
+	const steps = 8
+	var losses [2][]model.Losses
+	for d, dev := range devs {
+		params := model.NewParams(o.Seed, dev)
+		net, err := model.Build(o.Model, params, model.Train, o.Batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := net.NewOptimizer(o.optimizer()); err != nil {
+			t.Fatal(err)
+		}
+		for it := range steps {
+			imgs := data.Batch(ds.Images, o.Seed, it, o.Batch)
+			pix := make([][]float32, len(imgs))
+			targets := make([]model.Target, len(imgs))
+			for i, img := range imgs {
+				pix[i], targets[i] = img.Pix, TargetOf(img)
+			}
+			l, err := net.TrainStep(pix, targets, it, o.LR)
+			if err != nil {
+				t.Fatal(err)
+			}
+			losses[d] = append(losses[d], l)
+		}
+		net.Close()
+		params.Free()
+	}
+	for it := range steps {
+		a, b := losses[0][it], losses[1][it]
+		for _, pair := range [][2]float64{{a.Total, b.Total}, {a.Class, b.Class}, {a.Box, b.Box}, {a.GIoU, b.GIoU}} {
+			if math.Abs(pair[0]-pair[1]) > 1e-4*math.Abs(pair[0]) {
+				t.Errorf("step %d: call by call %+v, with graphs %+v", it, a, b)
+				break
+			}
+		}
+	}
+	st := devs[1].GraphStats()
+	t.Logf("step %d: call by call %+v, with graphs %+v; graphs: %+v", steps-1, losses[0][steps-1], losses[1][steps-1], st)
+	if st.Replays < steps-3 {
+		t.Errorf("%d stretches replayed in %d steps: %+v", st.Replays, steps, st)
+	}
+}
