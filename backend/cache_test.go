@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -172,5 +173,49 @@ func TestCacheDriverFailure(t *testing.T) {
 	}
 	if _, err := c.alloc(maxAlloc + 1); err == nil {
 		t.Error("alloc of more than maxAlloc succeeded")
+	}
+}
+
+// TestCacheStepsGetTheSameBlocks: whatever order a scope's blocks come
+// back in, the next scope that asks for the same sizes in the same order
+// is handed the same blocks in the same order (what lets a Device replay a
+// step's work as a CUDA graph).
+func TestCacheStepsGetTheSameBlocks(t *testing.T) {
+	c := newCache(&countingMem{})
+	step := func(id uint64, freeEarly []int) []uint64 {
+		t.Helper()
+		if err := c.beginScope(id); err != nil {
+			t.Fatal(err)
+		}
+		var got []uint64
+		for _, n := range []uint64{1000, 1000, 4000, 1000, 4000} {
+			b, err := c.alloc(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, b)
+		}
+		// Some blocks die mid-step, in an order of the caller's choosing;
+		// the rest at the scope's end, in map order.
+		for _, i := range freeEarly {
+			if _, err := c.freeTagged(got[i], id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.endScope(id); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	first := step(1, nil)
+	want := step(2, []int{1, 0})
+	for id := uint64(3); id < 10; id++ {
+		early := []int{1, 0}
+		if id%2 == 0 {
+			early = []int{0, 1}
+		}
+		if got := step(id, early); !slices.Equal(got, want) {
+			t.Fatalf("step %d was handed %x, step 2 %x (step 1 %x)", id, got, want, first)
+		}
 	}
 }
