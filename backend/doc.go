@@ -64,7 +64,8 @@
 // the kernels' arguments that changed (AdamW's step count, an address)
 // are written into the graph. It is on unless STHENO_CUDA_GRAPHS=0 is in
 // the environment when the Device is opened; GraphStats counts what
-// became of the stretches. GraphsEnv says more.
+// became of the stretches, and Flush issues them without waiting.
+// GraphsEnv says more.
 //
 // # Memory
 //

@@ -214,6 +214,26 @@ func (d *Device) GraphStats() GraphStats {
 	return GraphStats{}
 }
 
+// Flush issues the stream work d holds back (GraphsEnv) and returns
+// without waiting for it: the GPU can start on it while the host does
+// something long of its own. Nothing else needs it; every call that
+// depends on the work issues it first. Errors of the work it issues
+// surface as those of any asynchronous work do.
+func (d *Device) Flush() error {
+	r, ok := d.drv.(*replayDriver)
+	if !ok {
+		return nil
+	}
+	if err := d.enter(); err != nil {
+		return err
+	}
+	defer d.exit()
+	if err := r.issue(); err != nil {
+		return d.asyncError("issuing held-back work", err)
+	}
+	return nil
+}
+
 // Graphs reports whether d holds its stream work back and replays it as
 // CUDA graphs (GraphsEnv).
 func (d *Device) Graphs() bool {

@@ -251,3 +251,41 @@ func TestGraphsEnv(t *testing.T) {
 		t.Errorf("graphs on with synchronous launches")
 	}
 }
+
+// TestGraphsFlush: Flush issues the work held back without a wait, and is
+// a no-op without graphs.
+func TestGraphsFlush(t *testing.T) {
+	d, f := openGraphsFake(t, true)
+	x := toDevice(t, d, hostOf(tensor.Float64, make([]float64, 4)))
+	p, _ := d.Ptr(x)
+	k, err := d.Kernel("elementwise", "fill_u64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Launch(k, LaunchConfig{Grid: Dim3{1, 1, 1}, Block: Dim3{32, 1, 1}}, fillParams{Out: p, N: 4, Value: 7}); err != nil {
+		t.Fatal(err)
+	}
+	word := func() byte {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		b, _ := f.resolve(uint64(p), 8)
+		return b[0]
+	}
+	if got := word(); got != 0 {
+		t.Fatalf("before Flush the fake GPU ran the held-back fill: %d", got)
+	}
+	waits := d.Counters().Waits
+	if err := d.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := word(); got != 7 {
+		t.Errorf("after Flush the first word's low byte is %d, want 7", got)
+	}
+	if d.Counters().Waits != waits {
+		t.Errorf("Flush waited for the stream")
+	}
+	off, _ := openGraphsFake(t, false)
+	if err := off.Flush(); err != nil {
+		t.Errorf("Flush without graphs: %v", err)
+	}
+}
