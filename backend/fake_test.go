@@ -126,7 +126,7 @@ func (f *fakeDriver) launchGraph(exec any) error {
 		if n.run != nil {
 			err = n.run()
 		} else {
-			err = f.launch(n.fn, n.cfg, unsafe.Pointer(&n.params[0]), uintptr(len(n.params)))
+			err = f.launch(n.fn, n.cfg, paramsPtr(n.params), uintptr(len(n.params)))
 		}
 		if err != nil {
 			return err

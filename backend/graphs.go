@@ -129,6 +129,18 @@ func (s *stretch) reset() {
 
 func (s *stretch) params(c *streamCall) []byte { return s.args[c.off : c.off+c.size] }
 
+// noParams stands for the bytes of an empty params struct, which the
+// driver reads none of.
+var noParams [1]byte
+
+// paramsPtr returns where the driver finds p.
+func paramsPtr(p []byte) unsafe.Pointer {
+	if len(p) == 0 {
+		return unsafe.Pointer(&noParams[0])
+	}
+	return unsafe.Pointer(&p[0])
+}
+
 // repeats reports whether s makes the same calls as o, kernels' arguments
 // aside.
 func (s *stretch) repeats(o *stretch) bool {
@@ -282,49 +294,55 @@ func (r *replayDriver) copyDtoD(dst, src, bytes uint64) error {
 	return r.hold(streamCall{kind: callCopy, dst: dst, src: src, n: bytes})
 }
 
-// The calls that need the held-back work queued first.
+// The calls that need the held-back work queued first. They run under
+// r.mu, after it: a capture (issueLocked) holds r.mu too, so no call of
+// another goroutine can land in a graph being captured.
 
 func (r *replayDriver) issue() error {
+	return r.issueThen(nil)
+}
+
+// issueThen issues the held-back work and then, if it was issued, makes
+// the call f, both under r.mu.
+func (r *replayDriver) issueThen(f func() error) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.chunk = graphFirstChunk
-	return r.issueLocked()
+	if err := r.issueLocked(); err != nil || f == nil {
+		return err
+	}
+	return f()
 }
 
 func (r *replayDriver) memFree(ptr uint64) error {
-	return errors.Join(r.issue(), r.driver.memFree(ptr))
+	return r.issueThen(func() error { return r.driver.memFree(ptr) })
 }
 
 func (r *replayDriver) copyHtoD(dst uint64, src []byte) error {
-	if err := r.issue(); err != nil {
-		return err
-	}
-	return r.driver.copyHtoD(dst, src)
+	return r.issueThen(func() error { return r.driver.copyHtoD(dst, src) })
 }
 
 func (r *replayDriver) copyDtoH(dst []byte, src uint64) error {
-	if err := r.issue(); err != nil {
-		return err
-	}
-	return r.driver.copyDtoH(dst, src)
+	return r.issueThen(func() error { return r.driver.copyDtoH(dst, src) })
 }
 
 func (r *replayDriver) synchronize() error {
-	return errors.Join(r.issue(), r.driver.synchronize())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.chunk = graphFirstChunk
+	return errors.Join(r.issueLocked(), r.driver.synchronize())
 }
 
-func (r *replayDriver) eventRecord() (any, error) {
-	if err := r.issue(); err != nil {
-		return nil, err
-	}
-	return r.driver.eventRecord()
+func (r *replayDriver) eventRecord() (ev any, err error) {
+	err = r.issueThen(func() error {
+		ev, err = r.driver.eventRecord()
+		return err
+	})
+	return ev, err
 }
 
 func (r *replayDriver) setMaxDynamicShared(fn any, bytes int) error {
-	if err := r.issue(); err != nil {
-		return err
-	}
-	return r.driver.setMaxDynamicShared(fn, bytes)
+	return r.issueThen(func() error { return r.driver.setMaxDynamicShared(fn, bytes) })
 }
 
 func (r *replayDriver) unloadModule(mod any) error {
@@ -340,6 +358,10 @@ func (r *replayDriver) close() error {
 func (r *replayDriver) forget() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.forgetLocked()
+}
+
+func (r *replayDriver) forgetLocked() error {
 	err := r.issueLocked()
 	for _, s := range r.slots {
 		err = errors.Join(err, r.dropGraph(s))
@@ -366,13 +388,13 @@ func (r *replayDriver) graphStats() GraphStats {
 }
 
 func (r *replayDriver) openBLAS() (blasDriver, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	b, err := r.driver.openBLAS()
 	if err != nil {
 		return nil, err
 	}
-	r.mu.Lock()
 	r.blas = b
-	r.mu.Unlock()
 	return &replayBLAS{blasDriver: b, r: r}, nil
 }
 
@@ -387,7 +409,10 @@ func (b *replayBLAS) gemm(c gemmCall) error {
 }
 
 func (b *replayBLAS) setWorkspace(ptr, bytes uint64) error {
-	return errors.Join(b.r.forget(), b.blasDriver.setWorkspace(ptr, bytes))
+	r := b.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return errors.Join(r.forgetLocked(), b.blasDriver.setWorkspace(ptr, bytes))
 }
 
 func (b *replayBLAS) close() error {
@@ -461,7 +486,7 @@ func (r *replayDriver) issueLocked() error {
 		if bytes.Equal(p, slot.last.params(&slot.last.calls[i])) {
 			continue
 		}
-		if err := r.g.setKernelParams(slot.exec, slot.nodes[i], c.fn, c.cfg, unsafe.Pointer(&p[0])); err != nil {
+		if err := r.g.setKernelParams(slot.exec, slot.nodes[i], c.fn, c.cfg, paramsPtr(p)); err != nil {
 			// The graph may now hold some new arguments and some old:
 			// issue this stretch call by call and capture afresh next time.
 			derr := r.dropGraph(slot)
@@ -490,8 +515,7 @@ func (r *replayDriver) call(s *stretch, i int) error {
 	c := &s.calls[i]
 	switch c.kind {
 	case callKernel:
-		p := s.params(c)
-		return r.driver.launch(c.fn, c.cfg, unsafe.Pointer(&p[0]), uintptr(c.size))
+		return r.driver.launch(c.fn, c.cfg, paramsPtr(s.params(c)), uintptr(c.size))
 	case callGemm:
 		if r.blas == nil {
 			return errors.New("backend: a cuBLAS product was held back after its handle closed")

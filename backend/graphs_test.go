@@ -2,6 +2,7 @@ package backend
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -287,5 +288,46 @@ func TestGraphsFlush(t *testing.T) {
 	off, _ := openGraphsFake(t, false)
 	if err := off.Flush(); err != nil {
 		t.Errorf("Flush without graphs: %v", err)
+	}
+}
+
+// TestGraphsConcurrentUse: goroutines sharing a Device with graphs on, each
+// queuing work on its own tensors and reading it back, get their own
+// results: held-back work is issued in order and no goroutine's call
+// lands in another's capture.
+func TestGraphsConcurrentUse(t *testing.T) {
+	d, _ := openGraphsFake(t, true)
+	const workers, rounds, axpys = 4, 20, 12
+	errs := make(chan error, workers)
+	for w := range workers {
+		x := toDevice(t, d, hostOf(tensor.Float32, slices.Repeat([]float64{1}, 16)))
+		y := toDevice(t, d, hostOf(tensor.Float32, make([]float64, 16)))
+		go func() {
+			errs <- func() error {
+				for r := range rounds {
+					for range axpys {
+						if err := d.Axpy(float64(w+1), x, y); err != nil {
+							return err
+						}
+					}
+					h, err := d.ToHost(y)
+					if err != nil {
+						return err
+					}
+					want := float32((w + 1) * axpys * (r + 1))
+					for i, v := range h.Data().([]float32) {
+						if v != want {
+							return fmt.Errorf("worker %d round %d: y[%d] = %v, want %v", w, r, i, v, want)
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
