@@ -247,10 +247,12 @@ for step in $what; do
 		;;
 	maskrcnn)
 		# Mask R-CNN's training step and prediction: the r50fpn preset
-		# (examples/maskrcnn/model's BenchmarkGPUR50FPN*) against
+		# (examples/maskrcnn/model's BenchmarkGPUR50FPN*; the step also
+		# without CUDA graphs and with full-float32 convolutions) against
 		# torchvision's maskrcnn_resnet50_fpn ($MRCNN_DIR, a copy of
 		# ../shared/anchors/torchvision_maskrcnn, with AdamW as the example
-		# trains) on the same work, 512x512 x 8, in this run.
+		# trains) on the same work, 512x512 x 8, in this run, and the RoIs
+		# torchvision's mask head trains on (anchors_maskrcnn_rois.py).
 		echo "== Mask R-CNN R50-FPN step and prediction (log $OUT/maskrcnn.log)"
 		(cd examples/maskrcnn/model && "$root/bin/examples_maskrcnn_model.test" -test.run '^$' -test.bench 'GPUR50FPN' \
 			-test.benchtime 20x -test.v >"$OUT/maskrcnn.log" 2>&1)
@@ -259,12 +261,17 @@ for step in $what; do
 		(cd examples/maskrcnn/model && STHENO_CUDA_GRAPHS=0 "$root/bin/examples_maskrcnn_model.test" -test.run '^$' -test.bench 'GPUR50FPNStep' \
 			-test.benchtime 20x -test.v >"$OUT/maskrcnn-nographs.log" 2>&1)
 		grep -E "^(Benchmark|FAIL|panic)" "$OUT/maskrcnn-nographs.log"
+		echo "== the training step with full-float32 convolutions, -tf32=false (log $OUT/maskrcnn-exact.log)"
+		(cd examples/maskrcnn/model && STHENO_MASKRCNN_BENCH=tf32=0 "$root/bin/examples_maskrcnn_model.test" -test.run '^$' -test.bench 'GPUR50FPNStep' \
+			-test.benchtime 20x -test.v >"$OUT/maskrcnn-exact.log" 2>&1)
+		grep -E "^(Benchmark|FAIL|panic)" "$OUT/maskrcnn-exact.log"
 		if [ -f "$MRCNN_DIR/maskrcnn_step.py" ]; then
 			python3 "$MRCNN_DIR/maskrcnn_step.py" --size 512 --batch 8 --amp off --optimizer adamw --steps 20 2>&1 | tee "$OUT/maskrcnn-anchor.log"
 		else
 			echo "== no $MRCNN_DIR: torchvision's training step not measured"
 		fi
 		python3 kernels/bench/anchors_maskrcnn_infer.py --size 512 --batch 8 2>&1 | tee -a "$OUT/maskrcnn-anchor.log"
+		python3 kernels/bench/anchors_maskrcnn_rois.py --size 512 --batch 8 2>&1 | tee -a "$OUT/maskrcnn-anchor.log"
 		;;
 	detr)
 		# Deformable-DETR's training step: the r50 preset

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stheno-ml/stheno/backend"
 	"github.com/stheno-ml/stheno/examples/internal/benchutil"
 	"github.com/stheno-ml/stheno/examples/internal/data"
 )
@@ -18,12 +19,14 @@ import (
 // four random boxes of each image with box-shaped masks, three foreground
 // classes, AdamW at lr 1e-4 and weight decay 1e-4 with no clipping, 5
 // warm-up steps. Host steps that overlap the step (the RPN's targets,
-// prepared one step ahead) still count in HostTimes. STHENO_MASKRCNN_BENCH=size=512,batch=8 (the default)
-// chooses the work. kernels/bench/gpu-check.sh maskrcnn runs both sides.
+// prepared one step ahead) still count in HostTimes.
+// STHENO_MASKRCNN_BENCH=size=512,batch=8,tf32=1 (the default) chooses the
+// work, and tf32=0 full-float32 convolutions (backend.GemmExact, the
+// example's -tf32=false). kernels/bench/gpu-check.sh maskrcnn runs both sides.
 
 // r50fpnBenchCase reads STHENO_MASKRCNN_BENCH.
-func r50fpnBenchCase(b *testing.B) (size, batch int) {
-	size, batch = 512, 8
+func r50fpnBenchCase(b *testing.B) (size, batch int, tf32 bool) {
+	size, batch, tf32 = 512, 8, true
 	if v := os.Getenv("STHENO_MASKRCNN_BENCH"); v != "" {
 		for _, kv := range strings.Split(v, ",") {
 			var err error
@@ -32,15 +35,17 @@ func r50fpnBenchCase(b *testing.B) (size, batch int) {
 				_, err = fmt.Sscan(strings.TrimPrefix(kv, "size="), &size)
 			case strings.HasPrefix(kv, "batch="):
 				_, err = fmt.Sscan(strings.TrimPrefix(kv, "batch="), &batch)
+			case kv == "tf32=0" || kv == "tf32=1":
+				tf32 = kv == "tf32=1"
 			default:
 				err = fmt.Errorf("unknown key")
 			}
 			if err != nil {
-				b.Fatalf("STHENO_MASKRCNN_BENCH=%q: %q: want size=N,batch=N", v, kv)
+				b.Fatalf("STHENO_MASKRCNN_BENCH=%q: %q: want size=N,batch=N,tf32=0|1", v, kv)
 			}
 		}
 	}
-	return size, batch
+	return size, batch, tf32
 }
 
 // benchBatch is the anchor's synthetic batch: uniform pixels, and per
@@ -75,11 +80,15 @@ func benchBatch(rng *rand.Rand, size, n int) ([][]float32, []Target) {
 // BenchmarkGPUR50FPNStep: one training step (forward, losses, backward,
 // AdamW) of the r50fpn preset. Metrics: ms and img/s per step, the peak
 // device memory over the timed steps (the allocator's high-water mark,
-// as torch.cuda.max_memory_allocated), each host step's ms per step.
+// as torch.cuda.max_memory_allocated), each host step's ms per step, and
+// the mask RoIs a step's mask head ran on.
 func BenchmarkGPUR50FPNStep(b *testing.B) {
 	dev := benchutil.GPU(b)
 	defer dev.Close()
-	size, batch := r50fpnBenchCase(b)
+	size, batch, tf32 := r50fpnBenchCase(b)
+	if !tf32 {
+		dev.SetGemmMath(backend.GemmExact)
+	}
 	params := NewParams(1, dev)
 	defer params.Free()
 	n, err := Build(R50FPNConfig(3, size), params, Train, batch)
@@ -99,6 +108,7 @@ func BenchmarkGPUR50FPNStep(b *testing.B) {
 		return n.Prepare(pix, targets, rand.New(rand.NewPCG(3, seed)))
 	}
 	next := prepare()
+	maskRoIs, steps := 0, 0
 	step := func() {
 		cur := next
 		next = prepare()
@@ -109,9 +119,18 @@ func BenchmarkGPUR50FPNStep(b *testing.B) {
 		if !finite(l[0]) {
 			b.Fatalf("loss %v", l)
 		}
+		maskRoIs += n.step.maskRoIs
+		steps++
 	}
-	ms := benchutil.Steps(b, dev, batch, 5, n.ResetHostTimes, step)
+	reset := func() {
+		n.ResetHostTimes()
+		maskRoIs, steps = 0, 0
+	}
+	ms := benchutil.Steps(b, dev, batch, 5, reset, step)
 	b.Logf("host steps per step: %s", benchutil.HostTimes(b, n.HostTimes(), b.N))
+	// The mask head's work, the batch's foreground RoIs as torchvision's
+	// (kernels/bench/anchors_maskrcnn_rois.py counts those).
+	b.ReportMetric(float64(maskRoIs)/float64(steps), "mask-RoIs")
 	b.Logf("%s: size %d batch %d, %d parameters, %.1f ms/step", dev, size, batch, params.Size(), ms)
 }
 
@@ -122,7 +141,10 @@ func BenchmarkGPUR50FPNStep(b *testing.B) {
 func BenchmarkGPUR50FPNInfer(b *testing.B) {
 	dev := benchutil.GPU(b)
 	defer dev.Close()
-	size, batch := r50fpnBenchCase(b)
+	size, batch, tf32 := r50fpnBenchCase(b)
+	if !tf32 {
+		dev.SetGemmMath(backend.GemmExact)
+	}
 	params := NewParams(1, dev)
 	defer params.Free()
 	n, err := Build(R50FPNConfig(3, size), params, Infer, batch)

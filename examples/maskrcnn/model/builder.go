@@ -89,6 +89,16 @@ func (b *builder) param(name string, shape []int, in initializer, decay bool) *G
 		b.err = err
 		return nil
 	}
+	return b.bind(name, t)
+}
+
+// bind returns a new node of this graph for the learnable tensor t of
+// Params, under name: param's second half, for a tensor that exists.
+func (b *builder) bind(name string, t *tensor.Dense) *G.Node {
+	if b.err != nil {
+		return nil
+	}
+	shape := t.Shape()
 	n := G.NewTensor(b.net.g, tensor.Float32, len(shape), G.WithShape(shape...), G.WithName(name), G.WithValue(t))
 	b.order = append(b.order, name)
 	b.params = append(b.params, n)
@@ -292,13 +302,19 @@ func (b *builder) boxHead(pyramid []*G.Node, rois *G.Node) (cls, reg *G.Node) {
 	return cls, reg
 }
 
-// maskHead pools each RoI to MaskPoolSize x MaskPoolSize and applies
-// MaskConvs 3x3 ConvBN layers with ReLU, a 2x2 stride-2 transposed
-// convolution with ReLU and a 1x1 convolution to one mask logit map per
-// class: [K, NumClasses, 2*MaskPoolSize, 2*MaskPoolSize].
+// maskHead pools each RoI to MaskPoolSize x MaskPoolSize and applies the
+// mask head's layers (maskLayers): [K, NumClasses, 2*MaskPoolSize,
+// 2*MaskPoolSize] logits.
 func (b *builder) maskHead(pyramid []*G.Node, rois *G.Node) *G.Node {
+	return b.maskLayers(b.pool(pyramid, rois, b.net.cfg.MaskPoolSize, false))
+}
+
+// maskLayers are the mask head's layers after the pooling: MaskConvs 3x3
+// convolutions with ReLU (ConvBN, or with a bias when MaskConvBias), a
+// 2x2 stride-2 transposed convolution with ReLU and a 1x1 convolution to
+// one mask logit map per class.
+func (b *builder) maskLayers(x *G.Node) *G.Node {
 	cfg := b.net.cfg
-	x := b.pool(pyramid, rois, cfg.MaskPoolSize, false)
 	for i := range cfg.MaskConvs {
 		name := fmt.Sprintf("mask.conv%d", i)
 		if cfg.MaskConvBias {

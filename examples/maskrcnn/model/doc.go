@@ -10,7 +10,7 @@
 //
 // A Gorgonia graph has fixed shapes, and a detector's counts depend on the
 // data. The graphs here keep every shape constant the way fixed-shape
-// detectors do:
+// detectors do, except the mask head's:
 //
 //   - RPN targets (labels, regression targets and weights) are computed on
 //     the host for every anchor, in the layout of the RPN's outputs, and the
@@ -18,8 +18,16 @@
 //   - Proposals, RoI sampling and the targets of the heads depend on the RPN's
 //     outputs of the same step. They are computed by host ops inside the
 //     graph (non-differentiable ops whose Do runs Go code), which emit a
-//     fixed number of RoIs per image (RoIsPerImage for the box head,
-//     MaskRoIsPerImage for the mask head), padding with weight-0 dummies.
+//     fixed number of RoIs per image for the box head (RoIsPerImage),
+//     padding with weight-0 dummies.
+//   - The mask head trains on the sampled foreground RoIs only, as
+//     torchvision's does (at most MaskRoIsPerImage an image), however many
+//     there are: the training graph holds the head and its loss as one
+//     node, which runs a graph of the head built for this step's number of
+//     RoIs (and kept for the steps with as many) and hands its gradients on
+//     to G.Grad's nodes. Padding the head to the most RoIs it may get
+//     would cost, at the r50fpn preset's start, several times the head's
+//     work and a third more of the step's memory.
 //   - Class-specific outputs (box deltas, mask logits) are trained with
 //     per-element weights that are non-zero only on the RoI's own class, so
 //     no gather is needed.

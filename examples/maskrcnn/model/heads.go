@@ -34,14 +34,17 @@ func putRoI(rois []float32, r, img int, b Box) {
 // losses, packed as buildTraining unpacks them:
 //
 //	rois [K,5], labels [K], cls weights [K], box targets and weights
-//	[1,4C,K,1] (non-zero on the RoI's class only), mask RoIs [KM,5], mask
-//	targets and weights [KM,C,M,M] (non-zero on the RoI's class only).
+//	[1,4C,K,1] (non-zero on the RoI's class only), mask RoIs [KM,5]
+//
+// and the mask targets and weights [KM,C,M,M] (non-zero on the RoI's class
+// only) into Net.maskTargets and Net.maskWeights. The mask RoIs are the
+// sampled foreground RoIs with a mask, at most MaskRoIsPerImage of each
+// image, image after image: the first Net.step.maskRoIs rows, which the
+// mask head runs on (maskLossOp); the rows after them are unused.
 //
 // Weights carry torchvision's normalisation: 1/(RoIs sampled) for the
 // classification and box losses, 1/(mask RoIs * M * M) for the mask loss.
-// Unused RoI slots are padding of weight 0: for the box head a whole-image
-// box; for the mask head a repeat of one of the image's foreground RoIs, so
-// that the mask head's BatchNorm statistics describe real RoIs.
+// Unused box RoI slots are padding of weight 0, a whole-image box.
 func (n *Net) sampleHeads(in [][]float32, out []float32) error {
 	cfg, st := n.cfg, n.step
 	if len(st.targets) != n.batch || st.rng == nil {
@@ -55,13 +58,11 @@ func (n *Net) sampleHeads(in [][]float32, out []float32) error {
 	rois, labels, clsW := c.take(5*k), c.take(k), c.take(k)
 	boxT, boxW := c.take(4*nc*k), c.take(4*nc*k)
 	mrois := c.take(5 * km)
-	// The mask targets and weights, most of the output, are written whole
-	// below, image by image in parallel.
-	clear(out[:c.off])
-	maskT, maskW := c.take(km*nc*m*m), c.take(km*nc*m*m)
+	clear(out)
 
 	sampled := make([][]sampledRoI, n.batch)
 	withMask := make([][]sampledRoI, n.batch)
+	first := make([]int, n.batch) // each image's first mask RoI row
 	total, totalMask := 0, 0
 	props := n.allProposals(rpn, cfg.RPNPostNMSTrain)
 	// Each image's candidates labelled in parallel; the draws after, in
@@ -78,8 +79,10 @@ func (n *Net) sampleHeads(in [][]float32, out []float32) error {
 				withMask[img] = append(withMask[img], s)
 			}
 		}
+		first[img] = totalMask
 		totalMask += len(withMask[img])
 	}
+	st.maskRoIs = totalMask
 	whole := Box{0, 0, float64(cfg.ImageSize), float64(cfg.ImageSize)}
 	w := float32(1 / float64(max(total, 1)))
 	for img := range n.batch {
@@ -107,17 +110,16 @@ func (n *Net) sampleHeads(in [][]float32, out []float32) error {
 	if len(n.maskScratch) != n.batch {
 		n.maskScratch = make([]maskScratch, n.batch)
 	}
+	maskT, maskW := n.maskTargets, n.maskWeights
 	errs := make([]error, n.batch)
 	block := m * m
 	parallelImages(n.batch, func(img int) {
 		tg, mp, sc := st.targets[img], withMask[img], &n.maskScratch[img]
-		for j := range mr {
-			// The row's targets and weights: those of the RoI's class are
-			// written with its mask's targets below.
-			o := (img*mr + j) * nc * block
-			clear(maskT[o : o+nc*block])
-			clear(maskW[o : o+nc*block])
-		}
+		// The rows' targets and weights: those of the RoI's class are
+		// written with its mask's targets below.
+		rows := maskT[first[img]*nc*block : (first[img]+len(mp))*nc*block]
+		clear(rows)
+		clear(maskW[first[img]*nc*block : (first[img]+len(mp))*nc*block])
 		// The RoIs of each ground-truth mask, resampled together.
 		var js []int
 		var boxes []Box
@@ -139,23 +141,15 @@ func (n *Net) sampleHeads(in [][]float32, out []float32) error {
 				return
 			}
 			for i, j := range js {
-				o := ((img*mr+j)*nc + mp[j].label - 1) * block
+				o := ((first[img]+j)*nc + mp[j].label - 1) * block
 				copy(maskT[o:o+block], ts[i*block:(i+1)*block])
 				for q := range block {
 					maskW[o+q] = wm
 				}
 			}
 		}
-		for j := range mr {
-			row := img*mr + j
-			switch {
-			case j < len(mp):
-				putRoI(mrois, row, img, mp[j].box)
-			case len(mp) > 0:
-				putRoI(mrois, row, img, mp[j%len(mp)].box)
-			default:
-				putRoI(mrois, row, img, whole)
-			}
+		for j, s := range mp {
+			putRoI(mrois, first[img]+j, img, s.box)
 		}
 	})
 	return errors.Join(errs...)

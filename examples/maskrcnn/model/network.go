@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -85,6 +86,11 @@ type Net struct {
 	bns      []*ops.BatchNorm
 	// maskScratch: per image, sampleHeads' buffers for the mask targets.
 	maskScratch []maskScratch
+	// maskLoss is the mask head and its loss (see maskLossOp), whose
+	// targets and weights, [KM, NumClasses, M, M] with the step's RoIs
+	// first, sampleHeads writes into maskTargets and maskWeights.
+	maskLoss                 *maskLossOp
+	maskTargets, maskWeights []float32
 
 	// Inference.
 	detVal, maskVal G.Value
@@ -115,6 +121,9 @@ func (n *Net) ResetHostTimes() { clear(n.hostTimes) }
 type stepState struct {
 	targets []Target
 	rng     *rand.Rand
+	// maskRoIs is how many mask RoIs sampleHeads picked: the first rows
+	// of its mask RoIs, targets and weights.
+	maskRoIs int
 }
 
 // Build makes the graph of the given mode for batches of batch images and
@@ -175,6 +184,9 @@ func build(cfg Config, params *Params, mode Mode, batch int, dev *backend.Device
 // Close releases the machine and the optimiser's state.
 func (n *Net) Close() error {
 	err := n.vm.Close()
+	if n.maskLoss != nil {
+		err = errors.Join(err, n.maskLoss.Close())
+	}
 	if n.opt != nil {
 		err = errors.Join(err, n.opt.Free())
 	}
@@ -205,10 +217,10 @@ func (n *Net) rpnOutputs(in [][]float32) rpnOutputs {
 // output, in sampleHeads' order.
 func (n *Net) headTargetShapes() []tensor.Shape {
 	k, km := n.batch*n.cfg.RoIsPerImage, n.batch*n.cfg.MaskRoIsPerImage
-	nc, m := n.cfg.NumClasses, n.cfg.MaskSize()
+	nc := n.cfg.NumClasses
 	return []tensor.Shape{
 		{k, 5}, {k}, {k}, {1, 4 * nc, k, 1}, {1, 4 * nc, k, 1},
-		{km, 5}, {km, nc, m, m}, {km, nc, m, m},
+		{km, 5},
 	}
 }
 
@@ -255,15 +267,24 @@ func (n *Net) buildTraining(b *builder, pyramid, obj, del []*G.Node) error {
 	if err != nil {
 		return err
 	}
-	rois, labels, clsW, boxT, boxW := parts[0], parts[1], parts[2], parts[3], parts[4]
-	maskRois, maskT, maskW := parts[5], parts[6], parts[7]
+	rois, labels, clsW, boxT, boxW, maskRois := parts[0], parts[1], parts[2], parts[3], parts[4], parts[5]
 
 	cls, reg := b.boxHead(pyramid, rois)
 	logits := b.check(ops.Reshape(cls, nc+1, k))
 	logits = b.check(ops.Permute(logits, 1, 0))
 	clsLoss := b.check(ops.SoftmaxCrossEntropy(logits, labels, clsW))
 	boxLoss := b.check(ops.SmoothL1(reg, boxT, boxW, 1.0/9))
-	maskLoss := b.check(ops.SigmoidBCE(b.maskHead(pyramid, maskRois), maskT, maskW))
+	if b.err != nil {
+		return b.err
+	}
+	km, m := n.batch*cfg.MaskRoIsPerImage, cfg.MaskSize()
+	n.maskTargets, n.maskWeights = make([]float32, km*nc*m*m), make([]float32, km*nc*m*m)
+	levels := pyramid[:cfg.PoolLevels()]
+	var maskParams G.Nodes
+	if n.maskLoss, maskParams, err = newMaskLoss(b, levels, maskRois); err != nil {
+		return err
+	}
+	maskLoss := b.check(G.ApplyOp(n.maskLoss, append(append(slices.Clone(levels), maskRois), maskParams...)...))
 	total := b.sumLosses(rpnObj, rpnBox, clsLoss, boxLoss, maskLoss)
 	b.readLosses(total, rpnObj, rpnBox, clsLoss, boxLoss, maskLoss)
 	if b.err != nil {

@@ -61,16 +61,31 @@ func TestSampleHeadsDeterministic(t *testing.T) {
 	c := newSamplerCase(t, DefaultConfig(3, 64), 4)
 	c.targets[2].Masks[0] = nil // no mask loss for this box
 	c.run(t, 7)
-	want := slices.Clone(c.out)
+	// What the step's mask head reads: the mask RoIs' targets and weights.
+	masks := func() []float32 {
+		n := c.net
+		rows := n.step.maskRoIs * n.cfg.NumClasses * n.cfg.MaskSize() * n.cfg.MaskSize()
+		return slices.Concat(n.maskTargets[:rows], n.maskWeights[:rows])
+	}
+	want, wantMasks, rows := slices.Clone(c.out), masks(), c.net.step.maskRoIs
+	if rows == 0 {
+		t.Fatal("no mask RoIs sampled")
+	}
 	for _, procs := range []int{1, 3} {
 		old := runtime.GOMAXPROCS(procs)
 		c.run(t, 8)
 		c.run(t, 7)
 		runtime.GOMAXPROCS(old)
+		if c.net.step.maskRoIs != rows {
+			t.Fatalf("GOMAXPROCS %d, after another step: %d mask RoIs, was %d", procs, c.net.step.maskRoIs, rows)
+		}
 		for j := range want {
 			if c.out[j] != want[j] {
 				t.Fatalf("GOMAXPROCS %d, after another step: value %d is %v, was %v", procs, j, c.out[j], want[j])
 			}
+		}
+		if got := masks(); !slices.Equal(got, wantMasks) {
+			t.Fatalf("GOMAXPROCS %d, after another step: the mask targets and weights changed", procs)
 		}
 	}
 }
