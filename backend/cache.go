@@ -78,10 +78,15 @@ type cache struct {
 	// unsorted are the size classes whose cached blocks are no longer in
 	// canonical order (see endScope).
 	unsorted map[uint64]bool
+	// scopes counts the scopes ended; lastUse holds, by base, its value
+	// when the block was last handed out (takeIdle).
+	scopes  uint64
+	lastUse map[uint64]uint64
 }
 
 func newCache(drv memDriver) *cache {
-	return &cache{drv: drv, live: map[uint64]uint64{}, cached: map[uint64][]uint64{}, tags: map[uint64]uint64{}, unsorted: map[uint64]bool{}}
+	return &cache{drv: drv, live: map[uint64]uint64{}, cached: map[uint64][]uint64{}, tags: map[uint64]uint64{},
+		unsorted: map[uint64]bool{}, lastUse: map[uint64]uint64{}}
 }
 
 // alloc returns the base of a block of at least n bytes.
@@ -111,6 +116,7 @@ func (c *cache) alloc(n uint64) (uint64, error) {
 		c.blocks[i] = block{base, size}
 	}
 	c.live[base] = size
+	c.lastUse[base] = c.scopes
 	if c.scope != 0 {
 		c.tags[base] = c.scope
 	}
@@ -208,6 +214,7 @@ func (c *cache) releaseAll() (leaked int, err error) {
 func (c *cache) release(base, size uint64) error {
 	err := c.drv.memFree(base)
 	c.stats.DriverFrees++
+	delete(c.lastUse, base)
 	i := sort.Search(len(c.blocks), func(i int) bool { return c.blocks[i].base >= base })
 	if i < len(c.blocks) && c.blocks[i].base == base {
 		c.blocks = append(c.blocks[:i], c.blocks[i+1:]...)
@@ -262,6 +269,7 @@ func (c *cache) endScope(id uint64) ([]uint64, error) {
 		return nil, fmt.Errorf("the scope is not open")
 	}
 	c.scope = 0
+	c.scopes++
 	var bases []uint64
 	for base, tag := range c.tags {
 		if tag == id {
@@ -292,6 +300,48 @@ func (c *cache) canonical() {
 		slices.SortFunc(c.cached[size], func(a, b uint64) int { return cmp.Compare(b, a) })
 	}
 	clear(c.unsorted)
+}
+
+// takeIdle takes out of the cache the cached blocks that no request has
+// been handed in the last limit scopes, and returns them, for the Device
+// to give back to the driver (releaseBlocks) once its stream is idle.
+// Steps whose sizes drift (the mask head's RoIs grow as a detector
+// trains) would otherwise keep a block of every size they ever used.
+func (c *cache) takeIdle(limit uint64) []block {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var idle []block
+	for size, list := range c.cached {
+		kept := list[:0]
+		for _, base := range list {
+			if c.lastUse[base]+limit < c.scopes {
+				idle = append(idle, block{base, size})
+			} else {
+				kept = append(kept, base)
+			}
+		}
+		if removed := len(list) - len(kept); removed > 0 {
+			c.stats.Cached -= int64(size) * int64(removed)
+			c.stats.CachedBlocks -= removed
+		}
+		if len(kept) == 0 {
+			delete(c.cached, size)
+		} else {
+			c.cached[size] = kept
+		}
+	}
+	return idle
+}
+
+// releaseBlocks gives blocks takeIdle took back to the driver.
+func (c *cache) releaseBlocks(bs []block) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var errs []error
+	for _, b := range bs {
+		errs = append(errs, c.release(b.base, b.size))
+	}
+	return errors.Join(errs...)
 }
 
 func (c *cache) resetPeak() {

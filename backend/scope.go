@@ -140,10 +140,19 @@ func (d *Device) OpenScope() *Scope {
 	return d.scope
 }
 
+// idleScopes is how many Scopes a cached block may go unused before
+// Scope.End gives it back to the driver (cache.takeIdle): a training loop
+// uses every block of its step every step, so only the sizes a drifting
+// step has left behind go, at the price of one wait for the stream when
+// they do.
+const idleScopes = 100
+
 // End closes the scope and gives every device allocation made in it and
 // not kept back to the cache. The tensors made in it are emptied, like
 // FreeDense empties them, so that a later use fails instead of reading
 // memory handed out again; their views are not, and must not be used.
+// Cached blocks that no request has taken in the last 100 Scopes go back
+// to the driver, after a wait for the stream.
 func (s *Scope) End() error {
 	d := s.d
 	if err := d.enter(); err != nil {
@@ -167,6 +176,16 @@ func (s *Scope) End() error {
 	clear(s.denses)
 	if err != nil {
 		return d.errorf("Scope.End: %w", err)
+	}
+	if idle := d.mem.takeIdle(idleScopes); len(idle) > 0 {
+		// Memory goes back to the driver only with the stream idle (see
+		// cache).
+		if err := d.drvSynchronize(); err != nil {
+			return d.asyncError("Scope.End: giving idle cached memory back", err)
+		}
+		if err := d.mem.releaseBlocks(idle); err != nil {
+			return d.errorf("Scope.End: %w", err)
+		}
 	}
 	return nil
 }

@@ -24,8 +24,9 @@
 //     torchvision's does (at most MaskRoIsPerImage an image), however many
 //     there are: the training graph holds the head and its loss as one
 //     node, which runs a graph of the head built for this step's number of
-//     RoIs (and kept for the steps with as many) and hands its gradients on
-//     to G.Grad's nodes. Padding the head to the most RoIs it may get
+//     RoIs (rounded up, when the head has no BatchNorm, to one of eight
+//     sizes an octave, with rows that weigh nothing; kept for the steps
+//     with as many) and hands its gradients on to G.Grad's nodes. Padding the head to the most RoIs it may get
 //     would cost, at the r50fpn preset's start, several times the head's
 //     work and a third more of the step's memory.
 //   - Class-specific outputs (box deltas, mask logits) are trained with

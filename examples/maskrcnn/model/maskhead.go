@@ -18,16 +18,16 @@ import (
 // as torchvision's does. Their number changes from step to step, and a
 // gorgonia graph has fixed shapes, so the training graph holds the head
 // and its loss as one node, maskLossOp. Its run takes a small graph of the
-// head and loss for this step's number of RoIs (built the first time that
-// number comes, then kept), runs its forward and backward passes, and
+// head and loss for this step's number of RoIs (headRows: rounded up to
+// one of a few sizes where that cannot change the result; built the first
+// time that size comes, then kept), runs its forward and backward passes, and
 // keeps the gradients until the nodes G.Grad made for the op (maskGradOp)
 // hand them on. The head's activations live only while the op runs, and
 // take the memory of the RoIs there are, not of the most the sampler may
 // pick: at the r50fpn preset's start a few dozen RoIs instead of 1024.
 
-// maskHeadCache bounds how many head graphs, one per number of RoIs, a
-// training graph keeps. Building one takes a fraction of a millisecond;
-// a step's number of RoIs often repeats one of the last steps'.
+// maskHeadCache bounds how many head graphs, one per number of rows the
+// head runs on (headRows), a training graph keeps.
 const maskHeadCache = 32
 
 // maskLossOp is the mask head and its loss over this step's mask RoIs:
@@ -243,11 +243,17 @@ func (op *maskLossOp) Do(in ...G.Value) (G.Value, error) {
 		// No foreground RoI in the batch: no mask loss, as torchvision's.
 		return op.zeros(in)
 	}
-	used, err := op.firstRows(rois, rows)
+	run := op.headRows(rows)
+	// Rows past the step's RoIs weigh nothing; the sampler leaves their
+	// RoIs zero.
+	block := op.net.cfg.NumClasses * op.net.cfg.MaskSize() * op.net.cfg.MaskSize()
+	clear(op.net.maskTargets[rows*block : run*block])
+	clear(op.net.maskWeights[rows*block : run*block])
+	used, err := op.firstRows(rois, run)
 	if err != nil {
 		return nil, err
 	}
-	h, err := op.head(rows, in[:len(op.levels)], used)
+	h, err := op.head(run, in[:len(op.levels)], used)
 	if err != nil {
 		return nil, err
 	}
@@ -271,6 +277,26 @@ func (op *maskLossOp) Do(in ...G.Value) (G.Value, error) {
 		op.grads[j] = gr.Value()
 	}
 	return h.loss.Value(), nil
+}
+
+// headRows is how many rows the head runs on for rows RoIs. A head with
+// BatchNorm runs on the RoIs alone: padding would change its statistics.
+// Any other takes rows rounded up to 8 to 15 times a power of two (at
+// most an eighth more, at most the sampler's KM), padded with rows that
+// weigh nothing, so that its steps come in few sizes: the graphs built
+// for them, and the device memory of those sizes, serve many steps, and
+// the device's cache holds blocks of a few sizes, not one of every
+// number of RoIs a run meets.
+func (op *maskLossOp) headRows(rows int) int {
+	cfg := op.net.cfg
+	if !cfg.MaskConvBias && cfg.MaskConvs > 0 {
+		return rows
+	}
+	step := 1
+	for rows > 15*step {
+		step *= 2
+	}
+	return min((rows+step-1)/step*step, op.rois[0])
 }
 
 // firstRows copies the first rows rows of the [KM, 5] RoIs into a tensor of

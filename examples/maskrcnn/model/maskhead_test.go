@@ -137,19 +137,25 @@ func scalarOf(t *testing.T, v G.Value) float64 {
 // The mask head the training graph runs on the step's RoIs (maskLossOp)
 // gives the loss and gradients of the head built in place on those RoIs,
 // bit for bit, for changing numbers of RoIs (none included) and a loss
-// gradient other than 1; the default configuration's head has BatchNorm,
-// whose statistics are those of the RoIs in use only.
+// gradient other than 1. The default configuration's head has BatchNorm,
+// whose statistics are those of the RoIs in use only; torchvision's (the
+// r50fpn preset's) runs on more rows than RoIs from 16 on (headRows),
+// rows that weigh nothing.
 func TestMaskLossFollowsHeadInPlace(t *testing.T) {
 	for _, cfg := range []Config{DefaultConfig(3, 64), func() Config {
 		c := DefaultConfig(3, 64)
-		c.MaskConvBias = true // torchvision's head, as the r50fpn preset
+		c.MaskConvBias = true
+		c.MaskRoIsPerImage = 16
 		return c
 	}()} {
 		c := newMaskHeadCase(t, cfg, 2)
 		rng := rand.New(rand.NewPCG(9, 10))
 		dynamic, dLoss, dGrads := c.graph(t, true, false)
 		twice, tLoss, tGrads := c.graph(t, true, true)
-		for _, rows := range []int{3, 8, 1, 3, 0} {
+		for _, rows := range []int{3, 8, 1, 3, 0, 17, 31, 23, 17} {
+			if rows > c.rois.Shape()[0] {
+				continue
+			}
 			c.setRows(rows, rng)
 			for _, vm := range []G.VM{dynamic, twice} {
 				vm.Reset()
@@ -187,5 +193,25 @@ func TestMaskLossFollowsHeadInPlace(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// headRows pads torchvision's head to 8 to 15 times a power of two, at
+// most the sampler's rows, and leaves a head with BatchNorm alone.
+func TestMaskHeadRows(t *testing.T) {
+	bias := R50FPNConfig(3, 512)
+	op := &maskLossOp{net: &Net{cfg: bias}, rois: tensor.Shape{1024, 5}}
+	for rows, want := range map[int]int{1: 1, 15: 15, 16: 16, 17: 18, 31: 32, 33: 36, 150: 160, 285: 288, 1000: 1024, 1024: 1024} {
+		if got := op.headRows(rows); got != want {
+			t.Errorf("%d RoIs: %d rows, want %d", rows, got, want)
+		}
+	}
+	op.rois = tensor.Shape{1000, 5}
+	if got := op.headRows(999); got != 1000 {
+		t.Errorf("999 RoIs of at most 1000: %d rows, want 1000", got)
+	}
+	op.net.cfg = DefaultConfig(3, 64) // BatchNorm in the head
+	if got := op.headRows(17); got != 17 {
+		t.Errorf("a head with BatchNorm: 17 RoIs run as %d rows", got)
 	}
 }
