@@ -223,9 +223,9 @@ func (d *Device) deferError(err error) {
 // MemStats returns the allocator's statistics.
 func (d *Device) MemStats() MemStats { return d.mem.snapshot() }
 
-// ResetPeakMemory starts MemStats.PeakInUse over from the memory in use
-// now, as torch.cuda.reset_peak_memory_stats does: the peak of one step
-// is then PeakInUse after it.
+// ResetPeakMemory starts MemStats.PeakInUse and PeakReserved over from the
+// memory in use and reserved now, as torch.cuda.reset_peak_memory_stats
+// does: the peak of one step is then PeakInUse after it.
 func (d *Device) ResetPeakMemory() { d.mem.resetPeak() }
 
 // MemInfo returns the free and total memory of the GPU, as the driver

@@ -4,8 +4,11 @@ mask head on in training, step by step, on the batch and schedule that
 random images, 4 random boxes an image with box-shaped masks, AdamW at lr
 1e-4, 5 warm-up steps then the timed ones): the work stheno's
 BenchmarkGPUR50FPNStep (examples/maskrcnn/model) compares its own count
-with ("mask RoIs per step"). Prints one line: the mean over all steps and
-over the timed ones. gpu-check.sh's maskrcnn step runs it.
+with ("mask RoIs per step"), and the memory PyTorch's allocator holds
+(max_memory_reserved) beside what its tensors take (max_memory_allocated)
+over the timed steps, which the benchmark's reserved-GiB and peak-GiB
+compare with. Prints one line: the mean count over all steps and over the
+timed ones, and the memory. gpu-check.sh's maskrcnn step runs it.
 
     python3 kernels/bench/anchors_maskrcnn_rois.py --size 512 --batch 8
 """
@@ -42,12 +45,17 @@ m = maskrcnn_resnet50_fpn(weights=None, weights_backbone=None, num_classes=a.cla
 opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=1e-4, fused=True)
 counts = []
 m.roi_heads.mask_head.register_forward_hook(lambda mod, i, o: counts.append(i[0].shape[0]))
-for _ in range(a.warmup + a.steps):
+for s in range(a.warmup + a.steps):
+    if s == a.warmup:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
     loss = sum(m(imgs, tg).values())
     opt.zero_grad(set_to_none=True)
     loss.backward()
     opt.step()
+torch.cuda.synchronize()
 timed = counts[a.warmup:]
 print(f"anchor=torchvision_maskrcnn_r50fpn_mask_rois gpu={torch.cuda.get_device_name()} size={a.size} batch={a.batch} "
       f"mask_rois_per_step={sum(counts) / len(counts):.1f} timed={sum(timed) / len(timed):.1f} "
-      f"min={min(counts)} max={max(counts)}", flush=True)
+      f"min={min(counts)} max={max(counts)} peak_GiB={torch.cuda.max_memory_allocated() / 2**30:.2f} "
+      f"reserved_GiB={torch.cuda.max_memory_reserved() / 2**30:.2f}", flush=True)

@@ -26,7 +26,8 @@ func GPU(b testing.TB) *backend.Device {
 
 // Steps runs step warm times, then b.N times timed (reset is called
 // between, to clear what the net counts), and reports per step: ms, img/s
-// of batch images, the peak of dev's memory in GiB, and its kernel
+// of batch images, the peak of dev's memory in use and reserved
+// (backend.MemStats) in GiB, and its kernel
 // launches, GEMMs, waits and the stretches of them replayed as CUDA graphs
 // (backend.GraphsEnv). It returns the milliseconds per step.
 func Steps(b *testing.B, dev *backend.Device, batch, warm int, reset, step func()) float64 {
@@ -53,7 +54,9 @@ func Steps(b *testing.B, dev *backend.Device, batch, warm int, reset, step func(
 	ms := wall.Seconds() * 1e3 / float64(b.N)
 	b.ReportMetric(ms, "ms")
 	b.ReportMetric(float64(batch)*1e3/ms, "img/s")
-	b.ReportMetric(float64(dev.MemStats().PeakInUse)/(1<<30), "peak-GiB")
+	mem := dev.MemStats()
+	b.ReportMetric(float64(mem.PeakInUse)/(1<<30), "peak-GiB")
+	b.ReportMetric(float64(mem.PeakReserved)/(1<<30), "reserved-GiB")
 	b.ReportMetric(float64(per.Launches)/float64(b.N), "launches")
 	b.ReportMetric(float64(per.Gemms)/float64(b.N), "gemms")
 	b.ReportMetric(float64(per.Waits)/float64(b.N), "waits")

@@ -187,8 +187,8 @@ func Run[M fmt.Stringer](ctx context.Context, cfg Config, h Hooks[M]) (*Result[M
 		prog.Update(done, fmt.Sprintf("%s lr %.1e %.1f img/s ETA %s", h.Losses(losses), lr, rate, progress.ETA(remaining)), last)
 		if cfg.Verbose && cfg.Device != nil && (done%100 == 0 || last) {
 			m, g := cfg.Device.MemStats(), cfg.Device.GraphStats()
-			prog.Println("iteration %d: device memory in use %.1f MiB, high-water mark %.1f MiB, cached %.1f MiB, driver allocations %d; stretches of launches replayed as CUDA graphs %d, issued one by one %d",
-				done, mib(m.InUse), mib(m.PeakInUse), mib(m.Cached), m.DriverAllocs, g.Replays, g.Direct)
+			prog.Println("iteration %d: device memory in use %.1f MiB, high-water mark %.1f MiB, cached %.1f MiB, reserved %.1f MiB (at most %.1f), driver allocations %d; stretches of launches replayed as CUDA graphs %d, issued one by one %d",
+				done, mib(m.InUse), mib(m.PeakInUse), mib(m.Cached), mib(m.Reserved), mib(m.PeakReserved), m.DriverAllocs, g.Replays, g.Direct)
 		}
 
 		periodic := done%cfg.EvalEvery == 0 || last
