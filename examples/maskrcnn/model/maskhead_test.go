@@ -74,6 +74,12 @@ func (c *maskHeadCase) setRows(rows int, rng *rand.Rand) {
 // twice, so that its gradient arrives scaled by 2), else in place on the
 // step's rows.
 func (c *maskHeadCase) graph(t *testing.T, dynamic, twice bool) (G.VM, *G.Node, G.Nodes) {
+	vm, loss, grads, _ := c.graphOp(t, dynamic, twice)
+	return vm, loss, grads
+}
+
+// graphOp is graph, also returning the maskLossOp of a dynamic graph.
+func (c *maskHeadCase) graphOp(t *testing.T, dynamic, twice bool) (G.VM, *G.Node, G.Nodes, *maskLossOp) {
 	t.Helper()
 	n := c.net
 	sub := n.sub()
@@ -83,11 +89,14 @@ func (c *maskHeadCase) graph(t *testing.T, dynamic, twice bool) (G.VM, *G.Node, 
 		levels = append(levels, G.NewTensor(sub.g, tensor.Float32, 4, G.WithShape(v.Shape()...), G.WithName(fmt.Sprintf("level%d", l)), G.WithValue(v)))
 	}
 	var loss *G.Node
+	var op *maskLossOp
 	if dynamic {
 		rois := G.NewTensor(sub.g, tensor.Float32, 2, G.WithShape(c.rois.Shape()...), G.WithName("rois"), G.WithValue(c.rois))
 		sub.step = n.step
 		sub.maskTargets, sub.maskWeights = n.maskTargets, n.maskWeights
-		op, params, err := newMaskLoss(b, levels, rois)
+		var params G.Nodes
+		var err error
+		op, params, err = newMaskLoss(b, levels, rois)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +128,7 @@ func (c *maskHeadCase) graph(t *testing.T, dynamic, twice bool) (G.VM, *G.Node, 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { vm.Close() })
-	return vm, loss, grads
+	return vm, loss, grads, op
 }
 
 func scalarOf(t *testing.T, v G.Value) float64 {
@@ -213,5 +222,39 @@ func TestMaskHeadRows(t *testing.T) {
 	op.net.cfg = DefaultConfig(3, 64) // BatchNorm in the head
 	if got := op.headRows(17); got != 17 {
 		t.Errorf("a head with BatchNorm: 17 RoIs run as %d rows", got)
+	}
+}
+
+// A training graph keeps at most maskHeadCache head graphs: the least
+// recently used goes, and comes back built anew when its size returns.
+func TestMaskHeadCacheBounded(t *testing.T) {
+	cfg := DefaultConfig(3, 64)
+	cfg.MaskRoIsPerImage = 20 // 40 rows, one graph per number of RoIs (BatchNorm)
+	c := newMaskHeadCase(t, cfg, 2)
+	vm, loss, _, op := c.graphOp(t, true, false)
+	var sizes []int
+	for r := 1; r <= maskHeadCache+3; r++ {
+		sizes = append(sizes, r)
+	}
+	first := 0.0
+	for _, rows := range append(sizes, 1) {
+		c.setRows(rows, rand.New(rand.NewPCG(uint64(rows), 0)))
+		vm.Reset()
+		if err := vm.RunAll(); err != nil {
+			t.Fatalf("%d RoIs: %v", rows, err)
+		}
+		if len(op.heads) > maskHeadCache || len(op.recent) != len(op.heads) {
+			t.Fatalf("%d RoIs: %d graphs kept (%d in the order), at most %d", rows, len(op.heads), len(op.recent), maskHeadCache)
+		}
+		if rows == 1 {
+			if first == 0 {
+				first = scalarOf(t, loss.Value())
+			} else if got := scalarOf(t, loss.Value()); got != first {
+				t.Fatalf("1 RoI again, on a graph built anew: loss %v, first %v", got, first)
+			}
+		}
+	}
+	if _, ok := op.heads[1]; !ok {
+		t.Fatal("the graph of 1 RoI was not built anew")
 	}
 }
