@@ -122,7 +122,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	scoreMin := fs.Float64("score", train.SheetScoreMin, "with -infer: lowest score drawn in the pictures, in [0, 1] (all go to the JSON)")
 	deviceSpec := fs.String("device", "cpu", device.Usage)
 	tf32 := fs.Bool("tf32", true, "with a GPU, cuBLAS's matrix products and the convolutions round their operands to TF32 on tensor cores; false: both in full float32")
-	verbose := fs.Bool("v", false, "with a GPU, print the device's memory (in use, high-water mark) and how many stretches of launches were replayed as CUDA graphs every 100 iterations")
+	verbose := fs.Bool("v", false, "with a GPU, print the device's memory (in use, high-water mark, cached, reserved) and how many stretches of launches were replayed as CUDA graphs every 100 iterations")
 	export := fs.String("export-synthetic", "", "write the synthetic dataset (-train-images then -val-images images of -size) to this directory in COCO format, and exit")
 	fs.Usage = func() {} // printed below for -h only
 	if err := fs.Parse(args); err != nil {

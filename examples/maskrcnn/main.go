@@ -103,7 +103,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	preset := fs.String("preset", "", `"r50fpn": torchvision's maskrcnn_resnet50_fpn layer for layer (ResNet-50, FPN P2-P6, its RPN and head counts), 512x512 images, batch 8, lr 1e-4; other flags given change it`)
 	deviceSpec := fs.String("device", "cpu", device.Usage)
 	tf32 := fs.Bool("tf32", true, "with a GPU, cuBLAS's matrix products and the convolutions round their operands to TF32 on tensor cores; false: both in full float32")
-	verbose := fs.Bool("v", false, "with a GPU, print the device's memory (in use, high-water mark) and how many stretches of launches were replayed as CUDA graphs every 100 iterations")
+	verbose := fs.Bool("v", false, "with a GPU, print the device's memory (in use, high-water mark, cached, reserved) and how many stretches of launches were replayed as CUDA graphs every 100 iterations")
 	export := fs.String("export-synthetic", "", "write the synthetic dataset (-train-images then -val-images images of -size) to this directory in COCO format, and exit")
 	fs.Usage = func() {} // printed below for -h only
 	if err := fs.Parse(args); err != nil {
