@@ -140,3 +140,19 @@ func BenchmarkLaunch(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkNewDense measures a device tensor's making and freeing from the
+// cache: what every op's output costs the host.
+func BenchmarkNewDense(b *testing.B) {
+	forEachBenchDevice(b, func(b *testing.B, d *Device) {
+		for b.Loop() {
+			t, err := d.NewDense(tensor.Float32, 8, 256, 32, 32)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := d.FreeDense(t); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

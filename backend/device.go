@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"sync"
+
+	"gorgonia.org/tensor"
 )
 
 // SyncEnv names the debugging switch: with STHENO_CUDA_SYNC=1 in the
@@ -44,6 +46,9 @@ type Device struct {
 
 	vmu    sync.Mutex
 	values map[any]any // see SetValue
+
+	hmu     sync.Mutex
+	headers map[headerKey]*tensor.Dense // see wrap
 
 	smu       sync.Mutex
 	scope     *Scope // the open Scope, if any

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -499,4 +500,65 @@ func TestValues(t *testing.T) {
 	if v := d.Value(key{}); v != nil {
 		t.Errorf("after Close Value = %v", v)
 	}
+}
+
+// A device tensor cloned from the header of the first of its dtype and
+// shape (wrap) is the tensor tensor.New builds: the same shape, strides,
+// dtype, flags and engine, its own memory, and a header of its own.
+func TestNewDenseClonesHeaders(t *testing.T) {
+	forEachDevice(t, func(t *testing.T, d *Device) {
+		built, err := d.NewDense(tensor.Float32, 2, 3, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var clones []*tensor.Dense
+		for range 2 {
+			c, err := d.NewDense(tensor.Float32, 2, 3, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			clones = append(clones, c)
+		}
+		for i, c := range clones {
+			if !c.Shape().Eq(built.Shape()) || !slices.Equal(c.Strides(), built.Strides()) || c.Dtype() != built.Dtype() ||
+				c.DataOrder() != built.DataOrder() || c.IsNativelyAccessible() || !c.IsManuallyManaged() || c.IsView() ||
+				c.Engine() != built.Engine() || len(c.Raw) != len(built.Raw) || !d.Owns(c) {
+				t.Fatalf("clone %d: shape %v strides %v %v order %v accessible %v managed %v view %v engine %T %d bytes, owned %v; built: %v %v %v %v %d bytes",
+					i, c.Shape(), c.Strides(), c.Dtype(), c.DataOrder(), c.IsNativelyAccessible(), c.IsManuallyManaged(), c.IsView(),
+					c.Engine(), len(c.Raw), d.Owns(c), built.Shape(), built.Strides(), built.Dtype(), built.DataOrder(), len(built.Raw))
+			}
+			if c == built || rawAddr(c.Raw) == rawAddr(built.Raw) || i == 1 && rawAddr(c.Raw) == rawAddr(clones[0].Raw) {
+				t.Fatalf("clone %d shares a header or memory", i)
+			}
+		}
+		// A header of its own: reshaping one leaves the others alone.
+		if err := clones[0].Reshape(6, 4); err != nil {
+			t.Fatal(err)
+		}
+		if !built.Shape().Eq(tensor.Shape{2, 3, 4}) || !clones[1].Shape().Eq(tensor.Shape{2, 3, 4}) {
+			t.Fatalf("reshaping a clone changed the others: %v, %v", built.Shape(), clones[1].Shape())
+		}
+		// The values go where each tensor's memory is.
+		for i, v := range []*tensor.Dense{built, clones[1]} {
+			h := tensor.New(tensor.WithShape(2, 3, 4), tensor.WithBacking(make([]float32, 24)))
+			h.Float32s()[0] = float32(i + 1)
+			if err := d.Engine().Memcpy(v, h); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, v := range []*tensor.Dense{built, clones[1]} {
+			h, err := d.ToHost(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := h.Float32s()[0]; got != float32(i+1) {
+				t.Fatalf("tensor %d holds %v, want %v", i, got, i+1)
+			}
+		}
+		for _, v := range append(clones, built) {
+			if err := d.FreeDense(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
