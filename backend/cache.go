@@ -10,13 +10,12 @@ import (
 	"sync"
 )
 
-// MemStats describes a Device's memory. Sizes are in bytes. InUse counts
-// each request at its size class (as PyTorch's memory_allocated counts
-// requests, not the blocks serving them); Reserved counts the blocks the
-// Device holds from the driver, in use or cached, at their own sizes, as
-// PyTorch's memory_reserved.
+// MemStats describes a Device's memory. Sizes are in bytes, rounded up to
+// the allocator's size classes. InUse counts the blocks requests hold (as
+// PyTorch's memory_allocated); Reserved every block the Device holds from
+// the driver, in use or cached (as PyTorch's memory_reserved).
 type MemStats struct {
-	InUse        int64 // asked for by requests not yet freed
+	InUse        int64 // in blocks handed out and not yet freed
 	Cached       int64 // in free blocks kept for reuse
 	PeakInUse    int64 // highest InUse since Open or ResetPeakMemory
 	Reserved     int64 // in every block held from the driver
@@ -35,20 +34,16 @@ type MemStats struct {
 // of two (at most 25% waste) up to a step of 2 MiB, then multiples of 2 MiB
 // (at most 2 MiB waste), the driver's own large-page granularity.
 //
-// A request of fitFrom bytes or more that finds no cached block of its
-// class takes the smallest cached block of a class at most fitRatio times
-// larger (fit), rather than a new block from the driver: a step frees and
-// asks for blocks of many sizes as its tensors die and are made, and
-// without this the cache would hold, for every size, as many blocks as
-// the step ever needs of it at once; with it, what the Device holds stays
-// near the step's peak (a Mask R-CNN step held twice its peak before). The
-// unused part of a block is not split off: blocks are the driver's
-// allocations, whole.
+// A request takes a block of its own class only. Serving one from a
+// cached block of a larger class (up to four times larger) was tried: it
+// cut what a Mask R-CNN step holds from the driver, but the blocks a
+// step's tensors then landed in changed its speed (3 to 7% slower steps
+// of the encoder-shaped stack on an H200, some stretches no longer
+// replayed as CUDA graphs), so the cache holds, for every size, as many
+// blocks as a step needs of it at once (MemStats.Reserved shows how much).
 const (
 	minBlock  = 512
 	largeStep = 2 << 20
-	fitFrom   = 1 << 20
-	fitRatio  = 4
 	// maxAlloc bounds a request far above any GPU's memory, so that the
 	// rounding below cannot overflow.
 	maxAlloc = 1 << 50
@@ -99,14 +94,11 @@ type cache struct {
 	// when the block was last handed out (takeIdle).
 	scopes  uint64
 	lastUse map[uint64]uint64
-	// asked holds, by base, the size class of the request a larger block
-	// serves (fit).
-	asked map[uint64]uint64
 }
 
 func newCache(drv memDriver) *cache {
 	return &cache{drv: drv, live: map[uint64]uint64{}, cached: map[uint64][]uint64{}, tags: map[uint64]uint64{},
-		unsorted: map[uint64]bool{}, lastUse: map[uint64]uint64{}, asked: map[uint64]uint64{}}
+		unsorted: map[uint64]bool{}, lastUse: map[uint64]uint64{}}
 }
 
 // alloc returns the base of a block of at least n bytes.
@@ -114,13 +106,9 @@ func (c *cache) alloc(n uint64) (uint64, error) {
 	if n > maxAlloc {
 		return 0, fmt.Errorf("allocating %d bytes: larger than any device", n)
 	}
-	asked := sizeClass(n)
+	size := sizeClass(n)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	size := asked
-	if len(c.cached[size]) == 0 && size >= fitFrom {
-		size = c.fit(size)
-	}
 	var base uint64
 	if list := c.cached[size]; len(list) > 0 {
 		base = list[len(list)-1]
@@ -142,29 +130,14 @@ func (c *cache) alloc(n uint64) (uint64, error) {
 		c.blocks[i] = block{base, size}
 	}
 	c.live[base] = size
-	if size != asked {
-		c.asked[base] = asked
-	}
 	c.lastUse[base] = c.scopes
 	if c.scope != 0 {
 		c.tags[base] = c.scope
 	}
-	c.stats.InUse += int64(asked)
+	c.stats.InUse += int64(size)
 	c.stats.InUseBlocks++
 	c.stats.PeakInUse = max(c.stats.PeakInUse, c.stats.InUse)
 	return base, nil
-}
-
-// fit returns the smallest class above size, at most fitRatio times
-// larger, that has cached blocks, or else size. c.mu is held.
-func (c *cache) fit(size uint64) uint64 {
-	best := size
-	for s, list := range c.cached {
-		if s > size && s <= fitRatio*size && len(list) > 0 && (best == size || s < best) {
-			best = s
-		}
-	}
-	return best
 }
 
 // free puts the block at base back into the cache.
@@ -186,16 +159,11 @@ func (c *cache) freeLocked(base uint64) error {
 		}
 		return fmt.Errorf("freeing %#x: not memory of this device", base)
 	}
-	asked := size
-	if a, ok := c.asked[base]; ok {
-		asked = a
-		delete(c.asked, base)
-	}
 	delete(c.live, base)
 	delete(c.tags, base)
 	c.cached[size] = append(c.cached[size], base)
 	c.unsorted[size] = true
-	c.stats.InUse -= int64(asked)
+	c.stats.InUse -= int64(size)
 	c.stats.InUseBlocks--
 	c.stats.Cached += int64(size)
 	c.stats.CachedBlocks++
@@ -250,7 +218,6 @@ func (c *cache) releaseAll() (leaked int, err error) {
 	}
 	clear(c.live)
 	clear(c.tags)
-	clear(c.asked)
 	c.stats.InUse, c.stats.InUseBlocks = 0, 0
 	return leaked, errors.Join(errs...)
 }

@@ -221,59 +221,31 @@ func TestCacheStepsGetTheSameBlocks(t *testing.T) {
 	}
 }
 
-// A request of fitFrom or more that finds no block of its class takes the
-// smallest cached block at most fitRatio times larger, and counts in InUse
-// at its own class; Reserved counts the blocks. Smaller requests keep to
-// their class.
-func TestCacheFitsLargeRequests(t *testing.T) {
+// Reserved counts every block held from the driver, in use or cached, and
+// PeakReserved the most it reached.
+func TestCacheReserved(t *testing.T) {
 	const mi = 1 << 20
-	drv := &countingMem{}
-	c := newCache(drv)
-	alloc := func(n uint64) uint64 {
-		t.Helper()
-		p, err := c.alloc(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
+	c := newCache(&countingMem{})
+	a, _ := c.alloc(100 * mi)
+	b, _ := c.alloc(3 * mi)
+	if err := c.free(a); err != nil {
+		t.Fatal(err)
 	}
-	free := func(ps ...uint64) {
-		t.Helper()
-		for _, p := range ps {
-			if err := c.free(p); err != nil {
-				t.Fatal(err)
-			}
-		}
+	if s := c.snapshot(); s.InUse != 3*mi || s.Cached != 100*mi || s.Reserved != 103*mi || s.PeakReserved != 103*mi {
+		t.Fatalf("3 MiB in use, 100 MiB cached: %+v", s)
 	}
-	b100, b300 := alloc(100*mi), alloc(300*mi)
-	free(b100, b300)
-	if p := alloc(40 * mi); p != b100 || drv.allocs != 2 {
-		t.Fatalf("40 MiB with 100 and 300 MiB blocks free: got %#x after %d driver allocations, want the 100 MiB block %#x", p, drv.allocs, b100)
+	if err := c.free(b); err != nil {
+		t.Fatal(err)
 	}
-	if s := c.snapshot(); s.InUse != 40*mi || s.Reserved != 400*mi || s.Cached != 300*mi {
-		t.Fatalf("40 MiB in a 100 MiB block: %+v, want 40 MiB in use, 400 reserved, 300 cached", s)
+	if err := c.releaseCached(); err != nil {
+		t.Fatal(err)
 	}
-	if p := alloc(80 * mi); p != b300 {
-		t.Fatalf("80 MiB with a free 300 MiB block: got %#x, want the block %#x", p, b300)
+	if s := c.snapshot(); s.Reserved != 0 || s.PeakReserved != 103*mi {
+		t.Fatalf("after releaseCached: %+v", s)
 	}
-	free(b100, b300)
-	if s := c.snapshot(); s.InUse != 0 || s.Cached != 400*mi || s.PeakInUse != 400*mi {
-		t.Fatalf("all freed: %+v", s)
-	}
-	if p := alloc(20 * mi); p == b100 || p == b300 || drv.allocs != 3 {
-		t.Fatalf("20 MiB took a block more than %d times larger: %#x, %d driver allocations", fitRatio, p, drv.allocs)
-	}
-	small := alloc(900 << 10)
-	free(small)
-	if p := alloc(500 << 10); p == small {
-		t.Fatal("a 500 KiB request took a 900 KiB block: below fitFrom a request keeps to its class")
-	}
-	var live uint64
-	for _, s := range c.live {
-		live += s
-	}
-	if s := c.snapshot(); s.Reserved != int64(live)+s.Cached {
-		t.Fatalf("reserved %d, want the blocks in use (%d) and cached (%d)", s.Reserved, live, s.Cached)
+	c.resetPeak()
+	if s := c.snapshot(); s.PeakReserved != 0 {
+		t.Fatalf("after resetPeak: %+v", s)
 	}
 }
 

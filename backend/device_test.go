@@ -293,8 +293,7 @@ func TestOutOfMemoryReleasesCache(t *testing.T) {
 		fakeGPU.total = saved
 		fakeGPU.Unlock()
 	}()
-	// The second fits no cached block (fitRatio): two blocks.
-	for _, n := range []int64{40 << 20, 5 << 20} {
+	for _, n := range []int64{40 << 20, 20 << 20} {
 		p, err := d.Alloc(n)
 		if err != nil {
 			t.Fatal(err)
@@ -303,7 +302,7 @@ func TestOutOfMemoryReleasesCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// 45 MiB cached of 64: 50 MiB fits only once the cache is released.
+	// 60 MiB cached of 64: 50 MiB fits only once the cache is released.
 	p, err := d.Alloc(50 << 20)
 	if err != nil {
 		t.Fatalf("Alloc with a full cache: %v", err)
