@@ -35,12 +35,12 @@ type MemStats struct {
 // (at most 2 MiB waste), the driver's own large-page granularity.
 //
 // A request takes a block of its own class only. Serving one from a
-// cached block of a larger class (up to four times larger) was tried: it
-// cut what a Mask R-CNN step holds from the driver, but the blocks a
-// step's tensors then landed in changed its speed (3 to 7% slower steps
-// of the encoder-shaped stack on an H200, some stretches no longer
-// replayed as CUDA graphs), so the cache holds, for every size, as many
-// blocks as a step needs of it at once (MemStats.Reserved shows how much).
+// cached block of a larger class was tried (BENCHMARKS.md, Mask R-CNN):
+// it cut what a step holds from the driver, but the blocks a step's
+// tensors then landed in changed from step to step often enough that
+// stretches stopped replaying as CUDA graphs, and steps got slower. So the
+// cache holds, for every size, as many blocks as a step needs of it at
+// once (MemStats.Reserved shows how much).
 const (
 	minBlock  = 512
 	largeStep = 2 << 20
