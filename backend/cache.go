@@ -36,11 +36,10 @@ type MemStats struct {
 //
 // A request takes a block of its own class only. Serving one from a
 // cached block of a larger class was tried (BENCHMARKS.md, Mask R-CNN):
-// it cut what a step holds from the driver, but the blocks a step's
-// tensors then landed in changed from step to step often enough that
-// stretches stopped replaying as CUDA graphs, and steps got slower. So the
-// cache holds, for every size, as many blocks as a step needs of it at
-// once (MemStats.Reserved shows how much).
+// it cut what a step holds from the driver, but steps got slower, and
+// some of their stretches stopped replaying as CUDA graphs. So the cache
+// holds, for every size, as many blocks as a step needs of it at once
+// (MemStats.Reserved shows how much).
 const (
 	minBlock  = 512
 	largeStep = 2 << 20
