@@ -74,8 +74,10 @@
 // same sizes calls neither cuMemAlloc nor cuMemFree after its first run.
 // A size class hands out its lowest free block first, so a step that asks
 // for the same sizes in the same order gets the same addresses every time.
-// MemStats reports bytes in use, cached and at peak and the driver calls
-// made; ReleaseCached and Close give memory back to the driver. Gorgonia
+// MemStats reports bytes in use, cached, reserved from the driver and at
+// peak, and the driver calls made; ReleaseCached and Close give memory
+// back to the driver, and so does Scope.End for cached blocks no request
+// has taken in the last 100 Scopes. Gorgonia
 // never frees values, so device tensors are freed explicitly: FreeDense for
 // one tensor, or a Scope for everything a training step made.
 //
