@@ -173,6 +173,11 @@ func (c *cache) freeLocked(base uint64) error {
 func (c *cache) lookup(addr uint64) (b block, live, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// A tensor starts where its block does, unless it is a view: one map
+	// lookup finds it, on the path of every op's every input.
+	if size, ok := c.live[addr]; ok {
+		return block{addr, size}, true, true
+	}
 	if b, ok = c.find(addr); ok {
 		_, live = c.live[b.base]
 	}
