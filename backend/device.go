@@ -41,8 +41,8 @@ type Device struct {
 	closed bool
 
 	kmu     sync.Mutex
-	modules map[string]any     // module name -> driver handle
-	kernels map[string]*Kernel // "module.function" -> kernel
+	modules map[string]any // module name -> driver handle
+	kernels map[kernelKey]*Kernel
 
 	vmu    sync.Mutex
 	values map[any]any // see SetValue
@@ -120,7 +120,7 @@ func newDevice(drv driver, images func(string) ([]byte, error), syncLaunches boo
 		images:       images,
 		syncLaunches: syncLaunches,
 		modules:      map[string]any{},
-		kernels:      map[string]*Kernel{},
+		kernels:      map[kernelKey]*Kernel{},
 	}
 	d.mem = newCache(drv)
 	d.engine = &Engine{dev: d}

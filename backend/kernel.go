@@ -38,13 +38,18 @@ func (d *Device) Kernel(module, name string) (*Kernel, error) {
 	return d.kernel(module, name)
 }
 
+// kernelKey finds a loaded kernel by its module and function: a pair
+// rather than "module.function", whose concatenation every launch would
+// pay for.
+type kernelKey struct{ module, name string }
+
 func (d *Device) kernel(module, name string) (*Kernel, error) {
-	key := module + "." + name
 	d.kmu.Lock()
 	defer d.kmu.Unlock()
-	if k, ok := d.kernels[key]; ok {
+	if k, ok := d.kernels[kernelKey{module, name}]; ok {
 		return k, nil
 	}
+	key := module + "." + name
 	mod, ok := d.modules[module]
 	if !ok {
 		image, err := d.images(module)
@@ -67,7 +72,7 @@ func (d *Device) kernel(module, name string) (*Kernel, error) {
 	}
 	k := &Kernel{dev: d, module: module, name: name, fn: fn}
 	k.maxShared.Store(int64(d.info.maxSharedPerBlock))
-	d.kernels[key] = k
+	d.kernels[kernelKey{module, name}] = k
 	return k, nil
 }
 
