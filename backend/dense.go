@@ -169,9 +169,7 @@ func (d *Device) wrap(base uint64, bytes int64, dt tensor.Dtype, shape tensor.Sh
 	h := d.headers[k]
 	d.hmu.Unlock()
 	if h != nil {
-		t := h.ShallowClone()
-		t.Raw = deviceBytes(base, bytes)
-		return t, nil
+		return cloneHeader(h, deviceBytes(base, bytes)), nil
 	}
 	t, err := d.build(base, bytes, dt, shape)
 	if err != nil {
@@ -186,6 +184,29 @@ func (d *Device) wrap(base uint64, bytes int64, dt tensor.Dtype, shape tensor.Sh
 	d.headers[k] = h
 	d.hmu.Unlock()
 	return t, nil
+}
+
+// cloneHeader returns a copy of header h over raw: h.ShallowClone, in two
+// allocations instead of four (the Dense, and one array for its shape and
+// strides, which no other tensor shares: a Reshape in place must not reach
+// h).
+func cloneHeader(h *tensor.Dense, raw []byte) *tensor.Dense {
+	rank := h.Dims()
+	if rank == 0 {
+		t := h.ShallowClone()
+		t.Raw = raw
+		return t
+	}
+	t := new(tensor.Dense)
+	*t = *h
+	dims := make([]int, 2*rank)
+	copy(dims, h.Shape())
+	copy(dims[rank:], h.Strides())
+	// Init marks the layout fixed, as a built Dense's is (Reshape unmarks
+	// it while it works).
+	t.AP.Init(dims[:rank:rank], dims[rank:])
+	t.Raw = raw
+	return t
 }
 
 // deviceBytes is the backing slice of a tensor at device address addr:

@@ -537,6 +537,17 @@ func TestNewDenseClonesHeaders(t *testing.T) {
 		if !built.Shape().Eq(tensor.Shape{2, 3, 4}) || !clones[1].Shape().Eq(tensor.Shape{2, 3, 4}) {
 			t.Fatalf("reshaping a clone changed the others: %v, %v", built.Shape(), clones[1].Shape())
 		}
+		if !clones[0].Shape().Eq(tensor.Shape{6, 4}) || !slices.Equal(clones[0].Strides(), []int{4, 1}) {
+			t.Fatalf("reshaped clone: shape %v strides %v, want (6, 4) and [4 1]", clones[0].Shape(), clones[0].Strides())
+		}
+		// Back to a higher rank than the clone was made with.
+		if err := clones[0].Reshape(2, 3, 2, 2); err != nil {
+			t.Fatal(err)
+		}
+		if !clones[0].Shape().Eq(tensor.Shape{2, 3, 2, 2}) || !slices.Equal(clones[0].Strides(), []int{12, 4, 2, 1}) ||
+			!clones[1].Shape().Eq(tensor.Shape{2, 3, 4}) || !slices.Equal(clones[1].Strides(), []int{12, 4, 1}) {
+			t.Fatalf("reshaped clone: %v %v; the other: %v %v", clones[0].Shape(), clones[0].Strides(), clones[1].Shape(), clones[1].Strides())
+		}
 		// The values go where each tensor's memory is.
 		for i, v := range []*tensor.Dense{built, clones[1]} {
 			h := tensor.New(tensor.WithShape(2, 3, 4), tensor.WithBacking(make([]float32, 24)))
