@@ -89,7 +89,14 @@ type deviceArgs struct {
 	in       []*tensor.Dense
 	ptr      []backend.DevicePtr
 	prealloc G.Value
+
+	// in and ptr's memory for ops of up to inlineArgs inputs (all but a
+	// few), so that binding a node's inputs allocates once.
+	inBuf  [inlineArgs]*tensor.Dense
+	ptrBuf [inlineArgs]backend.DevicePtr
 }
+
+const inlineArgs = 8
 
 // output returns a device tensor of the op's output shape and dtype with
 // its address: the one the tape machine offered when it fits, else a new
@@ -231,8 +238,9 @@ func (s *opSpec) bind(in []G.Value) (*deviceArgs, []*tensor.Dense, error) {
 	if err := s.checkArity(in); err != nil {
 		return nil, nil, err
 	}
-	var names []string
-	var placed []G.Value
+	var namesBuf [inlineArgs]string
+	var placedBuf [inlineArgs]G.Value
+	names, placed := namesBuf[:0], placedBuf[:0]
 	for i, a := range s.inputs {
 		if a.shape.Dims() > 0 {
 			names, placed = append(names, a.name), append(placed, in[i])
@@ -242,14 +250,23 @@ func (s *opSpec) bind(in []G.Value) (*deviceArgs, []*tensor.Dense, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	var da *deviceArgs
+	var args []*tensor.Dense
 	var ptr []backend.DevicePtr
 	if dev != nil {
 		if s.device == nil {
 			return nil, nil, errNoDeviceKernel(s.name)
 		}
-		ptr = make([]backend.DevicePtr, len(in))
+		da = &deviceArgs{spec: s, dev: dev}
+		if len(in) <= inlineArgs {
+			args, ptr = da.inBuf[:len(in)], da.ptrBuf[:len(in)]
+		} else {
+			args, ptr = make([]*tensor.Dense, len(in)), make([]backend.DevicePtr, len(in))
+		}
+		da.in, da.ptr = args, ptr
+	} else {
+		args = make([]*tensor.Dense, len(in))
 	}
-	args := make([]*tensor.Dense, len(in))
 	for i, a := range s.inputs {
 		dt := a.dtypeIn(s)
 		switch {
@@ -264,8 +281,8 @@ func (s *opSpec) bind(in []G.Value) (*deviceArgs, []*tensor.Dense, error) {
 			return nil, nil, err
 		}
 	}
-	if dev != nil {
-		return &deviceArgs{spec: s, dev: dev, in: args, ptr: ptr}, nil, nil
+	if da != nil {
+		return da, nil, nil
 	}
 	return nil, args, nil
 }
