@@ -172,7 +172,7 @@ func (s convTShape) forwardD2S(op string, dev *backend.Device, x, w, bias, y bac
 // fh = fw = 1).
 func (s convTShape) launchEpilogue(op string, dev *backend.Device, z, bias, y backend.DevicePtr, fh, fw int) error {
 	e := s.epilogue(fh, fw)
-	if err := fitsInt32(op, map[string]int{"C": e.C, "H*W": e.H * e.W, "OutH*OutW": s.p.H * s.p.W}); err != nil {
+	if err := fitsInt32(op, namedSize{"C", e.C}, namedSize{"H*W", e.H * e.W}, namedSize{"OutH*OutW", s.p.H * s.p.W}); err != nil {
 		return err
 	}
 	k, err := cuda.ConvTransposeEpilogue(s.dt)
@@ -242,7 +242,7 @@ func (s convTShape) wgradDevice(a *deviceArgs) (*tensor.Dense, error) {
 // launchBiasGrad queues conv_transpose_bias_grad: db = the channel sums of dy.
 func (s convTShape) launchBiasGrad(op string, dev *backend.Device, dy, db backend.DevicePtr) error {
 	p := s.p
-	if err := fitsInt32(op, map[string]int{"N": p.N, "Cout": p.Cin}); err != nil {
+	if err := fitsInt32(op, namedSize{"N", p.N}, namedSize{"Cout", p.Cin}); err != nil {
 		return err
 	}
 	k, err := cuda.ConvTransposeBiasGrad(s.dt)

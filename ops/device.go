@@ -85,11 +85,17 @@ func deviceOutput(op string, dev *backend.Device, prealloc G.Value, dt tensor.Dt
 	return out, p, nil
 }
 
+// namedSize is a size fitsInt32 checks, with its name for the error.
+type namedSize struct {
+	name string
+	v    int
+}
+
 // fitsInt32 checks the sizes a kernel's params struct carries as C ints.
-func fitsInt32(op string, sizes map[string]int) error {
-	for name, v := range sizes {
-		if v > math.MaxInt32 {
-			return fmt.Errorf("ops: %s: %s = %d does not fit the CUDA kernel's 32-bit int", op, name, v)
+func fitsInt32(op string, sizes ...namedSize) error {
+	for _, s := range sizes {
+		if s.v > math.MaxInt32 {
+			return fmt.Errorf("ops: %s: %s = %d does not fit the CUDA kernel's 32-bit int", op, s.name, s.v)
 		}
 	}
 	return nil

@@ -68,7 +68,7 @@ func (s groupNormShape) kernelArgs(p kernels.GroupNormParams) cuda.GroupNormPara
 
 // checkDevice checks what the kernels carry as C ints.
 func (s groupNormShape) checkDevice(op string) error {
-	return fitsInt32(op, map[string]int{"N (x's dimension 0)": s.n, "C times the channel sums": max(s.sums(), 1) * s.c})
+	return fitsInt32(op, namedSize{"N (x's dimension 0)", s.n}, namedSize{"C times the channel sums", max(s.sums(), 1) * s.c})
 }
 
 func (s groupNormShape) launchTiles(op string, dev *backend.Device, pass groupNormTilePass, p kernels.GroupNormParams, args cuda.GroupNormParams) error {

@@ -78,7 +78,7 @@ func (s layerNormShape) kernelArgs(p kernels.LayerNormParams) cuda.LayerNormPara
 
 // checkDevice checks what the kernels carry as C ints.
 func (s layerNormShape) checkDevice(op string) error {
-	return fitsInt32(op, map[string]int{"C (x's last dimension)": s.c, "C times the column sums": s.sums() * s.c})
+	return fitsInt32(op, namedSize{"C (x's last dimension)", s.c}, namedSize{"C times the column sums", s.sums() * s.c})
 }
 
 func (s layerNormShape) launchRows(op string, dev *backend.Device, pass layerNormPass, p kernels.LayerNormParams, args cuda.LayerNormParams) error {

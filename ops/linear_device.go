@@ -48,19 +48,9 @@ func deviceGemm(p kernels.GemmParams, a, b, c backend.DevicePtr, dt tensor.Dtype
 	}
 }
 
-// fitsGemm checks the sizes cuBLAS takes as 32-bit ints (its batch strides
-// are 64 bits).
-func fitsGemm(op string, p kernels.GemmParams) error {
-	return fitsInt32(op, map[string]int{
-		"M": p.M, "N": p.N, "K": p.K, "LDA": p.LDA, "LDB": p.LDB, "LDC": p.LDC, "batch": p.Batch,
-	})
-}
-
-// runGemm queues p on dev.
+// runGemm queues p on dev. backend.Gemm checks the sizes cuBLAS takes as
+// 32-bit ints, naming the one that does not fit.
 func runGemm(op string, dev *backend.Device, p kernels.GemmParams, a, b, c backend.DevicePtr, dt tensor.Dtype) error {
-	if err := fitsGemm(op, p); err != nil {
-		return err
-	}
 	if err := dev.Gemm(deviceGemm(p, a, b, c, dt)); err != nil {
 		return fmt.Errorf("ops: %s: %w", op, err)
 	}

@@ -33,7 +33,7 @@ func (s maxPoolShape) tiled() bool {
 // -> out = dx) kernel of s.
 func (s maxPoolShape) launch(op string, dev *backend.Device, backward bool, x, dy, out backend.DevicePtr) error {
 	p := s.p
-	if err := fitsInt32(op, map[string]int{"H*W": p.H * p.W, "OutH*OutW": p.OutH * p.OutW}); err != nil {
+	if err := fitsInt32(op, namedSize{"H*W", p.H * p.W}, namedSize{"OutH*OutW", p.OutH * p.OutW}); err != nil {
 		return err
 	}
 	get, blocks := cuda.MaxPoolFwd, ceilDiv(p.Planes*p.OutH*p.OutW, cuda.MaxPool2dThreads)

@@ -176,10 +176,11 @@ func (s msDeformShape) deviceLevels(op string, dev *backend.Device) (*tensor.Den
 // launch runs the forward or backward kernel with args' pointers filled in
 // by the caller.
 func (s msDeformShape) launch(op string, dev *backend.Device, backward bool, args cuda.MSDeformParams) error {
-	if err := fitsInt32(op, map[string]int{"N": s.n, "S": s.s, "M": s.m, "D": s.d, "Lq": s.lq, "L": s.l, "P": s.p,
+	if err := fitsInt32(op, namedSize{"N", s.n}, namedSize{"S", s.s}, namedSize{"M", s.m}, namedSize{"D", s.d},
+		namedSize{"Lq", s.lq}, namedSize{"L", s.l}, namedSize{"P", s.p},
 		// The bytes between two pixels of value (the _rs kernels address
 		// pixels with 32x32-bit multiplies).
-		"M*D*size": s.m * s.d * int(s.dt.Size())}); err != nil {
+		namedSize{"M*D*size", s.m * s.d * int(s.dt.Size())}); err != nil {
 		return err
 	}
 	// Vector loads need 16-byte aligned value and output rows (forward),
@@ -302,7 +303,7 @@ func (s msDeformShape) orderGrid(rows int) (bands, cols int) {
 // rest is the sort's scratch: each query's cell, each cell's next free
 // position). The cells are orderGrid(rows)'s.
 func (s msDeformShape) queryOrder(op string, dev *backend.Device, loc backend.DevicePtr, rows int) (*tensor.Dense, error) {
-	if err := fitsInt32(op, map[string]int{"Lq": s.lq, "M*L*P*2": s.m * s.l * s.p * 2}); err != nil {
+	if err := fitsInt32(op, namedSize{"Lq", s.lq}, namedSize{"M*L*P*2", s.m * s.l * s.p * 2}); err != nil {
 		return nil, err
 	}
 	cells, err := cuda.MSDeformSortCells(s.dt)

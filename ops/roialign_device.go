@@ -267,7 +267,7 @@ func roiAlignQuad(dev *backend.Device) bool {
 func (s roiAlignShape) launchRoIAlign(dev *backend.Device, kv roiAlignKernel, backward bool, feat, rois, pooled backend.DevicePtr, zero *tensor.Dense) error {
 	name := s.opName(backward)
 	p := s.params()
-	if err := fitsInt32(name, map[string]int{"N": p.N, "C": p.C, "K": p.K, "H*W": p.H * p.W, "H*W*C": p.H * p.W * p.C}); err != nil {
+	if err := fitsInt32(name, namedSize{"N", p.N}, namedSize{"C", p.C}, namedSize{"K", p.K}, namedSize{"H*W", p.H * p.W}, namedSize{"H*W*C", p.H * p.W * p.C}); err != nil {
 		return err
 	}
 	if p.K == 0 {

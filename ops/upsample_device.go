@@ -21,7 +21,7 @@ const upsampleMaxBlocks = 1 << 20
 // start aligned for their 2-element vectors, else the generic ones.
 func (s upsampleShape) launch(op string, dev *backend.Device, backward bool, in, out backend.DevicePtr) error {
 	p := s.params()
-	if err := fitsInt32(op, map[string]int{"W": p.W, "factor": p.Factor}); err != nil {
+	if err := fitsInt32(op, namedSize{"W", p.W}, namedSize{"factor", p.Factor}); err != nil {
 		return err
 	}
 	vec := backend.DevicePtr(2 * s.dt.Size())
