@@ -35,8 +35,12 @@ import (
 //
 // So, on a device, read a run's results from nodes that no op reads (the
 // loss, the gradients G.Grad returns) or from an ops.ToHost node: any
-// other device intermediate's Value is emptied once its readers have run. Values bound to input nodes (G.Let,
-// parameters) are never released.
+// other device intermediate's Value is emptied once its readers have run.
+// Values bound to input nodes (G.Let, parameters) are never released.
+//
+// The machine watches every instruction (G.WithWatchlist()), which spares
+// it a watch-list search per instruction: a machine given G.WithLogger logs
+// every instruction's inputs and result, whatever watch list it is given.
 func NewTapeMachine(g *G.ExprGraph, opts ...G.VMOpt) (m G.VM, err error) {
 	if _, err := kernels.CPUKernels(); err != nil {
 		return nil, err
@@ -52,7 +56,14 @@ func NewTapeMachine(g *G.ExprGraph, opts ...G.VMOpt) (m G.VM, err error) {
 			m, err = nil, fmt.Errorf("ops: NewTapeMachine: gorgonia could not compile the graph: %v", r)
 		}
 	}()
-	return G.NewTapeMachine(g, opts...), nil
+	// Gorgonia's machine asks, several times per instruction, whether the
+	// instruction is on its watch list, searching the list and the
+	// graph's node map each time, only to decide whether to log it; with
+	// no logger nothing is logged either way. Watching everything skips
+	// the search. The one change a user sees: with G.WithLogger, every
+	// instruction's inputs and result are logged, whatever watch list is
+	// given (NewTapeMachine's doc says so).
+	return G.NewTapeMachine(g, append([]G.VMOpt{G.WithWatchlist()}, opts...)...), nil
 }
 
 // planReleases decides, for every group of device intermediates that share
