@@ -128,6 +128,12 @@ func (s *deviceSeen) same(t *tensor.Dense) bool {
 	return s.t == t && len(t.Raw) == s.n && s.n > 0 && unsafe.SliceData(t.Raw) == s.raw && t.Shape().Eq(s.shape)
 }
 
+// see records t, checked, at address ptr.
+func (s *deviceSeen) see(t *tensor.Dense, ptr backend.DevicePtr) {
+	s.t, s.raw, s.n, s.ptr = t, unsafe.SliceData(t.Raw), len(t.Raw), ptr
+	s.shape = append(s.shape[:0], t.Shape()...)
+}
+
 const adamwName = "AdamW"
 
 // NewAdamW returns an AdamW over groups, each parameter in exactly one of
@@ -486,6 +492,13 @@ func (a *AdamW) checkStepParam(p *adamwParam) (adamwStepParam, error) {
 			if seen.same(t.d) {
 				continue
 			}
+			// A gradient is a new tensor every step: one lookup finds it
+			// live on the optimiser's device; the checks below only
+			// explain a refusal.
+			if ptr, err := a.dev.Ptr(t.d); err == nil && backend.IsDevice(t.d) {
+				seen.see(t.d, ptr)
+				continue
+			}
 			if !backend.IsDevice(t.d) {
 				return adamwStepParam{}, fmt.Errorf("ops: %s: %s: its %s is in host memory, the optimiser's state on %v", adamwName, p.name, t.what, a.dev)
 			}
@@ -497,7 +510,7 @@ func (a *AdamW) checkStepParam(p *adamwParam) (adamwStepParam, error) {
 			if err != nil {
 				return adamwStepParam{}, fmt.Errorf("ops: %s: %s: its %s: %w", adamwName, p.name, t.what, err)
 			}
-			*seen = deviceSeen{t: t.d, raw: unsafe.SliceData(t.d.Raw), n: len(t.d.Raw), shape: t.d.Shape().Clone(), ptr: ptr}
+			seen.see(t.d, ptr)
 			continue
 		}
 		if backend.IsDevice(t.d) {
