@@ -21,6 +21,11 @@ import (
 // of them are host values. names[i] names in[i] in errors. Inputs split
 // between the host and a device (or between devices) are an error: moving
 // them silently would hide a copy on every step.
+//
+// A device input's Device is its engine's: the caller takes every device
+// input's address with deviceTensor (Device.Ptr), which finds its memory
+// live on that Device, so looking the memory up here too would only cost
+// every node a second lookup per input.
 func inputsDevice(op string, names []string, in []G.Value) (*backend.Device, error) {
 	var dev *backend.Device
 	var onDev, onHost string
@@ -29,10 +34,13 @@ func inputsDevice(op string, names []string, in []G.Value) (*backend.Device, err
 			onHost = names[i]
 			continue
 		}
-		d, err := backend.DeviceOf(v)
-		if err != nil {
+		e, ok := v.(tensor.Tensor).Engine().(*backend.Engine)
+		if !ok {
+			// DeviceOf explains the engine a device value should have.
+			_, err := backend.DeviceOf(v)
 			return nil, fmt.Errorf("ops: %s: %s: %w", op, names[i], err)
 		}
+		d := e.Device()
 		if dev != nil && d != dev {
 			return nil, fmt.Errorf("ops: %s: %s is on %v but %s is on %v", op, names[i], d, onDev, dev)
 		}

@@ -187,11 +187,13 @@ func (op *specOp) release() error {
 			continue
 		}
 		if scope == nil {
-			dev, err := backend.DeviceOf(t)
-			if err != nil {
-				continue // freed already, or of a closed device
+			// The engine names the device; Release itself leaves alone
+			// what is not the scope's to free.
+			e, ok := t.Engine().(*backend.Engine)
+			if !ok {
+				continue
 			}
-			if scope = dev.OpenScope(); scope == nil {
+			if scope = e.Device().OpenScope(); scope == nil {
 				return nil
 			}
 		}
