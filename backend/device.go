@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"gorgonia.org/tensor"
 )
@@ -42,7 +43,9 @@ type Device struct {
 
 	kmu     sync.Mutex
 	modules map[string]any // module name -> driver handle
-	kernels map[kernelKey]*Kernel
+	// kernels is replaced, never changed, under kmu, so that the lookup
+	// every launch makes takes no lock.
+	kernels atomic.Pointer[map[kernelKey]*Kernel]
 
 	vmu    sync.Mutex
 	values map[any]any // see SetValue
@@ -50,8 +53,10 @@ type Device struct {
 	hmu     sync.Mutex
 	headers map[headerKey]*tensor.Dense // see wrap
 
+	// smu orders BeginScope and End; scope is read without it on every
+	// tensor's making (track) and every op's release (OpenScope).
 	smu       sync.Mutex
-	scope     *Scope // the open Scope, if any
+	scope     atomic.Pointer[Scope] // the open Scope, if any
 	nextScope uint64
 
 	// deferred holds the first error of a call that cannot return one
@@ -120,7 +125,6 @@ func newDevice(drv driver, images func(string) ([]byte, error), syncLaunches boo
 		images:       images,
 		syncLaunches: syncLaunches,
 		modules:      map[string]any{},
-		kernels:      map[kernelKey]*Kernel{},
 	}
 	d.mem = newCache(drv)
 	d.engine = &Engine{dev: d}
@@ -347,7 +351,7 @@ func (d *Device) Close() error {
 		}
 	}
 	clear(d.modules)
-	clear(d.kernels)
+	d.kernels.Store(nil)
 	d.kmu.Unlock()
 	d.vmu.Lock()
 	clear(d.values)

@@ -3,6 +3,7 @@ package backend
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"sync"
 	"sync/atomic"
@@ -44,10 +45,18 @@ func (d *Device) Kernel(module, name string) (*Kernel, error) {
 type kernelKey struct{ module, name string }
 
 func (d *Device) kernel(module, name string) (*Kernel, error) {
+	if m := d.kernels.Load(); m != nil {
+		if k, ok := (*m)[kernelKey{module, name}]; ok {
+			return k, nil
+		}
+	}
 	d.kmu.Lock()
 	defer d.kmu.Unlock()
-	if k, ok := d.kernels[kernelKey{module, name}]; ok {
-		return k, nil
+	old := d.kernels.Load()
+	if old != nil {
+		if k, ok := (*old)[kernelKey{module, name}]; ok {
+			return k, nil
+		}
 	}
 	key := module + "." + name
 	mod, ok := d.modules[module]
@@ -72,7 +81,12 @@ func (d *Device) kernel(module, name string) (*Kernel, error) {
 	}
 	k := &Kernel{dev: d, module: module, name: name, fn: fn}
 	k.maxShared.Store(int64(d.info.maxSharedPerBlock))
-	d.kernels[kernelKey{module, name}] = k
+	m := map[kernelKey]*Kernel{}
+	if old != nil {
+		maps.Copy(m, *old)
+	}
+	m[kernelKey{module, name}] = k
+	d.kernels.Store(&m)
 	return k, nil
 }
 

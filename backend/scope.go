@@ -51,17 +51,14 @@ func (d *Device) BeginScope() (*Scope, error) {
 	if err := d.mem.beginScope(s.id); err != nil {
 		return nil, d.errorf("BeginScope: %w", err)
 	}
-	d.scope = s
+	d.scope.Store(s)
 	return s, nil
 }
 
 // track records a tensor made while a scope may be open, so that End can
 // empty it.
 func (d *Device) track(base uint64, t *tensor.Dense) {
-	d.smu.Lock()
-	s := d.scope
-	d.smu.Unlock()
-	if s != nil {
+	if s := d.scope.Load(); s != nil {
 		s.mu.Lock()
 		s.denses[base] = t
 		s.mu.Unlock()
@@ -135,9 +132,7 @@ func (s *Scope) Release(ts ...*tensor.Dense) (int, error) {
 
 // OpenScope returns the Scope open on d, or nil.
 func (d *Device) OpenScope() *Scope {
-	d.smu.Lock()
-	defer d.smu.Unlock()
-	return d.scope
+	return d.scope.Load()
 }
 
 // idleScopes is how many Scopes a cached block may go unused before
@@ -161,9 +156,7 @@ func (s *Scope) End() error {
 	defer d.exit()
 	bases, err := d.mem.endScope(s.id)
 	d.smu.Lock()
-	if d.scope == s {
-		d.scope = nil
-	}
+	d.scope.CompareAndSwap(s, nil)
 	d.smu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
