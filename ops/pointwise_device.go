@@ -182,16 +182,16 @@ func (s reduceShape) device(a *deviceArgs) (*tensor.Dense, error) {
 	for i, p := range s.plan.Passes {
 		dst := outPtr
 		if i < len(s.plan.Passes)-1 {
-			scratch, err := dev.NewDense(s.dt, p.Outputs())
+			// Scratch memory, not a tensor: nothing but the kernels
+			// reads it.
+			scratch, err := dev.Alloc(int64(p.Outputs()) * int64(s.dt.Size()))
 			if err != nil {
 				return nil, fmt.Errorf("ops: %s: partial sums: %w", s.name, err)
 			}
 			// Freeing once the launches that use it are queued is safe:
 			// the Device's work runs in order on its one stream.
-			defer dev.FreeDense(scratch)
-			if dst, err = dev.Ptr(scratch); err != nil {
-				return nil, fmt.Errorf("ops: %s: partial sums: %w", s.name, err)
-			}
+			defer dev.Free(scratch)
+			dst = scratch
 		}
 		k, cfg, err := reduceLaunch(s.dt, p, src)
 		if err == nil {
