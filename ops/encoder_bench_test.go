@@ -37,7 +37,9 @@ import (
 // so it is the host's own time), gpu-ms (CUDA events around the steps: the GPU's time,
 // idle gaps included), peak-GiB (the allocator's high-water mark over the
 // steps: parameters, AdamW's state and the step's intermediates), and per
-// step the kernel launches, cuBLAS calls and waits for the GPU.
+// step the kernel launches, cuBLAS calls and waits for the GPU. It logs an
+// idle step's host time by part: RunAll, AdamW's Step, BeginScope with End
+// and Reset, and the Flush of the launches held back at the step's end.
 // machine=stheno is ops.NewTapeMachine, which frees intermediates after
 // their last reader; machine=gorgonia is gorgonia's own, which keeps them
 // until the Scope ends.
@@ -153,26 +155,35 @@ func benchEncoderStep(b *testing.B, dev *backend.Device, n, layers int, plan boo
 		b.Fatal(err)
 	}
 	defer opt.Free()
-	var host time.Duration
+	// host sums the steps' host time; machine, optimizer and scopes its
+	// parts: RunAll, AdamW's Step, and BeginScope, End and Reset.
+	var host, machine, optimizer, scopes time.Duration
 	step := func() error {
 		start := time.Now()
 		scope, err := dev.BeginScope()
 		if err != nil {
 			return err
 		}
+		ran := time.Now()
 		if err := m.RunAll(); err != nil {
 			return err
 		}
+		stepped := time.Now()
 		if err := opt.Step(pg); err != nil {
 			return err
 		}
+		ending := time.Now()
 		// The loss stays on the device until the step's end; the anchor
 		// does not read it either.
 		if err := scope.End(); err != nil {
 			return err
 		}
 		m.Reset()
-		host += time.Since(start)
+		end := time.Now()
+		host += end.Sub(start)
+		machine += stepped.Sub(ran)
+		optimizer += ending.Sub(stepped)
+		scopes += ran.Sub(start) + end.Sub(ending)
 		return nil
 	}
 	for range 3 {
@@ -241,7 +252,8 @@ func benchEncoderStep(b *testing.B, dev *backend.Device, n, layers int, plan boo
 	// by tens of percent (the collector, the host's scheduling), so the
 	// mean is over enough of them to be repeatable.
 	const idleSteps = 50
-	host = 0
+	host, machine, optimizer, scopes = 0, 0, 0, 0
+	var flush time.Duration
 	for range idleSteps {
 		if err := dev.Synchronize(); err != nil {
 			b.Fatal(err)
@@ -253,8 +265,9 @@ func benchEncoderStep(b *testing.B, dev *backend.Device, n, layers int, plan boo
 		if err := dev.Flush(); err != nil {
 			b.Fatal(err)
 		}
-		host += time.Since(start)
+		flush += time.Since(start)
 	}
+	host += flush
 	if err := dev.Synchronize(); err != nil {
 		b.Fatal(err)
 	}
@@ -273,4 +286,7 @@ func benchEncoderStep(b *testing.B, dev *backend.Device, n, layers int, plan boo
 	b.ReportMetric(float64(replays)/steps, "graph-replays")
 	b.Logf("n=%d layers=%d tokens=%d: %d nodes, %d parameters, loss %.5f; the cache after the steps: %+v",
 		n, layers, n*s, nodes, len(params), lossValue, dev.MemStats())
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / idleSteps }
+	b.Logf("n=%d layers=%d: an idle step's host time: RunAll %.1f us (%.2f us/node), AdamW's Step %.1f us, BeginScope+End+Reset %.1f us, Flush %.1f us",
+		n, layers, us(machine), us(machine)/float64(nodes), us(optimizer), us(scopes), us(flush))
 }

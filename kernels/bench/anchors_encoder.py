@@ -47,14 +47,14 @@ def main():
     st = stheno_rows(a.stheno)
     pt, gpu = torch_rows(a.torch)
     print(f"encoder-shaped training step, same run, GPU {gpu}")
-    head = f"{'config':<16} {'machine':<9} {'ms':>7} {'torch ms':>8} {'speed':>6} {'host ms':>7} {'us/node':>7} {'gpu ms':>7} {'GiB':>6} {'torch GiB':>9} {'mem':>5} {'launch':>6} {'gemm':>5} {'wait':>4}"
+    head = f"{'config':<16} {'machine':<9} {'ms':>7} {'torch ms':>8} {'speed':>6} {'host ms':>7} {'us/node':>7} {'idle us/node':>12} {'gpu ms':>7} {'GiB':>6} {'torch GiB':>9} {'mem':>5} {'launch':>6} {'gemm':>5} {'wait':>4}"
     print(head)
     for (n, layers, machine), m in sorted(st.items()):
         ms, peak = m.get("ms", float("nan")), m.get("peak-GiB", float("nan"))
         tms, tpeak = pt.get((n, layers), (float("nan"), float("nan")))
         print(f"{f'n={n} layers={layers}':<16} {machine:<9} {ms:7.2f} {tms:8.2f} {tms / ms:6.2f} "
               f"{m.get('host-ms', float('nan')):7.2f} {m.get('host-us/node', float('nan')):7.2f} "
-              f"{m.get('gpu-ms', float('nan')):7.2f} {peak:6.2f} {tpeak:9.2f} {peak / tpeak:5.2f} "
+              f"{m.get('idle-host-us/node', float('nan')):12.2f} {m.get('gpu-ms', float('nan')):7.2f} {peak:6.2f} {tpeak:9.2f} {peak / tpeak:5.2f} "
               f"{m.get('launches', 0):6.0f} {m.get('gemms', 0):5.0f} {m.get('waits', 0):4.0f}")
     if not pt:
         print("PyTorch's step was not measured (no encoder_stack anchor, or its kernels did not build)")
