@@ -37,7 +37,8 @@ import (
 // so it is the host's own time), gpu-ms (CUDA events around the steps: the GPU's time,
 // idle gaps included), peak-GiB (the allocator's high-water mark over the
 // steps: parameters, AdamW's state and the step's intermediates), and per
-// step the kernel launches, cuBLAS calls and waits for the GPU. It logs an
+// step the kernel launches, cuBLAS calls, waits for the GPU and the host's
+// allocations (allocs/op). It logs an
 // idle step's host time by part: RunAll, AdamW's Step, BeginScope with End
 // and Reset, and the Flush of the launches held back at the step's end.
 // machine=stheno is ops.NewTapeMachine, which frees intermediates after
@@ -218,6 +219,7 @@ func benchEncoderStep(b *testing.B, dev *backend.Device, n, layers int, plan boo
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
 		if err := step(); err != nil {
