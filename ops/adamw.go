@@ -492,10 +492,11 @@ func (a *AdamW) checkStepParam(p *adamwParam) (adamwStepParam, error) {
 			if seen.same(t.d) {
 				continue
 			}
-			// A gradient is a new tensor every step: one lookup finds it
-			// live on the optimiser's device; the checks below only
-			// explain a refusal.
-			if ptr, err := a.dev.Ptr(t.d); err == nil && backend.IsDevice(t.d) {
+			// A gradient is a new tensor every step: one lookup (Ptr
+			// takes only memory live on its Device) finds it on the
+			// optimiser's device; the checks below only explain a
+			// refusal.
+			if ptr, err := a.dev.Ptr(t.d); err == nil {
 				seen.see(t.d, ptr)
 				continue
 			}
