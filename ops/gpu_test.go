@@ -166,6 +166,38 @@ func TestGPUMixedPlacementIsAnError(t *testing.T) {
 	}
 }
 
+// A machine built without G.WithEngine(dev.Engine()) gives its device
+// outputs gorgonia's host engine; the op that reads one refuses it and says
+// how to build the machine, and the value freed by that op's predecessor
+// is not touched.
+func TestGPUMachineWithoutDeviceEngine(t *testing.T) {
+	dev := gpu(t)
+	g := G.NewGraph()
+	x := G.NodeFromAny(g, toDev(t, dev, fromFloat64s(tensor.Float32, []float64{-1, 0, 1, 2}, 4)), G.WithName("x"))
+	y, err := Sigmoid(x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Sigmoid(y); err != nil {
+		t.Fatal(err)
+	}
+	m, err := NewTapeMachine(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	scope, err := dev.BeginScope()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer scope.End()
+	err = m.RunAll()
+	if err == nil || !strings.Contains(err.Error(), "ops: Sigmoid: x: backend:") ||
+		!strings.Contains(err.Error(), "build the TapeMachine with G.WithEngine(dev.Engine())") {
+		t.Errorf("got error %v, want Sigmoid's refusal of x naming G.WithEngine(dev.Engine())", err)
+	}
+}
+
 // An op without device kernels refuses device inputs and says how to run
 // it on the host.
 func TestGPUHostOnlyOpsAdvise(t *testing.T) {
